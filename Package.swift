@@ -1,0 +1,86 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+/// Settings every target of this package is built with: Swift 6 mode (set package-wide below) plus the
+/// upcoming features the server-side Swift packages use, so that the code stays explicit about existentials
+/// and imports.
+let strictSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "ShareLedger",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "ShareLedger", targets: ["ShareLedger"]),
+        .executable(name: "share-ledger", targets: ["ShareLedgerCLI"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+    ],
+    targets: [
+        // liblmdb from the system (Debian: liblmdb-dev), found through pkg-config "lmdb".
+        .systemLibrary(
+            name: "CLMDB",
+            pkgConfig: "lmdb",
+            providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
+        ),
+        // The safe LMDB wrapper. Everything in it is `package` access: no LMDB type leaves this package.
+        .target(
+            name: "LMDB",
+            dependencies: ["CLMDB"],
+            swiftSettings: strictSettings
+        ),
+        .target(
+            name: "ShareLedger",
+            dependencies: [
+                "LMDB",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            exclude: ["Generated/README.md"],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "ShareLedgerCLI",
+            dependencies: [
+                "ShareLedger",
+                "LMDB",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // A child process for the crash tests: appends in a loop and records every acknowledged append
+        // in a side file, until the test kills it with SIGKILL. Not a product; only the tests run it.
+        .executableTarget(
+            name: "ShareLedgerCrashChild",
+            dependencies: ["ShareLedger"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "LMDBTests",
+            dependencies: ["LMDB", "CLMDB"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "ShareLedgerTests",
+            dependencies: [
+                "ShareLedger",
+                "LMDB",
+                // Depended on so that `swift test` builds the binaries the tests run as child processes.
+                "ShareLedgerCLI",
+                "ShareLedgerCrashChild",
+            ],
+            swiftSettings: strictSettings
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

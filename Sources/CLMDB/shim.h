@@ -1,0 +1,4 @@
+#ifndef SHARELEDGER_CLMDB_SHIM_H
+#define SHARELEDGER_CLMDB_SHIM_H
+#include <lmdb.h>
+#endif

@@ -1,0 +1,88 @@
+import CLMDB
+
+/// A key and value a cursor stands on. Both point into the memory map and are valid only until the
+/// transaction's closure returns.
+package struct Entry {
+    /// The key's bytes.
+    package let key: UnsafeRawBufferPointer
+    /// The value's bytes.
+    package let value: UnsafeRawBufferPointer
+}
+
+/// A cursor on one database, lent to the closure of ``Transaction/withCursor(_:_:)``.
+package struct Cursor: ~Copyable {
+    let handle: OpaquePointer
+    let database: Database
+    let isWritable: Bool
+    let state: TransactionState
+    let path: String
+
+    @inline(__always)
+    private func get(_ op: MDB_cursor_op, key: UnsafeRawBufferPointer? = nil, value: UnsafeRawBufferPointer? = nil)
+        throws -> Entry?
+    {
+        var k = key.map { MDB_val(buffer: $0) } ?? MDB_val()
+        var v = value.map { MDB_val(buffer: $0) } ?? MDB_val()
+        let rc = mdb_cursor_get(handle, &k, &v, op)
+        if rc == MDB_NOTFOUND { return nil }
+        guard rc == MDB_SUCCESS else {
+            throw state.record(LMDBError(returnCode: rc, operation: "mdb_cursor_get(\(database.name))", path: path))
+        }
+        return Entry(key: k.buffer, value: v.buffer)
+    }
+
+    /// Moves to the first entry.
+    package func first() throws -> Entry? { try get(MDB_FIRST) }
+    /// Moves to the last entry.
+    package func last() throws -> Entry? { try get(MDB_LAST) }
+    /// Moves to the next entry (the next value of the same key first, for dupsort).
+    package func next() throws -> Entry? { try get(MDB_NEXT) }
+    /// Moves to the previous entry.
+    package func previous() throws -> Entry? { try get(MDB_PREV) }
+    /// Moves to the first key that is greater than or equal to `key`.
+    package func seek(atLeast key: UnsafeRawBufferPointer) throws -> Entry? { try get(MDB_SET_RANGE, key: key) }
+    /// Moves to exactly `key`; `nil` when it does not exist.
+    package func seek(exactly key: UnsafeRawBufferPointer) throws -> Entry? { try get(MDB_SET_KEY, key: key) }
+    /// (dupsort) Moves to the next value of the current key; `nil` after the last.
+    package func nextDuplicate() throws -> Entry? { try get(MDB_NEXT_DUP) }
+    /// (dupsort) Moves to the first value of the next key.
+    package func nextKey() throws -> Entry? { try get(MDB_NEXT_NODUP) }
+    /// (dupsort) Moves to the last value of the current key.
+    package func lastDuplicate() throws -> Entry? { try get(MDB_LAST_DUP) }
+    /// (dupsort) Moves to the first value of `key` that is greater than or equal to `value`.
+    package func seek(key: UnsafeRawBufferPointer, valueAtLeast value: UnsafeRawBufferPointer) throws -> Entry? {
+        try get(MDB_GET_BOTH_RANGE, key: key, value: value)
+    }
+
+    /// (dupsort) How many values the current key holds.
+    package func duplicateCount() throws -> Int {
+        var count: Int = 0
+        let rc = mdb_cursor_count(handle, &count)
+        guard rc == MDB_SUCCESS else {
+            throw state.record(LMDBError(returnCode: rc, operation: "mdb_cursor_count(\(database.name))", path: path))
+        }
+        return count
+    }
+
+    /// Stores `value` under `key` through the cursor (use ``PutFlags/append`` and
+    /// ``PutFlags/appendDup`` for sorted bulk loads).
+    @inline(__always)
+    package func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = []) throws {
+        precondition(isWritable, "cursor put in a read-only transaction")
+        var k = MDB_val(buffer: key)
+        var v = MDB_val(buffer: value)
+        let rc = mdb_cursor_put(handle, &k, &v, flags.rawValue)
+        guard rc == MDB_SUCCESS else {
+            throw state.record(LMDBError(returnCode: rc, operation: "mdb_cursor_put(\(database.name))", path: path))
+        }
+    }
+
+    /// Deletes the entry the cursor stands on.
+    package func deleteCurrent() throws {
+        precondition(isWritable, "cursor delete in a read-only transaction")
+        let rc = mdb_cursor_del(handle, 0)
+        guard rc == MDB_SUCCESS else {
+            throw state.record(LMDBError(returnCode: rc, operation: "mdb_cursor_del(\(database.name))", path: path))
+        }
+    }
+}

@@ -1,0 +1,47 @@
+import CLMDB
+
+/// Flags of a named database, fixed when it is created.
+package struct DatabaseFlags: OptionSet, Sendable, Hashable {
+    package let rawValue: UInt32
+    package init(rawValue: UInt32) { self.rawValue = rawValue }
+
+    /// `MDB_DUPSORT`: a key holds many sorted values.
+    package static let dupSort = DatabaseFlags(rawValue: UInt32(MDB_DUPSORT))
+    /// `MDB_DUPFIXED`: with `dupSort`, every value of the database has the same size.
+    package static let dupFixed = DatabaseFlags(rawValue: UInt32(MDB_DUPFIXED))
+}
+
+/// A handle on a named database, valid for the life of its ``Environment``.
+package struct Database: Sendable, Hashable {
+    /// The database's name in the environment.
+    package let name: String
+    let dbi: MDB_dbi
+    /// The flags it was opened with.
+    package let flags: DatabaseFlags
+}
+
+/// Flags for a put.
+package struct PutFlags: OptionSet, Sendable, Hashable {
+    package let rawValue: UInt32
+    package init(rawValue: UInt32) { self.rawValue = rawValue }
+
+    /// `MDB_NOOVERWRITE`: fail with ``LMDBError/Code/keyExists`` when the key exists.
+    package static let noOverwrite = PutFlags(rawValue: UInt32(MDB_NOOVERWRITE))
+    /// `MDB_NODUPDATA`: (dupsort) fail when the key/value pair exists.
+    package static let noDupData = PutFlags(rawValue: UInt32(MDB_NODUPDATA))
+    /// `MDB_APPEND`: the key sorts after every key in the database (fast bulk load); else
+    /// ``LMDBError/Code/keyExists``.
+    package static let append = PutFlags(rawValue: UInt32(MDB_APPEND))
+    /// `MDB_APPENDDUP`: (dupsort) the value sorts after every value of its key.
+    package static let appendDup = PutFlags(rawValue: UInt32(MDB_APPENDDUP))
+}
+
+/// Counters of one database.
+package struct DatabaseStatistics: Sendable, Hashable {
+    /// Number of entries (key/value pairs; for dupsort databases every value counts).
+    package var entries: Int
+    /// Depth of the B-tree.
+    package var depth: Int
+    /// Pages in use: branch + leaf + overflow.
+    package var pages: Int
+}

@@ -1,0 +1,374 @@
+import CLMDB
+import Foundation
+import Synchronization
+
+/// Options for opening an ``Environment``.
+package struct EnvironmentOptions: Sendable {
+    /// The directory that holds `data.mdb` and `lock.mdb`. It must exist.
+    package var path: String
+    /// The map size to start with, in bytes (rounded up to whole pages). The map grows on demand.
+    package var mapSize: Int
+    /// The largest the map may grow to; `nil` for no limit. Reaching it makes writes fail with
+    /// ``LMDBError/Code/storageFull`` and change nothing.
+    package var maxMapSize: Int?
+    /// The number of named databases the environment may hold.
+    package var maxDatabases: Int
+    /// The number of reader slots (concurrent read transactions, across processes).
+    package var maxReaders: Int
+    /// What a commit does to survive a power loss.
+    package var durability: SyncMode
+    /// Opens with `MDB_RDONLY`: no write transaction can begin.
+    package var readOnly: Bool
+
+    package init(
+        path: String,
+        mapSize: Int = 64 << 20,
+        maxMapSize: Int? = nil,
+        maxDatabases: Int = 32,
+        maxReaders: Int = 126,
+        durability: SyncMode = .durable,
+        readOnly: Bool = false
+    ) {
+        self.path = path
+        self.mapSize = mapSize
+        self.maxMapSize = maxMapSize
+        self.maxDatabases = maxDatabases
+        self.maxReaders = maxReaders
+        self.durability = durability
+        self.readOnly = readOnly
+    }
+}
+
+/// Sizes and counters of an open environment.
+package struct EnvironmentInfo: Sendable, Hashable {
+    /// The current map size in bytes.
+    package var mapSize: Int
+    /// The page size in bytes.
+    package var pageSize: Int
+    /// Bytes in use: (last used page number + 1) × page size.
+    package var usedBytes: Int
+    /// The id of the last committed transaction.
+    package var lastTransactionID: Int
+    /// Reader slots configured.
+    package var maxReaders: Int
+    /// Reader slots in use (including stale ones not yet cleared).
+    package var readersInUse: Int
+}
+
+/// An open LMDB environment: one per directory per process (`lmdb-notes.md`, rule 5).
+///
+/// Always opened with `MDB_NOTLS`, so a read transaction belongs to its closure, not to a thread.
+/// Transactions exist only inside ``read(_:)`` and ``write(_:)`` closures: they begin and end on
+/// the calling thread inside one synchronous call, so they can never cross an `await` or end in a
+/// `deinit`. `write` grows the map when it fills up and runs its closure again, so the closure must
+/// not change anything outside the transaction before `write` returns.
+///
+/// `@unchecked Sendable`: the `MDB_env` pointer is safe to share between threads under `MDB_NOTLS`
+/// (LMDB's own contract). The mutable state (`closed`, `mapSize`) is only written while
+/// ``ResizeLock`` is held exclusive and only read while it is held shared, so no data race is
+/// possible.
+package final class Environment: @unchecked Sendable {
+    package let options: EnvironmentOptions
+    private let env: OpaquePointer
+    private let resizeLock = ResizeLock()
+    private var closed = false
+    private let databasesBox = Mutex<[String: Database]>([:])
+    /// Stale reader slots cleared by `mdb_reader_check` when the environment was opened.
+    package let staleReadersCleared: Int
+
+    /// Opens the environment at `options.path`.
+    ///
+    /// - Throws: ``LMDBError`` with ``LMDBError/Code/badPath`` when the directory is missing, is not a
+    ///   directory or is not writable; ``LMDBError/Code/invalid`` when it holds a `data.mdb` that is not
+    ///   an LMDB file; ``LMDBError/Code/versionMismatch`` for a file from an incompatible LMDB.
+    package init(options: EnvironmentOptions) throws(LMDBError) {
+        try Environment.checkDirectory(options.path, writable: !options.readOnly)
+        var envPointer: OpaquePointer?
+        try check(mdb_env_create(&envPointer), "mdb_env_create")
+        guard let env = envPointer else {
+            throw LMDBError(code: .unknown, operation: "mdb_env_create", message: "returned no environment")
+        }
+        do {
+            try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs")
+            try check(mdb_env_set_maxreaders(env, UInt32(options.maxReaders)), "mdb_env_set_maxreaders")
+            let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+            var requested = Environment.roundUp(max(options.mapSize, pageSize * 16), to: pageSize)
+            if let maxSize = options.maxMapSize { requested = min(requested, Environment.roundUp(maxSize, to: pageSize)) }
+            try check(mdb_env_set_mapsize(env, requested), "mdb_env_set_mapsize")
+            var flags = UInt32(MDB_NOTLS) | options.durability.environmentFlags
+            if options.readOnly { flags |= UInt32(MDB_RDONLY) }
+            try check(mdb_env_open(env, options.path, flags, 0o644), "mdb_env_open", path: options.path)
+            var dead: Int32 = 0
+            try check(mdb_reader_check(env, &dead), "mdb_reader_check", path: options.path)
+            staleReadersCleared = Int(dead)
+        } catch {
+            mdb_env_close(env)
+            throw error
+        }
+        self.env = env
+        self.options = options
+    }
+
+    deinit {
+        // Closing the environment is not ending a transaction: none can be open once the last
+        // reference is gone, because transactions only live inside this object's methods.
+        if !closed {
+            if options.durability == .unsafeNoSync && !options.readOnly { mdb_env_sync(env, 1) }
+            mdb_env_close(env)
+        }
+    }
+
+    private static func checkDirectory(_ path: String, writable: Bool) throws(LMDBError) {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw LMDBError(
+                code: .badPath, returnCode: ENOENT, operation: "open", path: path,
+                message: "the directory does not exist; create it first")
+        }
+        guard isDirectory.boolValue else {
+            throw LMDBError(
+                code: .badPath, returnCode: ENOTDIR, operation: "open", path: path,
+                message: "the path is not a directory; an environment is a directory holding data.mdb and lock.mdb")
+        }
+        if writable && access(path, W_OK) != 0 {
+            throw LMDBError(
+                code: .badPath, returnCode: EACCES, operation: "open", path: path,
+                message: "the directory is not writable; fix its permissions or open it read-only")
+        }
+    }
+
+    @inline(__always)
+    static func roundUp(_ value: Int, to multiple: Int) -> Int {
+        (value + multiple - 1) / multiple * multiple
+    }
+
+    // MARK: - Databases
+
+    /// Opens (creating where missing, unless read-only) the named databases in one transaction.
+    ///
+    /// Call once at start-up with every database the program uses (`lmdb-notes.md`, rule 7).
+    package func openDatabases(_ specs: [(name: String, flags: DatabaseFlags)]) throws(LMDBError) -> [Database] {
+        let readOnly = options.readOnly
+        let body = { (txn: borrowing Transaction) throws -> [Database] in
+            var opened: [Database] = []
+            for spec in specs {
+                var dbi: MDB_dbi = 0
+                var flags = spec.flags.rawValue
+                if !readOnly { flags |= UInt32(MDB_CREATE) }
+                try check(mdb_dbi_open(txn.handle, spec.name, flags, &dbi), "mdb_dbi_open(\(spec.name))", path: self.options.path)
+                opened.append(Database(name: spec.name, dbi: dbi, flags: spec.flags))
+            }
+            return opened
+        }
+        do {
+            return try withTransaction(writable: !readOnly, body)
+        } catch let error as LMDBError {
+            throw error
+        } catch {
+            throw LMDBError(code: .unknown, operation: "openDatabases", path: options.path, message: "\(error)")
+        }
+    }
+
+    /// The names of the named databases in the environment (the keys of the unnamed main database).
+    package func databaseNames() throws -> [String] {
+        try read { txn in
+            var dbi: MDB_dbi = 0
+            try check(mdb_dbi_open(txn.handle, nil, 0, &dbi), "mdb_dbi_open(main)", path: options.path)
+            return try txn.withCursor(Database(name: "(main)", dbi: dbi, flags: [])) { cursor in
+                var names: [String] = []
+                var entry = try cursor.first()
+                while let current = entry {
+                    names.append(String(decoding: current.key, as: UTF8.self))
+                    entry = try cursor.next()
+                }
+                return names
+            }
+        }
+    }
+
+    // MARK: - Transactions
+
+    /// Runs `body` in a read-only transaction and returns its result.
+    ///
+    /// The transaction and every buffer it hands out are valid only inside `body`. Keep it short:
+    /// a reader pins the pages it can see, and a long one makes the file grow.
+    package func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        try withTransaction(writable: false, body)
+    }
+
+    /// Runs `body` in a write transaction and commits it when `body` returns; aborts it when `body`
+    /// throws or any operation inside it failed (the first error wins and is rethrown).
+    ///
+    /// When the map fills up, the transaction is aborted, the map is grown with no transaction open
+    /// in the process, and `body` runs again; so `body` must not change state outside the transaction.
+    /// With ``EnvironmentOptions/maxMapSize`` reached it throws ``LMDBError/Code/storageFull`` and
+    /// nothing is written.
+    package func write<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        precondition(!options.readOnly, "write transaction on an environment opened read-only")
+        return try withTransaction(writable: true, body)
+    }
+
+    /// The common transaction loop: begin (adopting a size another process set), run, end, and on
+    /// `MDB_MAP_FULL` grow and run again.
+    private func withTransaction<R>(writable: Bool, _ body: (borrowing Transaction) throws -> R) throws -> R {
+        while true {
+            let outcome: TransactionOutcome<R> = try resizeLock.withShared { () throws -> TransactionOutcome<R> in
+                guard !closed else {
+                    throw LMDBError(
+                        code: .closed, operation: writable ? "write" : "read", path: options.path,
+                        message: "the environment is closed")
+                }
+                var txnPointer: OpaquePointer?
+                let rc = mdb_txn_begin(env, nil, writable ? 0 : UInt32(MDB_RDONLY), &txnPointer)
+                if rc == MDB_MAP_RESIZED { return .mapResized }
+                try check(rc, "mdb_txn_begin", path: options.path)
+                guard let txn = txnPointer else {
+                    throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
+                }
+                let state = TransactionState()
+                let mapSizeAtStart = currentMapSizeUnlocked()
+                let result: R
+                do {
+                    result = try body(Transaction(txn: txn, isWritable: writable, state: state, path: options.path))
+                } catch {
+                    mdb_txn_abort(txn)
+                    // The first LMDB error recorded inside the transaction wins over what the body made of it.
+                    if let first = state.firstError {
+                        if first.code == .mapFull { return .mapFull(sizeAtFailure: mapSizeAtStart) }
+                        throw first
+                    }
+                    if let lmdb = error as? LMDBError, lmdb.code == .mapFull {
+                        return .mapFull(sizeAtFailure: mapSizeAtStart)
+                    }
+                    throw error
+                }
+                if let first = state.firstError {
+                    mdb_txn_abort(txn)
+                    if first.code == .mapFull { return .mapFull(sizeAtFailure: mapSizeAtStart) }
+                    throw first
+                }
+                if writable {
+                    // mdb_txn_commit frees the transaction, success or not.
+                    let rc = mdb_txn_commit(txn)
+                    if rc == MDB_MAP_FULL { return .mapFull(sizeAtFailure: mapSizeAtStart) }
+                    try check(rc, "mdb_txn_commit", path: options.path)
+                } else {
+                    mdb_txn_abort(txn)
+                }
+                return .done(result)
+            }
+            switch outcome {
+            case .done(let result):
+                return result
+            case .mapResized:
+                try adoptMapSizeFromFile()
+            case .mapFull(let sizeAtFailure):
+                try grow(after: sizeAtFailure)
+            }
+        }
+    }
+
+    private enum TransactionOutcome<R> {
+        case done(R)
+        case mapFull(sizeAtFailure: Int)
+        case mapResized
+    }
+
+    // MARK: - Map size
+
+    private func currentMapSizeUnlocked() -> Int {
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        return info.me_mapsize
+    }
+
+    /// Grows the map after a transaction failed with `MDB_MAP_FULL` at `sizeAtFailure`: doubling up to
+    /// 1 GiB, then 1 GiB at a time, never beyond the maximum.
+    private func grow(after sizeAtFailure: Int) throws(LMDBError) {
+        try resizeLock.withExclusive { () throws(LMDBError) in
+            guard !closed else {
+                throw LMDBError(code: .closed, operation: "grow", path: options.path, message: "the environment is closed")
+            }
+            let current = currentMapSizeUnlocked()
+            if current > sizeAtFailure { return }  // grown by another thread meanwhile
+            let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+            var next = current < (1 << 30) ? current * 2 : current + (1 << 30)
+            if let maxSize = options.maxMapSize {
+                let limit = Environment.roundUp(maxSize, to: pageSize)
+                if current >= limit {
+                    throw LMDBError(
+                        code: .storageFull, operation: "grow", path: options.path,
+                        message: "the ledger reached its maximum size of \(limit) bytes; nothing of the failed "
+                            + "write was stored. Raise the maximum size (or free disk space) and retry")
+                }
+                next = min(next, limit)
+            }
+            next = Environment.roundUp(next, to: pageSize)
+            try check(mdb_env_set_mapsize(env, next), "mdb_env_set_mapsize(\(next))", path: options.path)
+        }
+    }
+
+    /// Adopts the map size another process set (`MDB_MAP_RESIZED`).
+    private func adoptMapSizeFromFile() throws(LMDBError) {
+        try resizeLock.withExclusive { () throws(LMDBError) in
+            guard !closed else { return }
+            try check(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize(0)", path: options.path)
+        }
+    }
+
+    // MARK: - Maintenance
+
+    /// Sizes and counters.
+    package func info() throws(LMDBError) -> EnvironmentInfo {
+        try resizeLock.withShared { () throws(LMDBError) -> EnvironmentInfo in
+            guard !closed else {
+                throw LMDBError(code: .closed, operation: "info", path: options.path, message: "the environment is closed")
+            }
+            var info = MDB_envinfo()
+            try check(mdb_env_info(env, &info), "mdb_env_info")
+            var stat = MDB_stat()
+            try check(mdb_env_stat(env, &stat), "mdb_env_stat")
+            let pageSize = Int(stat.ms_psize)
+            return EnvironmentInfo(
+                mapSize: info.me_mapsize,
+                pageSize: pageSize,
+                usedBytes: (info.me_last_pgno + 1) * pageSize,
+                lastTransactionID: info.me_last_txnid,
+                maxReaders: Int(info.me_maxreaders),
+                readersInUse: Int(info.me_numreaders))
+        }
+    }
+
+    /// Flushes buffers to disk (`mdb_env_sync(force: 1)`), for the relaxed and no-sync modes.
+    package func sync() throws(LMDBError) {
+        try resizeLock.withShared { () throws(LMDBError) in
+            guard !closed, !options.readOnly else { return }
+            try check(mdb_env_sync(env, 1), "mdb_env_sync", path: options.path)
+        }
+    }
+
+    /// Clears reader slots left by dead processes; returns how many. Long-running processes call it
+    /// now and then.
+    package func clearStaleReaders() throws(LMDBError) -> Int {
+        try resizeLock.withShared { () throws(LMDBError) -> Int in
+            guard !closed else { return 0 }
+            var dead: Int32 = 0
+            try check(mdb_reader_check(env, &dead), "mdb_reader_check", path: options.path)
+            return Int(dead)
+        }
+    }
+
+    /// Closes the environment after the transactions in flight have ended; flushes first in the
+    /// no-sync mode. Later calls throw ``LMDBError/Code/closed``. Closing twice is harmless.
+    package func close() {
+        resizeLock.withExclusive {
+            guard !closed else { return }
+            if options.durability == .unsafeNoSync && !options.readOnly { mdb_env_sync(env, 1) }
+            mdb_env_close(env)
+            closed = true
+        }
+    }
+
+    /// Whether ``close()`` was called.
+    package var isClosed: Bool { resizeLock.withShared { closed } }
+}

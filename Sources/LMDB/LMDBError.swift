@@ -1,0 +1,185 @@
+import CLMDB
+import Foundation
+
+/// An error from LMDB or from the wrapper around it.
+///
+/// Every LMDB return code the ledger can meet has its own ``Code``; `errno` values (LMDB passes
+/// them through from the system calls it makes) keep their number in ``errno``. The message names
+/// the operation, the path where one is involved, and what to do about it.
+package struct LMDBError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What went wrong, one value per LMDB return code plus the wrapper's own cases.
+    package enum Code: Sendable, Hashable {
+        /// `MDB_KEYEXIST`: a put with `noOverwrite`, `append` or `appendDup` met an existing key
+        /// (for `append`: a key that does not sort after the last one).
+        case keyExists
+        /// `MDB_NOTFOUND`.
+        case notFound
+        /// `MDB_PAGE_NOTFOUND`: a page the tree points at is missing; the file is damaged.
+        case pageNotFound
+        /// `MDB_CORRUPTED`: a page has the wrong type; the file is damaged.
+        case corrupted
+        /// `MDB_PANIC`: a fatal error earlier left the environment unusable; close and reopen it.
+        case panic
+        /// `MDB_VERSION_MISMATCH`: the file was written by an incompatible LMDB version.
+        case versionMismatch
+        /// `MDB_INVALID`: the file is not an LMDB data file.
+        case invalid
+        /// `MDB_MAP_FULL`: the environment's map size is reached.
+        case mapFull
+        /// `MDB_DBS_FULL`: more named databases than `maxDatabases`.
+        case databasesFull
+        /// `MDB_READERS_FULL`: every reader slot is taken.
+        case readersFull
+        /// `MDB_TLS_FULL`: too many thread-local slots (cannot happen with `MDB_NOTLS`).
+        case tlsFull
+        /// `MDB_TXN_FULL`: a transaction has too many dirty pages.
+        case transactionFull
+        /// `MDB_CURSOR_FULL`: cursor stack too deep (a damaged tree).
+        case cursorFull
+        /// `MDB_PAGE_FULL`: internal page has no more space.
+        case pageFull
+        /// `MDB_MAP_RESIZED`: another process grew the map beyond this process's size.
+        case mapResized
+        /// `MDB_INCOMPATIBLE`: the operation does not fit the database's flags, or a named database
+        /// was opened with flags other than those it was created with.
+        case incompatible
+        /// `MDB_BAD_RSLOT`: a reader slot was used on the wrong thread.
+        case badReaderSlot
+        /// `MDB_BAD_TXN`: the transaction had an error and must be aborted.
+        case badTransaction
+        /// `MDB_BAD_VALSIZE`: a key or value has an unsupported size (keys: 1...511 bytes).
+        case badValueSize
+        /// `MDB_BAD_DBI`: the database handle was closed or changed.
+        case badDatabaseHandle
+        /// A system error (`errno`) that LMDB passed through.
+        case system
+        /// The wrapper's own: the map would have to grow beyond the configured maximum.
+        case storageFull
+        /// The wrapper's own: the environment was closed.
+        case closed
+        /// The wrapper's own: the path is not usable (missing, not a directory, not writable).
+        case badPath
+        /// An LMDB code this wrapper does not know.
+        case unknown
+    }
+
+    /// What went wrong.
+    package var code: Code
+    /// The raw return value of the LMDB call (an `MDB_*` code or an `errno`), 0 for the wrapper's own.
+    package var returnCode: Int32
+    /// The operation that failed, e.g. `mdb_env_open`.
+    package var operation: String
+    /// The path involved, if any.
+    package var path: String?
+    /// What happened and what to do, in words.
+    package var message: String
+
+    /// The `errno` value for ``Code/system`` errors.
+    package var errno: Int32? { code == .system ? returnCode : nil }
+
+    package init(code: Code, returnCode: Int32 = 0, operation: String, path: String? = nil, message: String) {
+        self.code = code
+        self.returnCode = returnCode
+        self.operation = operation
+        self.path = path
+        self.message = message
+    }
+
+    /// Maps the return value of an LMDB call to an error.
+    package init(returnCode rc: Int32, operation: String, path: String? = nil) {
+        let code: Code
+        let advice: String
+        switch rc {
+        case MDB_KEYEXIST:
+            code = .keyExists
+            advice = "the key already exists (for an append: the key does not sort after the last key)"
+        case MDB_NOTFOUND:
+            code = .notFound
+            advice = "no such key"
+        case MDB_PAGE_NOTFOUND:
+            code = .pageNotFound
+            advice = "the data file is damaged (a page is missing); restore from a backup or export"
+        case MDB_CORRUPTED:
+            code = .corrupted
+            advice = "the data file is damaged; restore from a backup or export"
+        case MDB_PANIC:
+            code = .panic
+            advice = "a fatal error left the environment unusable; close it and open it again"
+        case MDB_VERSION_MISMATCH:
+            code = .versionMismatch
+            advice = "the environment was written by an incompatible LMDB version"
+        case MDB_INVALID:
+            code = .invalid
+            advice = "the file is not an LMDB data file; check the path"
+        case MDB_MAP_FULL:
+            code = .mapFull
+            advice = "the map size is reached; the environment grows it, or raise the maximum size"
+        case MDB_DBS_FULL:
+            code = .databasesFull
+            advice = "too many named databases; raise maxDatabases"
+        case MDB_READERS_FULL:
+            code = .readersFull
+            advice = "every reader slot is taken; raise maxReaders or look for stale readers (mdb_stat -r)"
+        case MDB_TLS_FULL:
+            code = .tlsFull
+            advice = "too many thread-local reader slots"
+        case MDB_TXN_FULL:
+            code = .transactionFull
+            advice = "the transaction is too large; use smaller batches"
+        case MDB_CURSOR_FULL:
+            code = .cursorFull
+            advice = "cursor stack too deep; the data file may be damaged"
+        case MDB_PAGE_FULL:
+            code = .pageFull
+            advice = "internal page full"
+        case MDB_MAP_RESIZED:
+            code = .mapResized
+            advice = "another process grew the map; the environment adopts the new size and retries"
+        case MDB_INCOMPATIBLE:
+            code = .incompatible
+            advice = "the database exists with other flags, or the operation does not fit its flags"
+        case MDB_BAD_RSLOT:
+            code = .badReaderSlot
+            advice = "a reader slot was used on the wrong thread (the environment must be opened with MDB_NOTLS)"
+        case MDB_BAD_TXN:
+            code = .badTransaction
+            advice = "the transaction failed earlier and can only be aborted"
+        case MDB_BAD_VALSIZE:
+            code = .badValueSize
+            advice = "a key is empty or longer than 511 bytes"
+        case MDB_BAD_DBI:
+            code = .badDatabaseHandle
+            advice = "the database handle is not valid in this environment"
+        case 1...Int32.max:
+            code = .system
+            let text = String(cString: strerror(rc))
+            switch rc {
+            case ENOENT: advice = "\(text): the directory does not exist; create it first"
+            case EACCES, EPERM, EROFS: advice = "\(text): the directory or its files are not writable"
+            case ENOSPC: advice = "\(text): the disk is full; free space and retry"
+            case ENOTDIR: advice = "\(text): the path is not a directory"
+            case EAGAIN: advice = "\(text): the environment is locked by another process"
+            default: advice = text
+            }
+        default:
+            code = .unknown
+            advice = String(cString: mdb_strerror(rc))
+        }
+        self.init(code: code, returnCode: rc, operation: operation, path: path, message: advice)
+    }
+
+    package var description: String {
+        if let path {
+            return "LMDB \(operation) failed for \(path): \(message) (code \(returnCode))"
+        }
+        return "LMDB \(operation) failed: \(message) (code \(returnCode))"
+    }
+}
+
+/// Throws an ``LMDBError`` when an LMDB call did not return `MDB_SUCCESS`.
+@inline(__always)
+package func check(_ rc: Int32, _ operation: @autoclosure () -> String, path: String? = nil) throws(LMDBError) {
+    if rc != MDB_SUCCESS {
+        throw LMDBError(returnCode: rc, operation: operation(), path: path)
+    }
+}

@@ -1,0 +1,160 @@
+import CLMDB
+
+/// Book-keeping shared by a transaction and its cursors: the first LMDB error seen inside it.
+final class TransactionState {
+    var firstError: LMDBError?
+
+    @inline(__always)
+    func record(_ error: LMDBError) -> LMDBError {
+        if firstError == nil { firstError = error }
+        return error
+    }
+}
+
+/// A transaction, handed to the closures of ``Environment/read(_:)`` and ``Environment/write(_:)``.
+///
+/// `~Copyable` and only ever lent (`borrowing`): it cannot be stored, returned or captured by an
+/// escaping closure, so it cannot outlive its closure. Buffers it hands out point into the memory
+/// map and are valid only until the closure returns: decode or copy them inside.
+package struct Transaction: ~Copyable {
+    let handle: OpaquePointer
+    /// Whether puts and deletes are allowed.
+    package let isWritable: Bool
+    let state: TransactionState
+    let path: String
+
+    init(txn: OpaquePointer, isWritable: Bool, state: TransactionState, path: String) {
+        self.handle = txn
+        self.isWritable = isWritable
+        self.state = state
+        self.path = path
+    }
+
+    @inline(__always)
+    func fail(_ rc: Int32, _ operation: String) -> LMDBError {
+        state.record(LMDBError(returnCode: rc, operation: operation, path: path))
+    }
+
+    // MARK: Reads
+
+    /// Calls `body` with the value stored under `key`, or returns `nil` when there is none.
+    /// The buffer is valid only inside `body`.
+    @inline(__always)
+    package func withValue<R>(
+        _ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R
+    ) throws -> R? {
+        var k = MDB_val(buffer: key)
+        var v = MDB_val()
+        let rc = mdb_get(handle, db.dbi, &k, &v)
+        if rc == MDB_NOTFOUND { return nil }
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_get(\(db.name))") }
+        return try body(v.buffer)
+    }
+
+    /// The value stored under `key`, copied; `nil` when there is none.
+    package func get(_ db: Database, key: some Collection<UInt8>) throws -> [UInt8]? {
+        try withBytes(key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
+    }
+
+    /// The value stored under `key`, copied; `nil` when there is none.
+    package func get(_ db: Database, key: UInt64) throws -> [UInt8]? {
+        try BigEndian.withBytes(of: key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
+    }
+
+    /// Counters of `db` as seen by this transaction.
+    package func statistics(_ db: Database) throws -> DatabaseStatistics {
+        var stat = MDB_stat()
+        let rc = mdb_stat(handle, db.dbi, &stat)
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_stat(\(db.name))") }
+        return DatabaseStatistics(
+            entries: stat.ms_entries,
+            depth: Int(stat.ms_depth),
+            pages: stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages)
+    }
+
+    // MARK: Writes
+
+    /// Stores `value` under `key`.
+    @inline(__always)
+    package func put(
+        _ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = []
+    ) throws {
+        precondition(isWritable, "put in a read-only transaction")
+        var k = MDB_val(buffer: key)
+        var v = MDB_val(buffer: value)
+        let rc = mdb_put(handle, db.dbi, &k, &v, flags.rawValue)
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_put(\(db.name))") }
+    }
+
+    /// Stores `value` under `key`.
+    package func put(
+        _ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: PutFlags = []
+    ) throws {
+        try withBytes(key) { k in try withBytes(value) { v in try put(db, key: k, value: v, flags: flags) } }
+    }
+
+    /// Deletes `key` (for dupsort databases: every value, or only `value` when given).
+    /// Returns whether anything was deleted.
+    @discardableResult
+    package func delete(_ db: Database, key: some Collection<UInt8>, value: (some Collection<UInt8>)? = [UInt8]?.none)
+        throws -> Bool
+    {
+        precondition(isWritable, "delete in a read-only transaction")
+        return try withBytes(key) { k in
+            var kv = MDB_val(buffer: k)
+            let rc: Int32
+            if let value {
+                rc = withBytes(value) { v in
+                    var vv = MDB_val(buffer: v)
+                    return mdb_del(handle, db.dbi, &kv, &vv)
+                }
+            } else {
+                rc = mdb_del(handle, db.dbi, &kv, nil)
+            }
+            if rc == MDB_NOTFOUND { return false }
+            guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_del(\(db.name))") }
+            return true
+        }
+    }
+
+    /// Deletes every entry of `db` (keeps the database).
+    package func clear(_ db: Database) throws {
+        precondition(isWritable, "clear in a read-only transaction")
+        let rc = mdb_drop(handle, db.dbi, 0)
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name))") }
+    }
+
+    // MARK: Cursors
+
+    /// Calls `body` with a cursor on `db`; the cursor is closed when `body` returns.
+    package func withCursor<R>(_ db: Database, _ body: (borrowing Cursor) throws -> R) throws -> R {
+        var cursorPointer: OpaquePointer?
+        let rc = mdb_cursor_open(handle, db.dbi, &cursorPointer)
+        guard rc == MDB_SUCCESS, let cursor = cursorPointer else { throw fail(rc, "mdb_cursor_open(\(db.name))") }
+        defer { mdb_cursor_close(cursor) }
+        return try body(Cursor(handle: cursor, database: db, isWritable: isWritable, state: state, path: path))
+    }
+}
+
+/// Calls `body` with the bytes of `collection`, without a copy when they are contiguous.
+@inline(__always)
+package func withBytes<R>(_ collection: some Collection<UInt8>, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows
+    -> R
+{
+    if let result = try collection.withContiguousStorageIfAvailable({ try body(UnsafeRawBufferPointer($0)) }) {
+        return result
+    }
+    return try Array(collection).withUnsafeBytes(body)
+}
+
+extension MDB_val {
+    @inline(__always)
+    init(buffer: UnsafeRawBufferPointer) {
+        self.init(mv_size: buffer.count, mv_data: UnsafeMutableRawPointer(mutating: buffer.baseAddress))
+    }
+
+    @inline(__always)
+    var buffer: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: mv_data, count: mv_size)
+    }
+}

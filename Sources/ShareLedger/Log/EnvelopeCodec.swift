@@ -1,0 +1,203 @@
+import Crypto
+import Foundation
+import SwiftProtobuf
+
+/// Encodes, hashes and decodes log entries. The byte recipe is in `docs/log-format.md`.
+///
+/// Stored value = canonical bytes ‖ `0x72 0x20` ‖ hash, where the canonical bytes are the
+/// `shareledger.v1.EventEnvelope` message serialized without its `hash` field, and
+/// hash = SHA-256(previous hash ‖ canonical bytes).
+enum EnvelopeCodec {
+    /// The tag byte of field 14 (`hash`, wire type 2): (14 << 3) | 2.
+    static let hashTag: UInt8 = 0x72
+    /// Bytes after the canonical bytes: tag, length (32), hash.
+    static let hashSuffixLength = 34
+
+    /// The fields of a new entry, before it has a hash.
+    struct Fields {
+        var position: UInt64
+        var recordedAtMicros: Int64
+        var container: String
+        var actor: String
+        var commandID: UUID
+        var correlationID: UUID?
+        var causationID: UUID?
+        var schemaVersion: UInt32
+        var stream: String
+        var streamVersion: UInt64
+        var eventType: String
+        var payload: [UInt8]
+        var previousHash: [UInt8]
+    }
+
+    /// Returns the stored bytes of an entry and its hash.
+    static func encode(_ fields: Fields) throws -> (stored: [UInt8], hash: [UInt8]) {
+        var message = Shareledger_V1_EventEnvelope()
+        message.position = fields.position
+        message.recordedAtMicros = fields.recordedAtMicros
+        message.container = fields.container
+        message.actor = fields.actor
+        message.commandID = data(fields.commandID)
+        if let id = fields.correlationID { message.correlationID = data(id) }
+        if let id = fields.causationID { message.causationID = data(id) }
+        message.schemaVersion = fields.schemaVersion
+        message.stream = fields.stream
+        message.streamVersion = fields.streamVersion
+        message.eventType = fields.eventType
+        message.payload = Data(fields.payload)
+        message.previousHash = Data(fields.previousHash)
+        var stored: [UInt8] = try message.serializedBytes()
+        let hash = chainHash(previous: fields.previousHash, canonical: stored)
+        stored.reserveCapacity(stored.count + hashSuffixLength)
+        stored.append(hashTag)
+        stored.append(32)
+        stored.append(contentsOf: hash)
+        return (stored, hash)
+    }
+
+    /// SHA-256(previous ‖ canonical).
+    @inline(__always)
+    static func chainHash(previous: some DataProtocol, canonical: some DataProtocol) -> [UInt8] {
+        var hasher = SHA256()
+        hasher.update(data: previous)
+        hasher.update(data: canonical)
+        return Array(hasher.finalize())
+    }
+
+    /// SHA-256(previous ‖ canonical) over raw buffers.
+    @inline(__always)
+    static func chainHash(previous: UnsafeRawBufferPointer, canonical: UnsafeRawBufferPointer) -> [UInt8] {
+        var hasher = SHA256()
+        hasher.update(bufferPointer: previous)
+        hasher.update(bufferPointer: canonical)
+        return Array(hasher.finalize())
+    }
+
+    /// Decodes a stored entry found under `key`. Checks the hash suffix's shape, not the chain.
+    static func decode(_ stored: UnsafeRawBufferPointer, key: UInt64) throws(LedgerError) -> EventEnvelope {
+        guard stored.count >= hashSuffixLength,
+            stored[stored.count - hashSuffixLength] == hashTag,
+            stored[stored.count - hashSuffixLength + 1] == 32
+        else {
+            throw LedgerError(.corruptedData, "the event at position \(key) does not end with its 32-byte hash field")
+        }
+        let message: Shareledger_V1_EventEnvelope
+        do {
+            // No copy: the decoder copies every bytes field out of the buffer it reads.
+            let bytes = Data(
+                bytesNoCopy: UnsafeMutableRawPointer(mutating: stored.baseAddress!), count: stored.count,
+                deallocator: .none)
+            message = try Shareledger_V1_EventEnvelope(serializedBytes: bytes)
+        } catch {
+            throw LedgerError(.corruptedData, "the event at position \(key) does not decode: \(error)")
+        }
+        guard message.position == key else {
+            throw LedgerError(
+                .corruptedData, "the event stored at position \(key) says it is at position \(message.position)")
+        }
+        guard let commandID = uuid(message.commandID),
+            let previous = EventHash(bytes: message.previousHash),
+            let hash = EventHash(bytes: message.hash)
+        else {
+            throw LedgerError(.corruptedData, "the event at position \(key) has a malformed id or hash field")
+        }
+        return EventEnvelope(
+            position: LogPosition(message.position),
+            recordedAtMicros: message.recordedAtMicros,
+            container: message.container,
+            actor: message.actor,
+            commandID: commandID,
+            correlationID: uuid(message.correlationID),
+            causationID: uuid(message.causationID),
+            schemaVersion: message.schemaVersion,
+            stream: message.stream,
+            streamVersion: message.streamVersion,
+            eventType: message.eventType,
+            payload: Array(message.payload),
+            previousHash: previous,
+            hash: hash)
+    }
+
+    static func data(_ id: UUID) -> Data {
+        withUnsafeBytes(of: id.uuid) { Data($0) }
+    }
+
+    static func bytes(_ id: UUID) -> [UInt8] {
+        withUnsafeBytes(of: id.uuid) { Array($0) }
+    }
+
+    static func uuid(_ data: Data) -> UUID? {
+        guard data.count == 16 else { return nil }
+        return data.withUnsafeBytes { raw in
+            UUID(uuid: raw.loadUnaligned(as: uuid_t.self))
+        }
+    }
+
+    // MARK: - Fast scanning for chain verification
+
+    /// What chain verification needs of a stored entry, read without a full decode.
+    struct ChainFields {
+        var position: UInt64?
+        var previousHash: UnsafeRawBufferPointer?
+        var canonical: UnsafeRawBufferPointer
+        var hash: UnsafeRawBufferPointer
+    }
+
+    /// Walks the protobuf fields of `stored` to find `position` (1) and `previous_hash` (13), and splits
+    /// off the hash suffix. Returns `nil` when the bytes are not well-formed protobuf or the hash field
+    /// is not last.
+    static func scanChainFields(_ stored: UnsafeRawBufferPointer) -> ChainFields? {
+        let count = stored.count
+        guard count >= hashSuffixLength,
+            stored[count - hashSuffixLength] == hashTag,
+            stored[count - hashSuffixLength + 1] == 32
+        else { return nil }
+        let canonicalCount = count - hashSuffixLength
+        var fields = ChainFields(
+            position: nil, previousHash: nil,
+            canonical: UnsafeRawBufferPointer(rebasing: stored[0..<canonicalCount]),
+            hash: UnsafeRawBufferPointer(rebasing: stored[(count - 32)..<count]))
+        var offset = 0
+        while offset < canonicalCount {
+            guard let tag = readVarint(stored, &offset, limit: canonicalCount) else { return nil }
+            let fieldNumber = tag >> 3
+            switch tag & 7 {
+            case 0:
+                guard let value = readVarint(stored, &offset, limit: canonicalCount) else { return nil }
+                if fieldNumber == 1 { fields.position = value }
+            case 1:
+                offset += 8
+            case 2:
+                guard let length = readVarint(stored, &offset, limit: canonicalCount),
+                    length <= UInt64(canonicalCount - offset)
+                else { return nil }
+                if fieldNumber == 13 {
+                    fields.previousHash = UnsafeRawBufferPointer(rebasing: stored[offset..<(offset + Int(length))])
+                } else if fieldNumber == 14 {
+                    return nil  // a second hash field inside the canonical bytes
+                }
+                offset += Int(length)
+            case 5:
+                offset += 4
+            default:
+                return nil
+            }
+        }
+        guard offset == canonicalCount else { return nil }
+        return fields
+    }
+
+    @inline(__always)
+    private static func readVarint(_ buffer: UnsafeRawBufferPointer, _ offset: inout Int, limit: Int) -> UInt64? {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while offset < limit && shift < 64 {
+            let byte = buffer[offset]
+            offset += 1
+            result |= UInt64(byte & 0x7F) << shift
+            if byte & 0x80 == 0 { return result }
+            shift += 7
+        }
+        return nil
+    }
+}

@@ -1,0 +1,91 @@
+import Foundation
+import Logging
+
+/// Where the ledger's "now" comes from. Inject a fixed or stepping clock in tests.
+public protocol LedgerClock: Sendable {
+    /// The current time in microseconds since 1970-01-01T00:00:00Z.
+    func nowMicros() -> Int64
+}
+
+/// The system's wall clock.
+public struct SystemClock: LedgerClock {
+    /// Makes the clock.
+    public init() {}
+    /// The current time in microseconds since 1970-01-01T00:00:00Z.
+    public func nowMicros() -> Int64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return Int64(spec.tv_sec) * 1_000_000 + Int64(spec.tv_nsec) / 1_000
+    }
+}
+
+extension EventLog {
+    /// How to open an ``EventLog``.
+    public struct Configuration: Sendable {
+        /// The directory of the ledger (holds `data.mdb` and `lock.mdb`).
+        public var path: String
+        /// Create the directory and an empty ledger when there is none. When `false`, opening a path
+        /// without a ledger throws ``LedgerError/Code/notALedger``.
+        public var createIfMissing: Bool
+        /// Open without the ability to write (for audits of a read-only copy).
+        public var readOnly: Bool
+        /// What a commit does to survive a power loss.
+        public var durability: Durability
+        /// The map size to start with, in bytes. The map grows by itself as the ledger grows.
+        public var initialMapSize: Int
+        /// The largest the ledger may grow to, in bytes; `nil` for no limit. Past it, writes fail with
+        /// ``LedgerError/Code/storageFull`` and store nothing.
+        public var maximumMapSize: Int?
+        /// Concurrent read transactions allowed (across processes).
+        public var maxReaders: Int
+        /// The most commands one group commit holds.
+        public var maxBatchCommands: Int
+        /// The most payload bytes one group commit holds (a single larger command still goes alone).
+        public var maxBatchBytes: Int
+        /// Where event times come from.
+        public var clock: any LedgerClock
+        /// Where the ledger logs; it never prints.
+        public var logger: Logger
+        /// Record the number of events of every group commit (for `share-ledger bench`, which replays
+        /// the same commit pattern against raw LMDB). Off by default.
+        package var recordsCommitSizes = false
+
+        /// A configuration with the defaults: created when missing, durable, 64 MiB to start, no
+        /// maximum size, 1,024 commands or 8 MiB per group commit.
+        public init(
+            path: String,
+            createIfMissing: Bool = true,
+            readOnly: Bool = false,
+            durability: Durability = .durable,
+            initialMapSize: Int = 64 << 20,
+            maximumMapSize: Int? = nil,
+            maxReaders: Int = 126,
+            maxBatchCommands: Int = 1024,
+            maxBatchBytes: Int = 8 << 20,
+            clock: any LedgerClock = SystemClock(),
+            logger: Logger = Logger(label: "ShareLedger", factory: { _ in SwiftLogNoOpLogHandler() })
+        ) {
+            self.path = path
+            self.createIfMissing = createIfMissing
+            self.readOnly = readOnly
+            self.durability = durability
+            self.initialMapSize = initialMapSize
+            self.maximumMapSize = maximumMapSize
+            self.maxReaders = maxReaders
+            self.maxBatchCommands = maxBatchCommands
+            self.maxBatchBytes = maxBatchBytes
+            self.clock = clock
+            self.logger = logger
+        }
+    }
+
+    /// Limits the log enforces on every append.
+    public enum Limits {
+        /// The largest payload of one event: 1 MiB (CloudKit's record limit).
+        public static let maxPayloadBytes = 1 << 20
+        /// The most events one command may append.
+        public static let maxEventsPerCommand = 10_000
+        /// The longest stream name, container or actor, in UTF-8 bytes.
+        public static let maxNameBytes = 200
+    }
+}

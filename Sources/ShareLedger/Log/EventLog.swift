@@ -1,0 +1,309 @@
+import Foundation
+import LMDB
+import Logging
+
+/// The append-only, hash-chained event log of a ledger, stored in LMDB.
+///
+/// - Appends from any number of concurrent callers are group-committed by one writer thread: each
+///   caller resumes after the commit that holds its command, with its own positions.
+/// - Positions are gapless from 1 and become visible only when committed, so a reader never sees a
+///   later event before an earlier one.
+/// - Each event's hash covers the previous event's hash and the event's canonical bytes
+///   (`docs/log-format.md`), so any change to history shows in ``verifyChain()``.
+/// - Reads are short read transactions; long scans go in chunks with a fresh transaction each.
+///
+/// ```swift
+/// let log = try EventLog.open(.init(path: "/var/lib/ledger"))
+/// let result = try await log.append(
+///     [EventDraft(type: "example.Created", payload: bytes)],
+///     to: "share/abc", expectedVersion: .noStream,
+///     metadata: CommandMetadata(container: "iCloud.com.example", actor: "_owner"))
+/// for try await event in log.events(after: .start) { ... }
+/// await log.close()
+/// ```
+public final class EventLog: Sendable {
+    let store: LogStore
+    let writer: LogWriter
+    private let logger: Logger
+    /// The configuration the log was opened with.
+    public let configuration: Configuration
+
+    private init(store: LogStore, writer: LogWriter, configuration: Configuration) {
+        self.store = store
+        self.writer = writer
+        self.configuration = configuration
+        self.logger = configuration.logger
+    }
+
+    deinit {
+        // Dropped without `close()`: let the writer thread finish what is queued and exit; the
+        // environment closes when the thread lets go of it.
+        writer.requestStop()
+    }
+
+    /// Opens the log at `configuration.path` (creating it when allowed) and starts its writer thread.
+    ///
+    /// - Throws: ``LedgerError`` with ``LedgerError/Code/notALedger`` when the path holds no ledger
+    ///   (or something else), ``LedgerError/Code/formatTooNew`` when a newer ShareLedger wrote it,
+    ///   ``LedgerError/Code/corruptedData`` when its head record and its log disagree.
+    public static func open(_ configuration: Configuration) throws(LedgerError) -> EventLog {
+        let store = try LogStore.open(configuration)
+        let head: LogHead
+        let lastRecordedAt: Int64
+        do {
+            (head, lastRecordedAt) = try store.environment.read { txn in
+                let head = try store.readHead(txn)
+                guard head.position > .start else { return (head, Int64(0)) }
+                let last = try BigEndian.withBytes(of: head.position.rawValue) { key in
+                    try txn.withValue(store.log, key: key) { try EnvelopeCodec.decode($0, key: head.position.rawValue) }
+                }
+                return (head, last?.recordedAtMicros ?? 0)
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "reading the head of \(configuration.path)")
+        }
+        let writer = LogWriter(store: store, configuration: configuration, head: head, lastRecordedAt: lastRecordedAt)
+        if !configuration.readOnly { writer.start() }
+        configuration.logger.info(
+            "opened ledger",
+            metadata: [
+                "path": "\(configuration.path)", "head": "\(head.position)",
+                "durability": "\(configuration.durability.rawValue)",
+                "staleReadersCleared": "\(store.environment.staleReadersCleared)",
+            ])
+        return EventLog(store: store, writer: writer, configuration: configuration)
+    }
+
+    /// Commits what is queued, stops the writer thread, wakes subscriptions (they end), and closes
+    /// the storage. Later calls fail with ``LedgerError/Code/closed``.
+    public func close() async {
+        if !configuration.readOnly { await writer.stop() }
+        writer.notifier.close()
+        store.environment.close()
+        logger.info("closed ledger", metadata: ["path": "\(configuration.path)"])
+    }
+
+    // MARK: - Appending
+
+    /// Appends `events` to `stream` as one command, atomically, and returns once they are committed.
+    ///
+    /// - Parameters:
+    ///   - events: 1 to ``Limits/maxEventsPerCommand`` events.
+    ///   - stream: The stream (aggregate) they belong to, 1 to 200 bytes, no NUL.
+    ///   - expectedVersion: The version the stream must be at; ``ExpectedVersion/any`` for no check.
+    ///   - metadata: Who sends the command and its id. A command id the ledger has seen before in
+    ///     the same container appends nothing and returns the first outcome, with
+    ///     ``AppendResult/wasAlreadyApplied`` set.
+    /// - Throws: ``LedgerError`` with ``LedgerError/Code/invalidArguments`` for input outside the limits,
+    ///   ``LedgerError/Code/wrongExpectedVersion`` when the expectation does not hold,
+    ///   ``LedgerError/Code/storageFull`` when the maximum size is reached,
+    ///   ``LedgerError/Code/operationCancelled`` when the task was cancelled before the command was
+    ///   submitted (once submitted, a command runs to its outcome), ``LedgerError/Code/closed``.
+    ///   A failed append writes nothing.
+    @discardableResult
+    public func append(
+        _ events: [EventDraft], to stream: String, expectedVersion: ExpectedVersion = .any,
+        metadata: CommandMetadata
+    ) async throws(LedgerError) -> AppendResult {
+        guard !configuration.readOnly else {
+            throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
+        }
+        let bytes = try EventLog.validate(events, stream: stream, metadata: metadata)
+        if Task.isCancelled {
+            throw LedgerError(.operationCancelled, "the task was cancelled before the append was submitted")
+        }
+        let command = AppendCommand(
+            metadata: metadata, stream: stream, expectedVersion: expectedVersion, events: events, bytes: bytes)
+        return try await writer.submit(command).get()
+    }
+
+    /// Checks an append against the limits; returns its payload bytes.
+    static func validate(_ events: [EventDraft], stream: String, metadata: CommandMetadata) throws(LedgerError) -> Int {
+        guard !events.isEmpty else {
+            throw LedgerError(.invalidArguments, "an append needs at least one event")
+        }
+        guard events.count <= Limits.maxEventsPerCommand else {
+            throw LedgerError(
+                .limitExceeded, "an append holds at most \(Limits.maxEventsPerCommand) events, this one has "
+                    + "\(events.count); split it into several commands")
+        }
+        try checkName(stream, "stream name")
+        try checkName(metadata.container, "container")
+        try checkName(metadata.actor, "actor")
+        var bytes = 0
+        for (index, event) in events.enumerated() {
+            try checkName(event.type, "event type of event \(index)")
+            guard event.schemaVersion >= 1 else {
+                throw LedgerError(.invalidArguments, "event \(index) has schema version 0; versions start at 1")
+            }
+            guard event.payload.count <= Limits.maxPayloadBytes else {
+                throw LedgerError(
+                    .limitExceeded, "event \(index) has a \(event.payload.count)-byte payload; the limit is "
+                        + "\(Limits.maxPayloadBytes) bytes")
+            }
+            bytes += event.payload.count + event.type.utf8.count + 128
+        }
+        return bytes
+    }
+
+    private static func checkName(_ value: String, _ what: String) throws(LedgerError) {
+        let count = value.utf8.count
+        guard count > 0 else { throw LedgerError(.invalidArguments, "the \(what) is empty") }
+        guard count <= Limits.maxNameBytes else {
+            throw LedgerError(
+                .invalidArguments, "the \(what) is \(count) bytes long; the limit is \(Limits.maxNameBytes) bytes")
+        }
+        guard !value.utf8.contains(0) else {
+            throw LedgerError(.invalidArguments, "the \(what) contains a NUL character")
+        }
+    }
+
+    // MARK: - Reading
+
+    /// The last committed event's position and hash.
+    public func head() throws(LedgerError) -> LogHead {
+        try read("reading the head") { txn in try store.readHead(txn) }
+    }
+
+    /// The event at `position`, or `nil` when there is none.
+    public func event(at position: LogPosition) throws(LedgerError) -> EventEnvelope? {
+        try read("reading the event at \(position)") { txn in
+            try BigEndian.withBytes(of: position.rawValue) { key in
+                try txn.withValue(store.log, key: key) { try EnvelopeCodec.decode($0, key: position.rawValue) }
+            }
+        }
+    }
+
+    /// Up to `limit` events after `position`, in order, read in one short transaction.
+    public func events(after position: LogPosition, limit: Int) throws(LedgerError) -> [EventEnvelope] {
+        guard limit > 0 else { return [] }
+        return try read("reading events after \(position)") { txn in
+            try txn.withCursor(store.log) { cursor in
+                var out: [EventEnvelope] = []
+                out.reserveCapacity(min(limit, 4096))
+                var entry = try BigEndian.withBytes(of: position.rawValue + 1) { try cursor.seek(atLeast: $0) }
+                while let current = entry, out.count < limit {
+                    guard let key = BigEndian.uint64(current.key) else {
+                        throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
+                    }
+                    out.append(try EnvelopeCodec.decode(current.value, key: key))
+                    entry = try cursor.next()
+                }
+                return out
+            }
+        }
+    }
+
+    /// The current version of `stream` in `container` (the number of its events; 0 when it does not exist).
+    public func streamVersion(_ stream: String, container: String) throws(LedgerError) -> UInt64 {
+        try read("reading the version of stream \(stream)") { txn in
+            try store.streamVersion(txn, key: LogStore.streamKey(container: container, stream: stream))
+        }
+    }
+
+    /// The positions of the events of `stream` in `container`, after `position`, up to `limit`.
+    public func streamPositions(
+        _ stream: String, container: String, after position: LogPosition = .start, limit: Int = .max
+    ) throws(LedgerError) -> [LogPosition] {
+        let key = LogStore.streamKey(container: container, stream: stream)
+        return try read("reading the positions of stream \(stream)") { txn in
+            try txn.withCursor(store.streamIndex) { cursor in
+                var out: [LogPosition] = []
+                var entry = try key.withUnsafeBytes { k in
+                    try BigEndian.withBytes(of: position.rawValue + 1) { v in try cursor.seek(key: k, valueAtLeast: v) }
+                }
+                while let current = entry, out.count < limit {
+                    guard let value = BigEndian.uint64(current.value) else { break }
+                    out.append(LogPosition(value))
+                    entry = try cursor.nextDuplicate()
+                }
+                return out
+            }
+        }
+    }
+
+    /// A live subscription: every event after `position`, in order, each exactly once; it catches up
+    /// in chunks, then follows new commits as they happen. It holds no read transaction while it
+    /// waits. It ends when the task is cancelled or the log is closed.
+    public func events(after position: LogPosition) -> EventSubscription {
+        EventSubscription(log: self, after: position)
+    }
+
+    /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``.
+    func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
+        do {
+            return try store.environment.read(body)
+        } catch {
+            throw LedgerError.wrap(error, while: doing())
+        }
+    }
+
+    // MARK: - Statistics
+
+    /// Counters of the ledger.
+    public struct Statistics: Sendable, Hashable, Codable {
+        /// Number of events in the log.
+        public var events: UInt64
+        /// Position of the last event.
+        public var headPosition: UInt64
+        /// Hash of the last event, hexadecimal.
+        public var headHash: String
+        /// Number of streams.
+        public var streams: Int
+        /// Number of command ids recorded (for idempotency).
+        public var commands: Int
+        /// Current map size in bytes (grows on demand).
+        public var mapSizeBytes: Int
+        /// Bytes in use in the data file.
+        public var usedBytes: Int
+        /// The format version of the ledger.
+        public var formatVersion: UInt32
+        /// The durability mode this process opened it with.
+        public var durability: String
+    }
+
+    /// Counters of the ledger, read in one transaction.
+    public func statistics() throws(LedgerError) -> Statistics {
+        let info: EnvironmentInfo
+        do {
+            info = try store.environment.info()
+        } catch {
+            throw LedgerError(error, while: "reading the ledger's size")
+        }
+        return try read("reading statistics") { txn in
+            let head = try store.readHead(txn)
+            return Statistics(
+                events: UInt64(try txn.statistics(store.log).entries),
+                headPosition: head.position.rawValue,
+                headHash: head.hash.hex,
+                streams: try txn.statistics(store.streams).entries,
+                commands: try txn.statistics(store.commands).entries,
+                mapSizeBytes: info.mapSize,
+                usedBytes: info.usedBytes,
+                formatVersion: LogStore.formatVersion,
+                durability: configuration.durability.rawValue)
+        }
+    }
+
+    /// The number of events of each group commit so far, when the configuration asked for them.
+    package func commitSizes() -> [Int] {
+        writer.commitSizes?.all ?? []
+    }
+
+    /// The size in bytes of the stored entry at `position` (envelope and hash), for benchmarks that
+    /// replay the same sizes against raw LMDB.
+    package func storedSize(at position: LogPosition) throws(LedgerError) -> Int? {
+        try read("reading the entry at \(position)") { txn in
+            try BigEndian.withBytes(of: position.rawValue) { key in try txn.withValue(store.log, key: key) { $0.count } }
+        }
+    }
+
+    /// Flushes everything to disk now (useful in the relaxed and no-sync modes).
+    public func sync() throws(LedgerError) {
+        do {
+            try store.environment.sync()
+        } catch {
+            throw LedgerError(error, while: "flushing the ledger")
+        }
+    }
+}

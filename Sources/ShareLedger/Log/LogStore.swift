@@ -1,0 +1,255 @@
+import Foundation
+import LMDB
+
+/// The log's named databases and the byte layout of their keys and values (`docs/log-format.md`).
+///
+/// Everything here runs inside a transaction lent by the caller; `LogStore` itself holds only
+/// immutable handles, so it is `Sendable`.
+final class LogStore: Sendable {
+    /// The format this code writes. Ledgers with a higher number are refused.
+    static let formatVersion: UInt32 = 1
+
+    let environment: Environment
+    /// position (8-byte big-endian) → stored envelope bytes.
+    let log: Database
+    /// ASCII key → value: `format_version`, `head`.
+    let meta: Database
+    /// container ‖ 0x00 ‖ command id (16 bytes) → first position (8) ‖ event count (4) ‖ stream version (8).
+    let commands: Database
+    /// container ‖ 0x00 ‖ stream name → stream version (8-byte big-endian).
+    let streams: Database
+    /// container ‖ 0x00 ‖ stream name → positions (dupsort, dupfixed, 8-byte big-endian each).
+    let streamIndex: Database
+
+    static let databaseSpecs: [(name: String, flags: DatabaseFlags)] = [
+        ("log", []),
+        ("meta", []),
+        ("commands", []),
+        ("streams", []),
+        ("stream_index", [.dupSort, .dupFixed]),
+    ]
+
+    static let formatKey = Array("format_version".utf8)
+    static let headKey = Array("head".utf8)
+
+    private init(environment: Environment, databases: [Database]) {
+        self.environment = environment
+        self.log = databases[0]
+        self.meta = databases[1]
+        self.commands = databases[2]
+        self.streams = databases[3]
+        self.streamIndex = databases[4]
+    }
+
+    // MARK: - Opening
+
+    /// Opens the ledger at `configuration.path`, creating it when allowed, and checks that it is a
+    /// ledger this code can read.
+    static func open(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
+        let path = configuration.path
+        let fileManager = FileManager.default
+        var isDirectory: ObjCBool = false
+        let create = configuration.createIfMissing && !configuration.readOnly
+        if !fileManager.fileExists(atPath: path, isDirectory: &isDirectory) {
+            guard create else {
+                throw LedgerError(
+                    .notALedger, "there is no ledger at \(path): the directory does not exist; create one with "
+                        + "createIfMissing (CLI: a command that writes, such as `share-ledger demo --path \(path)`)")
+            }
+            do {
+                try fileManager.createDirectory(atPath: path, withIntermediateDirectories: true)
+            } catch {
+                throw LedgerError(.notALedger, "cannot create the ledger directory \(path): \(error)")
+            }
+        } else if !isDirectory.boolValue {
+            throw LedgerError(.notALedger, "\(path) is a file, not a ledger directory")
+        }
+        let dataFile = (path as NSString).appendingPathComponent("data.mdb")
+        if !fileManager.fileExists(atPath: dataFile) {
+            guard create else {
+                throw LedgerError(.notALedger, "there is no ledger at \(path) (no data.mdb)")
+            }
+            let contents = (try? fileManager.contentsOfDirectory(atPath: path)) ?? []
+            let foreign = contents.filter { $0 != "lock.mdb" }
+            guard foreign.isEmpty else {
+                throw LedgerError(
+                    .notALedger, "\(path) is not a ledger and not empty (it holds \(foreign.prefix(3).joined(separator: ", "))"
+                        + (foreign.count > 3 ? ", ..." : "") + "); choose an empty or new directory")
+            }
+        }
+
+        let environment: Environment
+        do {
+            environment = try Environment(
+                options: EnvironmentOptions(
+                    path: path,
+                    mapSize: configuration.initialMapSize,
+                    maxMapSize: configuration.maximumMapSize,
+                    maxDatabases: 32,
+                    maxReaders: configuration.maxReaders,
+                    durability: configuration.durability.syncMode,
+                    readOnly: configuration.readOnly))
+        } catch {
+            if error.code == .invalid || error.code == .versionMismatch {
+                throw LedgerError(
+                    .notALedger, "\(path) holds a data.mdb that is not a readable LMDB file: \(error.message)",
+                    underlying: error.description)
+            }
+            if error.code == .badPath {
+                throw LedgerError(.notALedger, "cannot open the ledger at \(path): \(error.message)", underlying: error.description)
+            }
+            throw LedgerError(error, while: "opening the ledger at \(path)")
+        }
+
+        let existing: [String]
+        do {
+            existing = try environment.databaseNames()
+        } catch {
+            throw LedgerError.wrap(error, while: "reading the ledger at \(path)")
+        }
+        if existing.isEmpty {
+            guard !configuration.readOnly else {
+                throw LedgerError(.notALedger, "the LMDB environment at \(path) is empty, not a ledger")
+            }
+        } else if !existing.contains("meta") || !existing.contains("log") {
+            throw LedgerError(
+                .notALedger, "\(path) is an LMDB environment but not a ShareLedger ledger (it has databases "
+                    + "\(existing.prefix(5).joined(separator: ", ")))")
+        }
+
+        let databases: [Database]
+        do {
+            databases = try environment.openDatabases(databaseSpecs)
+        } catch {
+            throw LedgerError(error, while: "opening the ledger's databases at \(path)")
+        }
+        let store = LogStore(environment: environment, databases: databases)
+        try store.checkFormat(initialize: !configuration.readOnly)
+        return store
+    }
+
+    /// Writes the format version of a new ledger, or checks that of an existing one, and checks that
+    /// the head record agrees with the log.
+    private func checkFormat(initialize: Bool) throws(LedgerError) {
+        let path = environment.options.path
+        let stored: UInt32?
+        do {
+            stored = try environment.read { txn in
+                try txn.get(meta, key: LogStore.formatKey).map { bytes in
+                    guard bytes.count == 4, let version = bytes.withUnsafeBytes({ BigEndian.uint32($0) }) else {
+                        throw LedgerError(.corruptedData, "the format version record is \(bytes.count) bytes, expected 4")
+                    }
+                    return version
+                }
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "reading the format version of \(path)")
+        }
+        if let stored {
+            guard stored <= LogStore.formatVersion else {
+                throw LedgerError(
+                    .formatTooNew, "the ledger at \(path) has format version \(stored); this version of "
+                        + "ShareLedger reads up to \(LogStore.formatVersion). Upgrade ShareLedger to open it")
+            }
+        } else {
+            guard initialize else {
+                throw LedgerError(.notALedger, "the ledger at \(path) has no format version")
+            }
+            do {
+                try environment.write { txn in
+                    guard try txn.statistics(log).entries == 0 else {
+                        throw LedgerError(.corruptedData, "the ledger at \(path) has events but no format version")
+                    }
+                    try txn.put(meta, key: LogStore.formatKey, value: BigEndian.bytes(of: LogStore.formatVersion))
+                    try writeHead(txn, LogHead(position: .start, hash: .zero))
+                }
+            } catch {
+                throw LedgerError.wrap(error, while: "initializing the ledger at \(path)")
+            }
+        }
+        do {
+            try environment.read { txn in
+                let head = try readHead(txn)
+                let last = try txn.withCursor(log) { cursor in try cursor.last().flatMap { BigEndian.uint64($0.key) } } ?? 0
+                guard last == head.position.rawValue else {
+                    throw LedgerError(
+                        .corruptedData, "the ledger at \(path) records head position \(head.position) but its "
+                            + "last event is at \(last); run `share-ledger audit`")
+                }
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "checking the head of \(path)")
+        }
+    }
+
+    // MARK: - Head
+
+    func readHead(_ txn: borrowing Transaction) throws -> LogHead {
+        guard let bytes = try txn.get(meta, key: LogStore.headKey) else {
+            return LogHead(position: .start, hash: .zero)
+        }
+        guard bytes.count == 40, let position = BigEndian.uint64(bytes), let hash = EventHash(bytes: bytes[8...]) else {
+            throw LedgerError(.corruptedData, "the head record is \(bytes.count) bytes, expected 40")
+        }
+        return LogHead(position: LogPosition(position), hash: hash)
+    }
+
+    func writeHead(_ txn: borrowing Transaction, _ head: LogHead) throws {
+        try txn.put(meta, key: LogStore.headKey, value: BigEndian.bytes(of: head.position.rawValue) + head.hash.bytes)
+    }
+
+    // MARK: - Keys
+
+    /// container ‖ 0x00 ‖ name.
+    static func scopedKey(container: String, _ name: some Collection<UInt8>) -> [UInt8] {
+        var key = [UInt8]()
+        key.reserveCapacity(container.utf8.count + 1 + name.count)
+        key.append(contentsOf: container.utf8)
+        key.append(0)
+        key.append(contentsOf: name)
+        return key
+    }
+
+    static func streamKey(container: String, stream: String) -> [UInt8] {
+        scopedKey(container: container, stream.utf8)
+    }
+
+    static func commandKey(container: String, commandID: UUID) -> [UInt8] {
+        scopedKey(container: container, EnvelopeCodec.bytes(commandID))
+    }
+
+    // MARK: - Streams and commands
+
+    func streamVersion(_ txn: borrowing Transaction, key: [UInt8]) throws -> UInt64 {
+        try txn.get(streams, key: key).flatMap { BigEndian.uint64($0) } ?? 0
+    }
+
+    /// The recorded outcome of a command id, if the ledger has seen it.
+    func commandRecord(_ txn: borrowing Transaction, key: [UInt8]) throws -> (first: UInt64, count: UInt32, streamVersion: UInt64)? {
+        guard let bytes = try txn.get(commands, key: key) else { return nil }
+        return try bytes.withUnsafeBytes { raw in
+            guard raw.count == 20, let first = BigEndian.uint64(raw), let count = BigEndian.uint32(raw, at: 8),
+                let version = BigEndian.uint64(raw, at: 12)
+            else {
+                throw LedgerError(.corruptedData, "a command record is \(raw.count) bytes, expected 20")
+            }
+            return (first, count, version)
+        }
+    }
+
+    func writeCommandRecord(_ txn: borrowing Transaction, key: [UInt8], first: UInt64, count: UInt32, streamVersion: UInt64) throws {
+        try txn.put(
+            commands, key: key,
+            value: BigEndian.bytes(of: first) + BigEndian.bytes(of: count) + BigEndian.bytes(of: streamVersion))
+    }
+}
+
+extension Durability {
+    var syncMode: SyncMode {
+        switch self {
+        case .durable: return .durable
+        case .relaxed: return .relaxed
+        case .unsafeNoSync: return .unsafeNoSync
+        }
+    }
+}

@@ -1,0 +1,253 @@
+import DequeModule
+import Foundation
+import LMDB
+import Logging
+import Synchronization
+
+/// An append waiting for the writer thread.
+struct AppendCommand: Sendable {
+    var metadata: CommandMetadata
+    var stream: String
+    var expectedVersion: ExpectedVersion
+    var events: [EventDraft]
+    /// Payload bytes, for bounding a batch.
+    var bytes: Int
+}
+
+/// The single writer: one dedicated thread that takes the commands callers submit, runs as many as
+/// fit in one write transaction (group commit), commits, and then resumes each caller with its own
+/// outcome.
+///
+/// Rules it keeps (`design.md`, `lmdb-notes.md`):
+/// - Every write transaction begins and ends on this thread, inside one synchronous call.
+/// - Positions are assigned inside the transaction and become visible only with the commit; the
+///   in-memory head moves only after the commit succeeded.
+/// - A command that fails validation returns its error and writes nothing; the others of its batch
+///   commit. If the batch's transaction fails as a whole (a storage error), each command is run again
+///   alone, so one bad command cannot fail the others.
+///
+/// `@unchecked Sendable`: the queue and flags are guarded by `lock`; `head` and `lastRecordedAt`
+/// are touched only by the writer thread (and by `init`, before the thread starts).
+final class LogWriter: @unchecked Sendable {
+    typealias Outcome = Result<AppendResult, LedgerError>
+
+    private struct Submission {
+        var command: AppendCommand
+        var continuation: CheckedContinuation<Outcome, Never>
+    }
+
+    private let store: LogStore
+    private let clock: any LedgerClock
+    private let logger: Logger
+    private let maxBatchCommands: Int
+    private let maxBatchBytes: Int
+    let notifier: HeadNotifier
+
+    private let lock = ConditionLock()
+    // Guarded by `lock`.
+    private var queue = Deque<Submission>()
+    private var stopping = false
+    private var finished = false
+    private var finishWaiters: [CheckedContinuation<Void, Never>] = []
+
+    /// When set, the size (in events) of every committed group, for replaying the same commit pattern
+    /// in a baseline benchmark.
+    let commitSizes: CommitSizeRecorder?
+
+    // Writer thread only.
+    private var head: LogHead
+    private var lastRecordedAt: Int64
+
+    init(store: LogStore, configuration: EventLog.Configuration, head: LogHead, lastRecordedAt: Int64) {
+        self.store = store
+        self.clock = configuration.clock
+        self.logger = configuration.logger
+        self.maxBatchCommands = max(1, configuration.maxBatchCommands)
+        self.maxBatchBytes = max(1, configuration.maxBatchBytes)
+        self.head = head
+        self.lastRecordedAt = lastRecordedAt
+        self.notifier = HeadNotifier(head: head.position.rawValue)
+        self.commitSizes = configuration.recordsCommitSizes ? CommitSizeRecorder() : nil
+    }
+
+    /// Starts the writer thread.
+    func start() {
+        let thread = Thread { [self] in self.run() }
+        thread.name = "ShareLedger.writer"
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    /// Queues `command` and returns its outcome once the commit that holds it is durable (per the
+    /// ledger's durability mode).
+    func submit(_ command: AppendCommand) async -> Outcome {
+        await withCheckedContinuation { continuation in
+            let accepted = lock.withLock { () -> Bool in
+                guard !stopping else { return false }
+                queue.append(Submission(command: command, continuation: continuation))
+                if queue.count == 1 { lock.signal() }
+                return true
+            }
+            if !accepted {
+                continuation.resume(returning: .failure(LedgerError(.closed, "the ledger is closed; open it again to append")))
+            }
+        }
+    }
+
+    /// Stops taking commands, lets the thread commit what is queued, and returns when it has exited.
+    func stop() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = lock.withLock { () -> Bool in
+                stopping = true
+                lock.signal()
+                if finished { return true }
+                finishWaiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    /// Asks the thread to stop without waiting (used when the log is dropped without `close`).
+    func requestStop() {
+        lock.withLock {
+            stopping = true
+            lock.signal()
+        }
+    }
+
+    // MARK: - The thread
+
+    private func run() {
+        while let batch = nextBatch() {
+            process(batch)
+        }
+        let waiters = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            finished = true
+            defer { finishWaiters.removeAll() }
+            return finishWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Waits for work and takes one batch, bounded by count and bytes; `nil` when stopping with an
+    /// empty queue.
+    private func nextBatch() -> [Submission]? {
+        lock.withLock { () -> [Submission]? in
+            while queue.isEmpty && !stopping { lock.wait() }
+            guard !queue.isEmpty else { return nil }
+            var batch: [Submission] = []
+            batch.reserveCapacity(min(queue.count, maxBatchCommands))
+            var bytes = 0
+            while let next = queue.first, batch.count < maxBatchCommands {
+                if !batch.isEmpty && bytes + next.command.bytes > maxBatchBytes { break }
+                bytes += next.command.bytes
+                batch.append(queue.removeFirst())
+            }
+            return batch
+        }
+    }
+
+    private func process(_ batch: [Submission]) {
+        let startHead = head
+        let startRecordedAt = max(lastRecordedAt, clock.nowMicros())
+        do {
+            let (outcomes, newHead) = try store.environment.write { txn -> ([Outcome], LogHead) in
+                var cursorHead = startHead
+                var outcomes: [Outcome] = []
+                outcomes.reserveCapacity(batch.count)
+                try txn.withCursor(store.log) { logCursor in
+                    try txn.withCursor(store.streamIndex) { indexCursor in
+                        for submission in batch {
+                            outcomes.append(
+                                try apply(
+                                    submission.command, txn: txn, log: logCursor, index: indexCursor,
+                                    head: &cursorHead, recordedAt: startRecordedAt))
+                        }
+                    }
+                }
+                if cursorHead != startHead { try store.writeHead(txn, cursorHead) }
+                return (outcomes, cursorHead)
+            }
+            if let commitSizes, newHead != startHead {
+                commitSizes.record(Int(newHead.position.rawValue - startHead.position.rawValue))
+            }
+            head = newHead
+            lastRecordedAt = startRecordedAt
+            if newHead != startHead { notifier.publish(newHead.position.rawValue) }
+            for (submission, outcome) in zip(batch, outcomes) {
+                submission.continuation.resume(returning: outcome)
+            }
+        } catch {
+            if batch.count > 1 {
+                logger.warning(
+                    "group commit failed; running its commands one by one",
+                    metadata: ["commands": "\(batch.count)", "error": "\(error)"])
+                for submission in batch { process([submission]) }
+            } else {
+                let ledgerError = LedgerError.wrap(error, while: "appending to the log")
+                logger.error("append failed", metadata: ["error": "\(ledgerError)"])
+                batch[0].continuation.resume(returning: .failure(ledgerError))
+            }
+        }
+    }
+
+    /// Validates one command against the state the transaction sees and appends its events. Returns
+    /// a failure (and writes nothing) when the command is refused; throws only for storage errors,
+    /// which abort the whole transaction.
+    private func apply(
+        _ command: AppendCommand, txn: borrowing Transaction, log: borrowing Cursor, index: borrowing Cursor,
+        head: inout LogHead, recordedAt: Int64
+    ) throws -> Outcome {
+        let metadata = command.metadata
+        let commandKey = LogStore.commandKey(container: metadata.container, commandID: metadata.commandID)
+        if let record = try store.commandRecord(txn, key: commandKey) {
+            let first = LogPosition(record.first)
+            let last = LogPosition(record.first + UInt64(record.count) - 1)
+            return .success(AppendResult(positions: first...last, streamVersion: record.streamVersion, wasAlreadyApplied: true))
+        }
+        let streamKey = LogStore.streamKey(container: metadata.container, stream: command.stream)
+        let current = try store.streamVersion(txn, key: streamKey)
+        guard command.expectedVersion.isSatisfied(by: current) else {
+            return .failure(
+                LedgerError(
+                    .wrongExpectedVersion,
+                    "stream \"\(command.stream)\" is at version \(current), the append expected \(command.expectedVersion); "
+                        + "read the stream again and decide anew"))
+        }
+        var position = head.position.rawValue
+        var previous = head.hash.bytes
+        var version = current
+        for draft in command.events {
+            position += 1
+            version += 1
+            let (stored, hash) = try EnvelopeCodec.encode(
+                EnvelopeCodec.Fields(
+                    position: position, recordedAtMicros: recordedAt, container: metadata.container,
+                    actor: metadata.actor, commandID: metadata.commandID, correlationID: metadata.correlationID,
+                    causationID: metadata.causationID, schemaVersion: draft.schemaVersion, stream: command.stream,
+                    streamVersion: version, eventType: draft.type, payload: draft.payload, previousHash: previous))
+            try BigEndian.withBytes(of: position) { key in
+                try stored.withUnsafeBytes { value in try log.put(key: key, value: value, flags: .append) }
+                try streamKey.withUnsafeBytes { indexKey in try index.put(key: indexKey, value: key, flags: .appendDup) }
+            }
+            previous = hash
+        }
+        try txn.put(store.streams, key: streamKey, value: BigEndian.bytes(of: version))
+        let first = head.position.rawValue + 1
+        try store.writeCommandRecord(
+            txn, key: commandKey, first: first, count: UInt32(command.events.count), streamVersion: version)
+        head = LogHead(position: LogPosition(position), hash: EventHash(bytes: previous)!)
+        return .success(
+            AppendResult(
+                positions: LogPosition(first)...LogPosition(position), streamVersion: version, wasAlreadyApplied: false))
+    }
+}
+
+/// The sizes of group commits, recorded for benchmarks.
+final class CommitSizeRecorder: Sendable {
+    private let sizes = Mutex<[Int]>([])
+
+    func record(_ size: Int) { sizes.withLock { $0.append(size) } }
+    var all: [Int] { sizes.withLock { $0 } }
+}

@@ -1,0 +1,98 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ShareLedger
+
+/// Options every command that opens a ledger shares.
+struct LedgerOptions: ParsableArguments {
+    @Option(name: .long, help: "The ledger directory.")
+    var path: String = "./.share-ledger"
+
+    @Flag(name: .long, help: "Print machine-readable JSON instead of text.")
+    var json = false
+
+    @Flag(name: .long, help: "Log what the ledger does to standard error.")
+    var verbose = false
+
+    var logger: Logger {
+        let verbose = self.verbose
+        var logger = Logger(label: "share-ledger") { label -> any LogHandler in
+            verbose ? StreamLogHandler.standardError(label: label) : SwiftLogNoOpLogHandler()
+        }
+        logger.logLevel = verbose ? Logger.Level.debug : Logger.Level.critical
+        return logger
+    }
+
+    /// Opens the ledger; exits with code 2 (and a clear message) when it cannot be read.
+    func open(create: Bool, readOnly: Bool = false, durability: Durability = .durable) throws -> EventLog {
+        do {
+            return try EventLog.open(
+                EventLog.Configuration(
+                    path: path, createIfMissing: create, readOnly: readOnly, durability: durability, logger: logger))
+        } catch {
+            Output.failure(error, json: json)
+            throw ExitCode(2)
+        }
+    }
+}
+
+/// Printing for every command: text for people, JSON for programs, errors on standard error.
+enum Output {
+    static func printJSON(_ value: some Encodable) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(value) else { return }
+        print(String(decoding: data, as: UTF8.self))
+    }
+
+    struct ErrorBody: Encodable {
+        struct Detail: Encodable {
+            var code: Int
+            var name: String
+            var message: String
+        }
+        var error: Detail
+    }
+
+    /// Prints a failure: as JSON on standard output with --json, as text on standard error otherwise.
+    static func failure(_ error: LedgerError, json: Bool) {
+        if json {
+            printJSON(ErrorBody(error: .init(code: error.code.rawValue, name: error.code.name, message: error.message)))
+        } else {
+            FileHandle.standardError.write(Data("share-ledger: \(error.message) (\(error.code.name))\n".utf8))
+        }
+    }
+
+    /// Whether standard error is a terminal (progress lines are shown only there).
+    static var isTerminal: Bool { isatty(STDERR_FILENO) != 0 }
+
+    /// Rewrites the progress line on a terminal; does nothing otherwise.
+    static func progress(_ text: String) {
+        guard isTerminal else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[2K\(text)".utf8))
+    }
+
+    /// Ends the progress line.
+    static func endProgress() {
+        guard isTerminal else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[2K".utf8))
+    }
+
+    static func grouped(_ value: Double) -> String {
+        let formatter = NumberFormatter()
+        formatter.numberStyle = .decimal
+        formatter.maximumFractionDigits = value < 100 ? 2 : 0
+        formatter.locale = Locale(identifier: "en_US")
+        return formatter.string(from: NSNumber(value: value)) ?? String(value)
+    }
+}
+
+/// Runs `body` and turns a ``LedgerError`` into exit code 1 with a clear message.
+func runReportingErrors<R>(json: Bool, _ body: () async throws -> R) async throws -> R {
+    do {
+        return try await body()
+    } catch let error as LedgerError {
+        Output.failure(error, json: json)
+        throw ExitCode(1)
+    }
+}

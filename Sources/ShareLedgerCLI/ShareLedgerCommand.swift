@@ -1,0 +1,15 @@
+import ArgumentParser
+
+/// `share-ledger`: the command-line face of ShareLedger.
+@main
+struct ShareLedgerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "share-ledger",
+        abstract: "An event-sourced ledger of CloudKit-style sharing, on LMDB.",
+        discussion: """
+            Every command takes --path (default ./.share-ledger) and can print --json.
+            Exit codes: 0 success, 1 the command failed, 2 the ledger could not be read.
+            """,
+        subcommands: [StatsCommand.self, DemoCommand.self, VerifyCommand.self, BenchCommand.self]
+    )
+}

@@ -1,0 +1,31 @@
+import ArgumentParser
+import ShareLedger
+
+/// `share-ledger stats`: counters of a ledger.
+struct StatsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stats", abstract: "Print the ledger's counters: events, head, size.")
+
+    @OptionGroup var ledger: LedgerOptions
+
+    func run() async throws {
+        let log = try ledger.open(create: false, readOnly: false)
+        let stats = try await runReportingErrors(json: ledger.json) { try log.statistics() }
+        await log.close()
+        if ledger.json {
+            Output.printJSON(stats)
+        } else {
+            print("""
+                path           \(ledger.path)
+                events         \(stats.events)
+                headPosition   \(stats.headPosition)
+                headHash       \(stats.headHash)
+                streams        \(stats.streams)
+                commands       \(stats.commands)
+                mapSizeBytes   \(stats.mapSizeBytes)
+                usedBytes      \(stats.usedBytes)
+                formatVersion  \(stats.formatVersion)
+                """)
+        }
+    }
+}

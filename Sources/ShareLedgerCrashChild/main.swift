@@ -1,0 +1,59 @@
+// A child process for the crash tests. It appends to a ledger from several concurrent writers, forever,
+// and after each append's `await` returns writes "<position> <command id>\n" to an acknowledgement file
+// with one write(2) on an O_APPEND descriptor (it survives SIGKILL: it is in the page cache). The test
+// kills it with SIGKILL at a random moment, reopens the ledger and checks every acknowledged append.
+//
+// Usage: ShareLedgerCrashChild LEDGER_DIR ACK_FILE [WRITERS]
+import Foundation
+import ShareLedger
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+let arguments = CommandLine.arguments
+guard arguments.count >= 3 else {
+    FileHandle.standardError.write(Data("usage: ShareLedgerCrashChild LEDGER_DIR ACK_FILE [WRITERS]\n".utf8))
+    exit(64)
+}
+let ledgerPath = arguments[1]
+let ackPath = arguments[2]
+let writers = arguments.count > 3 ? Int(arguments[3]) ?? 8 : 8
+
+let ackFD = open(ackPath, O_WRONLY | O_APPEND | O_CREAT, 0o644)
+guard ackFD >= 0 else {
+    FileHandle.standardError.write(Data("cannot open \(ackPath)\n".utf8))
+    exit(66)
+}
+
+let log: EventLog
+do {
+    log = try EventLog.open(EventLog.Configuration(path: ledgerPath, durability: .durable))
+} catch {
+    FileHandle.standardError.write(Data("cannot open ledger: \(error)\n".utf8))
+    exit(70)
+}
+FileHandle.standardOutput.write(Data("ready\n".utf8))
+
+await withTaskGroup(of: Void.self) { group in
+    for writer in 0..<writers {
+        group.addTask {
+            var index = 0
+            while true {
+                index += 1
+                let metadata = CommandMetadata(container: "iCloud.com.example.crash", actor: "writer-\(writer)")
+                let payload = Array("writer \(writer) append \(index)".utf8)
+                do {
+                    let result = try await log.append(
+                        [EventDraft(type: "shareledger.test.CrashAppend", payload: payload)],
+                        to: "crash/\(writer)", metadata: metadata)
+                    let line = "\(result.positions.lowerBound.rawValue) \(metadata.commandID.uuidString)\n"
+                    _ = line.withCString { write(ackFD, $0, strlen($0)) }
+                } catch {
+                    FileHandle.standardError.write(Data("append failed: \(error)\n".utf8))
+                    exit(71)
+                }
+            }
+        }
+    }
+}
