@@ -161,7 +161,8 @@ package final class Environment: @unchecked Sendable {
             return opened
         }
         do {
-            return try withTransaction(writable: !readOnly, body)
+            // Handles opened in a transaction live on only if it commits, read-only ones included.
+            return try withTransaction(writable: !readOnly, commitReadOnly: true, body)
         } catch let error as LMDBError {
             throw error
         } catch {
@@ -210,7 +211,9 @@ package final class Environment: @unchecked Sendable {
 
     /// The common transaction loop: begin (adopting a size another process set), run, end, and on
     /// `MDB_MAP_FULL` grow and run again.
-    private func withTransaction<R>(writable: Bool, _ body: (borrowing Transaction) throws -> R) throws -> R {
+    private func withTransaction<R>(
+        writable: Bool, commitReadOnly: Bool = false, _ body: (borrowing Transaction) throws -> R
+    ) throws -> R {
         while true {
             let outcome: TransactionOutcome<R> = try resizeLock.withShared { () throws -> TransactionOutcome<R> in
                 guard !closed else {
@@ -247,7 +250,7 @@ package final class Environment: @unchecked Sendable {
                     if first.code == .mapFull { return .mapFull(sizeAtFailure: mapSizeAtStart) }
                     throw first
                 }
-                if writable {
+                if writable || commitReadOnly {
                     // mdb_txn_commit frees the transaction, success or not.
                     let rc = mdb_txn_commit(txn)
                     if rc == MDB_MAP_FULL { return .mapFull(sizeAtFailure: mapSizeAtStart) }

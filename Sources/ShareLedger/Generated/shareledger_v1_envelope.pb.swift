@@ -34,7 +34,7 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
 /// One entry of the event log, stored as the value under the 8-byte big-endian position in the
 /// `log` database.
 ///
-/// Stored bytes = canonical bytes || 0x72 0x20 || hash, where the canonical bytes are this message
+/// Stored bytes = canonical bytes || 0x7A 0x20 || hash, where the canonical bytes are this message
 /// serialized with `hash` unset (fields in field-number order, defaults omitted, as written by the
 /// ledger) and hash = SHA-256(previous_hash || canonical bytes). The hash field is always the last
 /// 34 bytes of the stored value, so a verifier needs no protobuf re-encoding: it hashes the stored
@@ -75,6 +75,11 @@ nonisolated struct Shareledger_V1_EventEnvelope: Sendable {
   /// The event's number within its stream: 1, 2, 3, ...
   var streamVersion: UInt64 = 0
 
+  /// The position of the previous event of the same stream; 0 for the stream's first event. The
+  /// events of a stream form a backward chain, so a stream's history is read without a separate
+  /// index.
+  var streamPreviousPosition: UInt64 = 0
+
   /// The payload's type: the fully qualified protobuf message name, e.g.
   /// "shareledger.events.v1.ShareCreated".
   var eventType: String = String()
@@ -99,7 +104,7 @@ fileprivate nonisolated let _protobuf_package = "shareledger.v1"
 
 nonisolated extension Shareledger_V1_EventEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".EventEnvelope"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}position\0\u{3}recorded_at_micros\0\u{1}container\0\u{1}actor\0\u{3}command_id\0\u{3}correlation_id\0\u{3}causation_id\0\u{3}schema_version\0\u{1}stream\0\u{3}stream_version\0\u{3}event_type\0\u{1}payload\0\u{3}previous_hash\0\u{1}hash\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}position\0\u{3}recorded_at_micros\0\u{1}container\0\u{1}actor\0\u{3}command_id\0\u{3}correlation_id\0\u{3}causation_id\0\u{3}schema_version\0\u{1}stream\0\u{3}stream_version\0\u{3}stream_previous_position\0\u{3}event_type\0\u{1}payload\0\u{3}previous_hash\0\u{1}hash\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -117,10 +122,11 @@ nonisolated extension Shareledger_V1_EventEnvelope: SwiftProtobuf.Message, Swift
       case 8: try { try decoder.decodeSingularUInt32Field(value: &self.schemaVersion) }()
       case 9: try { try decoder.decodeSingularStringField(value: &self.stream) }()
       case 10: try { try decoder.decodeSingularUInt64Field(value: &self.streamVersion) }()
-      case 11: try { try decoder.decodeSingularStringField(value: &self.eventType) }()
-      case 12: try { try decoder.decodeSingularBytesField(value: &self.payload) }()
-      case 13: try { try decoder.decodeSingularBytesField(value: &self.previousHash) }()
-      case 14: try { try decoder.decodeSingularBytesField(value: &self.hash) }()
+      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.streamPreviousPosition) }()
+      case 12: try { try decoder.decodeSingularStringField(value: &self.eventType) }()
+      case 13: try { try decoder.decodeSingularBytesField(value: &self.payload) }()
+      case 14: try { try decoder.decodeSingularBytesField(value: &self.previousHash) }()
+      case 15: try { try decoder.decodeSingularBytesField(value: &self.hash) }()
       default: break
       }
     }
@@ -157,17 +163,20 @@ nonisolated extension Shareledger_V1_EventEnvelope: SwiftProtobuf.Message, Swift
     if self.streamVersion != 0 {
       try visitor.visitSingularUInt64Field(value: self.streamVersion, fieldNumber: 10)
     }
+    if self.streamPreviousPosition != 0 {
+      try visitor.visitSingularUInt64Field(value: self.streamPreviousPosition, fieldNumber: 11)
+    }
     if !self.eventType.isEmpty {
-      try visitor.visitSingularStringField(value: self.eventType, fieldNumber: 11)
+      try visitor.visitSingularStringField(value: self.eventType, fieldNumber: 12)
     }
     if !self.payload.isEmpty {
-      try visitor.visitSingularBytesField(value: self.payload, fieldNumber: 12)
+      try visitor.visitSingularBytesField(value: self.payload, fieldNumber: 13)
     }
     if !self.previousHash.isEmpty {
-      try visitor.visitSingularBytesField(value: self.previousHash, fieldNumber: 13)
+      try visitor.visitSingularBytesField(value: self.previousHash, fieldNumber: 14)
     }
     if !self.hash.isEmpty {
-      try visitor.visitSingularBytesField(value: self.hash, fieldNumber: 14)
+      try visitor.visitSingularBytesField(value: self.hash, fieldNumber: 15)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -183,6 +192,7 @@ nonisolated extension Shareledger_V1_EventEnvelope: SwiftProtobuf.Message, Swift
     if lhs.schemaVersion != rhs.schemaVersion {return false}
     if lhs.stream != rhs.stream {return false}
     if lhs.streamVersion != rhs.streamVersion {return false}
+    if lhs.streamPreviousPosition != rhs.streamPreviousPosition {return false}
     if lhs.eventType != rhs.eventType {return false}
     if lhs.payload != rhs.payload {return false}
     if lhs.previousHash != rhs.previousHash {return false}

@@ -4,12 +4,12 @@ import SwiftProtobuf
 
 /// Encodes, hashes and decodes log entries. The byte recipe is in `docs/log-format.md`.
 ///
-/// Stored value = canonical bytes ‖ `0x72 0x20` ‖ hash, where the canonical bytes are the
+/// Stored value = canonical bytes ‖ `0x7A 0x20` ‖ hash, where the canonical bytes are the
 /// `shareledger.v1.EventEnvelope` message serialized without its `hash` field, and
 /// hash = SHA-256(previous hash ‖ canonical bytes).
 enum EnvelopeCodec {
-    /// The tag byte of field 14 (`hash`, wire type 2): (14 << 3) | 2.
-    static let hashTag: UInt8 = 0x72
+    /// The tag byte of field 15 (`hash`, wire type 2): (15 << 3) | 2.
+    static let hashTag: UInt8 = 0x7A
     /// Bytes after the canonical bytes: tag, length (32), hash.
     static let hashSuffixLength = 34
 
@@ -25,6 +25,7 @@ enum EnvelopeCodec {
         var schemaVersion: UInt32
         var stream: String
         var streamVersion: UInt64
+        var streamPreviousPosition: UInt64
         var eventType: String
         var payload: [UInt8]
         var previousHash: [UInt8]
@@ -43,6 +44,7 @@ enum EnvelopeCodec {
         message.schemaVersion = fields.schemaVersion
         message.stream = fields.stream
         message.streamVersion = fields.streamVersion
+        message.streamPreviousPosition = fields.streamPreviousPosition
         message.eventType = fields.eventType
         message.payload = Data(fields.payload)
         message.previousHash = Data(fields.previousHash)
@@ -112,6 +114,7 @@ enum EnvelopeCodec {
             schemaVersion: message.schemaVersion,
             stream: message.stream,
             streamVersion: message.streamVersion,
+            streamPreviousPosition: LogPosition(message.streamPreviousPosition),
             eventType: message.eventType,
             payload: Array(message.payload),
             previousHash: previous,
@@ -135,15 +138,17 @@ enum EnvelopeCodec {
 
     // MARK: - Fast scanning for chain verification
 
-    /// What chain verification needs of a stored entry, read without a full decode.
+    /// What chain verification and stream walks need of a stored entry, read without a full decode.
     struct ChainFields {
         var position: UInt64?
+        var streamPreviousPosition: UInt64 = 0
         var previousHash: UnsafeRawBufferPointer?
         var canonical: UnsafeRawBufferPointer
         var hash: UnsafeRawBufferPointer
     }
 
-    /// Walks the protobuf fields of `stored` to find `position` (1) and `previous_hash` (13), and splits
+    /// Walks the protobuf fields of `stored` to find `position` (1), `stream_previous_position` (11) and
+    /// `previous_hash` (14), and splits
     /// off the hash suffix. Returns `nil` when the bytes are not well-formed protobuf or the hash field
     /// is not last.
     static func scanChainFields(_ stored: UnsafeRawBufferPointer) -> ChainFields? {
@@ -164,16 +169,20 @@ enum EnvelopeCodec {
             switch tag & 7 {
             case 0:
                 guard let value = readVarint(stored, &offset, limit: canonicalCount) else { return nil }
-                if fieldNumber == 1 { fields.position = value }
+                if fieldNumber == 1 {
+                    fields.position = value
+                } else if fieldNumber == 11 {
+                    fields.streamPreviousPosition = value
+                }
             case 1:
                 offset += 8
             case 2:
                 guard let length = readVarint(stored, &offset, limit: canonicalCount),
                     length <= UInt64(canonicalCount - offset)
                 else { return nil }
-                if fieldNumber == 13 {
+                if fieldNumber == 14 {
                     fields.previousHash = UnsafeRawBufferPointer(rebasing: stored[offset..<(offset + Int(length))])
-                } else if fieldNumber == 14 {
+                } else if fieldNumber == 15 {
                     return nil  // a second hash field inside the canonical bytes
                 }
                 offset += Int(length)

@@ -49,20 +49,12 @@ public final class EventLog: Sendable {
     public static func open(_ configuration: Configuration) throws(LedgerError) -> EventLog {
         let store = try LogStore.open(configuration)
         let head: LogHead
-        let lastRecordedAt: Int64
         do {
-            (head, lastRecordedAt) = try store.environment.read { txn in
-                let head = try store.readHead(txn)
-                guard head.position > .start else { return (head, Int64(0)) }
-                let last = try BigEndian.withBytes(of: head.position.rawValue) { key in
-                    try txn.withValue(store.log, key: key) { try EnvelopeCodec.decode($0, key: head.position.rawValue) }
-                }
-                return (head, last?.recordedAtMicros ?? 0)
-            }
+            head = try store.environment.read { txn in try store.readHead(txn) }
         } catch {
             throw LedgerError.wrap(error, while: "reading the head of \(configuration.path)")
         }
-        let writer = LogWriter(store: store, configuration: configuration, head: head, lastRecordedAt: lastRecordedAt)
+        let writer = LogWriter(store: store, configuration: configuration, head: head)
         if !configuration.readOnly { writer.start() }
         configuration.logger.info(
             "opened ledger",
@@ -197,29 +189,42 @@ public final class EventLog: Sendable {
     /// The current version of `stream` in `container` (the number of its events; 0 when it does not exist).
     public func streamVersion(_ stream: String, container: String) throws(LedgerError) -> UInt64 {
         try read("reading the version of stream \(stream)") { txn in
-            try store.streamVersion(txn, key: LogStore.streamKey(container: container, stream: stream))
+            try store.streamRecord(txn, key: LogStore.streamKey(container: container, stream: stream)).version
         }
     }
 
-    /// The positions of the events of `stream` in `container`, after `position`, up to `limit`.
+    /// The positions of the events of `stream` in `container` after `position`, oldest first, at most
+    /// `limit` (the oldest ones after `position`).
+    ///
+    /// Found by walking the stream's backward chain from its last event (one point read per event,
+    /// newest first), in chunks of a fresh read transaction each, so the cost grows with the events of
+    /// the stream after `position`, not with the log.
     public func streamPositions(
         _ stream: String, container: String, after position: LogPosition = .start, limit: Int = .max
     ) throws(LedgerError) -> [LogPosition] {
         let key = LogStore.streamKey(container: container, stream: stream)
-        return try read("reading the positions of stream \(stream)") { txn in
-            try txn.withCursor(store.streamIndex) { cursor in
-                var out: [LogPosition] = []
-                var entry = try key.withUnsafeBytes { k in
-                    try BigEndian.withBytes(of: position.rawValue + 1) { v in try cursor.seek(key: k, valueAtLeast: v) }
+        var newestFirst: [LogPosition] = []
+        var next = try read("reading stream \(stream)") { txn in try store.streamRecord(txn, key: key).last }
+        while next > position.rawValue {
+            next = try read("reading stream \(stream)") { txn in
+                var current = next
+                var steps = 0
+                while current > position.rawValue && steps < 4096 {
+                    let fields = try BigEndian.withBytes(of: current) { k in
+                        try txn.withValue(store.log, key: k) { EnvelopeCodec.scanChainFields($0)?.streamPreviousPosition }
+                    }
+                    guard let previous = fields ?? nil, previous < current else {
+                        throw LedgerError(
+                            .corruptedData, "the stream chain of \(stream) is broken at position \(current)")
+                    }
+                    newestFirst.append(LogPosition(current))
+                    current = previous
+                    steps += 1
                 }
-                while let current = entry, out.count < limit {
-                    guard let value = BigEndian.uint64(current.value) else { break }
-                    out.append(LogPosition(value))
-                    entry = try cursor.nextDuplicate()
-                }
-                return out
+                return current
             }
         }
+        return Array(newestFirst.reversed().prefix(limit))
     }
 
     /// A live subscription: every event after `position`, in order, each exactly once; it catches up
@@ -284,6 +289,13 @@ public final class EventLog: Sendable {
                 durability: configuration.durability.rawValue)
         }
     }
+
+    /// Holds the writer before its next batch (`true`) or lets it go (`false`); for tests that need
+    /// several commands committed in one batch.
+    package func setWriterPaused(_ paused: Bool) { writer.setPaused(paused) }
+
+    /// Commands submitted and not yet taken by the writer.
+    package var queuedCommands: Int { writer.queuedCommands }
 
     /// The number of events of each group commit so far, when the configuration asked for them.
     package func commitSizes() -> [Int] {

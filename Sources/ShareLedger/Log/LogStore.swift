@@ -12,21 +12,19 @@ final class LogStore: Sendable {
     let environment: Environment
     /// position (8-byte big-endian) → stored envelope bytes.
     let log: Database
-    /// ASCII key → value: `format_version`, `head`.
+    /// ASCII key → value: `format_version` (4 bytes), `head` (48 bytes).
     let meta: Database
     /// container ‖ 0x00 ‖ command id (16 bytes) → first position (8) ‖ event count (4) ‖ stream version (8).
     let commands: Database
-    /// container ‖ 0x00 ‖ stream name → stream version (8-byte big-endian).
+    /// container ‖ 0x00 ‖ stream name → stream version (8) ‖ position of its last event (8), big-endian.
+    /// Older events of a stream are found through each envelope's `stream_previous_position`.
     let streams: Database
-    /// container ‖ 0x00 ‖ stream name → positions (dupsort, dupfixed, 8-byte big-endian each).
-    let streamIndex: Database
 
     static let databaseSpecs: [(name: String, flags: DatabaseFlags)] = [
         ("log", []),
         ("meta", []),
         ("commands", []),
         ("streams", []),
-        ("stream_index", [.dupSort, .dupFixed]),
     ]
 
     static let formatKey = Array("format_version".utf8)
@@ -38,7 +36,6 @@ final class LogStore: Sendable {
         self.meta = databases[1]
         self.commands = databases[2]
         self.streams = databases[3]
-        self.streamIndex = databases[4]
     }
 
     // MARK: - Opening
@@ -188,14 +185,20 @@ final class LogStore: Sendable {
         guard let bytes = try txn.get(meta, key: LogStore.headKey) else {
             return LogHead(position: .start, hash: .zero)
         }
-        guard bytes.count == 40, let position = BigEndian.uint64(bytes), let hash = EventHash(bytes: bytes[8...]) else {
-            throw LedgerError(.corruptedData, "the head record is \(bytes.count) bytes, expected 40")
+        guard bytes.count == 48, let position = BigEndian.uint64(bytes), let hash = EventHash(bytes: bytes[8..<40]),
+            let recordedAt = BigEndian.uint64(bytes, at: 40)
+        else {
+            throw LedgerError(.corruptedData, "the head record is \(bytes.count) bytes, expected 48")
         }
-        return LogHead(position: LogPosition(position), hash: hash)
+        return LogHead(position: LogPosition(position), hash: hash, recordedAtMicros: Int64(bitPattern: recordedAt))
     }
 
+    /// head = position (8, big-endian) ‖ hash (32) ‖ recorded-at micros (8, big-endian, two's complement).
     func writeHead(_ txn: borrowing Transaction, _ head: LogHead) throws {
-        try txn.put(meta, key: LogStore.headKey, value: BigEndian.bytes(of: head.position.rawValue) + head.hash.bytes)
+        try txn.put(
+            meta, key: LogStore.headKey,
+            value: BigEndian.bytes(of: head.position.rawValue) + head.hash.bytes
+                + BigEndian.bytes(of: UInt64(bitPattern: head.recordedAtMicros)))
     }
 
     // MARK: - Keys
@@ -220,8 +223,17 @@ final class LogStore: Sendable {
 
     // MARK: - Streams and commands
 
-    func streamVersion(_ txn: borrowing Transaction, key: [UInt8]) throws -> UInt64 {
-        try txn.get(streams, key: key).flatMap { BigEndian.uint64($0) } ?? 0
+    /// A stream's version and the position of its last event; (0, 0) for a stream with no events.
+    func streamRecord(_ txn: borrowing Transaction, key: [UInt8]) throws -> (version: UInt64, last: UInt64) {
+        guard let bytes = try txn.get(streams, key: key) else { return (0, 0) }
+        guard bytes.count == 16, let version = BigEndian.uint64(bytes), let last = BigEndian.uint64(bytes, at: 8) else {
+            throw LedgerError(.corruptedData, "a stream record is \(bytes.count) bytes, expected 16")
+        }
+        return (version, last)
+    }
+
+    func writeStreamRecord(_ txn: borrowing Transaction, key: [UInt8], version: UInt64, last: UInt64) throws {
+        try txn.put(streams, key: key, value: BigEndian.bytes(of: version) + BigEndian.bytes(of: last))
     }
 
     /// The recorded outcome of a command id, if the ledger has seen it.

@@ -22,6 +22,18 @@ public struct LogPosition: RawRepresentable, Sendable, Hashable, Comparable, Cod
     public var description: String { String(rawValue) }
 }
 
+extension LogPosition: Strideable {
+    /// The number of positions from this one to `other`.
+    public func distance(to other: LogPosition) -> Int64 {
+        Int64(bitPattern: other.rawValue &- rawValue)
+    }
+
+    /// The position `n` positions after this one.
+    public func advanced(by n: Int64) -> LogPosition {
+        LogPosition(rawValue &+ UInt64(bitPattern: n))
+    }
+}
+
 /// A SHA-256 hash of the hash chain (32 bytes).
 public struct EventHash: Sendable, Hashable, Codable, CustomStringConvertible {
     /// The 32 bytes.
@@ -131,6 +143,8 @@ public struct EventEnvelope: Sendable, Hashable {
     public var stream: String
     /// Its number within the stream (1, 2, ...).
     public var streamVersion: UInt64
+    /// The position of the stream's previous event (``LogPosition/start`` for its first).
+    public var streamPreviousPosition: LogPosition
     /// The payload's type.
     public var eventType: String
     /// The payload bytes.
@@ -181,6 +195,8 @@ public enum ExpectedVersion: Sendable, Hashable, CustomStringConvertible {
 public struct CommandMetadata: Sendable, Hashable {
     /// Identifies the command. Sending a command with an id the ledger has seen before (in the same
     /// container) appends nothing and returns the first outcome: make retries safe by reusing the id.
+    /// Time-ordered ids (UUIDv7, the default) are cheapest to index; random (v4) ids work but each one
+    /// dirties its own index page at commit.
     public var commandID: UUID
     /// The container the command acts in, e.g. `iCloud.com.example.notes`.
     public var container: String
@@ -191,9 +207,9 @@ public struct CommandMetadata: Sendable, Hashable {
     /// The command or event that caused this one.
     public var causationID: UUID?
 
-    /// Makes metadata; a fresh command id when none is given.
+    /// Makes metadata; a fresh time-ordered command id (``CommandID/make()``) when none is given.
     public init(
-        commandID: UUID = UUID(), container: String, actor: String, correlationID: UUID? = nil,
+        commandID: UUID = CommandID.make(), container: String, actor: String, correlationID: UUID? = nil,
         causationID: UUID? = nil
     ) {
         self.commandID = commandID
@@ -221,6 +237,15 @@ public struct LogHead: Sendable, Hashable {
     public var position: LogPosition
     /// Its hash (``EventHash/zero`` for an empty log).
     public var hash: EventHash
+    /// Its recorded-at time in microseconds (0 for an empty log). Recorded times never go backwards.
+    public var recordedAtMicros: Int64
+
+    /// Makes a head.
+    public init(position: LogPosition, hash: EventHash, recordedAtMicros: Int64 = 0) {
+        self.position = position
+        self.hash = hash
+        self.recordedAtMicros = recordedAtMicros
+    }
 }
 
 /// How hard a commit works to survive a power loss. A process crash loses no acknowledged command in

@@ -20,14 +20,15 @@ struct AppendCommand: Sendable {
 ///
 /// Rules it keeps (`design.md`, `lmdb-notes.md`):
 /// - Every write transaction begins and ends on this thread, inside one synchronous call.
-/// - Positions are assigned inside the transaction and become visible only with the commit; the
-///   in-memory head moves only after the commit succeeded.
+/// - Positions are assigned inside the transaction, from the head record read in that same
+///   transaction, and become visible only with the commit. Subscribers hear of a new head only after
+///   the commit succeeded.
 /// - A command that fails validation returns its error and writes nothing; the others of its batch
 ///   commit. If the batch's transaction fails as a whole (a storage error), each command is run again
 ///   alone, so one bad command cannot fail the others.
 ///
-/// `@unchecked Sendable`: the queue and flags are guarded by `lock`; `head` and `lastRecordedAt`
-/// are touched only by the writer thread (and by `init`, before the thread starts).
+/// `@unchecked Sendable`: the queue and flags are guarded by `lock`; everything else is immutable or
+/// itself thread-safe.
 final class LogWriter: @unchecked Sendable {
     typealias Outcome = Result<AppendResult, LedgerError>
 
@@ -54,18 +55,22 @@ final class LogWriter: @unchecked Sendable {
     /// in a baseline benchmark.
     let commitSizes: CommitSizeRecorder?
 
-    // Writer thread only.
-    private var head: LogHead
-    private var lastRecordedAt: Int64
+    /// Commands in `queue`, readable without the lock so the writer can poll briefly before it sleeps.
+    private let pending = Atomic<Int>(0)
+    /// How long the writer polls for new work before it sleeps on the condition variable. Waking a
+    /// sleeping thread (on a VM: a halted vCPU) costs tens of microseconds per hand-off; a short poll
+    /// keeps a caller that answers quickly from paying it.
+    private let spinBeforeSleep: Duration = .microseconds(50)
 
-    init(store: LogStore, configuration: EventLog.Configuration, head: LogHead, lastRecordedAt: Int64) {
+    // Guarded by `lock`: a pause for tests that need to control which commands share a batch.
+    private var paused = false
+
+    init(store: LogStore, configuration: EventLog.Configuration, head: LogHead) {
         self.store = store
         self.clock = configuration.clock
         self.logger = configuration.logger
         self.maxBatchCommands = max(1, configuration.maxBatchCommands)
         self.maxBatchBytes = max(1, configuration.maxBatchBytes)
-        self.head = head
-        self.lastRecordedAt = lastRecordedAt
         self.notifier = HeadNotifier(head: head.position.rawValue)
         self.commitSizes = configuration.recordsCommitSizes ? CommitSizeRecorder() : nil
     }
@@ -85,6 +90,7 @@ final class LogWriter: @unchecked Sendable {
             let accepted = lock.withLock { () -> Bool in
                 guard !stopping else { return false }
                 queue.append(Submission(command: command, continuation: continuation))
+                pending.add(1, ordering: .releasing)
                 if queue.count == 1 { lock.signal() }
                 return true
             }
@@ -107,6 +113,18 @@ final class LogWriter: @unchecked Sendable {
             if done { continuation.resume() }
         }
     }
+
+    /// Holds (`true`) or releases (`false`) the writer before its next batch, so that a test can queue
+    /// several commands and have them committed together.
+    func setPaused(_ value: Bool) {
+        lock.withLock {
+            paused = value
+            lock.signal()
+        }
+    }
+
+    /// Commands waiting for the writer.
+    var queuedCommands: Int { lock.withLock { queue.count } }
 
     /// Asks the thread to stop without waiting (used when the log is dropped without `close`).
     func requestStop() {
@@ -133,8 +151,12 @@ final class LogWriter: @unchecked Sendable {
     /// Waits for work and takes one batch, bounded by count and bytes; `nil` when stopping with an
     /// empty queue.
     private func nextBatch() -> [Submission]? {
-        lock.withLock { () -> [Submission]? in
-            while queue.isEmpty && !stopping { lock.wait() }
+        if pending.load(ordering: .acquiring) == 0 {
+            let deadline = ContinuousClock.now + spinBeforeSleep
+            while pending.load(ordering: .acquiring) == 0 && ContinuousClock.now < deadline {}
+        }
+        return lock.withLock { () -> [Submission]? in
+            while (queue.isEmpty || paused) && !stopping { lock.wait() }
             guard !queue.isEmpty else { return nil }
             var batch: [Submission] = []
             batch.reserveCapacity(min(queue.count, maxBatchCommands))
@@ -144,37 +166,36 @@ final class LogWriter: @unchecked Sendable {
                 bytes += next.command.bytes
                 batch.append(queue.removeFirst())
             }
+            pending.subtract(batch.count, ordering: .relaxed)
             return batch
         }
     }
 
     private func process(_ batch: [Submission]) {
-        let startHead = head
-        let startRecordedAt = max(lastRecordedAt, clock.nowMicros())
         do {
-            let (outcomes, newHead) = try store.environment.write { txn -> ([Outcome], LogHead) in
+            let (outcomes, startHead, newHead) = try store.environment.write { txn -> ([Outcome], LogHead, LogHead) in
+                // The head is read inside the transaction, not cached: another process may have
+                // appended since this thread's last commit (LMDB serializes writers across processes).
+                let startHead = try store.readHead(txn)
+                let recordedAt = max(startHead.recordedAtMicros, clock.nowMicros())
                 var cursorHead = startHead
                 var outcomes: [Outcome] = []
                 outcomes.reserveCapacity(batch.count)
                 try txn.withCursor(store.log) { logCursor in
-                    try txn.withCursor(store.streamIndex) { indexCursor in
-                        for submission in batch {
-                            outcomes.append(
-                                try apply(
-                                    submission.command, txn: txn, log: logCursor, index: indexCursor,
-                                    head: &cursorHead, recordedAt: startRecordedAt))
-                        }
+                    for submission in batch {
+                        outcomes.append(
+                            try apply(
+                                submission.command, txn: txn, log: logCursor, head: &cursorHead,
+                                recordedAt: recordedAt))
                     }
                 }
                 if cursorHead != startHead { try store.writeHead(txn, cursorHead) }
-                return (outcomes, cursorHead)
+                return (outcomes, startHead, cursorHead)
             }
-            if let commitSizes, newHead != startHead {
-                commitSizes.record(Int(newHead.position.rawValue - startHead.position.rawValue))
+            if newHead != startHead {
+                commitSizes?.record(Int(newHead.position.rawValue - startHead.position.rawValue))
+                notifier.publish(newHead.position.rawValue)
             }
-            head = newHead
-            lastRecordedAt = startRecordedAt
-            if newHead != startHead { notifier.publish(newHead.position.rawValue) }
             for (submission, outcome) in zip(batch, outcomes) {
                 submission.continuation.resume(returning: outcome)
             }
@@ -196,8 +217,8 @@ final class LogWriter: @unchecked Sendable {
     /// a failure (and writes nothing) when the command is refused; throws only for storage errors,
     /// which abort the whole transaction.
     private func apply(
-        _ command: AppendCommand, txn: borrowing Transaction, log: borrowing Cursor, index: borrowing Cursor,
-        head: inout LogHead, recordedAt: Int64
+        _ command: AppendCommand, txn: borrowing Transaction, log: borrowing Cursor, head: inout LogHead,
+        recordedAt: Int64
     ) throws -> Outcome {
         let metadata = command.metadata
         let commandKey = LogStore.commandKey(container: metadata.container, commandID: metadata.commandID)
@@ -207,7 +228,7 @@ final class LogWriter: @unchecked Sendable {
             return .success(AppendResult(positions: first...last, streamVersion: record.streamVersion, wasAlreadyApplied: true))
         }
         let streamKey = LogStore.streamKey(container: metadata.container, stream: command.stream)
-        let current = try store.streamVersion(txn, key: streamKey)
+        let (current, streamLast) = try store.streamRecord(txn, key: streamKey)
         guard command.expectedVersion.isSatisfied(by: current) else {
             return .failure(
                 LedgerError(
@@ -218,6 +239,7 @@ final class LogWriter: @unchecked Sendable {
         var position = head.position.rawValue
         var previous = head.hash.bytes
         var version = current
+        var streamPrevious = streamLast
         for draft in command.events {
             position += 1
             version += 1
@@ -226,18 +248,19 @@ final class LogWriter: @unchecked Sendable {
                     position: position, recordedAtMicros: recordedAt, container: metadata.container,
                     actor: metadata.actor, commandID: metadata.commandID, correlationID: metadata.correlationID,
                     causationID: metadata.causationID, schemaVersion: draft.schemaVersion, stream: command.stream,
-                    streamVersion: version, eventType: draft.type, payload: draft.payload, previousHash: previous))
+                    streamVersion: version, streamPreviousPosition: streamPrevious, eventType: draft.type,
+                    payload: draft.payload, previousHash: previous))
             try BigEndian.withBytes(of: position) { key in
                 try stored.withUnsafeBytes { value in try log.put(key: key, value: value, flags: .append) }
-                try streamKey.withUnsafeBytes { indexKey in try index.put(key: indexKey, value: key, flags: .appendDup) }
             }
             previous = hash
+            streamPrevious = position
         }
-        try txn.put(store.streams, key: streamKey, value: BigEndian.bytes(of: version))
+        try store.writeStreamRecord(txn, key: streamKey, version: version, last: position)
         let first = head.position.rawValue + 1
         try store.writeCommandRecord(
             txn, key: commandKey, first: first, count: UInt32(command.events.count), streamVersion: version)
-        head = LogHead(position: LogPosition(position), hash: EventHash(bytes: previous)!)
+        head = LogHead(position: LogPosition(position), hash: EventHash(bytes: previous)!, recordedAtMicros: recordedAt)
         return .success(
             AppendResult(
                 positions: LogPosition(first)...LogPosition(position), streamVersion: version, wasAlreadyApplied: false))

@@ -1,0 +1,124 @@
+import Foundation
+import LMDB
+import ShareLedger
+import Testing
+
+/// Tampering with the stored log, as someone with write access to the files would, and checking that
+/// the chain verification catches it.
+@Suite("Hash chain")
+struct ChainTests {
+    /// Makes a ledger of `count` events and closes it.
+    private func makeLedger(_ path: String, count: Int) async throws {
+        let log = try EventLog.open(Fixtures.configuration(path))
+        for index in 1...count {
+            try await log.append([Fixtures.draft("event \(index)")], to: "s\(index % 3)", metadata: Fixtures.metadata())
+        }
+        await log.close()
+    }
+
+    /// Opens the raw LMDB environment of a closed ledger and runs `body` on its `log` database.
+    private func tamper(_ path: String, _ body: (Environment, Database) throws -> Void) throws {
+        let env = try Environment(options: EnvironmentOptions(path: path, durability: .durable))
+        defer { env.close() }
+        let databases = try env.openDatabases([("log", []), ("meta", [])])
+        try body(env, databases[0])
+    }
+
+    private func verify(_ path: String) throws -> ChainVerification {
+        var configuration = Fixtures.configuration(path)
+        configuration.createIfMissing = false
+        let log = try EventLog.open(configuration)
+        defer { Task { await log.close() } }
+        return try log.verifyChain(chunkSize: 7)
+    }
+
+    @Test("an untouched chain verifies, across chunk boundaries")
+    func untouchedChainHolds() async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 50)
+        let result = try verify(dir.path)
+        #expect(result.isValid)
+        #expect(result.eventsChecked == 50)
+        #expect(result.headPosition == 50)
+    }
+
+    @Test("a flipped payload byte is caught at its position")
+    func flippedByte() async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 30)
+        try tamper(dir.path) { env, log in
+            try env.write { txn in
+                var value = try #require(try txn.get(log, key: BigEndian.bytes(of: UInt64(17))))
+                let payload = Array("event 17".utf8)
+                let start = try #require(value.firstRange(of: payload)).lowerBound
+                value[start + 6] ^= 0x01
+                try txn.put(log, key: BigEndian.bytes(of: UInt64(17)), value: value)
+            }
+        }
+        let result = try verify(dir.path)
+        #expect(result.firstBadPosition == 17)
+        #expect(result.problem?.contains("altered") == true)
+        #expect(result.eventsChecked == 16)
+    }
+
+    @Test("a deleted event is caught as a gap")
+    func deletedEvent() async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 20)
+        try tamper(dir.path) { env, log in
+            try env.write { txn in _ = try txn.delete(log, key: BigEndian.bytes(of: UInt64(9))) }
+        }
+        let result = try verify(dir.path)
+        #expect(result.firstBadPosition == 9)
+        #expect(result.problem?.contains("missing") == true)
+    }
+
+    @Test("two swapped events are caught")
+    func swappedEvents() async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 20)
+        try tamper(dir.path) { env, log in
+            try env.write { txn in
+                let a = try #require(try txn.get(log, key: BigEndian.bytes(of: UInt64(5))))
+                let b = try #require(try txn.get(log, key: BigEndian.bytes(of: UInt64(6))))
+                try txn.put(log, key: BigEndian.bytes(of: UInt64(5)), value: b)
+                try txn.put(log, key: BigEndian.bytes(of: UInt64(6)), value: a)
+            }
+        }
+        let result = try verify(dir.path)
+        #expect(result.firstBadPosition == 5)
+    }
+
+    @Test("a truncated tail is caught by the head record")
+    func truncatedTail() async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 10)
+        try tamper(dir.path) { env, log in
+            try env.write { txn in _ = try txn.delete(log, key: BigEndian.bytes(of: UInt64(10))) }
+        }
+        // The open-time check already refuses a head that names a missing event.
+        var configuration = Fixtures.configuration(dir.path)
+        configuration.createIfMissing = false
+        let error = #expect(throws: LedgerError.self) { try EventLog.open(configuration) }
+        #expect(error?.code == .corruptedData)
+    }
+
+    @Test("garbage bytes in place of an event are caught")
+    func garbageEntry() async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 5)
+        try tamper(dir.path) { env, log in
+            try env.write { txn in try txn.put(log, key: BigEndian.bytes(of: UInt64(3)), value: [0xFF, 0xFF, 0x01]) }
+        }
+        let result = try verify(dir.path)
+        #expect(result.firstBadPosition == 3)
+        #expect(result.problem?.contains("well-formed") == true)
+        // Reading it through the API is a typed error, not a crash.
+        var configuration = Fixtures.configuration(dir.path)
+        configuration.createIfMissing = false
+        let log = try EventLog.open(configuration)
+        let error = #expect(throws: LedgerError.self) { try log.event(at: 3) }
+        #expect(error?.code == .corruptedData)
+        await log.close()
+    }
+}

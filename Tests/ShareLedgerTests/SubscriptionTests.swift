@@ -1,0 +1,67 @@
+import Foundation
+import ShareLedger
+import Testing
+
+@Suite("Subscriptions")
+struct SubscriptionTests {
+    @Test("a subscription started mid-stream sees every later event once, in order, while appends go on",
+          .timeLimit(.minutes(1)))
+    func catchUpThenFollow() async throws {
+        let dir = TemporaryDirectory()
+        let log = try EventLog.open(Fixtures.configuration(dir.path))
+        for index in 1...100 {
+            try await log.append([Fixtures.draft("early \(index)")], to: "s", metadata: Fixtures.metadata())
+        }
+        let appender = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<8 {
+                    group.addTask {
+                        for index in 0..<50 {
+                            try await log.append(
+                                [Fixtures.draft("late \(writer)/\(index)"), Fixtures.draft("pair")], to: "w\(writer)",
+                                metadata: Fixtures.metadata())
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        var subscription = log.events(after: 40)
+        subscription.chunkSize = 16
+        var seen: [UInt64] = []
+        var previousHash: EventHash?
+        for try await event in subscription {
+            seen.append(event.position.rawValue)
+            if let previousHash { #expect(event.previousHash == previousHash) }
+            previousHash = event.hash
+            if seen.count == 860 { break }
+        }
+        try await appender.value
+        #expect(seen == Array(41...900))
+        await log.close()
+    }
+
+    @Test("a waiting subscription ends when its task is cancelled or the log closes", .timeLimit(.minutes(1)))
+    func endsOnCancelAndClose() async throws {
+        let dir = TemporaryDirectory()
+        let log = try EventLog.open(Fixtures.configuration(dir.path))
+        try await log.append([Fixtures.draft("a")], to: "s", metadata: Fixtures.metadata())
+        let cancelled = Task {
+            var count = 0
+            for try await _ in log.events(after: .start) { count += 1 }
+            return count
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        cancelled.cancel()
+        #expect(try await cancelled.value == 1)
+
+        let closing = Task {
+            var count = 0
+            for try await _ in log.events(after: .start) { count += 1 }
+            return count
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        await log.close()
+        #expect(try await closing.value == 1)
+    }
+}

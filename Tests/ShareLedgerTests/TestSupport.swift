@@ -1,0 +1,83 @@
+import Foundation
+import ShareLedger
+
+/// A clock that starts at a fixed instant and moves 1 ms each time it is read, so tests are deterministic.
+final class SteppingClock: LedgerClock, @unchecked Sendable {
+    // @unchecked: `now` is guarded by `lock`.
+    private let lock = NSLock()
+    private var now: Int64
+
+    init(startMicros: Int64 = 1_700_000_000_000_000) { now = startMicros }
+
+    func nowMicros() -> Int64 {
+        lock.lock()
+        defer { lock.unlock() }
+        now += 1_000
+        return now
+    }
+}
+
+/// A clock that always says the same instant.
+struct FixedClock: LedgerClock {
+    var micros: Int64
+    func nowMicros() -> Int64 { micros }
+}
+
+enum Fixtures {
+    static let container = "iCloud.com.example.tests"
+
+    static func configuration(
+        _ path: String, durability: Durability = .unsafeNoSync, clock: any LedgerClock = SteppingClock()
+    ) -> EventLog.Configuration {
+        EventLog.Configuration(path: path, durability: durability, clock: clock)
+    }
+
+    static func draft(_ text: String, type: String = "shareledger.test.Note") -> EventDraft {
+        EventDraft(type: type, payload: Array(text.utf8))
+    }
+
+    static func metadata(_ actor: String = "tester", id: UUID = UUID()) -> CommandMetadata {
+        CommandMetadata(commandID: id, container: container, actor: actor)
+    }
+}
+
+/// Finds an executable this package builds (the tests depend on its target, so `swift test` builds it).
+func builtProduct(_ name: String) -> URL {
+    let fileManager = FileManager.default
+    var candidates: [URL] = []
+    // The test runner lives in the build products directory (.build/<config>/...xctest).
+    let runner = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    var directory = runner.deletingLastPathComponent()
+    for _ in 0..<4 {
+        candidates.append(directory.appendingPathComponent(name))
+        directory = directory.deletingLastPathComponent()
+    }
+    // Fall back to the package's .build directory.
+    var root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    while root.path != "/" && !fileManager.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
+        root = root.deletingLastPathComponent()
+    }
+    for configuration in ["debug", "release"] {
+        candidates.append(root.appendingPathComponent(".build/\(configuration)/\(name)"))
+    }
+    for candidate in candidates where fileManager.isExecutableFile(atPath: candidate.path) {
+        return candidate
+    }
+    fatalError("cannot find the built product \(name); looked at \(candidates.map(\.path))")
+}
+
+/// Runs a built product to completion and returns its exit status and standard output.
+func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+    let process = Process()
+    process.executableURL = builtProduct(name)
+    process.arguments = arguments
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    try process.run()
+    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    let errData = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+}
