@@ -75,6 +75,7 @@ let package = Package(
             dependencies: [
                 "ShareLedger",
                 "LMDB",
+                .product(name: "Crypto", package: "swift-crypto"),
                 // Depended on so that `swift test` builds the binaries the tests run as child processes.
                 "ShareLedgerCLI",
                 "ShareLedgerCrashChild",

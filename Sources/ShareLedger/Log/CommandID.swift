@@ -6,26 +6,44 @@ import Synchronization
 /// 48 bits of Unix milliseconds, then a 12-bit counter that orders ids made in the same millisecond
 /// (RFC 9562, method 1), then 62 random bits. Ids made one after another sort one after another, so
 /// the idempotency index grows at its right edge instead of dirtying a random page per command.
+///
+/// The random bits come from a SplitMix64 stream seeded once from the system's random source: ids
+/// must be unique, not secret (share URL tokens, which must be unguessable, use the system CSPRNG
+/// directly).
 public enum CommandID {
-    private static let state = Mutex<(millis: UInt64, counter: UInt16)>((0, 0))
+    private struct State {
+        var millis: UInt64 = 0
+        var counter: UInt16 = 0
+        var random: UInt64 = {
+            var system = SystemRandomNumberGenerator()
+            return system.next()
+        }()
+    }
+
+    private static let state = Mutex(State())
 
     /// A new time-ordered id.
     public static func make() -> UUID {
         var spec = timespec()
         clock_gettime(CLOCK_REALTIME, &spec)
         let now = UInt64(spec.tv_sec) * 1_000 + UInt64(spec.tv_nsec) / 1_000_000
-        let (millis, counter) = state.withLock { state -> (UInt64, UInt16) in
+        let (millis, counter, low) = state.withLock { state -> (UInt64, UInt16, UInt64) in
             if now > state.millis {
-                state = (now, 0)
+                state.millis = now
+                state.counter = 0
             } else if state.counter < 0x0FFF {
                 state.counter += 1
             } else {
-                state = (state.millis + 1, 0)  // counter exhausted: borrow the next millisecond
+                state.millis += 1  // counter exhausted: borrow the next millisecond
+                state.counter = 0
             }
-            return state
+            // SplitMix64.
+            state.random &+= 0x9E37_79B9_7F4A_7C15
+            var z = state.random
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return (state.millis, state.counter, z ^ (z >> 31))
         }
-        var random = SystemRandomNumberGenerator()
-        let low = random.next() as UInt64
         var bytes = [UInt8](repeating: 0, count: 16)
         for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: millis >> (40 - 8 * UInt64(index))) }
         bytes[6] = 0x70 | UInt8(counter >> 8)

@@ -7,32 +7,125 @@ import SwiftProtobuf
 /// Stored value = canonical bytes ‖ `0x7A 0x20` ‖ hash, where the canonical bytes are the
 /// `shareledger.v1.EventEnvelope` message serialized without its `hash` field, and
 /// hash = SHA-256(previous hash ‖ canonical bytes).
-enum EnvelopeCodec {
+package enum EnvelopeCodec {
     /// The tag byte of field 15 (`hash`, wire type 2): (15 << 3) | 2.
     static let hashTag: UInt8 = 0x7A
     /// Bytes after the canonical bytes: tag, length (32), hash.
     static let hashSuffixLength = 34
 
     /// The fields of a new entry, before it has a hash.
-    struct Fields {
-        var position: UInt64
-        var recordedAtMicros: Int64
-        var container: String
-        var actor: String
-        var commandID: UUID
-        var correlationID: UUID?
-        var causationID: UUID?
-        var schemaVersion: UInt32
-        var stream: String
-        var streamVersion: UInt64
-        var streamPreviousPosition: UInt64
-        var eventType: String
-        var payload: [UInt8]
-        var previousHash: [UInt8]
+    package struct Fields {
+        package var position: UInt64
+        package var recordedAtMicros: Int64
+        package var container: String
+        package var actor: String
+        package var commandID: UUID
+        package var correlationID: UUID?
+        package var causationID: UUID?
+        package var schemaVersion: UInt32
+        package var stream: String
+        package var streamVersion: UInt64
+        package var streamPreviousPosition: UInt64
+        package var eventType: String
+        package var payload: [UInt8]
+        package var previousHash: [UInt8]
+
+        package init(
+            position: UInt64, recordedAtMicros: Int64, container: String, actor: String, commandID: UUID,
+            correlationID: UUID?, causationID: UUID?, schemaVersion: UInt32, stream: String, streamVersion: UInt64,
+            streamPreviousPosition: UInt64, eventType: String, payload: [UInt8], previousHash: [UInt8]
+        ) {
+            self.position = position
+            self.recordedAtMicros = recordedAtMicros
+            self.container = container
+            self.actor = actor
+            self.commandID = commandID
+            self.correlationID = correlationID
+            self.causationID = causationID
+            self.schemaVersion = schemaVersion
+            self.stream = stream
+            self.streamVersion = streamVersion
+            self.streamPreviousPosition = streamPreviousPosition
+            self.eventType = eventType
+            self.payload = payload
+            self.previousHash = previousHash
+        }
     }
 
     /// Returns the stored bytes of an entry and its hash.
-    static func encode(_ fields: Fields) throws -> (stored: [UInt8], hash: [UInt8]) {
+    ///
+    /// Written by hand, field by field in field-number order with proto3 defaults left out, into one
+    /// buffer: exactly what SwiftProtobuf serializes for the same message (a test holds the two
+    /// equal), without building the intermediate message and its `Data` fields.
+    package static func encode(_ fields: Fields) -> (stored: [UInt8], hash: [UInt8]) {
+        var out = [UInt8]()
+        out.reserveCapacity(
+            96 + fields.container.utf8.count + fields.actor.utf8.count + fields.stream.utf8.count
+                + fields.eventType.utf8.count + fields.payload.count + hashSuffixLength)
+        appendVarintField(1, fields.position, to: &out)
+        appendVarintField(2, UInt64(bitPattern: fields.recordedAtMicros), to: &out)
+        appendStringField(3, fields.container, to: &out)
+        appendStringField(4, fields.actor, to: &out)
+        appendUUIDField(5, fields.commandID, to: &out)
+        if let id = fields.correlationID { appendUUIDField(6, id, to: &out) }
+        if let id = fields.causationID { appendUUIDField(7, id, to: &out) }
+        appendVarintField(8, UInt64(fields.schemaVersion), to: &out)
+        appendStringField(9, fields.stream, to: &out)
+        appendVarintField(10, fields.streamVersion, to: &out)
+        appendVarintField(11, fields.streamPreviousPosition, to: &out)
+        appendStringField(12, fields.eventType, to: &out)
+        appendBytesField(13, fields.payload, to: &out)
+        appendBytesField(14, fields.previousHash, to: &out)
+        let hash = chainHash(previous: fields.previousHash, canonical: out)
+        out.append(hashTag)
+        out.append(32)
+        out.append(contentsOf: hash)
+        return (out, hash)
+    }
+
+    @inline(__always)
+    private static func appendVarint(_ value: UInt64, to out: inout [UInt8]) {
+        var value = value
+        while value >= 0x80 {
+            out.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        out.append(UInt8(value))
+    }
+
+    @inline(__always)
+    private static func appendVarintField(_ number: UInt64, _ value: UInt64, to out: inout [UInt8]) {
+        guard value != 0 else { return }  // proto3: a default is not written
+        appendVarint(number << 3, to: &out)
+        appendVarint(value, to: &out)
+    }
+
+    @inline(__always)
+    private static func appendBytesField(_ number: UInt64, _ bytes: [UInt8], to out: inout [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        appendVarint(number << 3 | 2, to: &out)
+        appendVarint(UInt64(bytes.count), to: &out)
+        out.append(contentsOf: bytes)
+    }
+
+    @inline(__always)
+    private static func appendStringField(_ number: UInt64, _ string: String, to out: inout [UInt8]) {
+        let count = string.utf8.count
+        guard count > 0 else { return }
+        appendVarint(number << 3 | 2, to: &out)
+        appendVarint(UInt64(count), to: &out)
+        out.append(contentsOf: string.utf8)
+    }
+
+    @inline(__always)
+    private static func appendUUIDField(_ number: UInt64, _ id: UUID, to out: inout [UInt8]) {
+        appendVarint(number << 3 | 2, to: &out)
+        out.append(16)
+        withUnsafeBytes(of: id.uuid) { out.append(contentsOf: $0) }
+    }
+
+    /// The same entry serialized by SwiftProtobuf, for the test that holds ``encode(_:)`` to it.
+    package static func encodeWithSwiftProtobuf(_ fields: Fields) throws -> [UInt8] {
         var message = Shareledger_V1_EventEnvelope()
         message.position = fields.position
         message.recordedAtMicros = fields.recordedAtMicros
@@ -48,13 +141,8 @@ enum EnvelopeCodec {
         message.eventType = fields.eventType
         message.payload = Data(fields.payload)
         message.previousHash = Data(fields.previousHash)
-        var stored: [UInt8] = try message.serializedBytes()
-        let hash = chainHash(previous: fields.previousHash, canonical: stored)
-        stored.reserveCapacity(stored.count + hashSuffixLength)
-        stored.append(hashTag)
-        stored.append(32)
-        stored.append(contentsOf: hash)
-        return (stored, hash)
+        message.hash = Data(chainHash(previous: fields.previousHash, canonical: try message.serializedBytes() as [UInt8]))
+        return try message.serializedBytes()
     }
 
     /// SHA-256(previous ‖ canonical).

@@ -145,7 +145,9 @@ public final class EventLog: Sendable {
             throw LedgerError(
                 .invalidArguments, "the \(what) is \(count) bytes long; the limit is \(Limits.maxNameBytes) bytes")
         }
-        guard !value.utf8.contains(0) else {
+        let hasNUL =
+            value.utf8.withContiguousStorageIfAvailable { $0.contains(0) } ?? value.utf8.contains(0)
+        guard !hasNUL else {
             throw LedgerError(.invalidArguments, "the \(what) contains a NUL character")
         }
     }

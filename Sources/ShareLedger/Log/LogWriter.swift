@@ -153,7 +153,11 @@ final class LogWriter: @unchecked Sendable {
     private func nextBatch() -> [Submission]? {
         if pending.load(ordering: .acquiring) == 0 {
             let deadline = ContinuousClock.now + spinBeforeSleep
-            while pending.load(ordering: .acquiring) == 0 && ContinuousClock.now < deadline {}
+            var spins = 0
+            while pending.load(ordering: .acquiring) == 0 {
+                spins &+= 1
+                if spins & 63 == 0 && ContinuousClock.now >= deadline { break }
+            }
         }
         return lock.withLock { () -> [Submission]? in
             while (queue.isEmpty || paused) && !stopping { lock.wait() }
@@ -243,7 +247,7 @@ final class LogWriter: @unchecked Sendable {
         for draft in command.events {
             position += 1
             version += 1
-            let (stored, hash) = try EnvelopeCodec.encode(
+            let (stored, hash) = EnvelopeCodec.encode(
                 EnvelopeCodec.Fields(
                     position: position, recordedAtMicros: recordedAt, container: metadata.container,
                     actor: metadata.actor, commandID: metadata.commandID, correlationID: metadata.correlationID,

@@ -1,0 +1,110 @@
+import Crypto
+import Foundation
+import LMDB
+import ShareLedger
+import Testing
+
+/// Pins the stored format of the log byte for byte: the worked example of `docs/log-format.md`.
+/// The canonical bytes are built here by hand from the documented field list (not with SwiftProtobuf),
+/// so a change in the encoder or the recipe fails this test.
+@Suite("Log format")
+struct LogFormatTests {
+    static let commandID = UUID(uuidString: "0189F2B2-1C4E-7A3B-8D2F-6C1E5B4A3F20")!
+    static let recordedAt: Int64 = 1_700_000_000_000_000
+
+    private func varint(_ value: UInt64) -> [UInt8] {
+        var value = value
+        var out: [UInt8] = []
+        while value >= 0x80 {
+            out.append(UInt8(value & 0x7F) | 0x80)
+            value >>= 7
+        }
+        out.append(UInt8(value))
+        return out
+    }
+
+    private func field(_ number: UInt64, varint value: UInt64) -> [UInt8] { varint(number << 3) + varint(value) }
+    private func field(_ number: UInt64, bytes: [UInt8]) -> [UInt8] {
+        varint(number << 3 | 2) + varint(UInt64(bytes.count)) + bytes
+    }
+
+    @Test("the worked example: stored bytes and hash of the first event")
+    func workedExample() async throws {
+        let dir = TemporaryDirectory()
+        do {
+            let log = try EventLog.open(
+                EventLog.Configuration(path: dir.path, durability: .unsafeNoSync, clock: FixedClock(micros: Self.recordedAt)))
+            try await log.append(
+                [EventDraft(type: "shareledger.demo.Note", schemaVersion: 1, payload: Array("hello, ledger".utf8))],
+                to: "share/demo", expectedVersion: .noStream,
+                metadata: CommandMetadata(commandID: Self.commandID, container: "iCloud.com.example.notes", actor: "_alice"))
+            await log.close()
+        }
+        let env = try Environment(options: EnvironmentOptions(path: dir.path, readOnly: true))
+        let databases = try env.openDatabases([("log", []), ("meta", [])])
+        let stored = try #require(try env.read { txn in try txn.get(databases[0], key: BigEndian.bytes(of: UInt64(1))) })
+        let head = try #require(try env.read { txn in try txn.get(databases[1], key: Array("head".utf8)) })
+
+        let commandIDBytes = withUnsafeBytes(of: Self.commandID.uuid) { Array($0) }
+        let canonical: [UInt8] =
+            field(1, varint: 1)
+            + field(2, varint: UInt64(Self.recordedAt))
+            + field(3, bytes: Array("iCloud.com.example.notes".utf8))
+            + field(4, bytes: Array("_alice".utf8))
+            + field(5, bytes: commandIDBytes)
+            + field(8, varint: 1)
+            + field(9, bytes: Array("share/demo".utf8))
+            + field(10, varint: 1)
+            + field(12, bytes: Array("shareledger.demo.Note".utf8))
+            + field(13, bytes: Array("hello, ledger".utf8))
+            + field(14, bytes: [UInt8](repeating: 0, count: 32))
+        let hash = Array(SHA256.hash(data: [UInt8](repeating: 0, count: 32) + canonical))
+        #expect(stored == canonical + [0x7A, 0x20] + hash)
+        // The value in docs/log-format.md, cross-checked there with Python's hashlib.
+        #expect(EventHash(bytes: hash)?.hex == "3222a59519d1838db829d7db233bd604a9409cf1c84200cd394d62940dd67d60")
+        #expect(canonical.count == 151)
+        #expect(head == BigEndian.bytes(of: UInt64(1)) + hash + BigEndian.bytes(of: UInt64(Self.recordedAt)))
+    }
+}
+
+@Suite("Envelope encoder")
+struct EnvelopeEncoderTests {
+    @Test("the hand-written encoder writes exactly what SwiftProtobuf writes", arguments: 0..<200)
+    func matchesSwiftProtobuf(seed: Int) throws {
+        var random = SplitMix64(state: UInt64(seed) &* 0x9E37_79B9 &+ 1)
+        func text(_ max: Int) -> String {
+            let alphabet = Array("abcXYZ019_./-é€😀")
+            return String((0..<Int.random(in: 0...max, using: &random)).map { _ in alphabet.randomElement(using: &random)! })
+        }
+        func bytes(_ max: Int) -> [UInt8] { (0..<Int.random(in: 0...max, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) } }
+        func uuid() -> UUID { UUID(uuid: withUnsafeBytes(of: (random.next(), random.next())) { $0.loadUnaligned(as: uuid_t.self) }) }
+        let edge: [UInt64] = [0, 1, 127, 128, 16_383, 16_384, UInt64(UInt32.max), UInt64.max]
+        func number() -> UInt64 { Bool.random(using: &random) ? edge.randomElement(using: &random)! : random.next() >> UInt64.random(in: 0...63, using: &random) }
+        let fields = EnvelopeCodec.Fields(
+            position: number(), recordedAtMicros: Int64(bitPattern: number()), container: text(40), actor: text(20),
+            commandID: uuid(), correlationID: Bool.random(using: &random) ? uuid() : nil,
+            causationID: Bool.random(using: &random) ? uuid() : nil, schemaVersion: UInt32(truncatingIfNeeded: number()),
+            stream: text(60), streamVersion: number(), streamPreviousPosition: number(), eventType: text(50),
+            payload: bytes(seed.isMultiple(of: 50) ? 300_000 : 600), previousHash: (0..<32).map { _ in UInt8.random(in: 0...255, using: &random) })
+        let (stored, hash) = EnvelopeCodec.encode(fields)
+        #expect(stored == (try EnvelopeCodec.encodeWithSwiftProtobuf(fields)))
+        #expect(Array(stored.suffix(32)) == hash)
+    }
+}
+
+@Suite("Command ids")
+struct CommandIDTests {
+    @Test("default command ids are UUIDv7, unique, and sort in the order they were made")
+    func timeOrdered() {
+        let ids = (0..<20_000).map { _ in CommandID.make() }
+        #expect(Set(ids).count == ids.count)
+        let bytes = ids.map { id in withUnsafeBytes(of: id.uuid) { Array($0) } }
+        for (earlier, later) in zip(bytes, bytes.dropFirst()) {
+            #expect(earlier.lexicographicallyPrecedes(later))
+        }
+        for id in bytes.prefix(100) {
+            #expect(id[6] >> 4 == 7, "version 7")
+            #expect(id[8] >> 6 == 0b10, "RFC 9562 variant")
+        }
+    }
+}
