@@ -44,42 +44,33 @@ struct BenchCommand: AsyncParsableCommand {
     func run() async throws {
         let root = URL(fileURLWithPath: path)
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        let callers = 64
         let perCaller = quick ? 200 : 1_000
         let singleAppends = quick ? 2_000 : 10_000
         var samples: [String: [Double]] = [:]
         for round in 1...repeats {
             let bench = AppendBench(root: root, round: round, durability: durability)
-            Output.progress("round \(round)/\(repeats): 64 concurrent callers")
-            let concurrent = try await bench.concurrent(callers: callers, perCaller: perCaller)
-            Output.progress("round \(round)/\(repeats): raw replay of \(concurrent.commitSizes.count) commits")
-            let concurrentRaw = try bench.rawReplay(
-                name: "concurrent-raw", commitSizes: concurrent.commitSizes, valueSize: concurrent.valueSize)
-            let concurrentRawSame = try bench.rawReplay(
-                name: "concurrent-raw-same", commitSizes: concurrent.commitSizes, valueSize: concurrent.valueSize,
-                sameWrites: true)
-            Output.progress("round \(round)/\(repeats): single caller")
-            let single = try await bench.concurrent(callers: 1, perCaller: singleAppends)
-            Output.progress("round \(round)/\(repeats): raw one-record commits")
-            let singleRaw = try bench.rawReplay(
-                name: "single-raw", commitSizes: single.commitSizes, valueSize: single.valueSize)
-            let singleRawSame = try bench.rawReplay(
-                name: "single-raw-same", commitSizes: single.commitSizes, valueSize: single.valueSize,
-                sameWrites: true, streams: 1)
+            let concurrent = try await bench.interleaved(name: "concurrent", callers: 64, perCaller: perCaller) {
+                Output.progress("round \(round)/\(repeats): 64 concurrent callers, segment \($0)/\($1)")
+            }
+            let single = try await bench.interleaved(name: "single", callers: 1, perCaller: singleAppends) {
+                Output.progress("round \(round)/\(repeats): one caller, segment \($0)/\($1)")
+            }
             Output.endProgress()
-            let round: [String: Double] = [
+            let figures: [String: Double] = [
                 "append.concurrent64.perSecond": concurrent.perSecond,
-                "append.concurrent64.rawPerSecond": concurrentRaw,
-                "append.concurrent64.ratio": concurrent.perSecond / concurrentRaw,
+                "append.concurrent64.rawPerSecond": concurrent.rawPerSecond,
+                "append.concurrent64.rawSameWritesPerSecond": concurrent.rawSameWritesPerSecond,
+                "append.concurrent64.ratio": concurrent.perSecond / concurrent.rawPerSecond,
+                "append.concurrent64.ratioToSameWrites": concurrent.perSecond / concurrent.rawSameWritesPerSecond,
                 "append.concurrent64.meanCommitSize": concurrent.meanCommitSize,
-                "append.concurrent64.rawSameWritesPerSecond": concurrentRawSame,
-                "append.single.rawSameWritesPerSecond": singleRawSame,
                 "append.single.perSecond": single.perSecond,
-                "append.single.rawPerSecond": singleRaw,
-                "append.single.ratio": single.perSecond / singleRaw,
+                "append.single.rawPerSecond": single.rawPerSecond,
+                "append.single.rawSameWritesPerSecond": single.rawSameWritesPerSecond,
+                "append.single.ratio": single.perSecond / single.rawPerSecond,
+                "append.single.ratioToSameWrites": single.perSecond / single.rawSameWritesPerSecond,
                 "append.storedBytesPerEvent": Double(concurrent.valueSize),
             ]
-            for (name, value) in round { samples[name, default: []].append(value) }
+            for (name, value) in figures { samples[name, default: []].append(value) }
             try? FileManager.default.removeItem(at: bench.directory)
         }
         let report = Report(
@@ -88,12 +79,12 @@ struct BenchCommand: AsyncParsableCommand {
         if json {
             Output.printJSON(report)
         } else {
-            print("figure                                    median          min          max")
+            print("figure".rightPad(44) + "median".leftPad(12) + "min".leftPad(13) + "max".leftPad(13))
             for name in report.figures.keys.sorted() {
                 let cells = [report.figures[name]!, report.minimum[name]!, report.maximum[name]!].map {
                     Output.grouped($0).leftPad(12)
                 }
-                print(name.rightPad(38) + cells.joined(separator: " "))
+                print(name.rightPad(44) + cells.joined(separator: " "))
             }
         }
     }
@@ -106,10 +97,12 @@ struct BenchCommand: AsyncParsableCommand {
     }
 }
 
-/// The append measurements of one round.
+/// The append measurements of one round: the ledger and its two raw LMDB baselines, run in
+/// alternating segments so that drift in the machine's flush times touches all three alike.
 struct AppendBench {
     let directory: URL
     let durability: Durability
+    static let segments = 8
 
     init(root: URL, round: Int, durability: Durability) {
         self.durability = durability
@@ -117,68 +110,104 @@ struct AppendBench {
         try? FileManager.default.removeItem(at: directory)
     }
 
-    struct LedgerFigures {
+    struct Figures {
         var perSecond: Double
-        var commitSizes: [Int]
+        var rawPerSecond: Double
+        var rawSameWritesPerSecond: Double
+        var meanCommitSize: Double
         var valueSize: Int
-        var meanCommitSize: Double { Double(commitSizes.reduce(0, +)) / Double(max(1, commitSizes.count)) }
     }
 
-    /// `callers` tasks, each awaiting `perCaller` durable appends of one 200-byte event.
-    func concurrent(callers: Int, perCaller: Int) async throws -> LedgerFigures {
+    /// `callers` tasks, each awaiting `perCaller` appends of one 200-byte event to its own stream, in
+    /// segments; after each ledger segment, its commits are replayed against both raw baselines.
+    func interleaved(
+        name: String, callers: Int, perCaller: Int, progress: (Int, Int) -> Void
+    ) async throws -> Figures {
         var configuration = EventLog.Configuration(
-            path: directory.appendingPathComponent("ledger-\(callers)").path, durability: durability,
+            path: directory.appendingPathComponent("\(name)-ledger").path, durability: durability,
             initialMapSize: 1 << 30)
         configuration.recordsCommitSizes = true
         let log = try EventLog.open(configuration)
+        let raw = try RawReplayer(path: directory.appendingPathComponent("\(name)-raw").path, durability: durability)
+        let rawSame = try RawReplayer(
+            path: directory.appendingPathComponent("\(name)-raw-same").path, durability: durability,
+            sameWrites: true, streams: callers)
         let payload = (0..<200).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }
-        let started = ContinuousClock.now
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for caller in 0..<callers {
-                group.addTask {
-                    let metadataBase = CommandMetadata(container: "iCloud.com.example.bench", actor: "caller-\(caller)")
-                    for _ in 0..<perCaller {
-                        var metadata = metadataBase
-                        metadata.commandID = CommandID.make()
-                        try await log.append(
-                            [EventDraft(type: "shareledger.bench.Payload", payload: payload)],
-                            to: "bench/\(caller)", metadata: metadata)
+        let segments = min(Self.segments, perCaller)
+        var ledgerSeconds = 0.0
+        var rawSeconds = 0.0
+        var rawSameSeconds = 0.0
+        var events = 0
+        var valueSize = 0
+        for segment in 0..<segments {
+            progress(segment + 1, segments)
+            let count = perCaller / segments + (segment < perCaller % segments ? 1 : 0)
+            let commitsBefore = log.commitSizes().count
+            let started = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for caller in 0..<callers {
+                    group.addTask {
+                        for _ in 0..<count {
+                            try await log.append(
+                                [EventDraft(type: "shareledger.bench.Payload", payload: payload)],
+                                to: "bench/\(caller)",
+                                metadata: CommandMetadata(container: "iCloud.com.example.bench", actor: "caller-\(caller)"))
+                        }
                     }
                 }
+                try await group.waitForAll()
             }
-            try await group.waitForAll()
+            ledgerSeconds += (ContinuousClock.now - started).seconds
+            events += callers * count
+            if valueSize == 0 { valueSize = try log.storedSize(at: 1) ?? 0 }
+            let sizes = Array(log.commitSizes()[commitsBefore...])
+            rawSeconds += try raw.replay(sizes, valueSize: valueSize)
+            rawSameSeconds += try rawSame.replay(sizes, valueSize: valueSize)
         }
-        let seconds = (ContinuousClock.now - started).seconds
-        let sizes = log.commitSizes()
-        let valueSize = try log.storedSize(at: 1) ?? 0
+        let allSizes = log.commitSizes()
         await log.close()
-        return LedgerFigures(
-            perSecond: Double(callers * perCaller) / seconds, commitSizes: sizes, valueSize: valueSize)
+        raw.close()
+        rawSame.close()
+        return Figures(
+            perSecond: Double(events) / ledgerSeconds, rawPerSecond: Double(events) / rawSeconds,
+            rawSameWritesPerSecond: Double(events) / rawSameSeconds,
+            meanCommitSize: Double(allSizes.reduce(0, +)) / Double(max(1, allSizes.count)), valueSize: valueSize)
+    }
+}
+
+/// Replays a commit pattern against a bare LMDB environment: one write transaction per commit (same
+/// durability), `MDB_APPEND` cursor puts of same-sized values under 8-byte big-endian keys.
+///
+/// With `sameWrites`, each record also gets the other writes the ledger makes for it, as bare puts:
+/// a 20-byte idempotency record under a time-ordered 41-byte key, a 16-byte stream record under one
+/// of `streams` keys, and per commit a 48-byte head record.
+final class RawReplayer {
+    let environment: Environment
+    let log: Database
+    let meta: Database
+    let commands: Database
+    let streams: Database
+    let sameWrites: Bool
+    let streamKeys: [[UInt8]]
+    let prefix: [UInt8] = Array("iCloud.com.example.bench".utf8) + [0]
+    var position: UInt64 = 0
+
+    init(path: String, durability: Durability, sameWrites: Bool = false, streams: Int = 1) throws {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        environment = try Environment(options: EnvironmentOptions(path: path, mapSize: 1 << 30, durability: durability.rawSyncMode))
+        let databases = try environment.openDatabases([("log", []), ("meta", []), ("commands", []), ("streams", [])])
+        (log, meta, commands, self.streams) = (databases[0], databases[1], databases[2], databases[3])
+        self.sameWrites = sameWrites
+        let prefix = self.prefix
+        streamKeys = (0..<max(1, streams)).map { prefix + Array("bench/\($0)".utf8) }
     }
 
-    /// Replays `commitSizes` against a bare LMDB environment: one write transaction per commit (same
-    /// durability), `MDB_APPEND` cursor puts of `valueSize`-byte values under 8-byte big-endian keys.
-    ///
-    /// With `sameWrites`, each record also gets the other writes the ledger makes for it, as bare puts:
-    /// a 20-byte idempotency record under a time-ordered 41-byte key, a 16-byte stream record under one
-    /// of `streams` keys, and per commit a 48-byte head record.
-    func rawReplay(
-        name: String, commitSizes: [Int], valueSize: Int, sameWrites: Bool = false, streams: Int = 64
-    ) throws -> Double {
-        let path = directory.appendingPathComponent(name).path
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        let environment = try Environment(
-            options: EnvironmentOptions(path: path, mapSize: 1 << 30, durability: durability.rawSyncMode))
-        defer { environment.close() }
-        let databases = try environment.openDatabases([("log", []), ("meta", []), ("commands", []), ("streams", [])])
-        let (log, meta, commands, streamsDB) = (databases[0], databases[1], databases[2], databases[3])
+    /// Replays `commitSizes`; returns the seconds it took.
+    func replay(_ commitSizes: [Int], valueSize: Int) throws -> Double {
         let value = [UInt8](repeating: 0xA5, count: valueSize)
         let commandValue = [UInt8](repeating: 1, count: 20)
         let streamValue = [UInt8](repeating: 2, count: 16)
         let headValue = [UInt8](repeating: 3, count: 48)
-        let prefix = Array("iCloud.com.example.bench".utf8) + [0]
-        let streamKeys = (0..<streams).map { prefix + Array("bench/\($0)".utf8) }
-        var position: UInt64 = 0
         let started = ContinuousClock.now
         try value.withUnsafeBytes { valueBytes in
             for size in commitSizes {
@@ -190,7 +219,7 @@ struct AppendBench {
                             if sameWrites {
                                 let commandKey = prefix + BigEndian.bytes(of: position) + BigEndian.bytes(of: position)
                                 try txn.put(commands, key: commandKey, value: commandValue)
-                                try txn.put(streamsDB, key: streamKeys[Int(position) % streams], value: streamValue)
+                                try txn.put(streams, key: streamKeys[Int(position) % streamKeys.count], value: streamValue)
                             }
                         }
                     }
@@ -198,9 +227,10 @@ struct AppendBench {
                 }
             }
         }
-        let seconds = (ContinuousClock.now - started).seconds
-        return Double(commitSizes.reduce(0, +)) / seconds
+        return (ContinuousClock.now - started).seconds
     }
+
+    func close() { environment.close() }
 }
 
 extension Durability: ExpressibleByArgument {
