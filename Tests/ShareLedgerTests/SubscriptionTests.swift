@@ -46,21 +46,24 @@ struct SubscriptionTests {
         let dir = TemporaryDirectory()
         let log = try EventLog.open(Fixtures.configuration(dir.path))
         try await log.append([Fixtures.draft("a")], to: "s", metadata: Fixtures.metadata())
+        let cancelledSeen = Counter()
         let cancelled = Task {
-            var count = 0
-            for try await _ in log.events(after: .start) { count += 1 }
-            return count
+            for try await _ in log.events(after: .start) { cancelledSeen.increment() }
+            return cancelledSeen.value
         }
-        try await Task.sleep(for: .milliseconds(50))
+        // Cancel once it has delivered the event and is (or is about to be) waiting for the next.
+        while cancelledSeen.value < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        try await Task.sleep(for: .milliseconds(20))
         cancelled.cancel()
         #expect(try await cancelled.value == 1)
 
+        let closingSeen = Counter()
         let closing = Task {
-            var count = 0
-            for try await _ in log.events(after: .start) { count += 1 }
-            return count
+            for try await _ in log.events(after: .start) { closingSeen.increment() }
+            return closingSeen.value
         }
-        try await Task.sleep(for: .milliseconds(50))
+        while closingSeen.value < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        try await Task.sleep(for: .milliseconds(20))
         await log.close()
         #expect(try await closing.value == 1)
     }

@@ -1,5 +1,13 @@
 import Foundation
 import ShareLedger
+import Synchronization
+
+/// A thread-safe counter for tests that watch a task from outside.
+final class Counter: Sendable {
+    private let count = Mutex(0)
+    func increment() { count.withLock { $0 += 1 } }
+    var value: Int { count.withLock { $0 } }
+}
 
 /// A clock that starts at a fixed instant and moves 1 ms each time it is read, so tests are deterministic.
 final class SteppingClock: LedgerClock, @unchecked Sendable {

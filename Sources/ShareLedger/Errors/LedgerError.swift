@@ -33,6 +33,7 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
             self.name = name
         }
 
+        /// The code's name.
         public var description: String { name }
 
         /// Lets `catch LedgerError.unknownItem` (or `catch LedgerError.Code.unknownItem`) match an error
@@ -41,7 +42,9 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
             (error as? LedgerError)?.code == code
         }
 
+        /// Codes are equal when their numbers are.
         public static func == (lhs: Code, rhs: Code) -> Bool { lhs.rawValue == rhs.rawValue }
+        /// Hashes the number.
         public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 
         // MARK: CloudKit's codes (CKError.Code numbers)
@@ -130,6 +133,7 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
         self.underlying = underlying
     }
 
+    /// The code's name and number, the message, and the underlying error if any.
     public var description: String {
         var text = "\(code.name) (\(code.rawValue)): \(message)"
         if let underlying { text += " [\(underlying)]" }

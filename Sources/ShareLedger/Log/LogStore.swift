@@ -50,8 +50,8 @@ final class LogStore: Sendable {
         if !fileManager.fileExists(atPath: path, isDirectory: &isDirectory) {
             guard create else {
                 throw LedgerError(
-                    .notALedger, "there is no ledger at \(path): the directory does not exist; create one with "
-                        + "createIfMissing (CLI: a command that writes, such as `share-ledger demo --path \(path)`)")
+                    .notALedger, "there is no ledger at \(path): the directory does not exist (open with "
+                        + "createIfMissing to create a new ledger there)")
             }
             do {
                 try fileManager.createDirectory(atPath: path, withIntermediateDirectories: true)

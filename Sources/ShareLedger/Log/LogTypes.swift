@@ -18,7 +18,9 @@ public struct LogPosition: RawRepresentable, Sendable, Hashable, Comparable, Cod
     /// Before the first event.
     public static let start = LogPosition(0)
 
+    /// Orders positions by number.
     public static func < (lhs: LogPosition, rhs: LogPosition) -> Bool { lhs.rawValue < rhs.rawValue }
+    /// The number, in decimal.
     public var description: String { String(rawValue) }
 }
 
@@ -67,6 +69,7 @@ public struct EventHash: Sendable, Hashable, Codable, CustomStringConvertible {
 
     /// The 64 lowercase hexadecimal digits.
     public var hex: String { EventHash.hex(bytes) }
+    /// The 64 lowercase hexadecimal digits.
     public var description: String { hex }
 
     static func hex(_ bytes: some Collection<UInt8>) -> String {
@@ -89,6 +92,7 @@ public struct EventHash: Sendable, Hashable, Codable, CustomStringConvertible {
         }
     }
 
+    /// Decodes a hash from its 64 hexadecimal digits.
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         guard let hash = EventHash(hex: text) else {
@@ -97,6 +101,7 @@ public struct EventHash: Sendable, Hashable, Codable, CustomStringConvertible {
         self = hash
     }
 
+    /// Encodes the hash as its 64 hexadecimal digits.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(hex)
@@ -181,6 +186,7 @@ public enum ExpectedVersion: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The expectation in words, for messages.
     public var description: String {
         switch self {
         case .any: return "any"
