@@ -65,9 +65,15 @@ let package = Package(
             dependencies: ["ShareLedger"],
             swiftSettings: strictSettings
         ),
+        // Helpers the test targets share (a temporary directory per test).
+        .target(
+            name: "TestSupport",
+            path: "Tests/TestSupport",
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "LMDBTests",
-            dependencies: ["LMDB", "CLMDB"],
+            dependencies: ["LMDB", "CLMDB", "TestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -75,6 +81,7 @@ let package = Package(
             dependencies: [
                 "ShareLedger",
                 "LMDB",
+                "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 // Depended on so that `swift test` builds the binaries the tests run as child processes.
                 "ShareLedgerCLI",

@@ -1,6 +1,7 @@
 import CLMDB
 import Foundation
 import LMDB
+import TestSupport
 import Testing
 
 @Suite("LMDB wrapper")

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import TestSupport
 import Testing
 
 @Suite("share-ledger command")

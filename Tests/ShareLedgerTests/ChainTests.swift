@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 import ShareLedger
+import TestSupport
 import Testing
 
 /// Tampering with the stored log, as someone with write access to the files would, and checking that

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import TestSupport
 import Testing
 
 #if canImport(Glibc)

@@ -2,6 +2,7 @@ import Foundation
 import LMDB
 import ShareLedger
 import Synchronization
+import TestSupport
 import Testing
 
 /// The documented way to catch one code: `catch LedgerError.wrongExpectedVersion`.
@@ -130,19 +131,12 @@ struct EventLogTests {
     @Test("duplicates of one command id inside one group commit are applied once")
     func duplicatesInOneBatch() async throws {
         let dir = TemporaryDirectory()
-        var configuration = Fixtures.configuration(dir.path)
-        configuration.recordsCommitSizes = true
-        let log = try EventLog.open(configuration)
+        let log = try Fixtures.batchingLog(dir.path)
         let metadata = Fixtures.metadata()
-        log.setWriterPaused(true)
-        let results = try await withThrowingTaskGroup(of: AppendResult.self) { group in
-            for _ in 0..<10 {
-                group.addTask { try await log.append([Fixtures.draft("x")], to: "s", metadata: metadata) }
-            }
-            while log.queuedCommands < 10 { try await Task.sleep(for: .milliseconds(1)) }
-            log.setWriterPaused(false)
-            return try await group.reduce(into: []) { $0.append($1) }
+        let outcomes = await appendInOneBatch(log, count: 10) { _ throws(LedgerError) in
+            try await log.append([Fixtures.draft("x")], to: "s", metadata: metadata)
         }
+        let results = try outcomes.values.map { try $0.get() }
         #expect(log.commitSizes() == [1])
         #expect(results.filter { !$0.wasAlreadyApplied }.count == 1)
         #expect(Set(results.map(\.positions)).count == 1)
@@ -179,28 +173,13 @@ struct EventLogTests {
     @Test("a refused command in a group commit leaves no trace and does not disturb the others")
     func failuresDoNotDisturbTheBatch() async throws {
         let dir = TemporaryDirectory()
-        var configuration = Fixtures.configuration(dir.path)
-        configuration.recordsCommitSizes = true
-        let log = try EventLog.open(configuration)
-        log.setWriterPaused(true)
-        let outcomes = await withTaskGroup(of: (Int, Result<AppendResult, LedgerError>).self) { group in
-            for index in 0..<100 {
-                group.addTask {
-                    // Odd commands expect a version their new stream cannot have.
-                    let expected: ExpectedVersion = index.isMultiple(of: 2) ? .noStream : .exact(7)
-                    do throws(LedgerError) {
-                        let result = try await log.append(
-                            [Fixtures.draft("\(index)")], to: "stream-\(index)", expectedVersion: expected,
-                            metadata: Fixtures.metadata())
-                        return (index, .success(result))
-                    } catch {
-                        return (index, .failure(error))
-                    }
-                }
-            }
-            while log.queuedCommands < 100 { try? await Task.sleep(for: .milliseconds(1)) }
-            log.setWriterPaused(false)
-            return await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+        let log = try Fixtures.batchingLog(dir.path)
+        let outcomes = await appendInOneBatch(log, count: 100) { index throws(LedgerError) in
+            // Odd commands expect a version their new stream cannot have.
+            let expected: ExpectedVersion = index.isMultiple(of: 2) ? .noStream : .exact(7)
+            return try await log.append(
+                [Fixtures.draft("\(index)")], to: "stream-\(index)", expectedVersion: expected,
+                metadata: Fixtures.metadata())
         }
         #expect(log.commitSizes() == [50], "all 100 commands were decided in one group commit")
         var positions: [UInt64] = []

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import LMDB
 import ShareLedger
+import TestSupport
 import Testing
 
 /// Pins the stored format of the log byte for byte: the worked example of `docs/log-format.md`.

@@ -1,6 +1,7 @@
 import Foundation
 import ShareLedger
 import Synchronization
+import TestSupport
 import Testing
 
 /// The library tour of README.md, as written there (only the path differs).

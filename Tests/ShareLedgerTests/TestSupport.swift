@@ -89,3 +89,34 @@ func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32,
     process.waitUntilExit()
     return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
 }
+
+extension Fixtures {
+    /// Opens a log that records the size of each group commit.
+    static func batchingLog(_ path: String) throws -> EventLog {
+        var configuration = configuration(path)
+        configuration.recordsCommitSizes = true
+        return try EventLog.open(configuration)
+    }
+}
+
+/// Submits `count` appends (made by `append(index)`) concurrently while the writer is held, then lets
+/// the writer go, so that all of them are decided in one group commit. Returns each outcome by index.
+func appendInOneBatch(
+    _ log: EventLog, count: Int, _ append: @escaping @Sendable (Int) async throws(LedgerError) -> AppendResult
+) async -> [Int: Result<AppendResult, LedgerError>] {
+    log.setWriterPaused(true)
+    return await withTaskGroup(of: (Int, Result<AppendResult, LedgerError>).self) { group in
+        for index in 0..<count {
+            group.addTask {
+                do throws(LedgerError) {
+                    return (index, .success(try await append(index)))
+                } catch {
+                    return (index, .failure(error))
+                }
+            }
+        }
+        while log.queuedCommands < count { try? await Task.sleep(for: .milliseconds(1)) }
+        log.setWriterPaused(false)
+        return await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+    }
+}

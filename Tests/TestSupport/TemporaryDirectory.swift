@@ -1,11 +1,14 @@
 import Foundation
 
 /// A fresh directory under the system's temporary directory, removed when the test is done.
-final class TemporaryDirectory: Sendable {
-    let url: URL
-    var path: String { url.path }
+public final class TemporaryDirectory: Sendable {
+    /// The directory.
+    public let url: URL
+    /// The directory's path.
+    public var path: String { url.path }
 
-    init(_ label: String = #function) {
+    /// Creates a fresh directory named after the calling test.
+    public init(_ label: String = #function) {
         let safe = label.filter { $0.isLetter || $0.isNumber }
         url = FileManager.default.temporaryDirectory
             .appendingPathComponent("shareledger-tests", isDirectory: true)
@@ -14,10 +17,10 @@ final class TemporaryDirectory: Sendable {
     }
 
     /// A path inside the directory (not created).
-    func child(_ name: String) -> String { url.appendingPathComponent(name).path }
+    public func child(_ name: String) -> String { url.appendingPathComponent(name).path }
 
     /// A new empty directory inside this one.
-    func makeChild(_ name: String) -> String {
+    public func makeChild(_ name: String) -> String {
         let path = child(name)
         try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         return path
