@@ -23,6 +23,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "durable (default), relaxed or unsafeNoSync, for the ledger and its raw baseline alike.")
     var durability: Durability = .durable
 
+    @Option(help: "How long the writer polls for work before it sleeps, in microseconds.")
+    var writerPoll = 50
+
     @Option(help: "Repeat every measurement this many times; figures are medians, with min and max.")
     var repeats = 1
 
@@ -48,7 +51,7 @@ struct BenchCommand: AsyncParsableCommand {
         let singleAppends = quick ? 2_000 : 10_000
         var samples: [String: [Double]] = [:]
         for round in 1...repeats {
-            let bench = AppendBench(root: root, round: round, durability: durability)
+            let bench = AppendBench(root: root, round: round, durability: durability, writerPoll: writerPoll)
             let concurrent = try await bench.interleaved(name: "concurrent", callers: 64, perCaller: perCaller) {
                 Output.progress("round \(round)/\(repeats): 64 concurrent callers, segment \($0)/\($1)")
             }
@@ -102,10 +105,12 @@ struct BenchCommand: AsyncParsableCommand {
 struct AppendBench {
     let directory: URL
     let durability: Durability
+    let writerPoll: Int
     static let segments = 8
 
-    init(root: URL, round: Int, durability: Durability) {
+    init(root: URL, round: Int, durability: Durability, writerPoll: Int) {
         self.durability = durability
+        self.writerPoll = writerPoll
         directory = root.appendingPathComponent("bench-\(ProcessInfo.processInfo.processIdentifier)-\(round)")
         try? FileManager.default.removeItem(at: directory)
     }
@@ -127,6 +132,7 @@ struct AppendBench {
             path: directory.appendingPathComponent("\(name)-ledger").path, durability: durability,
             initialMapSize: 1 << 30)
         configuration.recordsCommitSizes = true
+        configuration.writerPollMicroseconds = writerPoll
         let log = try EventLog.open(configuration)
         let raw = try RawReplayer(path: directory.appendingPathComponent("\(name)-raw").path, durability: durability)
         let rawSame = try RawReplayer(

@@ -195,10 +195,12 @@ final class LogStore: Sendable {
 
     /// head = position (8, big-endian) ‖ hash (32) ‖ recorded-at micros (8, big-endian, two's complement).
     func writeHead(_ txn: borrowing Transaction, _ head: LogHead) throws {
-        try txn.put(
-            meta, key: LogStore.headKey,
-            value: BigEndian.bytes(of: head.position.rawValue) + head.hash.bytes
-                + BigEndian.bytes(of: UInt64(bitPattern: head.recordedAtMicros)))
+        try withUnsafeTemporaryAllocation(byteCount: 48, alignment: 8) { buffer in
+            buffer.storeBytes(of: head.position.rawValue.bigEndian, toByteOffset: 0, as: UInt64.self)
+            head.hash.bytes.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: buffer[8..<40]).copyMemory(from: $0) }
+            buffer.storeBytes(of: UInt64(bitPattern: head.recordedAtMicros).bigEndian, toByteOffset: 40, as: UInt64.self)
+            try LogStore.headKey.withUnsafeBytes { k in try txn.put(meta, key: k, value: UnsafeRawBufferPointer(buffer)) }
+        }
     }
 
     // MARK: - Keys
@@ -225,34 +227,46 @@ final class LogStore: Sendable {
 
     /// A stream's version and the position of its last event; (0, 0) for a stream with no events.
     func streamRecord(_ txn: borrowing Transaction, key: [UInt8]) throws -> (version: UInt64, last: UInt64) {
-        guard let bytes = try txn.get(streams, key: key) else { return (0, 0) }
-        guard bytes.count == 16, let version = BigEndian.uint64(bytes), let last = BigEndian.uint64(bytes, at: 8) else {
-            throw LedgerError(.corruptedData, "a stream record is \(bytes.count) bytes, expected 16")
+        let record = try key.withUnsafeBytes { k in
+            try txn.withValue(streams, key: k) { value -> (UInt64, UInt64) in
+                guard value.count == 16, let version = BigEndian.uint64(value), let last = BigEndian.uint64(value, at: 8)
+                else {
+                    throw LedgerError(.corruptedData, "a stream record is \(value.count) bytes, expected 16")
+                }
+                return (version, last)
+            }
         }
-        return (version, last)
+        return record ?? (0, 0)
     }
 
     func writeStreamRecord(_ txn: borrowing Transaction, key: [UInt8], version: UInt64, last: UInt64) throws {
-        try txn.put(streams, key: key, value: BigEndian.bytes(of: version) + BigEndian.bytes(of: last))
+        var record = (version.bigEndian, last.bigEndian)
+        try withUnsafeBytes(of: &record) { value in
+            try key.withUnsafeBytes { k in try txn.put(streams, key: k, value: value) }
+        }
     }
 
     /// The recorded outcome of a command id, if the ledger has seen it.
     func commandRecord(_ txn: borrowing Transaction, key: [UInt8]) throws -> (first: UInt64, count: UInt32, streamVersion: UInt64)? {
-        guard let bytes = try txn.get(commands, key: key) else { return nil }
-        return try bytes.withUnsafeBytes { raw in
-            guard raw.count == 20, let first = BigEndian.uint64(raw), let count = BigEndian.uint32(raw, at: 8),
-                let version = BigEndian.uint64(raw, at: 12)
-            else {
-                throw LedgerError(.corruptedData, "a command record is \(raw.count) bytes, expected 20")
+        try key.withUnsafeBytes { k in
+            try txn.withValue(commands, key: k) { raw in
+                guard raw.count == 20, let first = BigEndian.uint64(raw), let count = BigEndian.uint32(raw, at: 8),
+                    let version = BigEndian.uint64(raw, at: 12)
+                else {
+                    throw LedgerError(.corruptedData, "a command record is \(raw.count) bytes, expected 20")
+                }
+                return (first, count, version)
             }
-            return (first, count, version)
         }
     }
 
     func writeCommandRecord(_ txn: borrowing Transaction, key: [UInt8], first: UInt64, count: UInt32, streamVersion: UInt64) throws {
-        try txn.put(
-            commands, key: key,
-            value: BigEndian.bytes(of: first) + BigEndian.bytes(of: count) + BigEndian.bytes(of: streamVersion))
+        try withUnsafeTemporaryAllocation(byteCount: 20, alignment: 8) { buffer in
+            buffer.storeBytes(of: first.bigEndian, toByteOffset: 0, as: UInt64.self)
+            buffer.storeBytes(of: count.bigEndian, toByteOffset: 8, as: UInt32.self)
+            buffer.storeBytes(of: streamVersion.bigEndian, toByteOffset: 12, as: UInt64.self)
+            try key.withUnsafeBytes { k in try txn.put(commands, key: k, value: UnsafeRawBufferPointer(buffer)) }
+        }
     }
 }
 

@@ -34,7 +34,7 @@ final class LogWriter: @unchecked Sendable {
 
     private struct Submission {
         var command: AppendCommand
-        var continuation: CheckedContinuation<Outcome, Never>
+        var continuation: UnsafeContinuation<Outcome, Never>
     }
 
     private let store: LogStore
@@ -60,7 +60,7 @@ final class LogWriter: @unchecked Sendable {
     /// How long the writer polls for new work before it sleeps on the condition variable. Waking a
     /// sleeping thread (on a VM: a halted vCPU) costs tens of microseconds per hand-off; a short poll
     /// keeps a caller that answers quickly from paying it.
-    private let spinBeforeSleep: Duration = .microseconds(50)
+    private let spinBeforeSleep: Duration
 
     // Guarded by `lock`: a pause for tests that need to control which commands share a batch.
     private var paused = false
@@ -71,6 +71,7 @@ final class LogWriter: @unchecked Sendable {
         self.logger = configuration.logger
         self.maxBatchCommands = max(1, configuration.maxBatchCommands)
         self.maxBatchBytes = max(1, configuration.maxBatchBytes)
+        self.spinBeforeSleep = .microseconds(max(0, configuration.writerPollMicroseconds))
         self.notifier = HeadNotifier(head: head.position.rawValue)
         self.commitSizes = configuration.recordsCommitSizes ? CommitSizeRecorder() : nil
     }
@@ -86,7 +87,9 @@ final class LogWriter: @unchecked Sendable {
     /// Queues `command` and returns its outcome once the commit that holds it is durable (per the
     /// ledger's durability mode).
     func submit(_ command: AppendCommand) async -> Outcome {
-        await withCheckedContinuation { continuation in
+        // Unsafe (unchecked) continuation: each is resumed exactly once, by the writer after the commit
+        // that holds its command, or right here when the writer no longer takes commands.
+        await withUnsafeContinuation { continuation in
             let accepted = lock.withLock { () -> Bool in
                 guard !stopping else { return false }
                 queue.append(Submission(command: command, continuation: continuation))
