@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import ShareLedger
 import TestSupport
 import Testing
@@ -56,5 +59,37 @@ struct CLITests {
         let bad = try runProduct("share-ledger", ["demo", "--path", dir.child("x"), "--events", "0"])
         #expect(bad.status != 0)
         #expect(!FileManager.default.fileExists(atPath: dir.child("x")))
+    }
+}
+
+/// Whether the tests can run a command as an unprivileged user (root bypasses file permissions, so
+/// "not writable" can only be observed as another user).
+private let canDropPrivileges: Bool = getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/runuser")
+
+@Suite("share-ledger command, as an unprivileged user")
+struct UnprivilegedCLITests {
+    @Test("a ledger directory the user cannot write is refused with exit 2 and a message that says so",
+          .enabled(if: canDropPrivileges))
+    func unwritableDirectory() throws {
+        let dir = TemporaryDirectory()
+        let ledger = dir.child("ledger")
+        let demo = try runProduct("share-ledger", ["demo", "--path", ledger, "--events", "10"])
+        #expect(demo.status == 0)
+        // Let `nobody` reach the (root-owned, 0755) directories, but not write them.
+        for path in [dir.url.deletingLastPathComponent().path, dir.path, ledger] {
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path)
+        }
+        let binary = builtProduct("share-ledger").path
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
+        process.arguments = ["-u", "nobody", "--", binary, "stats", "--path", ledger]
+        let err = Pipe()
+        process.standardError = err
+        process.standardOutput = Pipe()
+        try process.run()
+        let message = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 2)
+        #expect(message.contains("not writable"), "\(message)")
     }
 }
