@@ -1,0 +1,86 @@
+import Foundation
+import ShareLedger
+import Testing
+
+@Suite("Share tokens and URLs")
+struct ShareTokenTests {
+    @Test("100,000 generated tokens: 26 characters, '0' then base 62, all distinct, all parse back")
+    func generatedTokens() throws {
+        let alphabet = Set("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+        var seen = Set<String>()
+        var lastDigits = Set<Character>()
+        for _ in 0..<100_000 {
+            let token = ShareToken.generate()
+            #expect(token.text.count == ShareToken.length)
+            #expect(token.text.first == "0")
+            #expect(token.text.allSatisfy(alphabet.contains))
+            #expect(ShareToken(token.text) == token)
+            seen.insert(token.text)
+            lastDigits.insert(token.text.last!)
+        }
+        #expect(seen.count == 100_000, "no collisions")
+        #expect(lastDigits.count == 62, "every digit occurs in the last place")
+    }
+
+    @Test("a seeded generator gives repeatable tokens; distinct seeds give distinct tokens")
+    func seeded() {
+        var a = SplitMix64(state: 42)
+        var b = SplitMix64(state: 42)
+        var c = SplitMix64(state: 43)
+        let first = ShareToken.generate(using: &a)
+        #expect(first == ShareToken.generate(using: &b))
+        #expect(first != ShareToken.generate(using: &c))
+    }
+
+    @Test("text that is not a token is refused", arguments: [
+        "", "0", String(repeating: "0", count: 25), String(repeating: "0", count: 27),
+        "1" + String(repeating: "0", count: 25),          // must start with 0
+        "0" + String(repeating: "a", count: 24) + "-",    // outside the alphabet
+        "0" + String(repeating: "a", count: 24) + "é",    // non-ASCII
+        "0" + String(repeating: "a", count: 24) + " ",
+    ])
+    func refusesNonTokens(text: String) {
+        #expect(ShareToken(text) == nil)
+    }
+
+    @Test("a token carries at least 128 random bits, spread over every place")
+    func entropy() {
+        #expect(ShareToken.entropyBits >= 128)
+        // Every character of the alphabet shows up in every random place over 20,000 tokens.
+        var seen = Array(repeating: Set<Character>(), count: ShareToken.length)
+        for _ in 0..<20_000 {
+            for (index, character) in ShareToken.generate().text.enumerated() { seen[index].insert(character) }
+        }
+        #expect(seen[0] == ["0"])
+        #expect(seen.dropFirst().allSatisfy { $0.count == 62 })
+    }
+
+    @Test("URLs carry the token in the path and the mangled title in the fragment")
+    func urls() throws {
+        var generator = SplitMix64(state: 7)
+        let token = ShareToken.generate(using: &generator)
+        let url = try #require(ShareURL.make(host: "share.example.com", token: token, title: "Nora's log"))
+        #expect(url.absoluteString == "https://share.example.com/share/\(token.text)#Nora_s_log")
+        #expect(ShareURL.token(in: url) == token)
+        #expect(ShareURL.mangle("Trip: Tokyo 2026!") == "Trip__Tokyo_2026_")
+        #expect(ShareURL.token(in: URL(string: "HTTP://h/share/\(token.text)?x=1#t")!) == token)
+        #expect(ShareURL.token(in: URL(string: "https://www.icloud.com/notes/\(token.text)")!) == token)
+    }
+
+    @Test("URLs that cannot be share URLs give no token", arguments: [
+        "ftp://h/share/0abcdefghijklmnopqrstuvwxy", "https:///share/0abcdefghijklmnopqrstuvwxy",
+        "https://h/0abcdefghijklmnopqrstuvwxy", "https://h/share/0abcdefghijklmnopqrstuvwxy/extra",
+        "https://h/share/", "https://h/share/0abc", "mailto:a@b.c", "file:///share/0abcdefghijklmnopqrstuvwxy",
+    ])
+    func refusesNonShareURLs(text: String) throws {
+        let url = try #require(URL(string: text))
+        #expect(ShareURL.token(in: url) == nil)
+    }
+
+    @Test("an oversized URL is refused unread")
+    func oversized() throws {
+        let token = ShareToken.generate()
+        let url = try #require(URL(string: "https://h/share/\(token.text)?" + String(repeating: "a", count: 3_000)))
+        #expect(ShareURL.token(in: url) == nil)
+    }
+}
