@@ -37,16 +37,12 @@ package struct Cursor: ~Copyable {
     package func last() throws -> Entry? { try get(MDB_LAST) }
     /// Moves to the next entry (the next value of the same key first, for dupsort).
     package func next() throws -> Entry? { try get(MDB_NEXT) }
-    /// Moves to the previous entry.
-    package func previous() throws -> Entry? { try get(MDB_PREV) }
     /// Moves to the first key that is greater than or equal to `key`.
     package func seek(atLeast key: UnsafeRawBufferPointer) throws -> Entry? { try get(MDB_SET_RANGE, key: key) }
     /// Moves to exactly `key`; `nil` when it does not exist.
     package func seek(exactly key: UnsafeRawBufferPointer) throws -> Entry? { try get(MDB_SET_KEY, key: key) }
     /// (dupsort) Moves to the next value of the current key; `nil` after the last.
     package func nextDuplicate() throws -> Entry? { try get(MDB_NEXT_DUP) }
-    /// (dupsort) Moves to the first value of the next key.
-    package func nextKey() throws -> Entry? { try get(MDB_NEXT_NODUP) }
     /// (dupsort) Moves to the last value of the current key.
     package func lastDuplicate() throws -> Entry? { try get(MDB_LAST_DUP) }
     /// (dupsort) Moves to the first value of `key` that is greater than or equal to `value`.
@@ -74,15 +70,6 @@ package struct Cursor: ~Copyable {
         let rc = mdb_cursor_put(handle, &k, &v, flags.rawValue)
         guard rc == MDB_SUCCESS else {
             throw state.record(LMDBError(returnCode: rc, operation: "mdb_cursor_put(\(database.name))", path: path))
-        }
-    }
-
-    /// Deletes the entry the cursor stands on.
-    package func deleteCurrent() throws {
-        precondition(isWritable, "cursor delete in a read-only transaction")
-        let rc = mdb_cursor_del(handle, 0)
-        guard rc == MDB_SUCCESS else {
-            throw state.record(LMDBError(returnCode: rc, operation: "mdb_cursor_del(\(database.name))", path: path))
         }
     }
 }

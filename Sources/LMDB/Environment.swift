@@ -350,17 +350,6 @@ package final class Environment: @unchecked Sendable {
         }
     }
 
-    /// Clears reader slots left by dead processes; returns how many. Long-running processes call it
-    /// now and then.
-    package func clearStaleReaders() throws(LMDBError) -> Int {
-        try resizeLock.withShared { () throws(LMDBError) -> Int in
-            guard !closed else { return 0 }
-            var dead: Int32 = 0
-            try check(mdb_reader_check(env, &dead), "mdb_reader_check", path: options.path)
-            return Int(dead)
-        }
-    }
-
     /// Closes the environment after the transactions in flight have ended; flushes first in the
     /// no-sync mode. Later calls throw ``LMDBError/Code/closed``. Closing twice is harmless.
     package func close() {

@@ -56,11 +56,6 @@ package struct Transaction: ~Copyable {
         try withBytes(key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
     }
 
-    /// The value stored under `key`, copied; `nil` when there is none.
-    package func get(_ db: Database, key: UInt64) throws -> [UInt8]? {
-        try BigEndian.withBytes(of: key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
-    }
-
     /// Counters of `db` as seen by this transaction.
     package func statistics(_ db: Database) throws -> DatabaseStatistics {
         var stat = MDB_stat()
@@ -115,13 +110,6 @@ package struct Transaction: ~Copyable {
             guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_del(\(db.name))") }
             return true
         }
-    }
-
-    /// Deletes every entry of `db` (keeps the database).
-    package func clear(_ db: Database) throws {
-        precondition(isWritable, "clear in a read-only transaction")
-        let rc = mdb_drop(handle, db.dbi, 0)
-        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name))") }
     }
 
     // MARK: Cursors

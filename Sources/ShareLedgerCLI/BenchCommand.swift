@@ -200,7 +200,7 @@ final class RawReplayer {
 
     init(path: String, durability: Durability, sameWrites: Bool = false, streams: Int = 1) throws {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        environment = try Environment(options: EnvironmentOptions(path: path, mapSize: 1 << 30, durability: durability.rawSyncMode))
+        environment = try Environment(options: EnvironmentOptions(path: path, mapSize: 1 << 30, durability: durability.syncMode))
         let databases = try environment.openDatabases([("log", []), ("meta", []), ("commands", []), ("streams", [])])
         (log, meta, commands, self.streams) = (databases[0], databases[1], databases[2], databases[3])
         self.sameWrites = sameWrites
@@ -239,15 +239,7 @@ final class RawReplayer {
     func close() { environment.close() }
 }
 
-extension Durability: ExpressibleByArgument {
-    var rawSyncMode: SyncMode {
-        switch self {
-        case .durable: return .durable
-        case .relaxed: return .relaxed
-        case .unsafeNoSync: return .unsafeNoSync
-        }
-    }
-}
+extension Durability: ExpressibleByArgument {}
 
 extension String {
     func leftPad(_ width: Int) -> String { count >= width ? self : String(repeating: " ", count: width - count) + self }

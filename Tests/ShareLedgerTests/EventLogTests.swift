@@ -5,12 +5,12 @@ import Synchronization
 import TestSupport
 import Testing
 
-/// The documented way to catch one code: `catch LedgerError.wrongExpectedVersion`.
+/// The documented way to catch one code: `catch LedgerError.Code.wrongExpectedVersion`.
 private func matchesWrongExpectedVersion(_ result: Result<AppendResult, LedgerError>) -> Bool {
     do {
         _ = try result.get() as AppendResult
         return false
-    } catch LedgerError.wrongExpectedVersion {
+    } catch LedgerError.Code.wrongExpectedVersion {
         return true
     } catch {
         return false
@@ -156,7 +156,7 @@ struct EventLogTests {
         let second: Result<AppendResult, LedgerError> = await Result(catching: { () async throws(LedgerError) -> AppendResult in
             try await log.append([Fixtures.draft("b")], to: stream, expectedVersion: .noStream, metadata: Fixtures.metadata())
         })
-        #expect(matchesWrongExpectedVersion(second), "`catch LedgerError.wrongExpectedVersion` matches the conflict")
+        #expect(matchesWrongExpectedVersion(second), "`catch LedgerError.Code.wrongExpectedVersion` matches the conflict")
         let conflict = await #expect(throws: LedgerError.self) {
             try await log.append([Fixtures.draft("b")], to: stream, expectedVersion: .exact(5), metadata: Fixtures.metadata())
         }

@@ -8,7 +8,7 @@ import LMDB
 /// ```swift
 /// do {
 ///     try await log.append(events, to: stream, expectedVersion: .exact(3), metadata: metadata)
-/// } catch LedgerError.wrongExpectedVersion {
+/// } catch LedgerError.Code.wrongExpectedVersion {
 ///     // reload the stream and decide again
 /// }
 /// ```
@@ -36,8 +36,7 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The code's name.
         public var description: String { name }
 
-        /// Lets `catch LedgerError.unknownItem` (or `catch LedgerError.Code.unknownItem`) match an error
-        /// by its code.
+        /// Lets `catch LedgerError.Code.unknownItem` match an error by its code.
         public static func ~= (code: Code, error: any Error) -> Bool {
             (error as? LedgerError)?.code == code
         }
@@ -139,23 +138,6 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
         if let underlying { text += " [\(underlying)]" }
         return text
     }
-
-    // The codes as static members of the error type, so `catch LedgerError.storageFull` reads well.
-
-    /// See ``Code/wrongExpectedVersion``.
-    public static var wrongExpectedVersion: Code { .wrongExpectedVersion }
-    /// See ``Code/storageFull``.
-    public static var storageFull: Code { .storageFull }
-    /// See ``Code/notALedger``.
-    public static var notALedger: Code { .notALedger }
-    /// See ``Code/formatTooNew``.
-    public static var formatTooNew: Code { .formatTooNew }
-    /// See ``Code/corruptedData``.
-    public static var corruptedData: Code { .corruptedData }
-    /// See ``Code/invalidArguments``.
-    public static var invalidArguments: Code { .invalidArguments }
-    /// See ``Code/closed``.
-    public static var closed: Code { .closed }
 }
 
 extension LedgerError {

@@ -76,7 +76,9 @@ package enum EnvelopeCodec {
         appendStringField(12, fields.eventType, to: &out)
         appendBytesField(13, fields.payload, to: &out)
         appendBytesField(14, fields.previousHash, to: &out)
-        let hash = chainHash(previous: fields.previousHash, canonical: out)
+        let hash = fields.previousHash.withUnsafeBytes { previous in
+            out.withUnsafeBytes { chainHash(previous: previous, canonical: $0) }
+        }
         out.append(hashTag)
         out.append(32)
         out.append(contentsOf: hash)
@@ -141,20 +143,15 @@ package enum EnvelopeCodec {
         message.eventType = fields.eventType
         message.payload = Data(fields.payload)
         message.previousHash = Data(fields.previousHash)
-        message.hash = Data(chainHash(previous: fields.previousHash, canonical: try message.serializedBytes() as [UInt8]))
+        let canonical: [UInt8] = try message.serializedBytes()
+        message.hash = Data(
+            fields.previousHash.withUnsafeBytes { previous in
+                canonical.withUnsafeBytes { chainHash(previous: previous, canonical: $0) }
+            })
         return try message.serializedBytes()
     }
 
-    /// SHA-256(previous ‖ canonical).
-    @inline(__always)
-    static func chainHash(previous: some DataProtocol, canonical: some DataProtocol) -> [UInt8] {
-        var hasher = SHA256()
-        hasher.update(data: previous)
-        hasher.update(data: canonical)
-        return Array(hasher.finalize())
-    }
-
-    /// SHA-256(previous ‖ canonical) over raw buffers.
+    /// SHA-256(previous ‖ canonical): the chain's one hash recipe.
     @inline(__always)
     static func chainHash(previous: UnsafeRawBufferPointer, canonical: UnsafeRawBufferPointer) -> [UInt8] {
         var hasher = SHA256()
@@ -164,11 +161,16 @@ package enum EnvelopeCodec {
     }
 
     /// Decodes a stored entry found under `key`. Checks the hash suffix's shape, not the chain.
+    /// Whether `stored` ends with the 34-byte hash field (tag, length 32, hash).
+    @inline(__always)
+    static func endsWithHashField(_ stored: UnsafeRawBufferPointer) -> Bool {
+        stored.count >= hashSuffixLength
+            && stored[stored.count - hashSuffixLength] == hashTag
+            && stored[stored.count - hashSuffixLength + 1] == 32
+    }
+
     static func decode(_ stored: UnsafeRawBufferPointer, key: UInt64) throws(LedgerError) -> EventEnvelope {
-        guard stored.count >= hashSuffixLength,
-            stored[stored.count - hashSuffixLength] == hashTag,
-            stored[stored.count - hashSuffixLength + 1] == 32
-        else {
+        guard endsWithHashField(stored) else {
             throw LedgerError(.corruptedData, "the event at position \(key) does not end with its 32-byte hash field")
         }
         let message: Shareledger_V1_EventEnvelope
@@ -241,10 +243,7 @@ package enum EnvelopeCodec {
     /// is not last.
     static func scanChainFields(_ stored: UnsafeRawBufferPointer) -> ChainFields? {
         let count = stored.count
-        guard count >= hashSuffixLength,
-            stored[count - hashSuffixLength] == hashTag,
-            stored[count - hashSuffixLength + 1] == 32
-        else { return nil }
+        guard endsWithHashField(stored) else { return nil }
         let canonicalCount = count - hashSuffixLength
         var fields = ChainFields(
             position: nil, previousHash: nil,

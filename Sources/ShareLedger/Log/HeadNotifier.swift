@@ -22,9 +22,6 @@ final class HeadNotifier: Sendable {
         state = Mutex(State(head: head))
     }
 
-    /// The last committed position.
-    var head: UInt64 { state.withLock { $0.head } }
-
     /// Records a new head and wakes every waiter it satisfies.
     func publish(_ head: UInt64) {
         let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in

@@ -271,7 +271,8 @@ final class LogStore: Sendable {
 }
 
 extension Durability {
-    var syncMode: SyncMode {
+    /// The LMDB flags of this mode.
+    package var syncMode: SyncMode {
         switch self {
         case .durable: return .durable
         case .relaxed: return .relaxed
