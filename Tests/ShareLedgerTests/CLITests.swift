@@ -75,11 +75,13 @@ struct UnprivilegedCLITests {
         let ledger = dir.child("ledger")
         let demo = try runProduct("share-ledger", ["demo", "--path", ledger, "--events", "10"])
         #expect(demo.status == 0)
-        // Let `nobody` reach the (root-owned, 0755) directories, but not write them.
-        for path in [dir.url.deletingLastPathComponent().path, dir.path, ledger] {
+        // `nobody` may reach the (root-owned, 0755) directories but not write them. The binary is copied
+        // next to the ledger: the checkout it was built in may sit in a directory only root can enter.
+        let binary = dir.child("share-ledger")
+        try FileManager.default.copyItem(atPath: builtProduct("share-ledger").path, toPath: binary)
+        for path in [dir.url.deletingLastPathComponent().path, dir.path, ledger, binary] {
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path)
         }
-        let binary = builtProduct("share-ledger").path
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
         process.arguments = ["-u", "nobody", "--", binary, "stats", "--path", ledger]
