@@ -1,3 +1,4 @@
+import Crypto
 import LMDB
 
 /// The outcome of ``EventLog/verifyChain(chunkSize:)``.
@@ -27,6 +28,7 @@ extension EventLog {
         var result = ChainVerification(
             eventsChecked: 0, headPosition: 0, headHash: EventHash.zero.hex, firstBadPosition: nil, problem: nil)
         var expectedPosition: UInt64 = 1
+        // The previous event's hash, overwritten in place for each event (no allocation per event).
         var previous = EventHash.zero.bytes
         var done = false
         while !done {
@@ -41,7 +43,9 @@ extension EventLog {
                             done = true
                             return
                         }
-                        previous = Array(current.value[(current.value.count - 32)...])
+                        previous.withUnsafeMutableBytes { target in
+                            target.copyMemory(from: UnsafeRawBufferPointer(rebasing: current.value.suffix(32)))
+                        }
                         result.eventsChecked += 1
                         result.headPosition = expectedPosition
                         expectedPosition += 1
@@ -85,8 +89,9 @@ extension EventLog {
         guard let storedPrevious = fields.previousHash, storedPrevious.elementsEqual(previous) else {
             return "the previous-hash field does not match the hash of position \(expected - 1)"
         }
-        let computed = previous.withUnsafeBytes { EnvelopeCodec.chainHash(previous: $0, canonical: fields.canonical) }
-        guard fields.hash.elementsEqual(computed) else {
+        let computed = previous.withUnsafeBytes { EnvelopeCodec.chainDigest(previous: $0, canonical: fields.canonical) }
+        let matches = computed.withUnsafeBytes { $0.elementsEqual(fields.hash) }
+        guard matches else {
             return "the stored hash does not match SHA-256(previous hash ‖ canonical bytes): the event was altered"
         }
         return nil

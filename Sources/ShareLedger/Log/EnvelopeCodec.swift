@@ -153,11 +153,17 @@ package enum EnvelopeCodec {
 
     /// SHA-256(previous ‖ canonical): the chain's one hash recipe.
     @inline(__always)
-    static func chainHash(previous: UnsafeRawBufferPointer, canonical: UnsafeRawBufferPointer) -> [UInt8] {
+    static func chainDigest(previous: UnsafeRawBufferPointer, canonical: UnsafeRawBufferPointer) -> SHA256Digest {
         var hasher = SHA256()
         hasher.update(bufferPointer: previous)
         hasher.update(bufferPointer: canonical)
-        return Array(hasher.finalize())
+        return hasher.finalize()
+    }
+
+    /// ``chainDigest(previous:canonical:)`` as bytes.
+    @inline(__always)
+    static func chainHash(previous: UnsafeRawBufferPointer, canonical: UnsafeRawBufferPointer) -> [UInt8] {
+        Array(chainDigest(previous: previous, canonical: canonical))
     }
 
     /// Decodes a stored entry found under `key`. Checks the hash suffix's shape, not the chain.
