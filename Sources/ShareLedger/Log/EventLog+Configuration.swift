@@ -19,6 +19,30 @@ public struct SystemClock: LedgerClock {
     }
 }
 
+/// Where the ledger's randomness comes from. Production code keeps the default, the system's
+/// cryptographically secure generator; tests inject a seeded source for repeatable runs.
+public protocol LedgerRandomSource: Sendable {
+    /// 64 random bits.
+    func next() -> UInt64
+}
+
+/// The system's cryptographically secure random generator (`getrandom` on Linux).
+public struct SystemRandomSource: LedgerRandomSource {
+    /// Makes the source.
+    public init() {}
+    /// 64 random bits from the system CSPRNG.
+    public func next() -> UInt64 {
+        var generator = SystemRandomNumberGenerator()
+        return generator.next()
+    }
+}
+
+/// Adapts a ``LedgerRandomSource`` to `RandomNumberGenerator`.
+struct RandomSourceGenerator: RandomNumberGenerator {
+    let source: any LedgerRandomSource
+    mutating func next() -> UInt64 { source.next() }
+}
+
 extension EventLog {
     /// How to open an ``EventLog``.
     public struct Configuration: Sendable {
@@ -46,6 +70,11 @@ extension EventLog {
         /// Waking a sleeping thread costs tens of microseconds on a VM; polling spends CPU instead.
         /// 0 never polls.
         public var writerPollMicroseconds: Int = 50
+        /// The host name in share URLs (`https://<host>/share/<token>`), like CloudKit's displayed host.
+        public var shareURLHost: String = "share.localhost"
+        /// Where share tokens, participant ids and verification codes get their randomness: the
+        /// system's cryptographically secure generator unless a test injects a seeded one.
+        public var randomSource: any LedgerRandomSource = SystemRandomSource()
         /// Where event times come from.
         public var clock: any LedgerClock
         /// Where the ledger logs; it never prints.

@@ -125,6 +125,11 @@ public final class EventLog: Sendable {
         var bytes = 0
         for (index, event) in events.enumerated() {
             try checkName(event.type, "event type of event \(index)")
+            guard !event.type.hasPrefix("shareledger.events.") else {
+                throw LedgerError(
+                    .invalidArguments, "event \(index) has type \(event.type): the shareledger.events namespace is "
+                        + "written only by the sharing API, which keeps the read models in step")
+            }
             guard event.schemaVersion >= 1 else {
                 throw LedgerError(.invalidArguments, "event \(index) has schema version 0; versions start at 1")
             }

@@ -19,13 +19,15 @@ final class LogStore: Sendable {
     /// container ‖ 0x00 ‖ stream name → stream version (8) ‖ position of its last event (8), big-endian.
     /// Older events of a stream are found through each envelope's `stream_previous_position`.
     let streams: Database
+    /// The read models of the sharing domain.
+    let models: ReadModels
 
     static let databaseSpecs: [(name: String, flags: DatabaseFlags)] = [
         ("log", []),
         ("meta", []),
         ("commands", []),
         ("streams", []),
-    ]
+    ] + ReadModels.specs
 
     static let formatKey = Array("format_version".utf8)
     static let headKey = Array("head".utf8)
@@ -36,6 +38,7 @@ final class LogStore: Sendable {
         self.meta = databases[1]
         self.commands = databases[2]
         self.streams = databases[3]
+        self.models = ReadModels(databases[4...])
     }
 
     // MARK: - Opening

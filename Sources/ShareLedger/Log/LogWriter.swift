@@ -14,6 +14,32 @@ struct AppendCommand: Sendable {
     var bytes: Int
 }
 
+/// What the writer runs: a raw append, or a command of the sharing domain.
+enum WriterJob: Sendable {
+    case append(AppendCommand)
+    case domain(DomainCommand)
+
+    var bytes: Int {
+        switch self {
+        case .append(let command): return command.bytes
+        case .domain(let command): return command.bytes
+        }
+    }
+}
+
+/// The outcome of a ``WriterJob``.
+enum JobOutcome: Sendable {
+    case append(Result<AppendResult, LedgerError>)
+    case domain(Result<DomainOutcome, LedgerError>)
+
+    static func failure(_ error: LedgerError, for job: WriterJob) -> JobOutcome {
+        switch job {
+        case .append: return .append(.failure(error))
+        case .domain: return .domain(.failure(error))
+        }
+    }
+}
+
 /// The single writer: one dedicated thread that takes the commands callers submit, runs as many as
 /// fit in one write transaction (group commit), commits, and then resumes each caller with its own
 /// outcome.
@@ -33,11 +59,12 @@ final class LogWriter: @unchecked Sendable {
     typealias Outcome = Result<AppendResult, LedgerError>
 
     private struct Submission {
-        var command: AppendCommand
-        var continuation: UnsafeContinuation<Outcome, Never>
+        var job: WriterJob
+        var continuation: UnsafeContinuation<JobOutcome, Never>
     }
 
     private let store: LogStore
+    private let presenter: Presenter
     private let clock: any LedgerClock
     private let logger: Logger
     private let maxBatchCommands: Int
@@ -67,6 +94,7 @@ final class LogWriter: @unchecked Sendable {
 
     init(store: LogStore, configuration: EventLog.Configuration, head: LogHead) {
         self.store = store
+        self.presenter = Presenter(models: store.models, urlHost: configuration.shareURLHost)
         self.clock = configuration.clock
         self.logger = configuration.logger
         self.maxBatchCommands = max(1, configuration.maxBatchCommands)
@@ -87,18 +115,34 @@ final class LogWriter: @unchecked Sendable {
     /// Queues `command` and returns its outcome once the commit that holds it is durable (per the
     /// ledger's durability mode).
     func submit(_ command: AppendCommand) async -> Outcome {
+        guard case .append(let outcome) = await submit(job: .append(command)) else {
+            preconditionFailure("an append job resumed with another job's outcome")
+        }
+        return outcome
+    }
+
+    /// Queues a domain command and returns its outcome once the commit that holds it is durable.
+    func submit(_ command: DomainCommand) async -> Result<DomainOutcome, LedgerError> {
+        guard case .domain(let outcome) = await submit(job: .domain(command)) else {
+            preconditionFailure("a domain job resumed with another job's outcome")
+        }
+        return outcome
+    }
+
+    private func submit(job: WriterJob) async -> JobOutcome {
         // Unsafe (unchecked) continuation: each is resumed exactly once, by the writer after the commit
         // that holds its command, or right here when the writer no longer takes commands.
         await withUnsafeContinuation { continuation in
             let accepted = lock.withLock { () -> Bool in
                 guard !stopping else { return false }
-                queue.append(Submission(command: command, continuation: continuation))
+                queue.append(Submission(job: job, continuation: continuation))
                 pending.add(1, ordering: .releasing)
                 if queue.count == 1 { lock.signal() }
                 return true
             }
             if !accepted {
-                continuation.resume(returning: .failure(LedgerError(.closed, "the ledger is closed; open it again to append")))
+                continuation.resume(
+                    returning: .failure(LedgerError(.closed, "the ledger is closed; open it again to write"), for: job))
             }
         }
     }
@@ -169,8 +213,8 @@ final class LogWriter: @unchecked Sendable {
             batch.reserveCapacity(min(queue.count, maxBatchCommands))
             var bytes = 0
             while let next = queue.first, batch.count < maxBatchCommands {
-                if !batch.isEmpty && bytes + next.command.bytes > maxBatchBytes { break }
-                bytes += next.command.bytes
+                if !batch.isEmpty && bytes + next.job.bytes > maxBatchBytes { break }
+                bytes += next.job.bytes
                 batch.append(queue.removeFirst())
             }
             pending.subtract(batch.count, ordering: .relaxed)
@@ -180,20 +224,26 @@ final class LogWriter: @unchecked Sendable {
 
     private func process(_ batch: [Submission]) {
         do {
-            let (outcomes, startHead, newHead) = try store.environment.write { txn -> ([Outcome], LogHead, LogHead) in
+            let (outcomes, startHead, newHead) = try store.environment.write { txn -> ([JobOutcome], LogHead, LogHead) in
                 // The head is read inside the transaction, not cached: another process may have
                 // appended since this thread's last commit (LMDB serializes writers across processes).
                 let startHead = try store.readHead(txn)
                 let recordedAt = max(startHead.recordedAtMicros, clock.nowMicros())
                 var cursorHead = startHead
-                var outcomes: [Outcome] = []
+                var outcomes: [JobOutcome] = []
                 outcomes.reserveCapacity(batch.count)
                 try txn.withCursor(store.log) { logCursor in
                     for submission in batch {
-                        outcomes.append(
-                            try apply(
-                                submission.command, txn: txn, log: logCursor, head: &cursorHead,
-                                recordedAt: recordedAt))
+                        switch submission.job {
+                        case .append(let command):
+                            outcomes.append(
+                                .append(
+                                    try apply(command, txn: txn, log: logCursor, head: &cursorHead, recordedAt: recordedAt)))
+                        case .domain(let command):
+                            outcomes.append(
+                                .domain(
+                                    try apply(command, txn: txn, log: logCursor, head: &cursorHead, recordedAt: recordedAt)))
+                        }
                     }
                 }
                 if cursorHead != startHead { try store.writeHead(txn, cursorHead) }
@@ -215,7 +265,7 @@ final class LogWriter: @unchecked Sendable {
             } else {
                 let ledgerError = LedgerError.wrap(error, while: "appending to the log")
                 logger.error("append failed", metadata: ["error": "\(ledgerError)"])
-                batch[0].continuation.resume(returning: .failure(ledgerError))
+                batch[0].continuation.resume(returning: .failure(ledgerError, for: batch[0].job))
             }
         }
     }
@@ -271,6 +321,76 @@ final class LogWriter: @unchecked Sendable {
         return .success(
             AppendResult(
                 positions: LogPosition(first)...LogPosition(position), streamVersion: version, wasAlreadyApplied: false))
+    }
+}
+
+extension LogWriter {
+    /// Decides and applies each step of a domain command in turn (a step sees the steps before it),
+    /// appending each step's events and applying them to the read models in this transaction.
+    /// Refused steps write nothing; throws only for storage errors, which abort the whole transaction.
+    fileprivate func apply(
+        _ command: DomainCommand, txn: borrowing Transaction, log: borrowing Cursor, head: inout LogHead,
+        recordedAt: Int64
+    ) throws -> Result<DomainOutcome, LedgerError> {
+        let metadata = command.metadata
+        let commandKey = LogStore.commandKey(container: metadata.container, commandID: metadata.commandID)
+        if let record = try store.commandRecord(txn, key: commandKey) {
+            return .failure(
+                LedgerError(
+                    .serverRejectedRequest, "command \(metadata.commandID) was applied already (at position "
+                        + "\(record.first)); send a new command id"))
+        }
+        let decider = Decider(
+            models: store.models, presenter: presenter, container: metadata.container, actor: metadata.actor,
+            signedIn: command.signedIn, now: recordedAt)
+        let projector = Projector(models: store.models)
+        let first = head.position.rawValue + 1
+        var results: [Result<StepOutput, LedgerError>] = []
+        results.reserveCapacity(command.steps.count)
+        for step in command.steps {
+            let decision = try decider.decide(step, txn)
+            for pending in decision.events {
+                let position = try appendDomainEvent(
+                    pending, metadata: metadata, txn: txn, log: log, head: &head, recordedAt: recordedAt)
+                try projector.apply(
+                    pending.event,
+                    Projector.Context(
+                        position: position, recordedAtMicros: recordedAt, container: metadata.container,
+                        actor: metadata.actor),
+                    txn)
+            }
+            switch decision.outcome {
+            case .failed(let error): results.append(.failure(error))
+            case .present(let present): results.append(.success(try present(txn)))
+            }
+        }
+        let last = head.position.rawValue
+        guard last >= first else { return .success(DomainOutcome(results: results, positions: nil)) }
+        try store.writeCommandRecord(txn, key: commandKey, first: first, count: UInt32(last - first + 1), streamVersion: 0)
+        return .success(DomainOutcome(results: results, positions: LogPosition(first)...LogPosition(last)))
+    }
+
+    private func appendDomainEvent(
+        _ pending: PendingEvent, metadata: CommandMetadata, txn: borrowing Transaction, log: borrowing Cursor,
+        head: inout LogHead, recordedAt: Int64
+    ) throws -> UInt64 {
+        let streamKey = LogStore.streamKey(container: metadata.container, stream: pending.stream)
+        let (version, streamLast) = try store.streamRecord(txn, key: streamKey)
+        let position = head.position.rawValue + 1
+        let payload = try pending.event.payload()
+        let (stored, hash) = EnvelopeCodec.encode(
+            EnvelopeCodec.Fields(
+                position: position, recordedAtMicros: recordedAt, container: metadata.container,
+                actor: metadata.actor, commandID: metadata.commandID, correlationID: metadata.correlationID,
+                causationID: metadata.causationID, schemaVersion: DomainEvent.schemaVersion, stream: pending.stream,
+                streamVersion: version + 1, streamPreviousPosition: streamLast, eventType: pending.event.typeName,
+                payload: payload, previousHash: head.hash.bytes))
+        try BigEndian.withBytes(of: position) { key in
+            try stored.withUnsafeBytes { value in try log.put(key: key, value: value, flags: .append) }
+        }
+        try store.writeStreamRecord(txn, key: streamKey, version: version + 1, last: position)
+        head = LogHead(position: LogPosition(position), hash: EventHash(bytes: hash)!, recordedAtMicros: recordedAt)
+        return position
     }
 }
 

@@ -1,0 +1,125 @@
+import Foundation
+import LMDB
+
+/// One step of a domain command: what a caller asks the ledger to do. The writer decides each step
+/// against the read models inside its transaction and, if the step is allowed, appends its events
+/// and applies them before it decides the next step, so later steps see earlier ones.
+enum DomainAction: Sendable {
+    case registerUser(name: String, email: String?, phone: String?, givenName: String?, familyName: String?)
+    case saveZone(RecordZoneID, capabilities: UInt32)
+    case deleteZone(RecordZoneID)
+    /// `record.recordChangeTag` is the tag the caller last saw (nil for a new record).
+    case saveRecord(Record)
+    case deleteRecord(RecordID)
+    case createShare(ShareCreation)
+    case addParticipant(token: String, lookup: LookupInfo, role: Share.Participant.Role,
+        permission: Share.Participant.Permission, newParticipantID: String, ifChangeTag: String?)
+    case updateParticipant(token: String, participantID: String, role: Share.Participant.Role?,
+        permission: Share.Participant.Permission, ifChangeTag: String?)
+    case removeParticipant(token: String, participantID: String, ifChangeTag: String?)
+    case leaveShare(token: String)
+    case setPublicPermission(token: String, permission: Share.Participant.Permission, ifChangeTag: String?)
+    case setTitle(token: String, title: String, ifChangeTag: String?)
+    case deleteShare(token: String, ifChangeTag: String?)
+    case fetchMetadata(tokenText: String, shouldFetchRootRecord: Bool, desiredKeys: [String]?)
+    case accept(token: String, metadataContainer: String, newParticipantID: String)
+    case requestVerification(token: String, lookup: LookupInfo, codeSHA256: [UInt8], expiresAtMicros: Int64)
+    case verify(token: String, codeSHA256: [UInt8])
+    case completeTask(taskID: UInt64)
+
+    /// A rough size, for bounding a group commit.
+    var approximateBytes: Int {
+        switch self {
+        case .saveRecord(let record): return 256 + record.approximateFieldBytes
+        default: return 256
+        }
+    }
+}
+
+struct ShareCreation: Sendable {
+    var zoneID: RecordZoneID
+    /// The root record's name for a hierarchy share; nil for a zone-wide share.
+    var rootRecordName: String?
+    var title: String
+    var publicPermission: Share.Participant.Permission
+    /// Used unless the root (or zone) was shared before: then its old token comes back (stable URL).
+    var tokenCandidate: String
+    var shareRecordName: String
+    var ownerParticipantID: String
+}
+
+/// What a step gives back to its caller.
+enum StepOutput: Sendable {
+    case none
+    case user(UserIdentity)
+    case zone(RecordZone)
+    case record(Record)
+    case share(Share)
+    case metadata(Share.Metadata)
+    case participantID(String)
+}
+
+/// The outcome of deciding a step: the events to append and, once they are applied, what to return.
+struct Decision {
+    var events: [PendingEvent]
+    var outcome: Outcome
+
+    enum Outcome {
+        /// Builds the caller's answer from the read models after the events are applied.
+        case present((borrowing Transaction) throws -> StepOutput)
+        /// The step failed (its events, if any, still record the attempt: a failed metadata fetch).
+        case failed(LedgerError)
+    }
+
+    static func output(_ events: [PendingEvent], _ present: @escaping (borrowing Transaction) throws -> StepOutput)
+        -> Decision
+    {
+        Decision(events: events, outcome: .present(present))
+    }
+
+    static func output(_ present: @escaping (borrowing Transaction) throws -> StepOutput) -> Decision {
+        Decision(events: [], outcome: .present(present))
+    }
+
+    static func output(_ events: [PendingEvent], _ value: StepOutput) -> Decision {
+        Decision(events: events, outcome: .present({ _ in value }))
+    }
+
+    static func output(_ value: StepOutput) -> Decision {
+        Decision(events: [], outcome: .present({ _ in value }))
+    }
+}
+
+/// A command of the sharing domain, as submitted to the writer.
+struct DomainCommand: Sendable {
+    var metadata: CommandMetadata
+    /// Whether the actor is a signed-in user (false: a caller with no account).
+    var signedIn: Bool
+    var steps: [DomainAction]
+    var bytes: Int
+}
+
+/// What a domain command did: one result per step, in order.
+struct DomainOutcome: Sendable {
+    var results: [Result<StepOutput, LedgerError>]
+    /// The positions of the events the command appended (nil when it appended none).
+    var positions: ClosedRange<LogPosition>?
+}
+
+extension Record {
+    var approximateFieldBytes: Int {
+        fields.reduce(0) { $0 + $1.key.utf8.count + $1.value.approximateBytes }
+    }
+}
+
+extension FieldValue {
+    var approximateBytes: Int {
+        switch self {
+        case .string(let s): return s.utf8.count + 2
+        case .int64, .double, .date: return 9
+        case .bytes(let b): return b.count + 2
+        case .reference(let id): return id.recordName.utf8.count + 4
+        case .list(let values): return values.reduce(2) { $0 + $1.approximateBytes }
+        }
+    }
+}

@@ -1,0 +1,236 @@
+import Foundation
+
+/// A share: a hierarchy of records (a root record and its `parent` chain) or a whole zone, and who
+/// may access it (CloudKit's `CKShare`).
+///
+/// A `Share` value is a snapshot, as the user who asked for it may see it: ``participants`` holds
+/// the participants that user is allowed to see (the owner and administrators see everyone; others
+/// see the owner, the accepted participants and themselves).
+public struct Share: Sendable, Hashable {
+    /// The share record's id: in the zone it shares; named ``zoneWideShareRecordName`` for a zone-wide share.
+    public var recordID: RecordID
+    /// The container that holds the share.
+    public var containerIdentifier: String
+    /// The invitation URL. Stable: sharing the same root (or zone) again gives the same URL.
+    public var url: URL
+    /// The unguessable token in ``url``.
+    public var token: ShareToken
+    /// The title shown in invitations (CloudKit's `CKShare.SystemFieldKey.title`).
+    public var title: String?
+    /// What anyone with the URL may do. Anything above ``Participant/Permission/none`` makes the
+    /// share public: anyone signed in can join as a ``Participant/Role/publicUser``.
+    public var publicPermission: Participant.Permission
+    /// The participants the viewer may see.
+    public var participants: [Participant]
+    /// The owner.
+    public var owner: Participant
+    /// The viewer's own participant entry, if the viewer is a participant.
+    public var currentUserParticipant: Participant?
+    /// The root record of a hierarchy share; `nil` for a zone-wide share.
+    public var hierarchicalRootRecordID: RecordID?
+    /// Changes with every change of the share or its participants; pass it back (`ifChangeTag`) to
+    /// make a change only if nobody else changed the share since (else ``LedgerError/Code/serverRecordChanged``).
+    public var recordChangeTag: String
+    /// When the share was created.
+    public var creationDate: Date
+
+    /// CloudKit's record name of a zone-wide share (`CKRecordNameZoneWideShare`).
+    public static let zoneWideShareRecordName = "cloudkit.zoneshare"
+    /// CloudKit's record type of a share (`CKRecordTypeShare`).
+    public static let recordType = "cloudkit.share"
+
+    /// Whether this share covers a whole zone rather than a hierarchy.
+    public var isZoneWide: Bool { recordID.recordName == Share.zoneWideShareRecordName }
+
+    /// A participant of a share (CloudKit's `CKShare.Participant`).
+    public struct Participant: Sendable, Hashable {
+        /// Unique within the share; stays the same when the participant is invited again.
+        public var participantID: String
+        /// Who the participant is.
+        public var userIdentity: UserIdentity
+        /// The participant's role.
+        public var role: Role
+        /// What the participant may do with the shared records.
+        public var permission: Permission
+        /// Where the participant stands with the invitation.
+        public var acceptanceStatus: AcceptanceStatus
+        /// When the participant was added to the share.
+        public var dateAddedToShare: Date?
+
+        /// Makes a participant value.
+        public init(
+            participantID: String, userIdentity: UserIdentity, role: Role, permission: Permission,
+            acceptanceStatus: AcceptanceStatus, dateAddedToShare: Date?
+        ) {
+            self.participantID = participantID
+            self.userIdentity = userIdentity
+            self.role = role
+            self.permission = permission
+            self.acceptanceStatus = acceptanceStatus
+            self.dateAddedToShare = dateAddedToShare
+        }
+
+        /// The deprecated participant type (CloudKit's `CKShare.ParticipantType`), derived from ``role``
+        /// as CloudKit does: an administrator shows as a private user.
+        public var type: ParticipantType {
+            switch role {
+            case .owner: return .owner
+            case .administrator, .privateUser: return .privateUser
+            case .publicUser: return .publicUser
+            case .unknown: return .unknown
+            }
+        }
+
+        /// A participant's role (CloudKit's `CKShare.ParticipantRole`, same raw values).
+        public enum Role: Int, Sendable, Hashable, Codable, CaseIterable, CustomStringConvertible {
+            /// Unknown.
+            case unknown = 0
+            /// The creator of the share.
+            case owner = 1
+            /// May add and remove participants and change their permissions.
+            case administrator = 2
+            /// Invited explicitly.
+            case privateUser = 3
+            /// Joined a public share through its URL.
+            case publicUser = 4
+
+            /// The role's name.
+            public var description: String {
+                switch self {
+                case .unknown: return "unknown"
+                case .owner: return "owner"
+                case .administrator: return "administrator"
+                case .privateUser: return "privateUser"
+                case .publicUser: return "publicUser"
+                }
+            }
+        }
+
+        /// What a participant may do (CloudKit's `CKShare.ParticipantPermission`, same raw values).
+        public enum Permission: Int, Sendable, Hashable, Codable, CaseIterable, Comparable, CustomStringConvertible {
+            /// Unknown.
+            case unknown = 0
+            /// No access (for ``Share/publicPermission``: the share is private).
+            case none = 1
+            /// May read the shared records.
+            case readOnly = 2
+            /// May read and change the shared records (except delete the root).
+            case readWrite = 3
+
+            /// Orders by raw value.
+            public static func < (lhs: Permission, rhs: Permission) -> Bool { lhs.rawValue < rhs.rawValue }
+
+            /// The permission's name.
+            public var description: String {
+                switch self {
+                case .unknown: return "unknown"
+                case .none: return "none"
+                case .readOnly: return "readOnly"
+                case .readWrite: return "readWrite"
+                }
+            }
+        }
+
+        /// Where a participant stands (CloudKit's `CKShare.ParticipantAcceptanceStatus`, same raw values).
+        public enum AcceptanceStatus: Int, Sendable, Hashable, Codable, CaseIterable, CustomStringConvertible {
+            /// Unknown.
+            case unknown = 0
+            /// Invited, not accepted yet.
+            case pending = 1
+            /// Accepted: the shared records are in the participant's shared database.
+            case accepted = 2
+            /// Removed, or left.
+            case removed = 3
+
+            /// The status's name.
+            public var description: String {
+                switch self {
+                case .unknown: return "unknown"
+                case .pending: return "pending"
+                case .accepted: return "accepted"
+                case .removed: return "removed"
+                }
+            }
+        }
+
+        /// The deprecated participant type (CloudKit's `CKShare.ParticipantType`, same raw values).
+        public enum ParticipantType: Int, Sendable, Hashable, Codable, CaseIterable {
+            /// Unknown.
+            case unknown = 0
+            /// The owner.
+            case owner = 1
+            /// An invited user (administrators included).
+            case privateUser = 3
+            /// A user who joined a public share.
+            case publicUser = 4
+        }
+    }
+
+    /// What a user learns from a share URL before accepting it (CloudKit's `CKShare.Metadata`). The
+    /// participant fields describe the user who fetched it.
+    public struct Metadata: Sendable, Hashable {
+        /// The share, with the participants the fetching user may see.
+        public var share: Share
+        /// The container that holds the share: run the accept in this container.
+        public var containerIdentifier: String
+        /// The owner.
+        public var ownerIdentity: UserIdentity
+        /// The root record's id for a hierarchy share; `nil` for a zone-wide share.
+        public var hierarchicalRootRecordID: RecordID?
+        /// The root record, when it was asked for (`shouldFetchRootRecord`) and the share is a
+        /// hierarchy share; limited to the desired keys.
+        public var rootRecord: Record?
+        /// The fetching user's role; ``Participant/Role/publicUser`` for a prospective member of a public share.
+        public var participantRole: Participant.Role
+        /// The fetching user's status; ``Participant/AcceptanceStatus/pending`` means "accept to join".
+        public var participantStatus: Participant.AcceptanceStatus
+        /// The fetching user's permission.
+        public var participantPermission: Participant.Permission
+
+        /// Deprecated in CloudKit (iOS 16): the same as ``hierarchicalRootRecordID``.
+        public var rootRecordID: RecordID? { hierarchicalRootRecordID }
+        /// Deprecated in CloudKit (iOS 12): the type derived from ``participantRole``.
+        public var participantType: Participant.ParticipantType {
+            switch participantRole {
+            case .owner: return .owner
+            case .administrator, .privateUser: return .privateUser
+            case .publicUser: return .publicUser
+            case .unknown: return .unknown
+            }
+        }
+    }
+}
+
+/// A record zone in a user's private database (CloudKit's `CKRecordZone`).
+public struct RecordZone: Sendable, Hashable {
+    /// The zone's id.
+    public var zoneID: RecordZoneID
+    /// What the zone supports.
+    public var capabilities: Capabilities
+    /// The zone-wide share of the zone, if it has one.
+    public var share: RecordID?
+
+    /// Makes a zone value to save; new custom zones get every capability by default.
+    public init(zoneID: RecordZoneID, capabilities: Capabilities = [.fetchChanges, .atomic, .sharing, .zoneWideSharing]) {
+        self.zoneID = zoneID
+        self.capabilities = capabilities
+        self.share = nil
+    }
+
+    /// A zone's capabilities (CloudKit's `CKRecordZone.Capabilities`, same bits).
+    public struct Capabilities: OptionSet, Sendable, Hashable, Codable {
+        /// The bits.
+        public let rawValue: UInt32
+        /// Makes capabilities from bits.
+        public init(rawValue: UInt32) { self.rawValue = rawValue }
+
+        /// Changes can be fetched incrementally.
+        public static let fetchChanges = Capabilities(rawValue: 1)
+        /// Batches are atomic.
+        public static let atomic = Capabilities(rawValue: 2)
+        /// Hierarchies in the zone can be shared.
+        public static let sharing = Capabilities(rawValue: 4)
+        /// The zone as a whole can be shared.
+        public static let zoneWideSharing = Capabilities(rawValue: 8)
+    }
+}

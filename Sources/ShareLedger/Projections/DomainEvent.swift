@@ -1,0 +1,134 @@
+import Foundation
+import SwiftProtobuf
+
+typealias PBLookupInfo = Shareledger_Events_V1_LookupInfo
+typealias PBRole = Shareledger_Events_V1_Role
+typealias PBPermission = Shareledger_Events_V1_Permission
+typealias PBStatus = Shareledger_Events_V1_AcceptanceStatus
+typealias PBField = Shareledger_Events_V1_Field
+
+/// An event of the sharing domain: one of the messages of `Protos/shareledger/events/v1/events.proto`.
+///
+/// The envelope's `event_type` is the message's full protobuf name; `schema_version` is 1 for every
+/// message so far (`docs/events.md` has the catalogue and the upcasting policy).
+enum DomainEvent: Sendable, Equatable {
+    case userRegistered(Shareledger_Events_V1_UserRegistered)
+    case zoneCreated(Shareledger_Events_V1_ZoneCreated)
+    case zoneDeleted(Shareledger_Events_V1_ZoneDeleted)
+    case recordSaved(Shareledger_Events_V1_RecordSaved)
+    case recordDeleted(Shareledger_Events_V1_RecordDeleted)
+    case shareCreated(Shareledger_Events_V1_ShareCreated)
+    case shareDeleted(Shareledger_Events_V1_ShareDeleted)
+    case shareTitleChanged(Shareledger_Events_V1_ShareTitleChanged)
+    case publicPermissionChanged(Shareledger_Events_V1_PublicPermissionChanged)
+    case participantAdded(Shareledger_Events_V1_ParticipantAdded)
+    case participantUpdated(Shareledger_Events_V1_ParticipantUpdated)
+    case participantRemoved(Shareledger_Events_V1_ParticipantRemoved)
+    case verificationRequested(Shareledger_Events_V1_VerificationRequested)
+    case participantVerified(Shareledger_Events_V1_ParticipantVerified)
+    case shareAccepted(Shareledger_Events_V1_ShareAccepted)
+    case shareMetadataFetched(Shareledger_Events_V1_ShareMetadataFetched)
+    case participantZoneCreated(Shareledger_Events_V1_ParticipantZoneCreated)
+    case participantZoneRemoved(Shareledger_Events_V1_ParticipantZoneRemoved)
+
+    /// The current schema version of every domain event.
+    static let schemaVersion: UInt32 = 1
+
+    var message: any SwiftProtobuf.Message {
+        switch self {
+        case .userRegistered(let m): return m
+        case .zoneCreated(let m): return m
+        case .zoneDeleted(let m): return m
+        case .recordSaved(let m): return m
+        case .recordDeleted(let m): return m
+        case .shareCreated(let m): return m
+        case .shareDeleted(let m): return m
+        case .shareTitleChanged(let m): return m
+        case .publicPermissionChanged(let m): return m
+        case .participantAdded(let m): return m
+        case .participantUpdated(let m): return m
+        case .participantRemoved(let m): return m
+        case .verificationRequested(let m): return m
+        case .participantVerified(let m): return m
+        case .shareAccepted(let m): return m
+        case .shareMetadataFetched(let m): return m
+        case .participantZoneCreated(let m): return m
+        case .participantZoneRemoved(let m): return m
+        }
+    }
+
+    /// The envelope's `event_type`: the message's full protobuf name.
+    var typeName: String { Swift.type(of: message).protoMessageName }
+
+    /// The payload bytes (deterministic serialization).
+    func payload() throws -> [UInt8] {
+        var options = BinaryEncodingOptions()
+        options.useDeterministicOrdering = true
+        return try message.serializedBytes(options: options)
+    }
+
+    private static let decoders: [String: @Sendable ([UInt8]) throws -> DomainEvent] = {
+        func entry<M: SwiftProtobuf.Message>(_ type: M.Type, _ wrap: @escaping @Sendable (M) -> DomainEvent)
+            -> (String, @Sendable ([UInt8]) throws -> DomainEvent)
+        {
+            (M.protoMessageName, { bytes in wrap(try M(serializedBytes: bytes)) })
+        }
+        return Dictionary(uniqueKeysWithValues: [
+            entry(Shareledger_Events_V1_UserRegistered.self, DomainEvent.userRegistered),
+            entry(Shareledger_Events_V1_ZoneCreated.self, DomainEvent.zoneCreated),
+            entry(Shareledger_Events_V1_ZoneDeleted.self, DomainEvent.zoneDeleted),
+            entry(Shareledger_Events_V1_RecordSaved.self, DomainEvent.recordSaved),
+            entry(Shareledger_Events_V1_RecordDeleted.self, DomainEvent.recordDeleted),
+            entry(Shareledger_Events_V1_ShareCreated.self, DomainEvent.shareCreated),
+            entry(Shareledger_Events_V1_ShareDeleted.self, DomainEvent.shareDeleted),
+            entry(Shareledger_Events_V1_ShareTitleChanged.self, DomainEvent.shareTitleChanged),
+            entry(Shareledger_Events_V1_PublicPermissionChanged.self, DomainEvent.publicPermissionChanged),
+            entry(Shareledger_Events_V1_ParticipantAdded.self, DomainEvent.participantAdded),
+            entry(Shareledger_Events_V1_ParticipantUpdated.self, DomainEvent.participantUpdated),
+            entry(Shareledger_Events_V1_ParticipantRemoved.self, DomainEvent.participantRemoved),
+            entry(Shareledger_Events_V1_VerificationRequested.self, DomainEvent.verificationRequested),
+            entry(Shareledger_Events_V1_ParticipantVerified.self, DomainEvent.participantVerified),
+            entry(Shareledger_Events_V1_ShareAccepted.self, DomainEvent.shareAccepted),
+            entry(Shareledger_Events_V1_ShareMetadataFetched.self, DomainEvent.shareMetadataFetched),
+            entry(Shareledger_Events_V1_ParticipantZoneCreated.self, DomainEvent.participantZoneCreated),
+            entry(Shareledger_Events_V1_ParticipantZoneRemoved.self, DomainEvent.participantZoneRemoved),
+        ])
+    }()
+
+    /// Whether `typeName` is a domain event type.
+    static func isDomainEvent(_ typeName: String) -> Bool { decoders[typeName] != nil }
+
+    /// Decodes a payload. Returns `nil` for event types that are not domain events (raw appends);
+    /// throws ``LedgerError/Code/corruptedData`` for a domain event that does not decode, or for a
+    /// schema version newer than this code knows.
+    static func decode(type typeName: String, schemaVersion: UInt32, payload: [UInt8], position: UInt64) throws(LedgerError)
+        -> DomainEvent?
+    {
+        guard let decoder = decoders[typeName] else { return nil }
+        guard schemaVersion <= DomainEvent.schemaVersion else {
+            throw LedgerError(
+                .formatTooNew, "the event at position \(position) (\(typeName)) has schema version \(schemaVersion); "
+                    + "this version of ShareLedger knows up to \(DomainEvent.schemaVersion). Upgrade ShareLedger")
+        }
+        do {
+            return try decoder(payload)
+        } catch {
+            throw LedgerError(
+                .corruptedData, "the payload of the event at position \(position) (\(typeName)) does not decode: \(error)")
+        }
+    }
+}
+
+/// An event a decision appends, with the stream it goes to.
+struct PendingEvent: Sendable {
+    var stream: String
+    var event: DomainEvent
+}
+
+enum Streams {
+    static func user(_ name: String) -> String { "user/\(name)" }
+    static func zone(owner: String, zone: String) -> String { "zone/\(owner)/\(zone)" }
+    static func share(_ token: String) -> String { "share/\(token)" }
+    /// Fetches by callers without an account.
+    static let anonymous = "anonymous"
+}

@@ -1,0 +1,183 @@
+import Foundation
+import LMDB
+
+/// Builds the public values (``Share``, ``Share/Metadata``, ``Record``, ``UserIdentity``) from the
+/// read models, as one viewer may see them.
+struct Presenter: Sendable {
+    let models: ReadModels
+    /// The host of share URLs.
+    let urlHost: String
+
+    static func date(_ micros: Int64) -> Date { Date(timeIntervalSince1970: Double(micros) / 1_000_000) }
+
+    func identity(_ txn: borrowing Transaction, _ container: String, user: String) throws -> UserIdentity {
+        let state = try models.user(txn, container, user)
+        var names: PersonNameComponents?
+        if let state, !(state.givenName.isEmpty && state.familyName.isEmpty) {
+            var components = PersonNameComponents()
+            if !state.givenName.isEmpty { components.givenName = state.givenName }
+            if !state.familyName.isEmpty { components.familyName = state.familyName }
+            names = components
+        }
+        return UserIdentity(
+            userRecordID: RecordID(userRecordName: user), lookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: user)),
+            nameComponents: names, hasiCloudAccount: true)
+    }
+
+    func participant(_ txn: borrowing Transaction, _ container: String, id: String, _ state: ParticipantState) throws
+        -> Share.Participant
+    {
+        var identity: UserIdentity
+        if state.userRecordName.isEmpty {
+            identity = UserIdentity(
+                userRecordID: nil, lookupInfo: state.lookupInfo.lookupInfo, nameComponents: nil, hasiCloudAccount: false)
+        } else {
+            identity = try self.identity(txn, container, user: state.userRecordName)
+            if let lookup = state.lookupInfo.lookupInfo { identity.lookupInfo = lookup }
+        }
+        return Share.Participant(
+            participantID: id, userIdentity: identity, role: state.role.role, permission: state.permission.permission,
+            acceptanceStatus: state.status.status, dateAddedToShare: Presenter.date(state.addedAtMicros))
+    }
+
+    /// The share as `viewer` may see it: owners and administrators see every participant; everyone
+    /// else sees the owner, the accepted participants and themselves.
+    func share(_ txn: borrowing Transaction, token: String, viewer: String?) throws -> Share? {
+        guard let state = try models.share(txn, token) else { return nil }
+        return try share(txn, token: token, state: state, viewer: viewer)
+    }
+
+    func share(_ txn: borrowing Transaction, token: String, state: ShareState, viewer: String?) throws -> Share {
+        let all = try models.participants(txn, token)
+        let viewerEntry = viewer.flatMap { name in all.first { $0.state.userRecordName == name } }
+        let seesAll =
+            viewerEntry.map {
+                $0.state.status != .statusRemoved && ($0.state.role == .owner || $0.state.role == .administrator)
+            } ?? false
+        var visible: [Share.Participant] = []
+        var owner: Share.Participant?
+        var current: Share.Participant?
+        for (id, participantState) in all {
+            let isViewer = viewerEntry?.id == id
+            let isOwner = id == state.ownerParticipantID
+            let shown = seesAll || isOwner || (isViewer && participantState.status != .statusRemoved)
+                || participantState.status == .statusAccepted
+            guard shown || isViewer else { continue }
+            let value = try participant(txn, state.container, id: id, participantState)
+            if isOwner { owner = value }
+            if isViewer { current = value }
+            if shown { visible.append(value) }
+        }
+        guard let owner, let parsed = ShareToken(token) else {
+            throw LedgerError(.corruptedData, "share \(token) has no owner participant; run `share-ledger audit`")
+        }
+        let zoneID = RecordZoneID(zoneName: state.zoneName, ownerName: state.ownerName)
+        let root = state.rootRecordName.isEmpty ? nil : RecordID(recordName: state.rootRecordName, zoneID: zoneID)
+        return Share(
+            recordID: RecordID(recordName: state.shareRecordName, zoneID: zoneID),
+            containerIdentifier: state.container,
+            url: ShareURL.make(host: urlHost, token: parsed, title: state.title)!,
+            token: parsed, title: state.title.isEmpty ? nil : state.title,
+            publicPermission: state.publicPermission.permission,
+            participants: visible, owner: owner, currentUserParticipant: current,
+            hierarchicalRootRecordID: root, recordChangeTag: String(state.changeTag),
+            creationDate: Presenter.date(state.createdAtMicros))
+    }
+
+    func record(
+        _ txn: borrowing Transaction, _ state: RecordState, id: RecordID, desiredKeys: [String]? = nil
+    ) throws -> Record {
+        var record = Record(recordType: state.recordType, recordID: id)
+        let wanted = desiredKeys.map(Set.init)
+        for field in state.fields where wanted?.contains(field.key) ?? true {
+            record.fields[field.key] = FieldValue(field.value, zoneID: id.zoneID)
+        }
+        if !state.parentRecordName.isEmpty {
+            record.parent = RecordID(recordName: state.parentRecordName, zoneID: id.zoneID)
+        }
+        if !state.shareToken.isEmpty, let share = try models.share(txn, state.shareToken) {
+            record.share = RecordID(recordName: share.shareRecordName, zoneID: id.zoneID)
+        }
+        record.recordChangeTag = String(state.changeTag)
+        record.creationDate = Presenter.date(state.createdAtMicros)
+        record.modificationDate = Presenter.date(state.modifiedAtMicros)
+        record.lastModifiedUserRecordID = state.lastModifiedBy.isEmpty ? nil : RecordID(userRecordName: state.lastModifiedBy)
+        return record
+    }
+
+    func zone(_ state: ZoneState, id: RecordZoneID) -> RecordZone {
+        var zone = RecordZone(zoneID: id, capabilities: RecordZone.Capabilities(rawValue: state.capabilities))
+        if !state.zoneShareToken.isEmpty {
+            zone.share = RecordID(recordName: Share.zoneWideShareRecordName, zoneID: id)
+        }
+        return zone
+    }
+}
+
+// MARK: - Conversions between the public types and the protobuf messages
+
+extension PBRole {
+    var role: Share.Participant.Role { Share.Participant.Role(rawValue: rawValue) ?? .unknown }
+    init(_ role: Share.Participant.Role) { self = PBRole(rawValue: role.rawValue) ?? .unknown }
+}
+
+extension PBPermission {
+    var permission: Share.Participant.Permission { Share.Participant.Permission(rawValue: rawValue) ?? .unknown }
+    init(_ permission: Share.Participant.Permission) { self = PBPermission(rawValue: permission.rawValue) ?? .unknown }
+}
+
+extension PBStatus {
+    var status: Share.Participant.AcceptanceStatus { Share.Participant.AcceptanceStatus(rawValue: rawValue) ?? .unknown }
+    init(_ status: Share.Participant.AcceptanceStatus) { self = PBStatus(rawValue: status.rawValue) ?? .statusUnknown }
+}
+
+extension PBLookupInfo {
+    var lookupInfo: LookupInfo? {
+        if !emailAddress.isEmpty { return LookupInfo(emailAddress: emailAddress) }
+        if !phoneNumber.isEmpty { return LookupInfo(phoneNumber: phoneNumber) }
+        if !userRecordName.isEmpty { return LookupInfo(userRecordID: RecordID(userRecordName: userRecordName)) }
+        return nil
+    }
+
+    init(_ lookup: LookupInfo) {
+        self.init()
+        if let email = lookup.emailAddress { emailAddress = email }
+        if let phone = lookup.phoneNumber { phoneNumber = phone }
+        if let id = lookup.userRecordID { userRecordName = id.recordName }
+    }
+}
+
+extension FieldValue {
+    init(_ value: PB, zoneID: RecordZoneID) {
+        switch value.value {
+        case .stringValue(let s): self = .string(s)
+        case .int64Value(let i): self = .int64(i)
+        case .doubleValue(let d): self = .double(d)
+        case .dateMicros(let micros): self = .date(Presenter.date(micros))
+        case .bytesValue(let data): self = .bytes(Array(data))
+        case .reference(let reference): self = .reference(RecordID(recordName: reference.recordName, zoneID: zoneID))
+        case .list(let list): self = .list(list.values.map { FieldValue($0, zoneID: zoneID) })
+        case .none: self = .list([])
+        }
+    }
+
+    var message: PB {
+        var out = PB()
+        switch self {
+        case .string(let s): out.stringValue = s
+        case .int64(let i): out.int64Value = i
+        case .double(let d): out.doubleValue = d
+        case .date(let date): out.dateMicros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
+        case .bytes(let bytes): out.bytesValue = Data(bytes)
+        case .reference(let id):
+            var reference = Shareledger_Events_V1_Reference()
+            reference.recordName = id.recordName
+            out.reference = reference
+        case .list(let values):
+            var list = Shareledger_Events_V1_FieldValueList()
+            list.values = values.map(\.message)
+            out.list = list
+        }
+        return out
+    }
+}

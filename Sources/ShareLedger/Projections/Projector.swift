@@ -1,0 +1,355 @@
+import Foundation
+import LMDB
+
+/// Applies events to the read models, inside the write transaction that appends them (inline
+/// projections) or that rebuilds the read models from the log.
+///
+/// `apply` depends only on the event, its envelope fields and the read models as they stand, so
+/// replaying the log from the start reproduces every read model byte for byte. It never refuses an
+/// event: the decider checked every rule before the event was appended.
+struct Projector {
+    let models: ReadModels
+
+    /// The envelope fields a projection may use.
+    struct Context {
+        var position: UInt64
+        var recordedAtMicros: Int64
+        var container: String
+        var actor: String
+    }
+
+    /// Outbox task ids: the position of the scheduling event, shifted, plus the task's index within
+    /// that event (an event schedules at most 4,096 tasks).
+    static func taskID(position: UInt64, index: Int) -> UInt64 { position << 12 | UInt64(index) }
+
+    func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws {
+        let m = models
+        switch event {
+        case .userRegistered(let e):
+            var state = UserState()
+            state.emailAddress = e.emailAddress
+            state.phoneNumber = e.phoneNumber
+            state.givenName = e.givenName
+            state.familyName = e.familyName
+            state.registeredAtMicros = context.recordedAtMicros
+            try m.put(txn, m.users, ReadModels.userKey(context.container, e.userRecordName), state)
+            if !e.emailAddress.isEmpty {
+                try m.putRaw(
+                    txn, m.userLookup, ReadModels.lookupKey(context.container, email: e.emailAddress),
+                    Array(e.userRecordName.utf8))
+            }
+            if !e.phoneNumber.isEmpty {
+                try m.putRaw(
+                    txn, m.userLookup, ReadModels.lookupKey(context.container, phone: e.phoneNumber),
+                    Array(e.userRecordName.utf8))
+            }
+            try m.add(txn, .users, 1)
+
+        case .zoneCreated(let e):
+            var state = ZoneState()
+            state.zoneID = context.position
+            state.capabilities = e.capabilities
+            state.createdAtMicros = context.recordedAtMicros
+            try m.put(txn, m.zones, ReadModels.zoneKey(context.container, owner: e.ownerName, zone: e.zoneName), state)
+            try m.add(txn, .zones, 1)
+
+        case .zoneDeleted(let e):
+            let key = ReadModels.zoneKey(context.container, owner: e.ownerName, zone: e.zoneName)
+            guard let zone = try m.message(ZoneState.self, txn, m.zones, key) else { return }
+            let prefix = BigEndian.bytes(of: zone.zoneID)
+            let records = try m.scan(txn, m.records, prefix: prefix)
+            for entry in records { try txn.delete(m.records, key: prefix + entry.suffix) }
+            for entry in try m.scan(txn, m.recordChildren, prefix: prefix) {
+                try txn.delete(m.recordChildren, key: prefix + entry.suffix, value: entry.value)
+            }
+            try txn.delete(m.zones, key: key)
+            try m.add(txn, .zones, -1)
+            try m.add(txn, .records, -Int64(records.count))
+
+        case .recordSaved(let e):
+            guard let zone = try m.zone(txn, context.container, owner: e.ownerName, zone: e.zoneName) else { return }
+            let key = ReadModels.recordKey(zoneID: zone.zoneID, e.recordName)
+            let existing = try m.message(RecordState.self, txn, m.records, key)
+            var state = existing ?? RecordState()
+            if existing == nil { state.createdAtMicros = context.recordedAtMicros }
+            if state.parentRecordName != e.parentRecordName {
+                if !state.parentRecordName.isEmpty {
+                    try txn.delete(
+                        m.recordChildren, key: ReadModels.recordKey(zoneID: zone.zoneID, state.parentRecordName),
+                        value: Array(e.recordName.utf8))
+                }
+                if !e.parentRecordName.isEmpty {
+                    try txn.put(
+                        m.recordChildren, key: ReadModels.recordKey(zoneID: zone.zoneID, e.parentRecordName),
+                        value: Array(e.recordName.utf8))
+                }
+            }
+            state.recordType = e.recordType
+            state.fields = e.fields
+            state.parentRecordName = e.parentRecordName
+            state.changeTag = e.changeTag
+            state.modifiedAtMicros = context.recordedAtMicros
+            state.lastModifiedBy = context.actor
+            try m.put(txn, m.records, key, state)
+            if existing == nil { try m.add(txn, .records, 1) }
+
+        case .recordDeleted(let e):
+            guard let zone = try m.zone(txn, context.container, owner: e.ownerName, zone: e.zoneName) else { return }
+            let key = ReadModels.recordKey(zoneID: zone.zoneID, e.recordName)
+            guard let state = try m.message(RecordState.self, txn, m.records, key) else { return }
+            if !state.parentRecordName.isEmpty {
+                try txn.delete(
+                    m.recordChildren, key: ReadModels.recordKey(zoneID: zone.zoneID, state.parentRecordName),
+                    value: Array(e.recordName.utf8))
+            }
+            try txn.delete(m.records, key: key)
+            try m.add(txn, .records, -1)
+
+        case .shareCreated(let e):
+            let zoneKey = ReadModels.zoneKey(context.container, owner: e.ownerName, zone: e.zoneName)
+            guard var zone = try m.message(ZoneState.self, txn, m.zones, zoneKey) else { return }
+            var share = ShareState()
+            share.container = context.container
+            share.ownerName = e.ownerName
+            share.zoneName = e.zoneName
+            share.zoneID = zone.zoneID
+            share.shareRecordName = e.shareRecordName
+            share.rootRecordName = e.rootRecordName
+            share.title = e.title
+            share.publicPermission = e.publicPermission
+            share.changeTag = 1
+            share.createdAtMicros = context.recordedAtMicros
+            share.ownerParticipantID = e.ownerParticipantID
+            share.activeParticipantCount = 1
+            try m.put(txn, m.shares, Array(e.token.utf8), share)
+
+            var owner = ParticipantState()
+            owner.userRecordName = e.ownerName
+            owner.lookupInfo.userRecordName = e.ownerName
+            owner.role = .owner
+            owner.permission = .readWrite
+            owner.status = .statusAccepted
+            owner.addedAtMicros = context.recordedAtMicros
+            try m.put(txn, m.participants, ReadModels.participantKey(e.token, e.ownerParticipantID), owner)
+            try m.putRaw(txn, m.sharesByOwner, ReadModels.key(context.container, e.ownerName, e.token), [])
+            try m.putRaw(
+                txn, m.sharesByUser, ReadModels.key(context.container, e.ownerName, e.token),
+                Array(e.ownerParticipantID.utf8))
+
+            if e.rootRecordName.isEmpty {
+                zone.zoneShareToken = e.token
+                zone.lastZoneShareToken = e.token
+            } else {
+                zone.hierarchyShareCount += 1
+                let recordKey = ReadModels.recordKey(zoneID: zone.zoneID, e.rootRecordName)
+                if var root = try m.message(RecordState.self, txn, m.records, recordKey) {
+                    root.shareToken = e.token
+                    root.lastShareToken = e.token
+                    try m.put(txn, m.records, recordKey, root)
+                }
+            }
+            try m.put(txn, m.zones, zoneKey, zone)
+            try m.add(txn, .shares, 1)
+
+        case .shareDeleted(let e):
+            guard let share = try m.share(txn, e.token) else { return }
+            let participants = try m.participants(txn, e.token)
+            var taskIndex = 0
+            for (id, participant) in participants {
+                if participant.role != .owner && participant.status != .statusRemoved {
+                    try m.add(txn, .participants, -1)
+                    if participant.status == .statusAccepted {
+                        try m.add(txn, .acceptedParticipants, -1)
+                        try scheduleZoneTask(
+                            .removeZone, share: share, token: e.token, user: participant.userRecordName,
+                            id: Projector.taskID(position: context.position, index: taskIndex), context, txn)
+                        taskIndex += 1
+                    }
+                }
+                try txn.delete(m.participants, key: ReadModels.participantKey(e.token, id))
+                if !participant.userRecordName.isEmpty {
+                    try txn.delete(m.sharesByUser, key: ReadModels.key(share.container, participant.userRecordName, e.token))
+                }
+            }
+            for entry in try m.scan(txn, m.verifications, prefix: Array(e.token.utf8)) {
+                try txn.delete(m.verifications, key: Array(e.token.utf8) + entry.suffix)
+            }
+            try txn.delete(m.sharesByOwner, key: ReadModels.key(share.container, share.ownerName, e.token))
+            try txn.delete(m.shares, key: Array(e.token.utf8))
+            let zoneKey = ReadModels.zoneKey(share.container, owner: share.ownerName, zone: share.zoneName)
+            if var zone = try m.message(ZoneState.self, txn, m.zones, zoneKey) {
+                if share.rootRecordName.isEmpty {
+                    zone.zoneShareToken = ""
+                } else {
+                    zone.hierarchyShareCount = zone.hierarchyShareCount > 0 ? zone.hierarchyShareCount - 1 : 0
+                    let recordKey = ReadModels.recordKey(zoneID: zone.zoneID, share.rootRecordName)
+                    if var root = try m.message(RecordState.self, txn, m.records, recordKey), root.shareToken == e.token {
+                        root.shareToken = ""
+                        try m.put(txn, m.records, recordKey, root)
+                    }
+                }
+                try m.put(txn, m.zones, zoneKey, zone)
+            }
+            try m.add(txn, .shares, -1)
+
+        case .shareTitleChanged(let e):
+            try updateShare(e.token, txn) { $0.title = e.title }
+
+        case .publicPermissionChanged(let e):
+            try updateShare(e.token, txn) { $0.publicPermission = e.newPermission }
+
+        case .participantAdded(let e):
+            guard var share = try m.share(txn, e.token) else { return }
+            let key = ReadModels.participantKey(e.token, e.participantID)
+            let previous = try m.message(ParticipantState.self, txn, m.participants, key)
+            var state = previous ?? ParticipantState()
+            state.userRecordName = e.userRecordName
+            state.lookupInfo = e.lookupInfo
+            state.role = e.role
+            state.permission = e.permission
+            state.status = .statusPending
+            state.addedAtMicros = context.recordedAtMicros
+            try m.put(txn, m.participants, key, state)
+            if !e.userRecordName.isEmpty {
+                try m.putRaw(
+                    txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token),
+                    Array(e.participantID.utf8))
+            } else {
+                share.unmatchedPendingCount += 1
+            }
+            if previous == nil || previous?.status == .statusRemoved {
+                share.activeParticipantCount += 1
+                try m.add(txn, .participants, 1)
+            }
+            share.changeTag += 1
+            try m.put(txn, m.shares, Array(e.token.utf8), share)
+
+        case .participantUpdated(let e):
+            let key = ReadModels.participantKey(e.token, e.participantID)
+            guard var state = try m.message(ParticipantState.self, txn, m.participants, key) else { return }
+            state.role = e.role
+            state.permission = e.permission
+            try m.put(txn, m.participants, key, state)
+            try updateShare(e.token, txn) { _ in }
+
+        case .participantRemoved(let e):
+            guard var share = try m.share(txn, e.token) else { return }
+            let key = ReadModels.participantKey(e.token, e.participantID)
+            guard var state = try m.message(ParticipantState.self, txn, m.participants, key),
+                state.status != .statusRemoved
+            else { return }
+            if state.status == .statusAccepted {
+                try m.add(txn, .acceptedParticipants, -1)
+                try scheduleZoneTask(
+                    .removeZone, share: share, token: e.token, user: state.userRecordName,
+                    id: Projector.taskID(position: context.position, index: 0), context, txn)
+            }
+            if state.status == .statusPending && state.userRecordName.isEmpty {
+                share.unmatchedPendingCount -= 1
+            }
+            state.status = .statusRemoved
+            try m.put(txn, m.participants, key, state)
+            share.activeParticipantCount -= 1
+            share.changeTag += 1
+            try m.put(txn, m.shares, Array(e.token.utf8), share)
+            try m.add(txn, .participants, -1)
+            try deleteVerifications(token: e.token, participantID: e.participantID, txn)
+
+        case .verificationRequested(let e):
+            var state = VerificationState()
+            state.codeSha256 = e.codeSha256
+            state.expiresAtMicros = e.expiresAtMicros
+            try m.put(
+                txn, m.verifications,
+                ReadModels.verificationKey(e.token, e.participantID, user: e.userRecordName), state)
+
+        case .participantVerified(let e):
+            guard var share = try m.share(txn, e.token) else { return }
+            let key = ReadModels.participantKey(e.token, e.participantID)
+            guard var state = try m.message(ParticipantState.self, txn, m.participants, key) else { return }
+            if state.userRecordName.isEmpty && state.status == .statusPending {
+                share.unmatchedPendingCount -= 1
+            }
+            state.userRecordName = e.userRecordName
+            try m.put(txn, m.participants, key, state)
+            try m.putRaw(
+                txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token),
+                Array(e.participantID.utf8))
+            share.changeTag += 1
+            try m.put(txn, m.shares, Array(e.token.utf8), share)
+            try deleteVerifications(token: e.token, participantID: e.participantID, txn)
+
+        case .shareAccepted(let e):
+            guard let share = try m.share(txn, e.token) else { return }
+            let key = ReadModels.participantKey(e.token, e.participantID)
+            guard var state = try m.message(ParticipantState.self, txn, m.participants, key) else { return }
+            state.status = .statusAccepted
+            state.userRecordName = e.userRecordName
+            try m.put(txn, m.participants, key, state)
+            try m.add(txn, .acceptedParticipants, 1)
+            try scheduleZoneTask(
+                .createZone, share: share, token: e.token, user: e.userRecordName,
+                id: Projector.taskID(position: context.position, index: 0), context, txn)
+            try updateShare(e.token, txn) { _ in }
+
+        case .shareMetadataFetched:
+            // A fetch changes nothing but the log (it is there for the audit trail).
+            break
+
+        case .participantZoneCreated(let e):
+            let taskKey = BigEndian.bytes(of: e.taskID)
+            guard let task = try m.message(ResidualTaskState.self, txn, m.outbox, taskKey) else { return }
+            try txn.delete(m.outbox, key: taskKey)
+            let key = ReadModels.sharedZoneKey(task.container, user: task.userRecordName, zoneID: task.zoneID)
+            if try m.message(SharedZoneState.self, txn, m.sharedZones, key) == nil {
+                var state = SharedZoneState()
+                state.ownerName = task.ownerName
+                state.zoneName = task.zoneName
+                state.createdAtMicros = context.recordedAtMicros
+                try m.put(txn, m.sharedZones, key, state)
+                try m.add(txn, .participantZones, 1)
+            }
+
+        case .participantZoneRemoved(let e):
+            let taskKey = BigEndian.bytes(of: e.taskID)
+            guard let task = try m.message(ResidualTaskState.self, txn, m.outbox, taskKey) else { return }
+            try txn.delete(m.outbox, key: taskKey)
+            let key = ReadModels.sharedZoneKey(task.container, user: task.userRecordName, zoneID: task.zoneID)
+            if !e.zoneKept, try txn.delete(m.sharedZones, key: key) {
+                try m.add(txn, .participantZones, -1)
+            }
+        }
+    }
+
+    private func updateShare(_ token: String, _ txn: borrowing Transaction, _ change: (inout ShareState) -> Void) throws {
+        guard var share = try models.share(txn, token) else { return }
+        change(&share)
+        share.changeTag += 1
+        try models.put(txn, models.shares, Array(token.utf8), share)
+    }
+
+    private func deleteVerifications(token: String, participantID: String, _ txn: borrowing Transaction) throws {
+        let prefix = ReadModels.participantKey(token, participantID) + [0]
+        for entry in try models.scan(txn, models.verifications, prefix: prefix) {
+            try txn.delete(models.verifications, key: prefix + entry.suffix)
+        }
+    }
+
+    private func scheduleZoneTask(
+        _ kind: ResidualTaskState.Kind, share: ShareState, token: String, user: String, id: UInt64, _ context: Context,
+        _ txn: borrowing Transaction
+    ) throws {
+        guard !user.isEmpty else { return }
+        var task = ResidualTaskState()
+        task.kind = kind
+        task.container = share.container
+        task.userRecordName = user
+        task.ownerName = share.ownerName
+        task.zoneName = share.zoneName
+        task.zoneID = share.zoneID
+        task.token = token
+        task.dueAtMicros = context.recordedAtMicros
+        task.scheduledAtMicros = context.recordedAtMicros
+        try models.put(txn, models.outbox, BigEndian.bytes(of: id), task)
+    }
+}

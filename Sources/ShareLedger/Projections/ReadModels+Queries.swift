@@ -1,0 +1,91 @@
+import Foundation
+import LMDB
+import SwiftProtobuf
+
+/// Typed reads of the read models, shared by the decider (inside the writer's transaction) and the
+/// query API (inside short read transactions).
+extension ReadModels {
+    func user(_ txn: borrowing Transaction, _ container: String, _ name: String) throws -> UserState? {
+        try message(UserState.self, txn, users, ReadModels.userKey(container, name))
+    }
+
+    func zone(_ txn: borrowing Transaction, _ container: String, owner: String, zone: String) throws -> ZoneState? {
+        try message(ZoneState.self, txn, zones, ReadModels.zoneKey(container, owner: owner, zone: zone))
+    }
+
+    func record(_ txn: borrowing Transaction, zoneID: UInt64, _ name: String) throws -> RecordState? {
+        try message(RecordState.self, txn, records, ReadModels.recordKey(zoneID: zoneID, name))
+    }
+
+    func share(_ txn: borrowing Transaction, _ token: String) throws -> ShareState? {
+        try message(ShareState.self, txn, shares, Array(token.utf8))
+    }
+
+    func participant(_ txn: borrowing Transaction, _ token: String, _ participantID: String) throws -> ParticipantState? {
+        try message(ParticipantState.self, txn, participants, ReadModels.participantKey(token, participantID))
+    }
+
+    /// Every participant of a share (removed ones included), by participant id.
+    func participants(_ txn: borrowing Transaction, _ token: String) throws -> [(id: String, state: ParticipantState)] {
+        try scan(txn, participants, prefix: Array(token.utf8)).map { entry in
+            do {
+                return (String(decoding: entry.suffix, as: UTF8.self), try ParticipantState(serializedBytes: entry.value))
+            } catch {
+                throw LedgerError(.corruptedData, "a participant of share \(token) does not decode; run `share-ledger rebuild`")
+            }
+        }
+    }
+
+    /// The participant id `user` has (or had) in share `token`.
+    func participantID(_ txn: borrowing Transaction, _ container: String, user: String, token: String) throws -> String? {
+        try string(txn, sharesByUser, ReadModels.key(container, user, token))
+    }
+
+    /// The user's participant entry in the share, if any (any status).
+    func participant(_ txn: borrowing Transaction, of user: String, in share: ShareState, token: String) throws
+        -> (id: String, state: ParticipantState)?
+    {
+        guard let id = try participantID(txn, share.container, user: user, token: token),
+            let state = try participant(txn, token, id)
+        else { return nil }
+        return (id, state)
+    }
+
+    func userName(_ txn: borrowing Transaction, _ container: String, email: String) throws -> String? {
+        try string(txn, userLookup, ReadModels.lookupKey(container, email: email))
+    }
+
+    func userName(_ txn: borrowing Transaction, _ container: String, phone: String) throws -> String? {
+        try string(txn, userLookup, ReadModels.lookupKey(container, phone: phone))
+    }
+
+    /// The tokens of the live shares `owner` owns in `container`.
+    func shareTokens(_ txn: borrowing Transaction, _ container: String, owner: String) throws -> [String] {
+        try scan(txn, sharesByOwner, prefix: ReadModels.key(container, owner) + [0]).map {
+            String(decoding: $0.suffix, as: UTF8.self)
+        }
+    }
+
+    /// (token, participant id) of every share `user` is or was a participant of in `container`.
+    func participations(_ txn: borrowing Transaction, _ container: String, user: String) throws
+        -> [(token: String, participantID: String)]
+    {
+        try scan(txn, sharesByUser, prefix: ReadModels.key(container, user) + [0]).map {
+            (String(decoding: $0.suffix, as: UTF8.self), String(decoding: $0.value, as: UTF8.self))
+        }
+    }
+
+    /// The names of the records whose parent is `parent`.
+    func children(_ txn: borrowing Transaction, zoneID: UInt64, of parent: String) throws -> [String] {
+        let key = ReadModels.recordKey(zoneID: zoneID, parent)
+        return try txn.withCursor(recordChildren) { cursor in
+            var out: [String] = []
+            var entry = try key.withUnsafeBytes { try cursor.seek(exactly: $0) }
+            while let current = entry {
+                out.append(String(decoding: current.value, as: UTF8.self))
+                entry = try cursor.nextDuplicate()
+            }
+            return out
+        }
+    }
+}

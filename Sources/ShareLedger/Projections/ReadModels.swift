@@ -1,0 +1,212 @@
+import Foundation
+import LMDB
+import SwiftProtobuf
+
+typealias PB = Shareledger_Events_V1_FieldValue
+typealias UserState = Shareledger_Readmodels_V1_UserState
+typealias ZoneState = Shareledger_Readmodels_V1_ZoneState
+typealias RecordState = Shareledger_Readmodels_V1_RecordState
+typealias ShareState = Shareledger_Readmodels_V1_ShareState
+typealias ParticipantState = Shareledger_Readmodels_V1_ParticipantState
+typealias ResidualTaskState = Shareledger_Readmodels_V1_ResidualTask
+typealias SharedZoneState = Shareledger_Readmodels_V1_SharedZoneState
+typealias VerificationState = Shareledger_Readmodels_V1_VerificationState
+
+/// The read models' named databases and their key layouts (`docs/log-format.md`, "Read models").
+///
+/// Every read model is derived from the log and written in the same transaction as the events it
+/// reflects. Values are protobuf messages (`Protos/shareledger/readmodels/v1`), serialized
+/// deterministically, so a rebuild from the log reproduces them byte for byte.
+struct ReadModels: Sendable {
+    /// container ‖ 0 ‖ user record name → UserState.
+    let users: Database
+    /// container ‖ 0 ‖ `e` or `p` ‖ normalized email or phone → user record name.
+    let userLookup: Database
+    /// container ‖ 0 ‖ owner ‖ 0 ‖ zone name → ZoneState.
+    let zones: Database
+    /// zone id (8, big-endian) ‖ record name → RecordState.
+    let records: Database
+    /// (dupsort) zone id (8) ‖ parent record name → child record name.
+    let recordChildren: Database
+    /// token → ShareState.
+    let shares: Database
+    /// token ‖ participant id → ParticipantState.
+    let participants: Database
+    /// container ‖ 0 ‖ owner ‖ 0 ‖ token → (empty).
+    let sharesByOwner: Database
+    /// container ‖ 0 ‖ user ‖ 0 ‖ token → participant id (every status, removed included).
+    let sharesByUser: Database
+    /// container ‖ 0 ‖ user ‖ 0 ‖ zone id (8) → SharedZoneState: zones in each user's shared database.
+    let sharedZones: Database
+    /// task id (8, big-endian) → ResidualTask: the outbox of the residual-task worker.
+    let outbox: Database
+    /// token ‖ participant id ‖ 0 ‖ user → VerificationState.
+    let verifications: Database
+    /// counter name → 8-byte big-endian count.
+    let counters: Database
+
+    static let specs: [(name: String, flags: DatabaseFlags)] = [
+        ("rm_users", []),
+        ("rm_user_lookup", []),
+        ("rm_zones", []),
+        ("rm_records", []),
+        ("rm_record_children", [.dupSort]),
+        ("rm_shares", []),
+        ("rm_participants", []),
+        ("rm_shares_by_owner", []),
+        ("rm_shares_by_user", []),
+        ("rm_shared_zones", []),
+        ("rm_outbox", []),
+        ("rm_verifications", []),
+        ("rm_counters", []),
+    ]
+
+    init(_ databases: ArraySlice<Database>) {
+        let d = Array(databases)
+        precondition(d.count == ReadModels.specs.count)
+        users = d[0]
+        userLookup = d[1]
+        zones = d[2]
+        records = d[3]
+        recordChildren = d[4]
+        shares = d[5]
+        participants = d[6]
+        sharesByOwner = d[7]
+        sharesByUser = d[8]
+        sharedZones = d[9]
+        outbox = d[10]
+        verifications = d[11]
+        counters = d[12]
+    }
+
+    /// Every read-model database, in `specs` order.
+    var all: [Database] {
+        [users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
+         sharedZones, outbox, verifications, counters]
+    }
+
+    // MARK: - Keys
+
+    static func key(_ parts: String...) -> [UInt8] {
+        var out: [UInt8] = []
+        for (index, part) in parts.enumerated() {
+            if index > 0 { out.append(0) }
+            out.append(contentsOf: part.utf8)
+        }
+        return out
+    }
+
+    static func userKey(_ container: String, _ user: String) -> [UInt8] { key(container, user) }
+
+    static func lookupKey(_ container: String, email: String) -> [UInt8] {
+        key(container, "e" + normalizeEmail(email))
+    }
+
+    static func lookupKey(_ container: String, phone: String) -> [UInt8] {
+        key(container, "p" + normalizePhone(phone))
+    }
+
+    /// Emails compare case-insensitively, without surrounding spaces.
+    static func normalizeEmail(_ email: String) -> String {
+        email.trimmingCharacters(in: .whitespaces).lowercased()
+    }
+
+    /// Phone numbers compare by their digits and a leading `+`.
+    static func normalizePhone(_ phone: String) -> String {
+        let trimmed = phone.trimmingCharacters(in: .whitespaces)
+        let digits = trimmed.filter(\.isASCIIDigit)
+        return (trimmed.hasPrefix("+") ? "+" : "") + digits
+    }
+
+    static func zoneKey(_ container: String, owner: String, zone: String) -> [UInt8] { key(container, owner, zone) }
+
+    static func recordKey(zoneID: UInt64, _ record: String) -> [UInt8] {
+        BigEndian.bytes(of: zoneID) + Array(record.utf8)
+    }
+
+    static func participantKey(_ token: String, _ participantID: String) -> [UInt8] {
+        Array(token.utf8) + Array(participantID.utf8)
+    }
+
+    static func sharedZoneKey(_ container: String, user: String, zoneID: UInt64) -> [UInt8] {
+        key(container, user) + [0] + BigEndian.bytes(of: zoneID)
+    }
+
+    static func verificationKey(_ token: String, _ participantID: String, user: String) -> [UInt8] {
+        Array(token.utf8) + Array(participantID.utf8) + [0] + Array(user.utf8)
+    }
+
+    // MARK: - Values
+
+    func message<M: SwiftProtobuf.Message>(
+        _ type: M.Type, _ txn: borrowing Transaction, _ db: Database, _ key: [UInt8]
+    ) throws -> M? {
+        try key.withUnsafeBytes { k in
+            try txn.withValue(db, key: k) { raw in
+                do {
+                    return try M(serializedBytes: Array(raw.bindMemory(to: UInt8.self)))
+                } catch {
+                    throw LedgerError(
+                        .corruptedData, "a value in read model \(db.name) does not decode (\(error)); run `share-ledger rebuild`")
+                }
+            }
+        }
+    }
+
+    func put(_ txn: borrowing Transaction, _ db: Database, _ key: [UInt8], _ message: some SwiftProtobuf.Message) throws {
+        var options = BinaryEncodingOptions()
+        options.useDeterministicOrdering = true
+        let bytes: [UInt8] = try message.serializedBytes(options: options)
+        try txn.put(db, key: key, value: bytes)
+    }
+
+    func putRaw(_ txn: borrowing Transaction, _ db: Database, _ key: [UInt8], _ value: [UInt8]) throws {
+        try txn.put(db, key: key, value: value)
+    }
+
+    func string(_ txn: borrowing Transaction, _ db: Database, _ key: [UInt8]) throws -> String? {
+        try key.withUnsafeBytes { k in
+            try txn.withValue(db, key: k) { String(decoding: $0, as: UTF8.self) }
+        }
+    }
+
+    /// Every entry of `db` whose key starts with `prefix`, in key order: (key suffix after the prefix, value).
+    func scan(_ txn: borrowing Transaction, _ db: Database, prefix: [UInt8], limit: Int = .max)
+        throws -> [(suffix: [UInt8], value: [UInt8])]
+    {
+        try txn.withCursor(db) { cursor in
+            var out: [(suffix: [UInt8], value: [UInt8])] = []
+            var entry = try prefix.withUnsafeBytes { try cursor.seek(atLeast: $0) }
+            while let current = entry, out.count < limit {
+                guard prefix.isEmpty
+                    || (current.key.count >= prefix.count
+                        && prefix.withUnsafeBytes({ p in memcmp(p.baseAddress!, current.key.baseAddress!, prefix.count) == 0 }))
+                else { break }
+                out.append((Array(current.key[prefix.count...]), Array(current.value)))
+                entry = try cursor.next()
+            }
+            return out
+        }
+    }
+
+    // MARK: - Counters
+
+    enum Counter: String, CaseIterable {
+        case shares, participants, acceptedParticipants, users, zones, records, participantZones
+    }
+
+    func counter(_ txn: borrowing Transaction, _ counter: Counter) throws -> UInt64 {
+        try txn.get(counters, key: Array(counter.rawValue.utf8)).flatMap { BigEndian.uint64($0) } ?? 0
+    }
+
+    func add(_ txn: borrowing Transaction, _ counter: Counter, _ delta: Int64) throws {
+        guard delta != 0 else { return }
+        let current = try self.counter(txn, counter)
+        let next = delta < 0 ? current &- UInt64(-delta) : current &+ UInt64(delta)
+        try txn.put(counters, key: Array(counter.rawValue.utf8), value: BigEndian.bytes(of: next))
+    }
+}
+
+extension Character {
+    fileprivate var isASCIIDigit: Bool { isASCII && isNumber }
+}
