@@ -272,6 +272,22 @@ public final class EventLog: Sendable {
         public var formatVersion: UInt32
         /// The durability mode this process opened it with.
         public var durability: String
+        /// Registered users.
+        public var users: UInt64
+        /// Record zones in private databases.
+        public var zones: UInt64
+        /// Records.
+        public var records: UInt64
+        /// Live shares.
+        public var shares: UInt64
+        /// Participants of live shares that are not removed, owners not counted.
+        public var participants: UInt64
+        /// Participants of live shares that accepted, owners not counted.
+        public var acceptedParticipants: UInt64
+        /// Residual tasks (zone creation or removal after an accept or a removal) not done yet.
+        public var pendingResidualTasks: Int
+        /// Zones in participants' shared databases.
+        public var participantZones: UInt64
     }
 
     /// Counters of the ledger, read in one transaction.
@@ -293,7 +309,15 @@ public final class EventLog: Sendable {
                 mapSizeBytes: info.mapSize,
                 usedBytes: info.usedBytes,
                 formatVersion: LogStore.formatVersion,
-                durability: configuration.durability.rawValue)
+                durability: configuration.durability.rawValue,
+                users: try store.models.counter(txn, .users),
+                zones: try store.models.counter(txn, .zones),
+                records: try store.models.counter(txn, .records),
+                shares: try store.models.counter(txn, .shares),
+                participants: try store.models.counter(txn, .participants),
+                acceptedParticipants: try store.models.counter(txn, .acceptedParticipants),
+                pendingResidualTasks: try txn.statistics(store.models.outbox).entries,
+                participantZones: try store.models.counter(txn, .participantZones))
         }
     }
 

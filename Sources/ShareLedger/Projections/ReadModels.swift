@@ -176,7 +176,7 @@ struct ReadModels: Sendable {
     {
         try txn.withCursor(db) { cursor in
             var out: [(suffix: [UInt8], value: [UInt8])] = []
-            var entry = try prefix.withUnsafeBytes { try cursor.seek(atLeast: $0) }
+            var entry = prefix.isEmpty ? try cursor.first() : try prefix.withUnsafeBytes { try cursor.seek(atLeast: $0) }
             while let current = entry, out.count < limit {
                 guard prefix.isEmpty
                     || (current.key.count >= prefix.count

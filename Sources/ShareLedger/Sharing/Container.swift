@@ -1,0 +1,485 @@
+import Foundation
+import LMDB
+import SwiftProtobuf
+
+/// A container as one user sees it (what `CKContainer` is for the signed-in user): that user's
+/// private database (zones, records, the shares they own), the shares shared with them, and the
+/// sharing calls — fetching share metadata and accepting shares.
+///
+/// Every call that changes something is one command of the ledger: its events are appended to the
+/// log and its read models updated in the same commit, so a read right after an awaited call sees
+/// its effect. A call that fails changes nothing (fetching metadata is the exception: each fetch,
+/// failed or not, is recorded in the log for the audit trail).
+public struct Container: Sendable {
+    let ledger: ShareLedger
+    /// The container's identifier, e.g. `iCloud.com.example.notes`.
+    public let containerIdentifier: String
+    /// The acting user; `nil` for a caller with no account.
+    public let userRecordName: String?
+
+    /// CloudKit's limit on the items of one operation.
+    public static let maxItemsPerOperation = 400
+
+    // MARK: - Running commands
+
+    private var actor: String { userRecordName ?? "(no account)" }
+
+    func run(_ steps: [DomainAction]) async throws(LedgerError) -> [Result<StepOutput, LedgerError>] {
+        try Decider.checkContainer(containerIdentifier)
+        let metadata = CommandMetadata(container: containerIdentifier, actor: actor)
+        let command = DomainCommand(
+            metadata: metadata, signedIn: userRecordName != nil, steps: steps,
+            bytes: steps.reduce(0) { $0 + $1.approximateBytes })
+        return try await ledger.submit(command).results
+    }
+
+    func runOne(_ step: DomainAction) async throws(LedgerError) -> StepOutput {
+        guard let result = try await run([step]).first else { throw LedgerError.unexpectedOutput("a command") }
+        return try result.get()
+    }
+
+    private func runShare(_ step: DomainAction, _ call: String) async throws(LedgerError) -> Share {
+        guard case .share(let share) = try await runOne(step) else { throw LedgerError.unexpectedOutput(call) }
+        return share
+    }
+
+    /// The token of a share URL, or `unknownItem` (as CloudKit answers for a URL it does not know).
+    static func token(of url: URL) throws(LedgerError) -> String {
+        guard let token = ShareURL.token(in: url) else {
+            throw LedgerError(.unknownItem, Decider.shareNotFound)
+        }
+        return token.text
+    }
+
+    // MARK: - Zones and records
+
+    /// Creates a zone in the user's private database; saving an existing zone returns it unchanged.
+    ///
+    /// - Throws: ``LedgerError/Code/badDatabase`` for another user's zone,
+    ///   ``LedgerError/Code/invalidArguments`` for the default zone or a bad name,
+    ///   ``LedgerError/Code/notAuthenticated`` without an account.
+    public func save(_ zone: RecordZone) async throws(LedgerError) -> RecordZone {
+        guard case .zone(let saved) = try await runOne(.saveZone(zone.zoneID, capabilities: zone.capabilities.rawValue))
+        else { throw LedgerError.unexpectedOutput("save(zone)") }
+        return saved
+    }
+
+    /// Deletes a zone of the user's, with its records and shares (participants lose the zone).
+    public func deleteRecordZone(withID zoneID: RecordZoneID) async throws(LedgerError) {
+        _ = try await runOne(.deleteZone(zoneID))
+    }
+
+    /// Saves a record: creates it (no change tag) or changes it (with the change tag it was fetched
+    /// with). A participant with read-write permission may save records of a share they accepted.
+    ///
+    /// - Throws: ``LedgerError/Code/serverRecordChanged`` for a missing or stale change tag,
+    ///   ``LedgerError/Code/zoneNotFound``, ``LedgerError/Code/referenceViolation`` for a missing parent,
+    ///   ``LedgerError/Code/alreadyShared`` when the new parent would put a share inside another,
+    ///   ``LedgerError/Code/permissionFailure`` for a participant without read-write permission,
+    ///   ``LedgerError/Code/limitExceeded`` past 1 MB of fields.
+    public func save(_ record: Record) async throws(LedgerError) -> Record {
+        guard case .record(let saved) = try await runOne(.saveRecord(record)) else {
+            throw LedgerError.unexpectedOutput("save(record)")
+        }
+        return saved
+    }
+
+    /// Deletes a record. Deleting the root of a share deletes the share (as in CloudKit). Records
+    /// whose parent it was keep their `parent` reference, which then points at nothing.
+    public func deleteRecord(withID recordID: RecordID) async throws(LedgerError) {
+        _ = try await runOne(.deleteRecord(recordID))
+    }
+
+    /// The record, if the user may read it (their own, or in a share they accepted).
+    ///
+    /// - Throws: ``LedgerError/Code/unknownItem`` when it does not exist or is not shared with the user.
+    public func record(for recordID: RecordID) throws(LedgerError) -> Record {
+        let user = try signedInUser()
+        let owner = recordID.zoneID.ownerName == RecordZoneID.defaultOwnerName ? user : recordID.zoneID.ownerName
+        let container = containerIdentifier
+        let ledger = self.ledger
+        return try ledger.read("reading record \(recordID.recordName)") { txn in
+            let models = ledger.models
+            guard let zone = try models.zone(txn, container, owner: owner, zone: recordID.zoneID.zoneName),
+                let state = try models.record(txn, zoneID: zone.zoneID, recordID.recordName)
+            else {
+                throw LedgerError(.unknownItem, "record \(recordID.recordName) does not exist")
+            }
+            if owner != user {
+                guard try Container.canRead(txn, models, zone: zone, record: recordID.recordName, user: user) else {
+                    throw LedgerError(.unknownItem, "record \(recordID.recordName) does not exist, or is not shared with you")
+                }
+            }
+            let id = RecordID(recordName: recordID.recordName, zoneID: RecordZoneID(zoneName: zone.zoneName(recordID), ownerName: owner))
+            return try ledger.presenter.record(txn, state, id: id)
+        }
+    }
+
+    static func canRead(_ txn: borrowing Transaction, _ models: ReadModels, zone: ZoneState, record: String, user: String)
+        throws -> Bool
+    {
+        var current: String? = record
+        var seen = Set<String>()
+        var token: String?
+        while let next = current, !next.isEmpty, seen.insert(next).inserted, token == nil {
+            guard let state = try models.record(txn, zoneID: zone.zoneID, next) else { break }
+            if !state.shareToken.isEmpty { token = state.shareToken }
+            current = state.parentRecordName
+        }
+        if token == nil && !zone.zoneShareToken.isEmpty { token = zone.zoneShareToken }
+        guard let token, let share = try models.share(txn, token),
+            let entry = try models.participant(txn, of: user, in: share, token: token)
+        else { return false }
+        return entry.state.status == .statusAccepted
+    }
+
+    /// The zones of the user's private database.
+    public func recordZones() throws(LedgerError) -> [RecordZone] {
+        let user = try signedInUser()
+        let container = containerIdentifier
+        let ledger = self.ledger
+        return try ledger.read("listing zones") { txn in
+            try ledger.models.scan(txn, ledger.models.zones, prefix: ReadModels.key(container, user) + [0]).map { entry in
+                let state = try ZoneState(serializedBytes: entry.value)
+                let id = RecordZoneID(zoneName: String(decoding: entry.suffix, as: UTF8.self), ownerName: user)
+                return ledger.presenter.zone(state, id: id)
+            }
+        }
+    }
+
+    // MARK: - Shares (owner and administrators)
+
+    /// Shares a record and the records below it (their `parent` chains lead to it), like
+    /// `CKShare(rootRecord:)` saved with its root. Sharing a root that was shared before gives the
+    /// same URL again.
+    ///
+    /// - Throws: ``LedgerError/Code/alreadyShared`` when the record, a parent or a child is in a share;
+    ///   ``LedgerError/Code/serverRejectedRequest`` when the zone is shared as a whole;
+    ///   ``LedgerError/Code/unknownItem`` when the root does not exist (save it first);
+    ///   ``LedgerError/Code/badDatabase`` for another user's record.
+    public func share(
+        rootRecord recordID: RecordID, title: String? = nil, publicPermission: Share.Participant.Permission = .none
+    ) async throws(LedgerError) -> Share {
+        try await runShare(
+            .createShare(
+                ShareCreation(
+                    zoneID: recordID.zoneID, rootRecordName: recordID.recordName, title: title ?? "",
+                    publicPermission: publicPermission, tokenCandidate: ledger.newToken().text,
+                    shareRecordName: "Share-" + ledger.newParticipantID(), ownerParticipantID: ledger.newParticipantID())),
+            "share(rootRecord:)")
+    }
+
+    /// Shares a whole zone, like `CKShare(recordZoneID:)` (record name `cloudkit.zoneshare`).
+    ///
+    /// - Throws: ``LedgerError/Code/serverRecordChanged`` when the zone is shared already;
+    ///   ``LedgerError/Code/invalidArguments`` when it holds shared hierarchies.
+    public func share(
+        recordZoneID zoneID: RecordZoneID, title: String? = nil, publicPermission: Share.Participant.Permission = .none
+    ) async throws(LedgerError) -> Share {
+        try await runShare(
+            .createShare(
+                ShareCreation(
+                    zoneID: zoneID, rootRecordName: nil, title: title ?? "", publicPermission: publicPermission,
+                    tokenCandidate: ledger.newToken().text, shareRecordName: Share.zoneWideShareRecordName,
+                    ownerParticipantID: ledger.newParticipantID())),
+            "share(recordZoneID:)")
+    }
+
+    /// Invites a participant by email, phone or user record id (owner or administrator, private
+    /// shares only). An email or phone no account has gives a participant with no account
+    /// (`hasiCloudAccount == false`) until someone verifies it. Inviting the same identity again
+    /// updates its role and permission (or invites a removed participant again).
+    ///
+    /// - Parameter ifChangeTag: Make the change only if the share still has this change tag.
+    /// - Throws: ``LedgerError/Code/tooManyParticipants`` past 100, ``LedgerError/Code/invalidArguments``
+    ///   for a public share, a public-user or owner role, or permission `none`;
+    ///   ``LedgerError/Code/permissionFailure`` for a caller who is not the owner or an administrator.
+    public func addParticipant(
+        _ lookupInfo: LookupInfo, permission: Share.Participant.Permission, role: Share.Participant.Role = .privateUser,
+        to shareURL: URL, ifChangeTag: String? = nil
+    ) async throws(LedgerError) -> Share {
+        try await runShare(
+            .addParticipant(
+                token: Container.token(of: shareURL), lookup: lookupInfo, role: role, permission: permission,
+                newParticipantID: ledger.newParticipantID(), ifChangeTag: ifChangeTag),
+            "addParticipant")
+    }
+
+    /// Changes a participant's permission (and role, between privateUser and administrator).
+    public func setPermission(
+        _ permission: Share.Participant.Permission, role: Share.Participant.Role? = nil, forParticipant participantID: String,
+        in shareURL: URL, ifChangeTag: String? = nil
+    ) async throws(LedgerError) -> Share {
+        try await runShare(
+            .updateParticipant(
+                token: Container.token(of: shareURL), participantID: participantID, role: role, permission: permission,
+                ifChangeTag: ifChangeTag),
+            "setPermission")
+    }
+
+    /// Removes a participant (owner or administrator). The owner cannot be removed.
+    public func removeParticipant(_ participantID: String, from shareURL: URL, ifChangeTag: String? = nil)
+        async throws(LedgerError) -> Share
+    {
+        try await runShare(
+            .removeParticipant(token: Container.token(of: shareURL), participantID: participantID, ifChangeTag: ifChangeTag),
+            "removeParticipant")
+    }
+
+    /// Sets who may join through the URL (owner only). Any change drops pending participants; back
+    /// to `none` drops the public users too (as CloudKit does).
+    public func setPublicPermission(_ permission: Share.Participant.Permission, for shareURL: URL, ifChangeTag: String? = nil)
+        async throws(LedgerError) -> Share
+    {
+        try await runShare(
+            .setPublicPermission(token: Container.token(of: shareURL), permission: permission, ifChangeTag: ifChangeTag),
+            "setPublicPermission")
+    }
+
+    /// Changes the share's title (owner or administrator).
+    public func setTitle(_ title: String, for shareURL: URL, ifChangeTag: String? = nil) async throws(LedgerError) -> Share {
+        try await runShare(
+            .setTitle(token: Container.token(of: shareURL), title: title, ifChangeTag: ifChangeTag), "setTitle")
+    }
+
+    /// Deletes the share (owner only): every participant loses access; the root record stays.
+    public func deleteShare(_ shareURL: URL, ifChangeTag: String? = nil) async throws(LedgerError) {
+        _ = try await runOne(.deleteShare(token: Container.token(of: shareURL), ifChangeTag: ifChangeTag))
+    }
+
+    /// Leaves a share (a participant's "delete the share from my shared database").
+    public func leaveShare(_ shareURL: URL) async throws(LedgerError) {
+        _ = try await runOne(.leaveShare(token: Container.token(of: shareURL)))
+    }
+
+    // MARK: - Share metadata
+
+    /// The metadata of one share URL, relative to this user (CloudKit's `shareMetadata(for:)`).
+    ///
+    /// - Throws: ``LedgerError/Code/unknownItem`` for an unknown or deleted share, and for a private
+    ///   share the user is not in; ``LedgerError/Code/participantMayNeedVerification`` when the user is
+    ///   not in a private share that has invitations to emails or phones with no account;
+    ///   ``LedgerError/Code/notAuthenticated`` without an account.
+    public func shareMetadata(for url: URL) async throws(LedgerError) -> Share.Metadata {
+        guard let result = try await shareMetadatas(for: [url])[url] else { throw LedgerError.unexpectedOutput("shareMetadata") }
+        return try result.get()
+    }
+
+    /// The metadata of several share URLs (CloudKit's `shareMetadatas(for:)` and
+    /// `CKFetchShareMetadataOperation`), one result per distinct URL. Each fetch is recorded in the log.
+    ///
+    /// - Parameters:
+    ///   - shouldFetchRootRecord: Include the root record of hierarchy shares (ignored for zone-wide shares).
+    ///   - rootRecordDesiredKeys: The root record's fields to include: `nil` for all, `[]` for none.
+    /// - Throws: ``LedgerError/Code/limitExceeded`` for more than 400 URLs (nothing is fetched).
+    public func shareMetadatas(
+        for urls: [URL], shouldFetchRootRecord: Bool = false, rootRecordDesiredKeys: [String]? = nil
+    ) async throws(LedgerError) -> [URL: Result<Share.Metadata, LedgerError>] {
+        var seen = Set<URL>()
+        let distinct = urls.filter { seen.insert($0).inserted }
+        guard distinct.count <= Container.maxItemsPerOperation else {
+            throw LedgerError(
+                .limitExceeded, "\(distinct.count) share URLs in one fetch; the limit is \(Container.maxItemsPerOperation). "
+                    + "Split the request")
+        }
+        guard !distinct.isEmpty else { return [:] }
+        let steps = distinct.map { url in
+            DomainAction.fetchMetadata(
+                tokenText: ShareURL.token(in: url)?.text ?? String(url.lastPathComponent.prefix(64)),
+                shouldFetchRootRecord: shouldFetchRootRecord, desiredKeys: rootRecordDesiredKeys)
+        }
+        let results = try await run(steps)
+        var out: [URL: Result<Share.Metadata, LedgerError>] = [:]
+        for (url, result) in zip(distinct, results) {
+            out[url] = result.flatMap { output in
+                guard case .metadata(let metadata) = output else { return .failure(.unexpectedOutput("fetchMetadata")) }
+                return .success(metadata)
+            }
+        }
+        return out
+    }
+
+    // MARK: - Accepting
+
+    /// Accepts a share (CloudKit's `accept(_:)`): an invited participant's status becomes accepted;
+    /// on a public share the user joins as a public user. Returns once the acceptance is committed;
+    /// the zone appears in the user's shared database shortly after, when the residual task runs.
+    ///
+    /// - Throws: ``LedgerError/Code/permissionFailure`` without an invitation to a private share (or
+    ///   after removal), ``LedgerError/Code/unknownItem`` for a deleted share,
+    ///   ``LedgerError/Code/badContainer`` when the metadata is of another container.
+    public func accept(_ metadata: Share.Metadata) async throws(LedgerError) -> Share {
+        guard let result = try await accept([metadata])[metadata] else { throw LedgerError.unexpectedOutput("accept") }
+        return try result.get()
+    }
+
+    /// Accepts several shares, one result per distinct metadata (CloudKit's `accept(_:)` for many).
+    ///
+    /// - Throws: ``LedgerError/Code/limitExceeded`` for more than 400 items (nothing is accepted).
+    public func accept(_ metadatas: [Share.Metadata]) async throws(LedgerError) -> [Share.Metadata: Result<Share, LedgerError>] {
+        var seen = Set<Share.Metadata>()
+        let distinct = metadatas.filter { seen.insert($0).inserted }
+        guard distinct.count <= Container.maxItemsPerOperation else {
+            throw LedgerError(
+                .limitExceeded, "\(distinct.count) shares in one accept; the limit is \(Container.maxItemsPerOperation). "
+                    + "Split the request")
+        }
+        guard !distinct.isEmpty else { return [:] }
+        let steps = distinct.map { metadata in
+            DomainAction.accept(
+                token: metadata.share.token.text, metadataContainer: metadata.containerIdentifier,
+                newParticipantID: ledger.newParticipantID())
+        }
+        let results = try await run(steps)
+        var out: [Share.Metadata: Result<Share, LedgerError>] = [:]
+        for (metadata, result) in zip(distinct, results) {
+            out[metadata] = result.flatMap { output in
+                guard case .share(let share) = output else { return .failure(.unexpectedOutput("accept")) }
+                return .success(share)
+            }
+        }
+        return out
+    }
+
+    // MARK: - Verification
+
+    /// Starts the proof that an invitation sent to an email or phone is the user's: returns a
+    /// one-time code for the host application to deliver to that address. The ledger keeps only its
+    /// SHA-256. The code expires after ``verificationLifetime``.
+    ///
+    /// - Throws: ``LedgerError/Code/unknownItem`` when no pending invitation with no account matches.
+    public func requestParticipantVerification(for shareURL: URL, lookupInfo: LookupInfo) async throws(LedgerError)
+        -> ParticipantVerification
+    {
+        let code = ledger.newVerificationCode()
+        let expires = ledger.configuration.clock.nowMicros() + Int64(Container.verificationLifetime * 1_000_000)
+        let output = try await runOne(
+            .requestVerification(
+                token: Container.token(of: shareURL), lookup: lookupInfo, codeSHA256: ShareLedger.sha256(code),
+                expiresAtMicros: expires))
+        guard case .participantID(let id) = output else { throw LedgerError.unexpectedOutput("requestParticipantVerification") }
+        return ParticipantVerification(participantID: id, code: code, expiresAt: Presenter.date(expires))
+    }
+
+    /// Completes the proof with the code the user received: the invitation becomes the user's (they
+    /// can then fetch the metadata and accept).
+    ///
+    /// - Throws: ``LedgerError/Code/permissionFailure`` for a wrong or expired code.
+    public func verifyParticipant(for shareURL: URL, code: String) async throws(LedgerError) -> Share {
+        try await runShare(
+            .verify(token: Container.token(of: shareURL), codeSHA256: ShareLedger.sha256(code.uppercased())),
+            "verifyParticipant")
+    }
+
+    /// How long a verification code stays valid: 24 hours.
+    public static let verificationLifetime: TimeInterval = 24 * 3600
+
+    // MARK: - Queries (no event is appended)
+
+    private func signedInUser() throws(LedgerError) -> String {
+        guard let userRecordName else {
+            throw LedgerError(.notAuthenticated, "no signed-in user: act as a registered user")
+        }
+        return userRecordName
+    }
+
+    /// The share at `url` as this user may see it, without recording a fetch: for the owner and the
+    /// participants (else ``LedgerError/Code/unknownItem``).
+    public func share(for url: URL) throws(LedgerError) -> Share {
+        let user = try signedInUser()
+        let token = try Container.token(of: url)
+        let ledger = self.ledger
+        return try ledger.read("reading a share") { txn in
+            guard let state = try ledger.models.share(txn, token),
+                let entry = try ledger.models.participant(txn, of: user, in: state, token: token),
+                entry.state.status != .statusRemoved
+            else {
+                throw LedgerError(.unknownItem, Decider.shareNotFound)
+            }
+            return try ledger.presenter.share(txn, token: token, state: state, viewer: user)
+        }
+    }
+
+    /// The metadata of `url` for this user, answered from the read models without recording a fetch
+    /// (the same rules as ``shareMetadata(for:)``).
+    public func shareMetadataWithoutLogging(for url: URL) throws(LedgerError) -> Share.Metadata {
+        let user = try signedInUser()
+        let token = try Container.token(of: url)
+        let ledger = self.ledger
+        let container = containerIdentifier
+        return try ledger.read("reading share metadata") { txn in
+            let decider = Decider(
+                models: ledger.models, presenter: ledger.presenter, container: container, actor: user, signedIn: true,
+                now: 0)
+            let decision = try decider.decide(
+                .fetchMetadata(tokenText: token, shouldFetchRootRecord: false, desiredKeys: nil), txn)
+            switch decision.outcome {
+            case .failed(let error): throw error
+            case .present(let present):
+                guard case .metadata(let metadata) = try present(txn) else { throw LedgerError.unexpectedOutput("metadata") }
+                return metadata
+            }
+        }
+    }
+
+    /// The live shares this user owns in the container.
+    public func ownedShares() throws(LedgerError) -> [Share] {
+        let user = try signedInUser()
+        let container = containerIdentifier
+        let ledger = self.ledger
+        return try ledger.read("listing shares") { txn in
+            try ledger.models.shareTokens(txn, container, owner: user).compactMap { token in
+                try ledger.presenter.share(txn, token: token, viewer: user)
+            }
+        }
+    }
+
+    /// The shares this user is a participant of (not the owner), with the given statuses
+    /// (by default: accepted and pending).
+    public func participatingShares(
+        status: Set<Share.Participant.AcceptanceStatus> = [.accepted, .pending]
+    ) throws(LedgerError) -> [Share] {
+        let user = try signedInUser()
+        let container = containerIdentifier
+        let ledger = self.ledger
+        return try ledger.read("listing shares") { txn in
+            var out: [Share] = []
+            for (token, participantID) in try ledger.models.participations(txn, container, user: user) {
+                guard let participant = try ledger.models.participant(txn, token, participantID),
+                    participant.role != .owner, status.contains(participant.status.status),
+                    let share = try ledger.presenter.share(txn, token: token, viewer: user)
+                else { continue }
+                out.append(share)
+            }
+            return out
+        }
+    }
+
+    /// The zones in this user's shared database: one per owner zone of an accepted share, once the
+    /// residual task of the acceptance has run.
+    public func sharedDatabaseZones() throws(LedgerError) -> [RecordZoneID] {
+        let user = try signedInUser()
+        let container = containerIdentifier
+        let ledger = self.ledger
+        return try ledger.read("listing shared zones") { txn in
+            try ledger.models.scan(txn, ledger.models.sharedZones, prefix: ReadModels.key(container, user) + [0]).map { entry in
+                let state = try SharedZoneState(serializedBytes: entry.value)
+                return RecordZoneID(zoneName: state.zoneName, ownerName: state.ownerName)
+            }
+        }
+    }
+}
+
+/// A started participant verification: deliver ``code`` to the invited email or phone.
+public struct ParticipantVerification: Sendable, Hashable {
+    /// The participant the code proves.
+    public var participantID: String
+    /// The one-time code (26 characters of Crockford's base32). The ledger stores only its SHA-256.
+    public var code: String
+    /// When the code stops working.
+    public var expiresAt: Date
+}
+
+extension ZoneState {
+    fileprivate func zoneName(_ id: RecordID) -> String { id.zoneID.zoneName }
+}

@@ -1,0 +1,75 @@
+import Foundation
+import ShareLedger
+import Synchronization
+import TestSupport
+
+/// A seeded, thread-safe random source (SplitMix64) so tokens and ids repeat from run to run.
+final class SeededRandom: LedgerRandomSource {
+    private let state: Mutex<UInt64>
+    init(seed: UInt64) { state = Mutex(seed) }
+    func next() -> UInt64 {
+        state.withLock { s in
+            s &+= 0x9E37_79B9_7F4A_7C15
+            var z = s
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+}
+
+/// A ledger in a temporary directory with users alice (owner), bob, carol registered in one container.
+struct SharingFixture {
+    static let container = "iCloud.com.example.notes"
+    let dir: TemporaryDirectory
+    let ledger: ShareLedger
+
+    init(_ label: String = #function, seed: UInt64 = 42, clock: any LedgerClock = SteppingClock()) async throws {
+        dir = TemporaryDirectory(label)
+        var configuration = EventLog.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync, clock: clock)
+        configuration.randomSource = SeededRandom(seed: seed)
+        ledger = try ShareLedger.open(configuration)
+        try await ledger.registerUser("_alice", in: Self.container, emailAddress: "alice@example.com")
+        try await ledger.registerUser("_bob", in: Self.container, emailAddress: "bob@example.com", phoneNumber: "+1 555 0100")
+        try await ledger.registerUser("_carol", in: Self.container, emailAddress: "carol@example.com")
+    }
+
+    func as_(_ user: String?) -> Container { ledger.container(Self.container, userRecordName: user) }
+    var alice: Container { as_("_alice") }
+    var bob: Container { as_("_bob") }
+    var carol: Container { as_("_carol") }
+
+    static let zone = RecordZoneID(zoneName: "Notes")
+    static func recordID(_ name: String) -> RecordID { RecordID(recordName: name, zoneID: zone) }
+
+    /// Alice's zone "Notes" with a root record "list" and a child "item".
+    @discardableResult
+    func makeHierarchy(title: String = "Groceries") async throws -> Share {
+        _ = try await alice.save(RecordZone(zoneID: Self.zone))
+        _ = try await alice.save(Record(recordType: "List", recordID: Self.recordID("list"), fields: ["title": .string(title)]))
+        _ = try await alice.save(
+            Record(recordType: "Item", recordID: Self.recordID("item"), fields: ["name": .string("milk")], parent: Self.recordID("list")))
+        return try await alice.share(rootRecord: Self.recordID("list"), title: title)
+    }
+}
+
+/// The error code a throwing call ends with, or nil when it succeeds.
+/// A non-LedgerError maps to a code no call returns, so the expectation fails.
+func errorCode<T>(_ body: () async throws -> T) async -> LedgerError.Code? {
+    do {
+        _ = try await body()
+        return nil
+    } catch let error as LedgerError {
+        return error.code
+    } catch {
+        return LedgerError.Code(rawValue: -1)
+    }
+}
+
+extension Result where Failure == LedgerError {
+    /// The error's code, or nil on success.
+    var errorCode: LedgerError.Code? {
+        if case .failure(let error) = self { return error.code }
+        return nil
+    }
+}

@@ -1,0 +1,348 @@
+import Foundation
+import ShareLedger
+import TestSupport
+import Testing
+
+@Suite("Sharing: shares, metadata, accept")
+struct SharingTests {
+    @Test("the owner's share: URL with a token, owner participant, owner-relative metadata")
+    func ownerMetadata() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        #expect(ShareURL.token(in: share.url) == share.token)
+        #expect(share.url.fragment == "Groceries")
+        #expect(share.owner.role == .owner)
+        #expect(share.owner.acceptanceStatus == .accepted)
+        #expect(share.hierarchicalRootRecordID == SharingFixture.recordID("list").withOwner("_alice"))
+        #expect(!share.isZoneWide)
+
+        let metadata = try await f.alice.shareMetadata(for: share.url)
+        #expect(metadata.participantRole == .owner)
+        #expect(metadata.participantStatus == .accepted)
+        #expect(metadata.participantPermission == .readWrite)
+        #expect(metadata.containerIdentifier == SharingFixture.container)
+        #expect(metadata.ownerIdentity.userRecordID?.recordName == "_alice")
+        #expect(metadata.rootRecord == nil)
+        #expect(metadata.hierarchicalRootRecordID?.recordName == "list")
+        await f.ledger.close()
+    }
+
+    @Test("invite by email, fetch as invitee (pending), accept, residual zone appears after the task runs")
+    func inviteFetchAccept() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let updated = try await f.alice.addParticipant(LookupInfo(emailAddress: "BOB@example.com"), permission: .readOnly, to: share.url)
+        let bobEntry = try #require(updated.participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" })
+        #expect(bobEntry.acceptanceStatus == .pending)
+        #expect(bobEntry.userIdentity.hasiCloudAccount)
+
+        let metadata = try await f.bob.shareMetadata(for: share.url)
+        #expect(metadata.participantRole == .privateUser)
+        #expect(metadata.participantStatus == .pending)
+        #expect(metadata.participantPermission == .readOnly)
+        #expect(metadata.share.currentUserParticipant?.participantID == bobEntry.participantID)
+
+        let accepted = try await f.bob.accept(metadata)
+        #expect(accepted.currentUserParticipant?.acceptanceStatus == .accepted)
+        var stats = try f.ledger.statistics()
+        #expect(stats.shares == 1)
+        #expect(stats.participants == 1)
+        #expect(stats.acceptedParticipants == 1)
+        #expect(stats.pendingResidualTasks == 1)
+        #expect(try f.bob.sharedDatabaseZones().isEmpty)
+
+        #expect(try await f.ledger.completeResidualTasks() == 1)
+        #expect(try f.bob.sharedDatabaseZones() == [RecordZoneID(zoneName: "Notes", ownerName: "_alice")])
+        stats = try f.ledger.statistics()
+        #expect(stats.pendingResidualTasks == 0)
+        #expect(stats.participantZones == 1)
+
+        // Accepting again: success, nothing new scheduled.
+        let again = try await f.bob.shareMetadata(for: share.url)
+        #expect(again.participantStatus == .accepted)
+        _ = try await f.bob.accept(again)
+        #expect(try f.ledger.statistics().pendingResidualTasks == 0)
+
+        // The participant reads the shared records.
+        let item = try f.bob.record(for: RecordID(recordName: "item", zoneID: RecordZoneID(zoneName: "Notes", ownerName: "_alice")))
+        #expect(item["name"] == .string("milk"))
+        await f.ledger.close()
+    }
+
+    @Test("a non-participant of a private share learns nothing; verification of an unmatched invitation")
+    func verification() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        // No pending invitation without an account: indistinguishable from an unknown URL.
+        #expect(await errorCode { try await f.carol.shareMetadata(for: share.url) } == .unknownItem)
+        let unknown = ShareURL.make(host: "share.localhost", token: ShareToken.generate())!
+        #expect(await errorCode { try await f.carol.shareMetadata(for: unknown) } == .unknownItem)
+
+        // An invitation to an email no account has.
+        let withDave = try await f.alice.addParticipant(LookupInfo(emailAddress: "dave@elsewhere.org"), permission: .readWrite, to: share.url)
+        let dave = try #require(withDave.participants.first { $0.userIdentity.lookupInfo?.emailAddress == "dave@elsewhere.org" })
+        #expect(!dave.userIdentity.hasiCloudAccount)
+        #expect(await errorCode { try await f.carol.shareMetadata(for: share.url) } == .participantMayNeedVerification)
+        #expect(await errorCode { try await f.carol.accept(try await f.alice.shareMetadata(for: share.url)) } == .permissionFailure)
+
+        // Carol proves she received the invitation to dave@elsewhere.org.
+        #expect(
+            await errorCode {
+                try await f.carol.requestParticipantVerification(for: share.url, lookupInfo: LookupInfo(emailAddress: "x@y.z"))
+            } == .unknownItem)
+        let verification = try await f.carol.requestParticipantVerification(
+            for: share.url, lookupInfo: LookupInfo(emailAddress: "Dave@Elsewhere.org"))
+        #expect(verification.participantID == dave.participantID)
+        #expect(verification.code.count == 26)
+        #expect(await errorCode { try await f.carol.verifyParticipant(for: share.url, code: "WRONG") } == .permissionFailure)
+        #expect(await errorCode { try await f.bob.verifyParticipant(for: share.url, code: verification.code) } == .permissionFailure)
+        _ = try await f.carol.verifyParticipant(for: share.url, code: verification.code)
+
+        let metadata = try await f.carol.shareMetadata(for: share.url)
+        #expect(metadata.participantStatus == .pending)
+        #expect(metadata.participantPermission == .readWrite)
+        _ = try await f.carol.accept(metadata)
+        #expect(try f.carol.participatingShares(status: [.accepted]).count == 1)
+        // The claim cannot be replayed.
+        #expect(await errorCode { try await f.bob.verifyParticipant(for: share.url, code: verification.code) } == .permissionFailure)
+        await f.ledger.close()
+    }
+
+    @Test("public share: prospective public user, join on accept, dropped when the share goes private")
+    func publicShare() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let invited = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        // Participants can be invited only while the share is private.
+        _ = try await f.alice.setPublicPermission(.readWrite, for: share.url)
+        #expect(
+            await errorCode { try await f.alice.addParticipant(LookupInfo(emailAddress: "carol@example.com"), permission: .readOnly, to: share.url) }
+                == .invalidArguments)
+        // Changing the public permission dropped Bob's pending invitation.
+        let afterChange = try f.alice.share(for: share.url)
+        #expect(afterChange.participants.first { $0.participantID != afterChange.owner.participantID }?.acceptanceStatus == .removed)
+        #expect(invited.recordChangeTag != afterChange.recordChangeTag)
+
+        let metadata = try await f.carol.shareMetadata(for: share.url)
+        #expect(metadata.participantRole == .publicUser)
+        #expect(metadata.participantStatus == .pending)
+        #expect(metadata.participantPermission == .readWrite)
+        let joined = try await f.carol.accept(metadata)
+        #expect(joined.currentUserParticipant?.role == .publicUser)
+        #expect(joined.currentUserParticipant?.acceptanceStatus == .accepted)
+        try await f.ledger.completeResidualTasks()
+        #expect(try f.carol.sharedDatabaseZones().count == 1)
+
+        _ = try await f.alice.setPublicPermission(.none, for: share.url)
+        #expect(await errorCode { try await f.carol.shareMetadata(for: share.url) } == .unknownItem)
+        try await f.ledger.completeResidualTasks()
+        #expect(try f.carol.sharedDatabaseZones().isEmpty)
+        #expect(try f.ledger.statistics().acceptedParticipants == 0)
+        await f.ledger.close()
+    }
+
+    @Test("one record, one share: every exclusivity rule and its error")
+    func exclusivity() async throws {
+        let f = try await SharingFixture()
+        try await f.makeHierarchy()
+        let zone = SharingFixture.zone
+        #expect(await errorCode { try await f.alice.share(rootRecord: SharingFixture.recordID("list")) } == .alreadyShared)
+        #expect(await errorCode { try await f.alice.share(rootRecord: SharingFixture.recordID("item")) } == .alreadyShared)
+        _ = try await f.alice.save(Record(recordType: "List", recordID: SharingFixture.recordID("top")))
+        // "top" would become the parent of the shared "list": a share below a share.
+        let list = try f.alice.record(for: SharingFixture.recordID("list"))
+        let other = try await f.alice.share(rootRecord: SharingFixture.recordID("top"))
+        var moved = list
+        moved.parent = SharingFixture.recordID("top")
+        #expect(await errorCode { try await f.alice.save(moved) } == .alreadyShared)
+        #expect(await errorCode { try await f.alice.share(recordZoneID: zone) } == .invalidArguments)
+
+        // A zone-wide share in a fresh zone.
+        let zone2 = RecordZoneID(zoneName: "Trips")
+        _ = try await f.alice.save(RecordZone(zoneID: zone2))
+        _ = try await f.alice.save(Record(recordType: "Trip", recordID: RecordID(recordName: "t", zoneID: zone2)))
+        let zoneShare = try await f.alice.share(recordZoneID: zone2)
+        #expect(zoneShare.isZoneWide)
+        #expect(zoneShare.recordID.recordName == "cloudkit.zoneshare")
+        #expect(await errorCode { try await f.alice.share(recordZoneID: zone2) } == .serverRecordChanged)
+        #expect(
+            await errorCode { try await f.alice.share(rootRecord: RecordID(recordName: "t", zoneID: zone2)) } == .serverRejectedRequest)
+        // Zone-wide metadata has no root, whatever is asked.
+        let zoneMetadata = try await f.alice.shareMetadatas(for: [zoneShare.url], shouldFetchRootRecord: true)[zoneShare.url]!.get()
+        #expect(zoneMetadata.hierarchicalRootRecordID == nil)
+        #expect(zoneMetadata.rootRecord == nil)
+        _ = other
+        await f.ledger.close()
+    }
+
+    @Test("the URL is stable across deleting and re-sharing the same root; deleting the root deletes the share")
+    func stableURL() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        try await f.alice.deleteShare(share.url)
+        #expect(await errorCode { try await f.alice.shareMetadata(for: share.url) } == .unknownItem)
+        let again = try await f.alice.share(rootRecord: SharingFixture.recordID("list"))
+        #expect(again.url.absoluteString.hasPrefix(share.url.absoluteString.components(separatedBy: "#")[0]))
+        #expect(again.token == share.token)
+        try await f.alice.deleteRecord(withID: SharingFixture.recordID("list"))
+        #expect(await errorCode { try await f.alice.shareMetadata(for: share.url) } == .unknownItem)
+        #expect(try f.ledger.statistics().shares == 0)
+        await f.ledger.close()
+    }
+
+    @Test("root record on request, limited to the desired keys")
+    func rootRecord() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.save(
+            {
+                var r = try! f.alice.record(for: SharingFixture.recordID("list"))
+                r["color"] = .string("green")
+                return r
+            }())
+        let all = try await f.alice.shareMetadatas(for: [share.url], shouldFetchRootRecord: true)[share.url]!.get()
+        #expect(all.rootRecord?.fields.keys.sorted() == ["color", "title"])
+        let some = try await f.alice.shareMetadatas(for: [share.url], shouldFetchRootRecord: true, rootRecordDesiredKeys: ["title"])[share.url]!.get()
+        #expect(some.rootRecord?.fields.keys.sorted() == ["title"])
+        let none = try await f.alice.shareMetadatas(for: [share.url], shouldFetchRootRecord: true, rootRecordDesiredKeys: [])[share.url]!.get()
+        #expect(none.rootRecord?.fields.isEmpty == true)
+        #expect(none.rootRecord?.recordID.recordName == "list")
+        await f.ledger.close()
+    }
+
+    @Test("batch fetch: per-URL results, >400 URLs refused, no account, and every fetch is logged")
+    func batchFetch() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let bogus = URL(string: "https://share.localhost/share/not-a-token")!
+        let before = try f.ledger.statistics().events
+        let results = try await f.bob.shareMetadatas(for: [share.url, bogus, share.url])
+        #expect(results.count == 2)
+        #expect(results[bogus]?.errorCode == .unknownItem)
+        #expect(try f.ledger.statistics().events == before + 2)
+
+        let many = (0..<401).map { URL(string: "https://share.localhost/share/0\(String(repeating: "A", count: 21))\(1000 + $0)")! }
+        #expect(await errorCode { try await f.bob.shareMetadatas(for: many) } == .limitExceeded)
+        #expect(try f.ledger.statistics().events == before + 2)
+
+        #expect(await errorCode { try await f.as_(nil).shareMetadata(for: share.url) } == .notAuthenticated)
+        #expect(await errorCode { try await f.as_("_nobody").shareMetadata(for: share.url) } == .notAuthenticated)
+        #expect(try f.ledger.statistics().events == before + 4)
+        #expect(try await f.bob.shareMetadatas(for: []).isEmpty)
+        await f.ledger.close()
+    }
+
+    @Test("accept: owner no-op, not invited, removed, deleted, wrong container")
+    func acceptErrors() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let ownerMetadata = try await f.alice.shareMetadata(for: share.url)
+        let events = try f.ledger.statistics().events
+        _ = try await f.alice.accept(ownerMetadata)
+        #expect(try f.ledger.statistics().events == events)
+
+        #expect(await errorCode { try await f.carol.accept(ownerMetadata) } == .permissionFailure)
+
+        let withBob = try await f.alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readWrite, to: share.url)
+        let bobID = try #require(withBob.participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" }?.participantID)
+        let bobMetadata = try await f.bob.shareMetadata(for: share.url)
+        _ = try await f.alice.removeParticipant(bobID, from: share.url)
+        #expect(await errorCode { try await f.bob.accept(bobMetadata) } == .permissionFailure)
+
+        await f.ledger.registerUserIgnoringErrors("_bob", in: "iCloud.com.example.other")
+        let elsewhere = f.ledger.container("iCloud.com.example.other", userRecordName: "_bob")
+        #expect(await errorCode { try await elsewhere.accept(bobMetadata) } == .badContainer)
+
+        try await f.alice.deleteShare(share.url)
+        #expect(await errorCode { try await f.alice.accept(ownerMetadata) } == .unknownItem)
+        await f.ledger.close()
+    }
+
+    @Test("participant management: who may do what, the 100-participant limit, leaving")
+    func management() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let withBob = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let bobID = try #require(withBob.participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" }?.participantID)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        // A read-only private user may not invite, remove or change the share.
+        #expect(await errorCode { try await f.bob.addParticipant(LookupInfo(emailAddress: "carol@example.com"), permission: .readOnly, to: share.url) } == .permissionFailure)
+        #expect(await errorCode { try await f.bob.setPublicPermission(.readOnly, for: share.url) } == .permissionFailure)
+        #expect(await errorCode { try await f.bob.deleteShare(share.url) } == .permissionFailure)
+        // Nor write the shared records.
+        let itemID = RecordID(recordName: "item", zoneID: RecordZoneID(zoneName: "Notes", ownerName: "_alice"))
+        var item = try f.bob.record(for: itemID)
+        item["name"] = .string("oat milk")
+        #expect(await errorCode { try await f.bob.save(item) } == .permissionFailure)
+        // As an administrator Bob may invite; only the owner may change the public permission.
+        let promoted = try await f.alice.setPermission(.readWrite, role: .administrator, forParticipant: bobID, in: share.url)
+        #expect(promoted.participants.first { $0.participantID == bobID }?.role == .administrator)
+        _ = try await f.bob.addParticipant(LookupInfo(emailAddress: "carol@example.com"), permission: .readOnly, to: share.url)
+        #expect(await errorCode { try await f.bob.setPublicPermission(.readOnly, for: share.url) } == .permissionFailure)
+        #expect(await errorCode { try await f.bob.removeParticipant(share.owner.participantID, from: share.url) } == .permissionFailure)
+        // Read-write lets Bob change records, but not delete the root.
+        item = try f.bob.record(for: itemID)
+        item["name"] = .string("oat milk")
+        _ = try await f.bob.save(item)
+        #expect(await errorCode { try await f.bob.deleteRecord(withID: RecordID(recordName: "list", zoneID: itemID.zoneID)) } == .permissionFailure)
+        // A stale change tag.
+        #expect(await errorCode { try await f.alice.setTitle("x", for: share.url, ifChangeTag: withBob.recordChangeTag) } == .serverRecordChanged)
+
+        // Leaving: access ends at once.
+        try await f.bob.leaveShare(share.url)
+        #expect(await errorCode { try f.bob.record(for: itemID) } == .unknownItem)
+        #expect(await errorCode { try await f.alice.leaveShare(share.url) } == .invalidArguments)
+
+        // 100 participants at most, the owner included (carol is the second).
+        for index in 0..<98 {
+            _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "guest\(index)@example.org"), permission: .readOnly, to: share.url)
+        }
+        #expect(
+            await errorCode { try await f.alice.addParticipant(LookupInfo(emailAddress: "one-too-many@example.org"), permission: .readOnly, to: share.url) }
+                == .tooManyParticipants)
+        await f.ledger.close()
+    }
+
+    @Test("records: change tags, missing parent, zones, bad input changes nothing")
+    func records() async throws {
+        let f = try await SharingFixture()
+        try await f.makeHierarchy()
+        let before = try f.ledger.statistics()
+        var list = try f.alice.record(for: SharingFixture.recordID("list"))
+        var stale = list
+        list["title"] = .string("Food")
+        list = try await f.alice.save(list)
+        stale["title"] = .string("Drinks")
+        #expect(await errorCode { try await f.alice.save(stale) } == .serverRecordChanged)
+        #expect(await errorCode { try await f.alice.save(Record(recordType: "List", recordID: SharingFixture.recordID("list"))) } == .serverRecordChanged)
+        #expect(
+            await errorCode { try await f.alice.save(Record(recordType: "Item", recordID: SharingFixture.recordID("orphan"), parent: SharingFixture.recordID("missing"))) }
+                == .referenceViolation)
+        #expect(
+            await errorCode { try await f.alice.save(Record(recordType: "Item", recordID: RecordID(recordName: "x", zoneID: RecordZoneID(zoneName: "Nope")))) }
+                == .zoneNotFound)
+        #expect(
+            await errorCode { try await f.alice.save(Record(recordType: "Blob", recordID: SharingFixture.recordID("big"), fields: ["data": .bytes([UInt8](repeating: 1, count: 1_000_001))])) }
+                == .limitExceeded)
+        #expect(await errorCode { try await f.bob.save(RecordZone(zoneID: RecordZoneID(zoneName: "Z", ownerName: "_alice"))) } == .badDatabase)
+        var cycle = try f.alice.record(for: SharingFixture.recordID("list"))
+        cycle.parent = SharingFixture.recordID("item")
+        #expect(await errorCode { try await f.alice.save(cycle) } == .invalidArguments)
+        let after = try f.ledger.statistics()
+        #expect(after.events == before.events + 1)
+        #expect(after.records == before.records)
+        await f.ledger.close()
+    }
+}
+
+extension RecordID {
+    func withOwner(_ owner: String) -> RecordID {
+        RecordID(recordName: recordName, zoneID: RecordZoneID(zoneName: zoneID.zoneName, ownerName: owner))
+    }
+}
+
+extension ShareLedger {
+    func registerUserIgnoringErrors(_ name: String, in container: String) async {
+        _ = try? await registerUser(name, in: container)
+    }
+}
