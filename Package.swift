@@ -22,6 +22,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
     ],
     targets: [
         // liblmdb from the system (Debian: liblmdb-dev), found through pkg-config "lmdb".
@@ -83,6 +84,7 @@ let package = Package(
                 "LMDB",
                 "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "PropertyBased", package: "swift-property-based"),
                 // Depended on so that `swift test` builds the binaries the tests run as child processes.
                 "ShareLedgerCLI",
                 "ShareLedgerCrashChild",

@@ -25,6 +25,13 @@ struct StatsCommand: AsyncParsableCommand {
                 mapSizeBytes   \(stats.mapSizeBytes)
                 usedBytes      \(stats.usedBytes)
                 formatVersion  \(stats.formatVersion)
+                users          \(stats.users)
+                zones          \(stats.zones)
+                records        \(stats.records)
+                shares         \(stats.shares)
+                participants   \(stats.participants) (\(stats.acceptedParticipants) accepted)
+                participantZones      \(stats.participantZones)
+                pendingResidualTasks  \(stats.pendingResidualTasks)
                 """)
         }
     }

@@ -1,0 +1,122 @@
+import Crypto
+import Foundation
+import LMDB
+
+/// Rebuilding the read models from the log, and comparing two sets of read models.
+enum ReadModelRebuild {
+    /// Events replayed per write transaction of a rebuild.
+    static let chunk = 4_096
+
+    /// Replays every domain event of `source` (in chunks, a fresh read transaction each) into the
+    /// read models of `target`, which must start empty. Returns the number of events read.
+    @discardableResult
+    static func replay(from source: LogStore, into target: LogStore, progress: ((UInt64) -> Void)? = nil) throws -> UInt64 {
+        let projector = Projector(models: target.models)
+        var after: UInt64 = 0
+        while true {
+            let envelopes: [EventEnvelope] = try source.environment.read { txn in
+                try txn.withCursor(source.log) { cursor in
+                    var out: [EventEnvelope] = []
+                    out.reserveCapacity(chunk)
+                    var entry = try BigEndian.withBytes(of: after + 1) { try cursor.seek(atLeast: $0) }
+                    while let current = entry, out.count < chunk {
+                        guard let key = BigEndian.uint64(current.key) else {
+                            throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
+                        }
+                        out.append(try EnvelopeCodec.decode(current.value, key: key))
+                        entry = try cursor.next()
+                    }
+                    return out
+                }
+            }
+            guard let last = envelopes.last else { return after }
+            try target.environment.write { txn in
+                for envelope in envelopes {
+                    guard
+                        let event = try DomainEvent.decode(
+                            type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
+                            position: envelope.position.rawValue)
+                    else { continue }
+                    try projector.apply(
+                        event,
+                        Projector.Context(
+                            position: envelope.position.rawValue, recordedAtMicros: envelope.recordedAtMicros,
+                            container: envelope.container, actor: envelope.actor),
+                        txn)
+                }
+            }
+            after = last.position.rawValue
+            progress?(after)
+        }
+    }
+
+    /// How two sets of read models compare, database by database.
+    struct Comparison: Sendable, Hashable {
+        /// Databases whose contents differ, with the first key (hex) where they do.
+        var differences: [Difference]
+        /// SHA-256 over every key and value, per database (of the first set).
+        var digests: [String: String]
+
+        var matches: Bool { differences.isEmpty }
+
+        struct Difference: Sendable, Hashable {
+            var database: String
+            var firstDifferingKeyHex: String
+        }
+    }
+
+    /// Compares the read models of `a` and `b` entry by entry.
+    static func compare(_ a: LogStore, _ b: LogStore) throws -> Comparison {
+        var differences: [Comparison.Difference] = []
+        var digests: [String: String] = [:]
+        for (dbA, dbB) in zip(a.models.all, b.models.all) {
+            let entriesA = try dump(a.environment, dbA)
+            let entriesB = try dump(b.environment, dbB)
+            var hasher = SHA256()
+            for (key, value) in entriesA {
+                hasher.update(data: BigEndian.bytes(of: UInt32(key.count)) + key + BigEndian.bytes(of: UInt32(value.count)) + value)
+            }
+            digests[dbA.name] = EventHash.hex(Array(hasher.finalize()))
+            if entriesA.count != entriesB.count || !zip(entriesA, entriesB).allSatisfy({ $0.0 == $1.0 && $0.1 == $1.1 }) {
+                let index = Array(zip(entriesA, entriesB)).firstIndex { $0.0 != $1.0 || $0.1 != $1.1 } ?? min(entriesA.count, entriesB.count)
+                let key = index < entriesA.count ? entriesA[index].0 : (index < entriesB.count ? entriesB[index].0 : [])
+                differences.append(Comparison.Difference(database: dbA.name, firstDifferingKeyHex: EventHash.hex(key)))
+            }
+        }
+        return Comparison(differences: differences, digests: digests)
+    }
+
+    /// Every (key, value) of a database, in order (dupsort values each as their own entry).
+    static func dump(_ environment: Environment, _ db: Database) throws -> [([UInt8], [UInt8])] {
+        try environment.read { txn in
+            try txn.withCursor(db) { cursor in
+                var out: [([UInt8], [UInt8])] = []
+                var entry = try cursor.first()
+                while let current = entry {
+                    out.append((Array(current.key), Array(current.value)))
+                    entry = try cursor.next()
+                }
+                return out
+            }
+        }
+    }
+}
+
+extension ShareLedger {
+    /// Rebuilds every read model from the log into a new ledger directory at `scratchPath` and
+    /// compares it with the live read models, entry by entry.
+    ///
+    /// - Returns: whether they are identical, the databases that differ (with the first differing
+    ///   key) and a digest per database.
+    func verifyReadModels(scratchPath: String) throws(LedgerError) -> ReadModelRebuild.Comparison {
+        do {
+            let scratch = try LogStore.open(
+                EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
+            defer { scratch.environment.close() }
+            try ReadModelRebuild.replay(from: log.store, into: scratch)
+            return try ReadModelRebuild.compare(log.store, scratch)
+        } catch {
+            throw LedgerError.wrap(error, while: "rebuilding the read models into \(scratchPath)")
+        }
+    }
+}
