@@ -346,3 +346,76 @@ extension ShareLedger {
         _ = try? await registerUser(name, in: container)
     }
 }
+
+@Suite("Sharing: review fixes")
+struct SharingEdgeTests {
+    @Test("public users follow a change of the public permission")
+    func publicDowngrade() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.setPublicPermission(.readWrite, for: share.url)
+        _ = try await f.carol.accept(try await f.carol.shareMetadata(for: share.url))
+        _ = try await f.alice.setPublicPermission(.readOnly, for: share.url)
+        let metadata = try await f.carol.shareMetadata(for: share.url)
+        #expect(metadata.participantPermission == .readOnly)
+        let itemID = RecordID(recordName: "item", zoneID: RecordZoneID(zoneName: "Notes", ownerName: "_alice"))
+        var item = try f.carol.record(for: itemID)
+        item["name"] = .string("cream")
+        #expect(await errorCode { try await f.carol.save(item) } == .permissionFailure)
+        await f.ledger.close()
+    }
+
+    @Test("names and ids too long for a key are refused cleanly and do not disturb other commands")
+    func oversizedNames() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let long = String(repeating: "x", count: 600)
+        let stranger = f.as_(long)
+        #expect(await errorCode { try await stranger.shareMetadata(for: share.url) } == .notAuthenticated)
+        #expect(await errorCode { try await f.alice.removeParticipant(long, from: share.url) } == .unknownItem)
+        #expect(await errorCode { try await f.alice.setPermission(.readOnly, forParticipant: long, in: share.url) } == .unknownItem)
+        let foreignZone = RecordZoneID(zoneName: long, ownerName: long)
+        #expect(await errorCode { try await f.alice.save(Record(recordType: "T", recordID: RecordID(recordName: "r", zoneID: foreignZone))) } == .zoneNotFound)
+        #expect(await errorCode { try await f.alice.deleteRecord(withID: RecordID(recordName: long, zoneID: SharingFixture.zone)) } == .unknownItem)
+        #expect(await errorCode { try await f.alice.share(rootRecord: RecordID(recordName: long, zoneID: SharingFixture.zone)) } == .unknownItem)
+        #expect(await errorCode { try await f.alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: long)), permission: .readOnly, to: share.url) } == .unknownItem)
+        // Concurrent with a good command, none of these fails it.
+        async let good = f.alice.setTitle("Still fine", for: share.url)
+        async let bad = errorCode { try await f.alice.removeParticipant(long, from: share.url) }
+        #expect(try await good.title == "Still fine")
+        #expect(await bad == .unknownItem)
+        await f.ledger.close()
+    }
+
+    @Test("a read-write participant cannot move a record out of the share")
+    func noMovingOut() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.save(Record(recordType: "Secret", recordID: SharingFixture.recordID("secret")))
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        let zone = RecordZoneID(zoneName: "Notes", ownerName: "_alice")
+        var item = try f.bob.record(for: RecordID(recordName: "item", zoneID: zone))
+        item.parent = nil
+        #expect(await errorCode { try await f.bob.save(item) } == .permissionFailure)
+        item.parent = RecordID(recordName: "secret", zoneID: zone)
+        #expect(await errorCode { try await f.bob.save(item) } == .permissionFailure)
+        // A new record under the shared root is fine; under the owner's private record it is not.
+        _ = try await f.bob.save(Record(recordType: "Item", recordID: RecordID(recordName: "eggs", zoneID: zone), parent: RecordID(recordName: "list", zoneID: zone)))
+        #expect(await errorCode { try await f.bob.save(Record(recordType: "Item", recordID: RecordID(recordName: "peek", zoneID: zone), parent: RecordID(recordName: "secret", zoneID: zone))) } == .unknownItem)
+        await f.ledger.close()
+    }
+
+    @Test("a pending administrator sees what a pending participant sees")
+    func pendingAdministrator() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, role: .administrator, to: share.url)
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "someone@nowhere.org"), permission: .readOnly, to: share.url)
+        let seenByBob = try await f.bob.shareMetadata(for: share.url).share
+        #expect(Set(seenByBob.participants.map { $0.userIdentity.userRecordID?.recordName ?? "?" }) == ["_alice", "_bob"])
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        #expect(try f.bob.share(for: share.url).participants.count == 3)
+        await f.ledger.close()
+    }
+}

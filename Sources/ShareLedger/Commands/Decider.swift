@@ -335,7 +335,19 @@ struct Decider {
         }
         let existing = try models.record(txn, zoneID: zone.zoneID, name)
         if owner != actor {
-            try requireWriteAccess(txn, zone: zone, coveringFrom: existing != nil ? name : record.parent?.recordName)
+            let current = existing != nil ? name : record.parent?.recordName
+            try requireWriteAccess(txn, zone: zone, coveringFrom: current)
+            // The record must stay in the share the participant may write: no moving it out (or in).
+            let before = try coveringShare(txn, zone: zone, from: current)
+            let after: String?
+            if let existing, !existing.shareToken.isEmpty {
+                after = existing.shareToken
+            } else {
+                after = try coveringShare(txn, zone: zone, from: record.parent?.recordName)
+            }
+            guard before == after else {
+                throw LedgerError(.permissionFailure, "a participant cannot move a record out of the share it belongs to")
+            }
         }
         if let existing {
             guard let tag = record.recordChangeTag, tag == String(existing.changeTag) else {
@@ -683,7 +695,18 @@ struct Decider {
             let drop =
                 participant.status == .statusPending
                 || (new == .none && participant.role == .publicUser && participant.status != .statusRemoved)
-            guard drop else { continue }
+            guard drop else {
+                // Public users hold the share's public permission: they follow its change.
+                if participant.role == .publicUser && participant.status == .statusAccepted {
+                    var updated = Shareledger_Events_V1_ParticipantUpdated()
+                    updated.token = token
+                    updated.participantID = id
+                    updated.role = .publicUser
+                    updated.permission = new
+                    events.append(event(Streams.share(token), .participantUpdated(updated)))
+                }
+                continue
+            }
             var removed = Shareledger_Events_V1_ParticipantRemoved()
             removed.token = token
             removed.participantID = id

@@ -183,7 +183,8 @@ nonisolated struct Shareledger_Readmodels_V1_ParticipantState: Sendable {
   fileprivate var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
 }
 
-/// outbox: task_id (8, big-endian): the log position of the event that scheduled it.
+/// outbox: task_id (8, big-endian) = (log position of the event that scheduled it) << 12 | index of
+/// the task within that event.
 nonisolated struct Shareledger_Readmodels_V1_ResidualTask: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for

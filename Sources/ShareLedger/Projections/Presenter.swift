@@ -49,10 +49,11 @@ struct Presenter: Sendable {
 
     func share(_ txn: borrowing Transaction, token: String, state: ShareState, viewer: String?) throws -> Share {
         let all = try models.participants(txn, token)
-        let viewerEntry = viewer.flatMap { name in all.first { $0.state.userRecordName == name } }
+        var viewerEntry: (id: String, state: ParticipantState)?
+        if let viewer { viewerEntry = try models.participant(txn, of: viewer, in: state, token: token) }
         let seesAll =
             viewerEntry.map {
-                $0.state.status != .statusRemoved && ($0.state.role == .owner || $0.state.role == .administrator)
+                $0.state.role == .owner || ($0.state.role == .administrator && $0.state.status == .statusAccepted)
             } ?? false
         var visible: [Share.Participant] = []
         var owner: Share.Participant?

@@ -78,6 +78,7 @@ extension ReadModels {
     /// The names of the records whose parent is `parent`.
     func children(_ txn: borrowing Transaction, zoneID: UInt64, of parent: String) throws -> [String] {
         let key = ReadModels.recordKey(zoneID: zoneID, parent)
+        guard ReadModels.isStorable(key) else { return [] }
         return try txn.withCursor(recordChildren) { cursor in
             var out: [String] = []
             var entry = try key.withUnsafeBytes { try cursor.seek(exactly: $0) }

@@ -138,10 +138,17 @@ struct ReadModels: Sendable {
 
     // MARK: - Values
 
+    /// LMDB's key size limit. A longer (or empty) key cannot be stored, so a lookup of one finds
+    /// nothing; it must never reach LMDB, where the error would abort the whole transaction.
+    static let maxKeyBytes = 511
+
+    static func isStorable(_ key: [UInt8]) -> Bool { !key.isEmpty && key.count <= maxKeyBytes }
+
     func message<M: SwiftProtobuf.Message>(
         _ type: M.Type, _ txn: borrowing Transaction, _ db: Database, _ key: [UInt8]
     ) throws -> M? {
-        try key.withUnsafeBytes { k in
+        guard ReadModels.isStorable(key) else { return nil }
+        return try key.withUnsafeBytes { k in
             try txn.withValue(db, key: k) { raw in
                 do {
                     return try M(serializedBytes: Array(raw.bindMemory(to: UInt8.self)))
@@ -165,7 +172,8 @@ struct ReadModels: Sendable {
     }
 
     func string(_ txn: borrowing Transaction, _ db: Database, _ key: [UInt8]) throws -> String? {
-        try key.withUnsafeBytes { k in
+        guard ReadModels.isStorable(key) else { return nil }
+        return try key.withUnsafeBytes { k in
             try txn.withValue(db, key: k) { String(decoding: $0, as: UTF8.self) }
         }
     }
@@ -174,7 +182,8 @@ struct ReadModels: Sendable {
     func scan(_ txn: borrowing Transaction, _ db: Database, prefix: [UInt8], limit: Int = .max)
         throws -> [(suffix: [UInt8], value: [UInt8])]
     {
-        try txn.withCursor(db) { cursor in
+        guard prefix.count <= ReadModels.maxKeyBytes else { return [] }
+        return try txn.withCursor(db) { cursor in
             var out: [(suffix: [UInt8], value: [UInt8])] = []
             var entry = prefix.isEmpty ? try cursor.first() : try prefix.withUnsafeBytes { try cursor.seek(atLeast: $0) }
             while let current = entry, out.count < limit {

@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 import SwiftProtobuf
+import Synchronization
 
 /// A container as one user sees it (what `CKContainer` is for the signed-in user): that user's
 /// private database (zones, records, the shares they own), the shares shared with them, and the
@@ -22,13 +23,18 @@ public struct Container: Sendable {
 
     // MARK: - Running commands
 
-    private var actor: String { userRecordName ?? "(no account)" }
+    /// The acting user, when the handle names one that can exist (a malformed name is no account).
+    private var validUser: String? {
+        guard let userRecordName, (try? Decider.checkUserName(userRecordName)) != nil else { return nil }
+        return userRecordName
+    }
 
     func run(_ steps: [DomainAction]) async throws(LedgerError) -> [Result<StepOutput, LedgerError>] {
         try Decider.checkContainer(containerIdentifier)
-        let metadata = CommandMetadata(container: containerIdentifier, actor: actor)
+        let user = validUser
+        let metadata = CommandMetadata(container: containerIdentifier, actor: user ?? "(no account)")
         let command = DomainCommand(
-            metadata: metadata, signedIn: userRecordName != nil, steps: steps,
+            metadata: metadata, signedIn: user != nil, steps: steps,
             bytes: steps.reduce(0) { $0 + $1.approximateBytes })
         return try await ledger.submit(command).results
     }
@@ -275,6 +281,21 @@ public struct Container: Sendable {
     public func shareMetadatas(
         for urls: [URL], shouldFetchRootRecord: Bool = false, rootRecordDesiredKeys: [String]? = nil
     ) async throws(LedgerError) -> [URL: Result<Share.Metadata, LedgerError>] {
+        let results = Mutex<[URL: Result<Share.Metadata, LedgerError>]>([:])
+        try await fetchMetadata(
+            urls, shouldFetchRootRecord: shouldFetchRootRecord, desiredKeys: rootRecordDesiredKeys,
+            chunkSize: Container.maxItemsPerOperation, isCancelled: { Task.isCancelled }
+        ) { url, result in results.withLock { $0[url] = result } }
+        return results.withLock { $0 }
+    }
+
+    /// The one implementation of fetching metadata, for the async API and the operation: distinct
+    /// URLs, at most 400, submitted `chunkSize` at a time; `perURL` gets each result in input order.
+    /// Once `isCancelled` says so, the URLs not yet submitted end with `operationCancelled`.
+    func fetchMetadata(
+        _ urls: [URL], shouldFetchRootRecord: Bool, desiredKeys: [String]?, chunkSize: Int,
+        isCancelled: @Sendable () -> Bool, perURL: (URL, Result<Share.Metadata, LedgerError>) async -> Void
+    ) async throws(LedgerError) {
         var seen = Set<URL>()
         let distinct = urls.filter { seen.insert($0).inserted }
         guard distinct.count <= Container.maxItemsPerOperation else {
@@ -282,21 +303,28 @@ public struct Container: Sendable {
                 .limitExceeded, "\(distinct.count) share URLs in one fetch; the limit is \(Container.maxItemsPerOperation). "
                     + "Split the request")
         }
-        guard !distinct.isEmpty else { return [:] }
-        let steps = distinct.map { url in
-            DomainAction.fetchMetadata(
-                tokenText: ShareURL.token(in: url)?.text ?? String(url.lastPathComponent.prefix(64)),
-                shouldFetchRootRecord: shouldFetchRootRecord, desiredKeys: rootRecordDesiredKeys)
-        }
-        let results = try await run(steps)
-        var out: [URL: Result<Share.Metadata, LedgerError>] = [:]
-        for (url, result) in zip(distinct, results) {
-            out[url] = result.flatMap { output in
-                guard case .metadata(let metadata) = output else { return .failure(.unexpectedOutput("fetchMetadata")) }
-                return .success(metadata)
+        var start = 0
+        while start < distinct.count {
+            let chunk = Array(distinct[start..<min(start + max(1, chunkSize), distinct.count)])
+            start += chunk.count
+            if isCancelled() {
+                for url in chunk { await perURL(url, .failure(LedgerError(.operationCancelled, "the fetch was cancelled"))) }
+                continue
+            }
+            let steps = chunk.map { url in
+                DomainAction.fetchMetadata(
+                    tokenText: ShareURL.token(in: url)?.text ?? String(url.lastPathComponent.prefix(64)),
+                    shouldFetchRootRecord: shouldFetchRootRecord, desiredKeys: desiredKeys)
+            }
+            for (url, result) in zip(chunk, try await run(steps)) {
+                await perURL(
+                    url,
+                    result.flatMap { output in
+                        guard case .metadata(let metadata) = output else { return .failure(.unexpectedOutput("fetchMetadata")) }
+                        return .success(metadata)
+                    })
             }
         }
-        return out
     }
 
     // MARK: - Accepting
@@ -317,6 +345,19 @@ public struct Container: Sendable {
     ///
     /// - Throws: ``LedgerError/Code/limitExceeded`` for more than 400 items (nothing is accepted).
     public func accept(_ metadatas: [Share.Metadata]) async throws(LedgerError) -> [Share.Metadata: Result<Share, LedgerError>] {
+        let results = Mutex<[Share.Metadata: Result<Share, LedgerError>]>([:])
+        try await acceptShares(metadatas, chunkSize: Container.maxItemsPerOperation, isCancelled: { Task.isCancelled }) {
+            metadata, result in results.withLock { $0[metadata] = result }
+        }
+        return results.withLock { $0 }
+    }
+
+    /// The one implementation of accepting, for the async API and the operation (see
+    /// ``fetchMetadata(_:shouldFetchRootRecord:desiredKeys:chunkSize:isCancelled:perURL:)``).
+    func acceptShares(
+        _ metadatas: [Share.Metadata], chunkSize: Int, isCancelled: @Sendable () -> Bool,
+        perShare: (Share.Metadata, Result<Share, LedgerError>) async -> Void
+    ) async throws(LedgerError) {
         var seen = Set<Share.Metadata>()
         let distinct = metadatas.filter { seen.insert($0).inserted }
         guard distinct.count <= Container.maxItemsPerOperation else {
@@ -324,21 +365,30 @@ public struct Container: Sendable {
                 .limitExceeded, "\(distinct.count) shares in one accept; the limit is \(Container.maxItemsPerOperation). "
                     + "Split the request")
         }
-        guard !distinct.isEmpty else { return [:] }
-        let steps = distinct.map { metadata in
-            DomainAction.accept(
-                token: metadata.share.token.text, metadataContainer: metadata.containerIdentifier,
-                newParticipantID: ledger.newParticipantID())
-        }
-        let results = try await run(steps)
-        var out: [Share.Metadata: Result<Share, LedgerError>] = [:]
-        for (metadata, result) in zip(distinct, results) {
-            out[metadata] = result.flatMap { output in
-                guard case .share(let share) = output else { return .failure(.unexpectedOutput("accept")) }
-                return .success(share)
+        var start = 0
+        while start < distinct.count {
+            let chunk = Array(distinct[start..<min(start + max(1, chunkSize), distinct.count)])
+            start += chunk.count
+            if isCancelled() {
+                for metadata in chunk {
+                    await perShare(metadata, .failure(LedgerError(.operationCancelled, "the accept was cancelled")))
+                }
+                continue
+            }
+            let steps = chunk.map { metadata in
+                DomainAction.accept(
+                    token: metadata.share.token.text, metadataContainer: metadata.containerIdentifier,
+                    newParticipantID: ledger.newParticipantID())
+            }
+            for (metadata, result) in zip(chunk, try await run(steps)) {
+                await perShare(
+                    metadata,
+                    result.flatMap { output in
+                        guard case .share(let share) = output else { return .failure(.unexpectedOutput("accept")) }
+                        return .success(share)
+                    })
             }
         }
-        return out
     }
 
     // MARK: - Verification
@@ -377,7 +427,7 @@ public struct Container: Sendable {
     // MARK: - Queries (no event is appended)
 
     private func signedInUser() throws(LedgerError) -> String {
-        guard let userRecordName else {
+        guard let userRecordName = validUser else {
             throw LedgerError(.notAuthenticated, "no signed-in user: act as a registered user")
         }
         return userRecordName
