@@ -4,12 +4,23 @@
 // kills it with SIGKILL at a random moment, reopens the ledger and checks every acknowledged append.
 //
 // Usage: ShareLedgerCrashChild LEDGER_DIR ACK_FILE [WRITERS]
+//        ShareLedgerCrashChild --sharing LEDGER_DIR ACK_FILE [CLIENTS]
+//
+// With --sharing it runs the sharing API instead, with the in-process residual-task worker on: each
+// client registers new users who fetch and accept a public share, and after each accept returns it
+// writes "<user record name>\n" to the acknowledgement file. A kill can land between an accept's
+// commit and its task's completion, or in the middle of an attempt.
 import Foundation
 import ShareLedger
 
 #if canImport(Glibc)
 import Glibc
 #endif
+
+if CommandLine.arguments.count >= 4 && CommandLine.arguments[1] == "--sharing" {
+    await runSharingChild(Array(CommandLine.arguments.dropFirst(2)))
+    exit(0)
+}
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else {

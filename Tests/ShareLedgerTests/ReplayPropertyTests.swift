@@ -39,7 +39,14 @@ struct ReplayPropertyTests {
                 }
                 _ = try await container.save(new)
             case 3: try await container.deleteRecord(withID: record)
-            case 4: _ = try await container.share(rootRecord: record, title: "t\(a)", publicPermission: a % 4 == 0 ? .readOnly : .none)
+            case 4:
+                // Share an existing record (often refused), or a new one (usually fine).
+                var root = record
+                if b % 2 == 1 {
+                    root = RecordID(recordName: "fresh\(a % 50)", zoneID: zone)
+                    _ = try? await container.save(Record(recordType: "Item", recordID: root))
+                }
+                _ = try await container.share(rootRecord: root, title: "t\(a)", publicPermission: a % 4 == 0 ? .readOnly : .none)
             case 5: _ = try await container.share(recordZoneID: zone, publicPermission: permission)
             case 6, 7:
                 let lookup = b % 2 == 0 ? LookupInfo(emailAddress: emails[a % emails.count]) : LookupInfo(userRecordID: RecordID(userRecordName: users[a % users.count]))

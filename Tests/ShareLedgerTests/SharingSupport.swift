@@ -24,10 +24,14 @@ struct SharingFixture {
     let dir: TemporaryDirectory
     let ledger: ShareLedger
 
-    init(_ label: String = #function, seed: UInt64 = 42, clock: any LedgerClock = SteppingClock()) async throws {
+    init(
+        _ label: String = #function, seed: UInt64 = 42, clock: any LedgerClock = SteppingClock(),
+        worker: ResidualTaskWorker.Configuration? = nil
+    ) async throws {
         dir = TemporaryDirectory(label)
         var configuration = EventLog.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync, clock: clock)
         configuration.randomSource = SeededRandom(seed: seed)
+        configuration.residualTaskWorker = worker
         ledger = try ShareLedger.open(configuration)
         try await ledger.registerUser("_alice", in: Self.container, emailAddress: "alice@example.com")
         try await ledger.registerUser("_bob", in: Self.container, emailAddress: "bob@example.com", phoneNumber: "+1 555 0100")

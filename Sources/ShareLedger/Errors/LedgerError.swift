@@ -103,13 +103,15 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let closed = Code(1006, "closed")
         /// The ledger was opened read-only and cannot take writes.
         public static let readOnly = Code(1007, "readOnly")
+        /// A wait ended before what it waited for happened.
+        public static let timedOut = Code(1008, "timedOut")
 
         private static let all: [Code] = [
             partialFailure, badContainer, notAuthenticated, permissionFailure, unknownItem, invalidArguments,
             serverRecordChanged, serverRejectedRequest, batchRequestFailed, badDatabase, quotaExceeded,
             zoneNotFound, limitExceeded, tooManyParticipants, alreadyShared, referenceViolation,
             participantMayNeedVerification, operationCancelled, wrongExpectedVersion, storageFull,
-            storageFailure, notALedger, formatTooNew, corruptedData, closed, readOnly,
+            storageFailure, notALedger, formatTooNew, corruptedData, closed, readOnly, timedOut,
         ]
         private static let names: [Int: String] = Dictionary(uniqueKeysWithValues: all.map { ($0.rawValue, $0.name) })
     }

@@ -285,6 +285,47 @@ nonisolated struct Shareledger_Readmodels_V1_VerificationState: Sendable {
   init() {}
 }
 
+/// worker_tasks: task_id (8, big-endian) → the residual-task worker's bookkeeping for a task:
+/// attempts, when it is due again, its last error, whether it is parked. Operational state, not a
+/// read model: it is not derived from the log and a rebuild leaves it alone (an attempt is recorded
+/// durably before the task runs, so a crash during an attempt still counts as one).
+nonisolated struct Shareledger_Readmodels_V1_WorkerTaskState: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  var attempts: UInt32 = 0
+
+  var dueAtMicros: Int64 = 0
+
+  var lastError: String = String()
+
+  var parked: Bool = false
+
+  var lastAttemptAtMicros: Int64 = 0
+
+  var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  init() {}
+}
+
+/// meta "worker_lease": which worker may take tasks, until when.
+nonisolated struct Shareledger_Readmodels_V1_WorkerLease: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  var holder: Data = Data()
+
+  var expiresAtMicros: Int64 = 0
+
+  var description_p: String = String()
+
+  var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  init() {}
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "shareledger.readmodels.v1"
@@ -772,6 +813,96 @@ nonisolated extension Shareledger_Readmodels_V1_VerificationState: SwiftProtobuf
   static func ==(lhs: Shareledger_Readmodels_V1_VerificationState, rhs: Shareledger_Readmodels_V1_VerificationState) -> Bool {
     if lhs.codeSha256 != rhs.codeSha256 {return false}
     if lhs.expiresAtMicros != rhs.expiresAtMicros {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Readmodels_V1_WorkerTaskState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  static let protoMessageName: String = _protobuf_package + ".WorkerTaskState"
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}attempts\0\u{3}due_at_micros\0\u{3}last_error\0\u{1}parked\0\u{3}last_attempt_at_micros\0")
+
+  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.attempts) }()
+      case 2: try { try decoder.decodeSingularInt64Field(value: &self.dueAtMicros) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.lastError) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.parked) }()
+      case 5: try { try decoder.decodeSingularInt64Field(value: &self.lastAttemptAtMicros) }()
+      default: break
+      }
+    }
+  }
+
+  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.attempts != 0 {
+      try visitor.visitSingularUInt32Field(value: self.attempts, fieldNumber: 1)
+    }
+    if self.dueAtMicros != 0 {
+      try visitor.visitSingularInt64Field(value: self.dueAtMicros, fieldNumber: 2)
+    }
+    if !self.lastError.isEmpty {
+      try visitor.visitSingularStringField(value: self.lastError, fieldNumber: 3)
+    }
+    if self.parked != false {
+      try visitor.visitSingularBoolField(value: self.parked, fieldNumber: 4)
+    }
+    if self.lastAttemptAtMicros != 0 {
+      try visitor.visitSingularInt64Field(value: self.lastAttemptAtMicros, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  static func ==(lhs: Shareledger_Readmodels_V1_WorkerTaskState, rhs: Shareledger_Readmodels_V1_WorkerTaskState) -> Bool {
+    if lhs.attempts != rhs.attempts {return false}
+    if lhs.dueAtMicros != rhs.dueAtMicros {return false}
+    if lhs.lastError != rhs.lastError {return false}
+    if lhs.parked != rhs.parked {return false}
+    if lhs.lastAttemptAtMicros != rhs.lastAttemptAtMicros {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Readmodels_V1_WorkerLease: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  static let protoMessageName: String = _protobuf_package + ".WorkerLease"
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}holder\0\u{3}expires_at_micros\0\u{1}description\0")
+
+  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.holder) }()
+      case 2: try { try decoder.decodeSingularInt64Field(value: &self.expiresAtMicros) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.description_p) }()
+      default: break
+      }
+    }
+  }
+
+  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.holder.isEmpty {
+      try visitor.visitSingularBytesField(value: self.holder, fieldNumber: 1)
+    }
+    if self.expiresAtMicros != 0 {
+      try visitor.visitSingularInt64Field(value: self.expiresAtMicros, fieldNumber: 2)
+    }
+    if !self.description_p.isEmpty {
+      try visitor.visitSingularStringField(value: self.description_p, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  static func ==(lhs: Shareledger_Readmodels_V1_WorkerLease, rhs: Shareledger_Readmodels_V1_WorkerLease) -> Bool {
+    if lhs.holder != rhs.holder {return false}
+    if lhs.expiresAtMicros != rhs.expiresAtMicros {return false}
+    if lhs.description_p != rhs.description_p {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

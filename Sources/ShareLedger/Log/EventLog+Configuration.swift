@@ -75,6 +75,10 @@ extension EventLog {
         /// Where share tokens, participant ids and verification codes get their randomness: the
         /// system's cryptographically secure generator unless a test injects a seeded one.
         public var randomSource: any LedgerRandomSource = SystemRandomSource()
+        /// The residual-task worker ``ShareLedger/open(_:)`` runs in the process (the default), or
+        /// `nil` to run none: then run a ``ResidualTaskWorker`` yourself (as a Service, or
+        /// `share-ledger worker`) or call ``ShareLedger/completeResidualTasks(limit:)``.
+        public var residualTaskWorker: ResidualTaskWorker.Configuration? = ResidualTaskWorker.Configuration()
         /// Where event times come from.
         public var clock: any LedgerClock
         /// Where the ledger logs; it never prints.

@@ -286,6 +286,10 @@ public final class EventLog: Sendable {
         public var acceptedParticipants: UInt64
         /// Residual tasks (zone creation or removal after an accept or a removal) not done yet.
         public var pendingResidualTasks: Int
+        /// Residual tasks parked after failing too often (`share-ledger tasks` lists them).
+        public var parkedResidualTasks: Int
+        /// Seconds since the oldest pending residual task was scheduled (0 when none is pending).
+        public var oldestPendingTaskAgeSeconds: Double
         /// Zones in participants' shared databases.
         public var participantZones: UInt64
     }
@@ -317,6 +321,8 @@ public final class EventLog: Sendable {
                 participants: try store.models.counter(txn, .participants),
                 acceptedParticipants: try store.models.counter(txn, .acceptedParticipants),
                 pendingResidualTasks: try txn.statistics(store.models.outbox).entries,
+                parkedResidualTasks: try store.models.parkedTaskCount(txn),
+                oldestPendingTaskAgeSeconds: try store.models.oldestTaskAge(txn, now: configuration.clock.nowMicros()),
                 participantZones: try store.models.counter(txn, .participantZones))
         }
     }

@@ -47,6 +47,9 @@ final class HeadNotifier: Sendable {
         for continuation in all { continuation.resume() }
     }
 
+    /// The last head published.
+    var currentHead: UInt64 { state.withLock { $0.head } }
+
     /// Whether ``close()`` was called.
     var isClosed: Bool { state.withLock { $0.closed } }
 

@@ -18,24 +18,33 @@ struct AppendCommand: Sendable {
 enum WriterJob: Sendable {
     case append(AppendCommand)
     case domain(DomainCommand)
+    /// Bookkeeping that appends no event (the worker's attempts and lease). The closure must check
+    /// before it writes: a `LedgerError` it throws fails this job only, and must leave nothing written.
+    case maintenance(MaintenanceWork)
 
     var bytes: Int {
         switch self {
         case .append(let command): return command.bytes
         case .domain(let command): return command.bytes
+        case .maintenance: return 256
         }
     }
 }
+
+/// Work for a ``WriterJob/maintenance(_:)`` job; returns a count or flag for its caller.
+typealias MaintenanceWork = @Sendable (borrowing Transaction) throws -> Int
 
 /// The outcome of a ``WriterJob``.
 enum JobOutcome: Sendable {
     case append(Result<AppendResult, LedgerError>)
     case domain(Result<DomainOutcome, LedgerError>)
+    case maintenance(Result<Int, LedgerError>)
 
     static func failure(_ error: LedgerError, for job: WriterJob) -> JobOutcome {
         switch job {
         case .append: return .append(.failure(error))
         case .domain: return .domain(.failure(error))
+        case .maintenance: return .maintenance(.failure(error))
         }
     }
 }
@@ -125,6 +134,14 @@ final class LogWriter: @unchecked Sendable {
     func submit(_ command: DomainCommand) async -> Result<DomainOutcome, LedgerError> {
         guard case .domain(let outcome) = await submit(job: .domain(command)) else {
             preconditionFailure("a domain job resumed with another job's outcome")
+        }
+        return outcome
+    }
+
+    /// Runs bookkeeping in the writer's next transaction and returns its result after the commit.
+    func submit(maintenance work: @escaping MaintenanceWork) async -> Result<Int, LedgerError> {
+        guard case .maintenance(let outcome) = await submit(job: .maintenance(work)) else {
+            preconditionFailure("a maintenance job resumed with another job's outcome")
         }
         return outcome
     }
@@ -243,6 +260,12 @@ final class LogWriter: @unchecked Sendable {
                             outcomes.append(
                                 .domain(
                                     try apply(command, txn: txn, log: logCursor, head: &cursorHead, recordedAt: recordedAt)))
+                        case .maintenance(let work):
+                            do {
+                                outcomes.append(.maintenance(.success(try work(txn))))
+                            } catch let error as LedgerError {
+                                outcomes.append(.maintenance(.failure(error)))
+                            }
                         }
                     }
                 }

@@ -300,6 +300,7 @@ struct Projector {
             let taskKey = BigEndian.bytes(of: e.taskID)
             guard let task = try m.message(ResidualTaskState.self, txn, m.outbox, taskKey) else { return }
             try txn.delete(m.outbox, key: taskKey)
+            try txn.delete(m.workerTasks, key: taskKey)
             let key = ReadModels.sharedZoneKey(task.container, user: task.userRecordName, zoneID: task.zoneID)
             if try m.message(SharedZoneState.self, txn, m.sharedZones, key) == nil {
                 var state = SharedZoneState()
@@ -314,6 +315,7 @@ struct Projector {
             let taskKey = BigEndian.bytes(of: e.taskID)
             guard let task = try m.message(ResidualTaskState.self, txn, m.outbox, taskKey) else { return }
             try txn.delete(m.outbox, key: taskKey)
+            try txn.delete(m.workerTasks, key: taskKey)
             let key = ReadModels.sharedZoneKey(task.container, user: task.userRecordName, zoneID: task.zoneID)
             if !e.zoneKept, try txn.delete(m.sharedZones, key: key) {
                 try m.add(txn, .participantZones, -1)

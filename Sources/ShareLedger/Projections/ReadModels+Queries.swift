@@ -89,4 +89,16 @@ extension ReadModels {
             return out
         }
     }
+
+    /// Parked residual tasks.
+    func parkedTaskCount(_ txn: borrowing Transaction) throws -> Int {
+        try scan(txn, workerTasks, prefix: []).filter { (try? WorkerTaskState(serializedBytes: $0.value))?.parked == true }.count
+    }
+
+    /// Seconds since the oldest pending residual task was scheduled; 0 when none is pending.
+    func oldestTaskAge(_ txn: borrowing Transaction, now: Int64) throws -> Double {
+        guard let first = try scan(txn, outbox, prefix: [], limit: 1).first else { return 0 }
+        let task = try ResidualTaskState(serializedBytes: first.value)
+        return max(0, Double(now - task.scheduledAtMicros) / 1_000_000)
+    }
 }

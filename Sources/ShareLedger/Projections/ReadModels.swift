@@ -44,6 +44,8 @@ struct ReadModels: Sendable {
     let verifications: Database
     /// counter name → 8-byte big-endian count.
     let counters: Database
+    /// task id → WorkerTaskState: the worker's bookkeeping (not a read model: not rebuilt or compared).
+    let workerTasks: Database
 
     static let specs: [(name: String, flags: DatabaseFlags)] = [
         ("rm_users", []),
@@ -59,6 +61,7 @@ struct ReadModels: Sendable {
         ("rm_outbox", []),
         ("rm_verifications", []),
         ("rm_counters", []),
+        ("worker_tasks", []),
     ]
 
     init(_ databases: ArraySlice<Database>) {
@@ -77,9 +80,10 @@ struct ReadModels: Sendable {
         outbox = d[10]
         verifications = d[11]
         counters = d[12]
+        workerTasks = d[13]
     }
 
-    /// Every read-model database, in `specs` order.
+    /// Every read-model database, in `specs` order (the worker's bookkeeping is not one).
     var all: [Database] {
         [users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
          sharedZones, outbox, verifications, counters]
@@ -219,3 +223,6 @@ struct ReadModels: Sendable {
 extension Character {
     fileprivate var isASCIIDigit: Bool { isASCII && isNumber }
 }
+
+typealias WorkerTaskState = Shareledger_Readmodels_V1_WorkerTaskState
+typealias WorkerLease = Shareledger_Readmodels_V1_WorkerLease

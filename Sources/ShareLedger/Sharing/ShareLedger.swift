@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import LMDB
 import SwiftProtobuf
+import Synchronization
 
 /// A sharing ledger: CloudKit's sharing model (shares, participants, share metadata, accepting) as
 /// an event-sourced, hash-chained log in LMDB with read models kept in the same commits.
@@ -20,20 +21,41 @@ import SwiftProtobuf
 public final class ShareLedger: Sendable {
     /// The event log underneath (for reads, subscriptions and chain verification).
     public let log: EventLog
+    /// The in-process residual-task worker and the task running it, when the configuration asks for one.
+    private let workerState = Mutex<(worker: ResidualTaskWorker?, task: Task<Void, Never>?)>((nil, nil))
+    var inProcessWorker: ResidualTaskWorker? { workerState.withLock { $0.worker } }
 
     private init(log: EventLog) {
         self.log = log
+        if let workerConfiguration = log.configuration.residualTaskWorker, !log.configuration.readOnly {
+            let worker = ResidualTaskWorker(ledger: self, configuration: workerConfiguration)
+            // The worker lives exactly as long as the open ledger: started here, cancelled and awaited
+            // in close(). An unstructured task is that lifetime; to put the worker under your own
+            // structure instead, set configuration.residualTaskWorker = nil and run a
+            // ResidualTaskWorker as a Service.
+            let task = Task<Void, Never> { try? await worker.run() }
+            workerState.withLock { $0 = (worker, task) }
+        }
     }
 
-    /// Opens (or creates) the ledger at `configuration.path`.
+    /// Opens (or creates) the ledger at `configuration.path`, and starts the in-process residual-task
+    /// worker unless `configuration.residualTaskWorker` is nil.
     ///
     /// - Throws: ``LedgerError`` as ``EventLog/open(_:)`` does.
     public static func open(_ configuration: EventLog.Configuration) throws(LedgerError) -> ShareLedger {
         ShareLedger(log: try EventLog.open(configuration))
     }
 
-    /// Commits what is queued and closes the ledger.
+    /// Stops the in-process worker (after its batch in hand), commits what is queued and closes the ledger.
     public func close() async {
+        let (_, task) = workerState.withLock { state in
+            defer { state = (nil, nil) }
+            return state
+        }
+        if let task {
+            task.cancel()
+            await task.value
+        }
         await log.close()
     }
 
@@ -73,39 +95,77 @@ public final class ShareLedger: Sendable {
 
     // MARK: - Residual tasks
 
-    /// Runs every residual task that is due (the zone creations and removals acceptances and
-    /// removals leave behind), in the order they were scheduled, and returns how many it completed.
-    /// Each completion appends its event and deletes its task in one commit; completing a task twice
-    /// has no further effect.
+    /// Completes the residual tasks that are due now, here, and returns how many it completed (at
+    /// most `limit`): what the background worker does, on demand. Returns 0 when another worker
+    /// holds the lease (it is doing the work).
     @discardableResult
     public func completeResidualTasks(limit: Int = .max) async throws(LedgerError) -> Int {
-        var done = 0
-        while done < limit {
-            let tasks = try read("reading the residual tasks") { txn in
-                try models.scan(txn, models.outbox, prefix: [], limit: min(256, limit - done)).compactMap {
-                    entry -> (id: UInt64, container: String)? in
-                    guard let id = BigEndian.uint64(entry.suffix) else { return nil }
-                    return (id, try ResidualTaskState(serializedBytes: entry.value).container)
-                }
-            }
-            guard !tasks.isEmpty else { break }
-            // One command per container, so each completion is recorded in its task's container.
-            var containers: [String] = []
-            var byContainer: [String: [UInt64]] = [:]
-            for task in tasks {
-                if byContainer[task.container] == nil { containers.append(task.container) }
-                byContainer[task.container, default: []].append(task.id)
-            }
-            for container in containers {
-                let ids = byContainer[container]!
-                let command = DomainCommand(
-                    metadata: CommandMetadata(container: container, actor: "system"), signedIn: false,
-                    steps: ids.map { .completeTask(taskID: $0) }, bytes: ids.count * 64)
-                for result in try await submit(command).results { _ = try result.get() }
-            }
-            done += tasks.count
-        }
+        let worker = ResidualTaskWorker(ledger: self, configuration: configuration.residualTaskWorker ?? .init())
+        let done = try await worker.drain(limit: limit)
+        await worker.releaseLease()
         return done
+    }
+
+    /// Returns once no residual task is due: the in-process worker (or another process's) has done
+    /// them all; parked tasks and tasks waiting for a retry do not count. Without an in-process
+    /// worker it completes them itself.
+    ///
+    /// - Throws: ``LedgerError/Code/timedOut`` when tasks are still due after `timeout`.
+    public func waitForResidualTasks(timeout: Duration = .seconds(30)) async throws(LedgerError) {
+        let deadline = ContinuousClock.now + timeout
+        let probe = ResidualTaskWorker(ledger: self)
+        while true {
+            let now = configuration.clock.nowMicros()
+            if try probe.dueTasks(now: now, limit: 1).due.isEmpty { return }
+            if inProcessWorker == nil { try await completeResidualTasks() }
+            guard ContinuousClock.now < deadline else {
+                throw LedgerError(.timedOut, "residual tasks are still due after \(timeout); is a worker running?")
+            }
+            let head = log.writer.notifier.currentHead
+            let notifier = log.writer.notifier
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await notifier.wait(after: head) }
+                group.addTask { try? await Task.sleep(for: .milliseconds(5)) }
+                await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    /// The residual tasks not done yet, in scheduling order (or only the parked ones).
+    public func residualTasks(parkedOnly: Bool = false) throws(LedgerError) -> [ResidualTask] {
+        try read("reading the residual tasks") { txn in
+            try models.scan(txn, models.outbox, prefix: []).compactMap { entry -> ResidualTask? in
+                guard let id = BigEndian.uint64(entry.suffix) else { return nil }
+                let task = try ResidualTaskState(serializedBytes: entry.value)
+                let state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: id))
+                let value = ResidualTask(id: id, task, state)
+                return parkedOnly && !value.isParked ? nil : value
+            }
+        }
+    }
+
+    /// Makes parked tasks due again with a fresh attempt count: those with the given ids, or all
+    /// when `ids` is nil. Returns how many were parked and are now due.
+    @discardableResult
+    public func retryParkedTasks(ids: [UInt64]? = nil) async throws(LedgerError) -> Int {
+        let parked = try residualTasks(parkedOnly: true).map(\.id).filter { ids?.contains($0) ?? true }
+        if let ids, let missing = ids.first(where: { !parked.contains($0) }) {
+            throw LedgerError(.unknownItem, "there is no parked residual task \(missing); list them with `share-ledger tasks`")
+        }
+        guard !parked.isEmpty else { return 0 }
+        return try await maintain { [models] txn in
+            for id in parked { try txn.delete(models.workerTasks, key: BigEndian.bytes(of: id)) }
+            return parked.count
+        }
+    }
+
+    /// Runs bookkeeping in the writer's next transaction (no event is appended).
+    func maintain(_ work: @escaping MaintenanceWork) async throws(LedgerError) -> Int {
+        guard !configuration.readOnly else {
+            throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
+        }
+        return try await log.writer.submit(maintenance: work).get()
     }
 
     // MARK: - Internals shared by the containers

@@ -1,0 +1,359 @@
+import Foundation
+import LMDB
+import Logging
+import Metrics
+import ServiceLifecycle
+import SwiftProtobuf
+
+/// Completes residual tasks in the background: the zone an acceptance adds to a participant's
+/// shared database, the zone a removal takes away (a `Service` for swift-service-lifecycle).
+///
+/// - ``run()`` wakes when a commit adds tasks (no polling delay on the happy path), on a timer for
+///   retries, and every ``Configuration/pollInterval`` for tasks written by other processes.
+/// - Tasks run in scheduling order, in bounded batches. A task waits while an earlier task of the
+///   same participant and zone is pending, so accept → remove → accept ends as it should.
+/// - Each attempt is recorded durably before it runs, so a crash during an attempt counts as a
+///   failed attempt. A failed attempt is retried with exponential backoff and jitter; after
+///   ``Configuration/maxAttempts`` the task is parked until an operator retries it.
+/// - Each completion appends its event (`ParticipantZoneCreated` / `ParticipantZoneRemoved`),
+///   updates the read models and deletes the task in one commit; completing twice has no effect.
+/// - At most one worker takes tasks for a ledger at a time, across processes: a lease in LMDB,
+///   renewed while the worker runs. A second worker waits and takes over when the lease expires.
+/// - Cancellation or a graceful shutdown stops it between batches: the batch in hand finishes.
+public final class ResidualTaskWorker: Service, Sendable {
+    /// How the worker behaves.
+    public struct Configuration: Sendable {
+        /// Tasks taken per batch.
+        public var batchSize: Int
+        /// Attempts before a task is parked.
+        public var maxAttempts: Int
+        /// The delay before the first retry; it doubles with each further failure.
+        public var initialBackoff: Duration
+        /// The longest delay between retries.
+        public var maxBackoff: Duration
+        /// How long a lease lasts without renewal; another worker takes over after that.
+        public var leaseDuration: Duration
+        /// How often the worker looks for work it was not woken for (tasks written by other
+        /// processes) and renews its lease.
+        public var pollInterval: Duration
+        /// Where the worker logs.
+        public var logger: Logger
+
+        /// The defaults: batches of 256, 8 attempts, backoff from 100 ms to 60 s, 10 s leases, a 1 s poll.
+        public init(
+            batchSize: Int = 256, maxAttempts: Int = 8, initialBackoff: Duration = .milliseconds(100),
+            maxBackoff: Duration = .seconds(60), leaseDuration: Duration = .seconds(10), pollInterval: Duration = .seconds(1),
+            logger: Logger = Logger(label: "ShareLedger.worker", factory: { _ in SwiftLogNoOpLogHandler() })
+        ) {
+            self.batchSize = batchSize
+            self.maxAttempts = maxAttempts
+            self.initialBackoff = initialBackoff
+            self.maxBackoff = maxBackoff
+            self.leaseDuration = leaseDuration
+            self.pollInterval = pollInterval
+            self.logger = logger
+        }
+    }
+
+    /// What one pass over the due tasks did.
+    public struct PassReport: Sendable, Hashable {
+        /// Tasks completed.
+        public var completed: Int
+        /// Attempts that failed (the tasks are due again later, or parked).
+        public var failed: Int
+        /// Tasks parked in this pass.
+        public var parked: Int
+        /// Whether this worker holds the lease (false: another worker does; nothing was done).
+        public var holdsLease: Bool
+        /// When the next pending task is due, if any.
+        public var nextDueAt: Date?
+    }
+
+    let ledger: ShareLedger
+    /// The worker's settings.
+    public let configuration: Configuration
+    let executor: any ResidualTaskExecutor
+    /// Identifies this worker in the lease.
+    let holder: [UInt8]
+    let holderDescription: String
+
+    private let latencyTimer: Metrics.Timer
+    private let attemptsCounter: Counter
+    private let failuresCounter: Counter
+    private let parkedGauge: Gauge
+
+    /// A worker for `ledger`. Several worker objects may exist; the lease lets one work at a time.
+    public init(
+        ledger: ShareLedger, configuration: Configuration = Configuration(),
+        executor: any ResidualTaskExecutor = LedgerOnlyExecutor()
+    ) {
+        self.ledger = ledger
+        self.configuration = configuration
+        self.executor = executor
+        let id = UUID()
+        self.holder = withUnsafeBytes(of: id.uuid) { Array($0) }
+        self.holderDescription = "pid \(ProcessInfo.processInfo.processIdentifier) worker \(id.uuidString.prefix(8))"
+        self.latencyTimer = Metrics.Timer(label: "shareledger_residual_task_latency")
+        self.attemptsCounter = Counter(label: "shareledger_residual_task_attempts")
+        self.failuresCounter = Counter(label: "shareledger_residual_task_failures")
+        self.parkedGauge = Gauge(label: "shareledger_residual_tasks_parked")
+    }
+
+    // MARK: - Running
+
+    /// Works until cancelled or shut down gracefully; the batch in hand is finished first. Waits for
+    /// the lease when another worker holds it.
+    public func run() async throws {
+        let log = ledger.log
+        configuration.logger.info("residual-task worker started", metadata: ["holder": "\(holderDescription)"])
+        while !Task.isCancelled && !Task.isShuttingDownGracefully && !log.writer.notifier.isClosed {
+            let seenHead = log.writer.notifier.currentHead
+            let report: PassReport
+            do {
+                report = try await runPass(limit: configuration.batchSize)
+            } catch {
+                if error.code == .closed { break }
+                configuration.logger.error("residual-task pass failed", metadata: ["error": "\(error)"])
+                await sleepOrWake(after: seenHead, for: configuration.pollInterval)
+                continue
+            }
+            if report.completed + report.failed > 0 { continue }
+            // Renew the lease well before it expires, and look for a free one as often.
+            var wait = min(configuration.pollInterval, configuration.leaseDuration / 3)
+            if let next = report.nextDueAt {
+                let untilDue = Duration.microseconds(max(0, Int64(next.timeIntervalSinceNow * 1_000_000)))
+                wait = min(wait, untilDue + .milliseconds(1))
+            }
+            await sleepOrWake(after: seenHead, for: wait)
+        }
+        await releaseLease()
+        configuration.logger.info("residual-task worker stopped", metadata: ["holder": "\(holderDescription)"])
+    }
+
+    /// Runs passes until no task is due now (parked tasks and tasks waiting for a retry stay).
+    /// Returns the tasks completed.
+    ///
+    /// - Throws: ``LedgerError`` when the ledger cannot be read or written; when another worker holds
+    ///   the lease, it returns 0 at once.
+    @discardableResult
+    public func drain(limit: Int = .max) async throws(LedgerError) -> Int {
+        var completed = 0
+        while completed < limit {
+            let report = try await runPass(limit: min(configuration.batchSize, limit - completed))
+            completed += report.completed
+            if !report.holdsLease || report.completed + report.failed == 0 { break }
+        }
+        return completed
+    }
+
+    /// Waits until a commit moves the head past `head`, `duration` passes, or the task is cancelled
+    /// or shut down gracefully.
+    private func sleepOrWake(after head: UInt64, for duration: Duration) async {
+        let notifier = ledger.log.writer.notifier
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await notifier.wait(after: head) }
+                group.addTask { try? await Task.sleep(for: duration) }
+                await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    // MARK: - One pass
+
+    /// One bounded batch: renews the lease, takes the due tasks, records their attempts, runs them,
+    /// and commits their completions (or their failures).
+    public func runPass(limit: Int) async throws(LedgerError) -> PassReport {
+        let now = ledger.configuration.clock.nowMicros()
+        guard try await acquireLease(now: now) else {
+            return PassReport(completed: 0, failed: 0, parked: 0, holdsLease: false, nextDueAt: nil)
+        }
+        let (due, nextDue) = try dueTasks(now: now, limit: max(1, limit))
+        guard !due.isEmpty else {
+            return PassReport(completed: 0, failed: 0, parked: 0, holdsLease: true, nextDueAt: nextDue.map(Presenter.date))
+        }
+        // Record the attempts first, durably: a crash from here on counts as a failed attempt.
+        let maxAttempts = configuration.maxAttempts
+        let started = try await ledger.maintain { [models = ledger.models] txn in
+            for task in due {
+                var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: task.id))
+                    ?? WorkerTaskState()
+                state.attempts += 1
+                state.lastAttemptAtMicros = now
+                if Int(state.attempts) > maxAttempts {
+                    state.parked = true
+                    state.lastError = "parked after \(maxAttempts) attempts (the last one did not finish: a crash?)"
+                }
+                try models.put(txn, models.workerTasks, BigEndian.bytes(of: task.id), state)
+            }
+            return due.count
+        }
+        precondition(started == due.count)
+        attemptsCounter.increment(by: due.count)
+
+        var succeeded: [ResidualTask] = []
+        var failures: [(task: ResidualTask, error: String)] = []
+        var parkedNow = 0
+        for var task in due {
+            task.attempts += 1
+            if task.attempts > maxAttempts {
+                parkedNow += 1
+                continue
+            }
+            do {
+                try await executor.execute(task)
+                succeeded.append(task)
+            } catch {
+                failures.append((task, "\(error)"))
+            }
+        }
+
+        // Completions: one command per container, each completion its own step.
+        var byContainer: [String: [ResidualTask]] = [:]
+        for task in succeeded { byContainer[task.containerIdentifier, default: []].append(task) }
+        for (container, tasks) in byContainer.sorted(by: { $0.key < $1.key }) {
+            let command = DomainCommand(
+                metadata: CommandMetadata(container: container, actor: "system"), signedIn: false,
+                steps: tasks.map { .completeTask(taskID: $0.id) }, bytes: tasks.count * 64)
+            for result in try await ledger.log.writer.submit(command).get().results { _ = try result.get() }
+        }
+        let completedAt = ledger.configuration.clock.nowMicros()
+        for task in succeeded {
+            let micros = max(0, completedAt - Int64(task.scheduledAt.timeIntervalSince1970 * 1_000_000))
+            latencyTimer.recordMicroseconds(micros)
+        }
+
+        // Failures: the next attempt's time, or parking.
+        if !failures.isEmpty {
+            failuresCounter.increment(by: failures.count)
+            let delays = failures.map { backoff(afterAttempts: $0.task.attempts) }
+            let failed = failures
+            parkedNow += try await ledger.maintain { [models = ledger.models] txn in
+                var parked = 0
+                for (failure, delay) in zip(failed, delays) {
+                    let key = BigEndian.bytes(of: failure.task.id)
+                    guard var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, key) else { continue }
+                    state.lastError = String(failure.error.prefix(1_000))
+                    if Int(state.attempts) >= maxAttempts {
+                        state.parked = true
+                        parked += 1
+                    } else {
+                        state.dueAtMicros = now + delay
+                    }
+                    try models.put(txn, models.workerTasks, key, state)
+                }
+                return parked
+            }
+            for failure in failures {
+                configuration.logger.warning(
+                    "residual task failed",
+                    metadata: ["task": "\(failure.task.id)", "attempt": "\(failure.task.attempts)", "error": "\(failure.error)"])
+            }
+        }
+        if parkedNow > 0 { parkedGauge.record(try ledger.residualTasks(parkedOnly: true).count) }
+        return PassReport(
+            completed: succeeded.count, failed: failures.count, parked: parkedNow, holdsLease: true,
+            nextDueAt: nextDue.map(Presenter.date))
+    }
+
+    /// The delay before the next attempt, in microseconds: `initialBackoff × 2^(attempts-1)`,
+    /// capped at `maxBackoff`, times a random factor in [0.5, 1) (jitter).
+    func backoff(afterAttempts attempts: Int) -> Int64 {
+        let base = Double(configuration.initialBackoff.microseconds) * pow(2, Double(max(0, attempts - 1)))
+        let capped = min(base, Double(configuration.maxBackoff.microseconds))
+        var generator = RandomSourceGenerator(source: ledger.configuration.randomSource)
+        let jitter = Double.random(in: 0.5..<1, using: &generator)
+        return Int64(capped * jitter)
+    }
+
+    /// The tasks due now in scheduling order (at most `limit`), skipping parked tasks, tasks waiting
+    /// for a retry, and tasks behind an earlier pending task of the same participant and zone; and
+    /// the earliest time a skipped task is due.
+    func dueTasks(now: Int64, limit: Int) throws(LedgerError) -> (due: [ResidualTask], nextDueMicros: Int64?) {
+        try ledger.read("reading the residual tasks") { txn in
+            let models = ledger.models
+            var due: [ResidualTask] = []
+            var blocked = Set<[UInt8]>()
+            var nextDue: Int64?
+            try txn.withCursor(models.outbox) { cursor in
+                var entry = try cursor.first()
+                while let current = entry, due.count < limit {
+                    defer { entry = try? cursor.next() }
+                    guard let id = BigEndian.uint64(current.key) else { continue }
+                    let task = try ResidualTaskState(serializedBytes: Array(current.value))
+                    let state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: id))
+                    let key = ReadModels.sharedZoneKey(task.container, user: task.userRecordName, zoneID: task.zoneID)
+                    let dueAt = max(task.dueAtMicros, state?.dueAtMicros ?? 0)
+                    if blocked.contains(key) { continue }
+                    if state?.parked == true || dueAt > now {
+                        blocked.insert(key)
+                        if state?.parked != true { nextDue = min(nextDue ?? dueAt, dueAt) }
+                        continue
+                    }
+                    blocked.insert(key)
+                    due.append(ResidualTask(id: id, task, state))
+                }
+            }
+            return (due, nextDue)
+        }
+    }
+
+    // MARK: - Lease
+
+    static let leaseKey = Array("worker_lease".utf8)
+
+    /// Takes or renews the lease; false when another worker holds an unexpired one.
+    func acquireLease(now: Int64) async throws(LedgerError) -> Bool {
+        let holder = self.holder
+        let description = holderDescription
+        let expires = now + configuration.leaseDuration.microseconds
+        let meta = ledger.log.store.meta
+        return try await ledger.maintain { txn in
+            if let bytes = try txn.get(meta, key: ResidualTaskWorker.leaseKey),
+                let lease = try? WorkerLease(serializedBytes: bytes),
+                Array(lease.holder) != holder, lease.expiresAtMicros > now
+            {
+                return 0
+            }
+            var lease = WorkerLease()
+            lease.holder = Data(holder)
+            lease.expiresAtMicros = expires
+            lease.description_p = description
+            try txn.put(meta, key: ResidualTaskWorker.leaseKey, value: try lease.serializedBytes() as [UInt8])
+            return 1
+        } == 1
+    }
+
+    /// Gives the lease up, if this worker holds it, so another can take over at once.
+    func releaseLease() async {
+        let holder = self.holder
+        let meta = ledger.log.store.meta
+        _ = try? await ledger.maintain { txn in
+            guard let bytes = try txn.get(meta, key: ResidualTaskWorker.leaseKey),
+                let lease = try? WorkerLease(serializedBytes: bytes), Array(lease.holder) == holder
+            else { return 0 }
+            try txn.delete(meta, key: ResidualTaskWorker.leaseKey)
+            return 1
+        }
+    }
+}
+
+extension ResidualTask {
+    init(id: UInt64, _ task: ResidualTaskState, _ state: WorkerTaskState?) {
+        self.init(
+            id: id, kind: task.kind == .createZone ? .createZone : .removeZone, containerIdentifier: task.container,
+            userRecordName: task.userRecordName,
+            zoneID: RecordZoneID(zoneName: task.zoneName, ownerName: task.ownerName), shareToken: task.token,
+            scheduledAt: Presenter.date(task.scheduledAtMicros), attempts: Int(state?.attempts ?? 0),
+            dueAt: Presenter.date(max(task.dueAtMicros, state?.dueAtMicros ?? 0)),
+            lastError: (state?.lastError).flatMap { $0.isEmpty ? nil : $0 }, isParked: state?.parked ?? false)
+    }
+}
+
+extension Duration {
+    var microseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000 + attoseconds / 1_000_000_000_000
+    }
+}

@@ -1,0 +1,305 @@
+import Foundation
+import LMDB
+import ServiceLifecycle
+import ServiceLifecycleTestKit
+@testable import ShareLedger
+import SwiftProtobuf
+import Synchronization
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A clock the test moves by hand.
+final class ManualClock: LedgerClock {
+    private let now: Mutex<Int64>
+    init(_ start: Int64 = 1_700_000_000_000_000) { now = Mutex(start) }
+    func nowMicros() -> Int64 { now.withLock { $0 } }
+    func advance(by duration: Duration) { now.withLock { $0 += duration.microseconds } }
+}
+
+/// An executor that fails on demand.
+final class FlakyExecutor: ResidualTaskExecutor {
+    private let failuresLeft: Mutex<Int>
+    let attempts = Counter()
+    init(failures: Int) { failuresLeft = Mutex(failures) }
+    func setFailures(_ n: Int) { failuresLeft.withLock { $0 = n } }
+    func execute(_ task: ResidualTask) async throws {
+        attempts.increment()
+        let fail = failuresLeft.withLock { left -> Bool in
+            guard left > 0 else { return false }
+            left -= 1
+            return true
+        }
+        if fail { throw LedgerError(.storageFailure, "the zone service is down (test)") }
+    }
+}
+
+extension SharingFixture {
+    /// Bob invited to Alice's hierarchy and accepted.
+    func bobAccepts(_ share: Share) async throws {
+        _ = try await alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        _ = try await bob.accept(try await bob.shareMetadata(for: share.url))
+    }
+
+    var bobID: String {
+        get throws { try #require(try alice.share(for: try alice.ownedShares()[0].url).participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" }?.participantID) }
+    }
+}
+
+@Suite("Residual-task worker")
+struct WorkerTests {
+    @Test("happy path: the in-process worker creates the zone soon after the accept, woken by the commit")
+    func happyPath() async throws {
+        let f = try await SharingFixture(worker: ResidualTaskWorker.Configuration(pollInterval: .seconds(30)))
+        let share = try await f.makeHierarchy()
+        try await f.bobAccepts(share)
+        // The poll interval is 30 s: finishing well before that shows the commit woke the worker.
+        let started = ContinuousClock.now
+        try await f.ledger.waitForResidualTasks(timeout: .seconds(10))
+        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(try f.bob.sharedDatabaseZones() == [RecordZoneID(zoneName: "Notes", ownerName: "_alice")])
+        let stats = try f.ledger.statistics()
+        #expect(stats.pendingResidualTasks == 0)
+        #expect(stats.participantZones == stats.acceptedParticipants)
+        await f.ledger.close()
+    }
+
+    @Test("accept → remove → accept again for one participant ends with the zone, each task in order")
+    func ordering() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        try await f.bobAccepts(share)
+        _ = try await f.alice.removeParticipant(try f.bobID, from: share.url)
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        let tasks = try f.ledger.residualTasks()
+        #expect(tasks.map(\.kind) == [.createZone, .removeZone, .createZone])
+        #expect(try await f.ledger.completeResidualTasks() == 3)
+        #expect(try f.bob.sharedDatabaseZones().count == 1)
+        // Removed for good: the zone goes.
+        _ = try await f.alice.removeParticipant(try f.bobID, from: share.url)
+        #expect(try await f.ledger.completeResidualTasks() == 1)
+        #expect(try f.bob.sharedDatabaseZones().isEmpty)
+        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        await f.ledger.close()
+    }
+
+    @Test("a later task of the same participant and zone waits behind a failing earlier one")
+    func orderKeptBehindFailure() async throws {
+        let clock = ManualClock()
+        let f = try await SharingFixture(clock: clock)
+        let share = try await f.makeHierarchy()
+        try await f.bobAccepts(share)
+        _ = try await f.alice.removeParticipant(try f.bobID, from: share.url)
+        let executor = FlakyExecutor(failures: 1)
+        let worker = ResidualTaskWorker(ledger: f.ledger, executor: executor)
+        let first = try await worker.runPass(limit: 10)
+        // Only the create ran (and failed); the remove waits behind it.
+        #expect(first.failed == 1 && first.completed == 0)
+        #expect(executor.attempts.value == 1)
+        clock.advance(by: .seconds(1))
+        // One task per participant and zone per pass: the create, then the remove.
+        #expect(try await worker.runPass(limit: 10).completed == 1)
+        #expect(try f.bob.sharedDatabaseZones().count == 1)
+        #expect(try await worker.drain() == 1)
+        #expect(try f.bob.sharedDatabaseZones().isEmpty)
+        await f.ledger.close()
+    }
+
+    @Test("failed attempts retry with exponential backoff on a virtual clock, then park; a parked task can be retried")
+    func retriesAndParking() async throws {
+        let clock = ManualClock()
+        let f = try await SharingFixture(clock: clock)
+        let share = try await f.makeHierarchy()
+        try await f.bobAccepts(share)
+        let executor = FlakyExecutor(failures: 100)
+        let worker = ResidualTaskWorker(
+            ledger: f.ledger,
+            configuration: ResidualTaskWorker.Configuration(maxAttempts: 3, initialBackoff: .milliseconds(100), maxBackoff: .seconds(10)),
+            executor: executor)
+
+        var report = try await worker.runPass(limit: 10)
+        #expect(report.failed == 1)
+        var task = try #require(try f.ledger.residualTasks().first)
+        #expect(task.attempts == 1)
+        #expect(task.lastError?.contains("zone service is down") == true)
+        // Backoff 100 ms × jitter [0.5, 1): not due at once, due after 100 ms.
+        let firstDelay = task.dueAt.timeIntervalSince(Presenter.date(clock.nowMicros()))
+        #expect(firstDelay >= 0.05 && firstDelay < 0.1)
+        report = try await worker.runPass(limit: 10)
+        #expect(report.failed == 0 && report.completed == 0)
+        #expect(report.nextDueAt == task.dueAt)
+
+        clock.advance(by: .milliseconds(100))
+        report = try await worker.runPass(limit: 10)
+        #expect(report.failed == 1)
+        task = try #require(try f.ledger.residualTasks().first)
+        let secondDelay = task.dueAt.timeIntervalSince(Presenter.date(clock.nowMicros()))
+        #expect(secondDelay >= 0.1 && secondDelay < 0.2)
+
+        clock.advance(by: .milliseconds(200))
+        report = try await worker.runPass(limit: 10)
+        #expect(report.parked == 1)
+        let parked = try f.ledger.residualTasks(parkedOnly: true)
+        #expect(parked.count == 1)
+        #expect(parked[0].attempts == 3)
+        #expect(try f.ledger.statistics().parkedResidualTasks == 1)
+        // Parked: never due, whatever the time.
+        clock.advance(by: .seconds(3600))
+        report = try await worker.runPass(limit: 10)
+        #expect(report.failed == 0 && report.completed == 0 && report.nextDueAt == nil)
+        #expect(executor.attempts.value == 3)
+
+        // An operator retries it; the zone service is back.
+        executor.setFailures(0)
+        #expect(await errorCode { try await f.ledger.retryParkedTasks(ids: [42]) } == .unknownItem)
+        #expect(try await f.ledger.retryParkedTasks() == 1)
+        report = try await worker.runPass(limit: 10)
+        #expect(report.completed == 1)
+        #expect(try f.ledger.residualTasks().isEmpty)
+        #expect(try f.bob.sharedDatabaseZones().count == 1)
+        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        await f.ledger.close()
+    }
+
+    @Test("an attempt that never finished (a crash) counts: a poison task parks instead of looping")
+    func crashCountsAsAttempt() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        try await f.bobAccepts(share)
+        let worker = ResidualTaskWorker(ledger: f.ledger, configuration: ResidualTaskWorker.Configuration(maxAttempts: 2))
+        let task = try #require(try f.ledger.residualTasks().first)
+        // Two attempts recorded as started that never reported back, as after two crashes.
+        for _ in 0..<2 {
+            _ = try await f.ledger.maintain { [models = f.ledger.models] txn in
+                var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: task.id)) ?? WorkerTaskState()
+                state.attempts += 1
+                try models.put(txn, models.workerTasks, BigEndian.bytes(of: task.id), state)
+                return 1
+            }
+        }
+        let report = try await worker.runPass(limit: 10)
+        #expect(report.parked == 1)
+        #expect(report.completed == 0)
+        #expect(try f.ledger.residualTasks(parkedOnly: true).first?.lastError?.contains("crash") == true)
+        await f.ledger.close()
+    }
+
+    @Test("graceful shutdown stops the worker service; it releases its lease")
+    func gracefulShutdown() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let worker = ResidualTaskWorker(ledger: f.ledger, configuration: ResidualTaskWorker.Configuration(pollInterval: .seconds(30)))
+        try await testGracefulShutdown { trigger in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await worker.run() }
+                try await f.bobAccepts(share)
+                try await f.ledger.waitForResidualTasks(timeout: .seconds(10))
+                trigger.triggerGracefulShutdown()
+                try await group.waitForAll()
+            }
+        }
+        #expect(try f.bob.sharedDatabaseZones().count == 1)
+        // The lease is free: another worker takes tasks at once.
+        let other = ResidualTaskWorker(ledger: f.ledger)
+        #expect(try await other.runPass(limit: 1).holdsLease)
+        await f.ledger.close()
+    }
+
+    @Test("two workers on one ledger: one works; the other takes over when the first stops")
+    func twoWorkers() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let config = ResidualTaskWorker.Configuration(leaseDuration: .seconds(2), pollInterval: .milliseconds(20))
+        let firstExecutor = FlakyExecutor(failures: 0)
+        let secondExecutor = FlakyExecutor(failures: 0)
+        let first = ResidualTaskWorker(ledger: f.ledger, configuration: config, executor: firstExecutor)
+        let second = ResidualTaskWorker(ledger: f.ledger, configuration: config, executor: secondExecutor)
+        #expect(try await first.runPass(limit: 1).holdsLease)
+        #expect(try await second.runPass(limit: 1).holdsLease == false)
+
+        func waitUntilNoTasks() async throws {
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try !f.ledger.residualTasks().isEmpty {
+                guard ContinuousClock.now < deadline else { throw LedgerError(.timedOut, "tasks left") }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+        }
+        let firstRun = Task { try await first.run() }
+        let secondRun = Task { try await second.run() }
+        try await f.bobAccepts(share)
+        try await waitUntilNoTasks()
+        #expect(firstExecutor.attempts.value == 1)
+        #expect(secondExecutor.attempts.value == 0)
+        firstRun.cancel()
+        try await firstRun.value
+        // The first released its lease on the way out; the second does the next task.
+        _ = try await f.alice.removeParticipant(try f.bobID, from: share.url)
+        try await waitUntilNoTasks()
+        #expect(try f.bob.sharedDatabaseZones().isEmpty)
+        #expect(firstExecutor.attempts.value == 1)
+        #expect(secondExecutor.attempts.value == 1)
+        secondRun.cancel()
+        try await secondRun.value
+        await f.ledger.close()
+    }
+
+    @Test("SIGKILL between accepts and their zones: after a restart every task completes exactly once", .timeLimit(.minutes(2)))
+    func killedBetweenAcceptAndZone() async throws {
+        let dir = TemporaryDirectory()
+        let ledgerPath = dir.child("ledger")
+        let acks = dir.child("acks")
+        var random = SplitMix64(state: 0xACCE97)
+        for _ in 0..<3 {
+            let process = Process()
+            process.executableURL = builtProduct("ShareLedgerCrashChild")
+            process.arguments = ["--sharing", ledgerPath, acks, "6"]
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.standardError
+            try process.run()
+            #expect(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).contains("ready"))
+            usleep(useconds_t(Int.random(in: 150...400, using: &random) * 1_000))
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            #expect(process.terminationReason == .uncaughtSignal)
+        }
+        let accepted = try String(contentsOfFile: acks, encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(accepted.count > 10, "the child acknowledged \(accepted.count) accepts")
+
+        var configuration = EventLog.Configuration(path: ledgerPath, createIfMissing: false, durability: .unsafeNoSync)
+        configuration.residualTaskWorker = nil
+        let ledger = try ShareLedger.open(configuration)
+        #expect(try ledger.log.verifyChain().isValid)
+        // The killed worker's lease (500 ms) must expire before another worker may take its tasks.
+        try await ledger.waitForResidualTasks(timeout: .seconds(20))
+        let stats = try ledger.statistics()
+        #expect(stats.pendingResidualTasks == 0)
+        #expect(stats.participantZones == stats.acceptedParticipants)
+        #expect(stats.acceptedParticipants >= UInt64(accepted.count))
+        for name in accepted {
+            let user = ledger.container("iCloud.com.example.crash", userRecordName: name)
+            #expect(try user.participatingShares(status: [.accepted]).count == 1, "\(name) acknowledged an accept")
+            #expect(try user.sharedDatabaseZones().count == 1)
+        }
+        // Exactly once: one completion event per task.
+        var completions: [UInt64: Int] = [:]
+        var after = LogPosition.start
+        while true {
+            let chunk = try ledger.log.events(after: after, limit: 4096)
+            guard let last = chunk.last else { break }
+            for event in chunk where event.eventType == "shareledger.events.v1.ParticipantZoneCreated" {
+                let payload = try Shareledger_Events_V1_ParticipantZoneCreated(serializedBytes: event.payload)
+                completions[payload.taskID, default: 0] += 1
+            }
+            after = last.position
+        }
+        #expect(completions.values.allSatisfy { $0 == 1 })
+        #expect(UInt64(completions.count) == stats.acceptedParticipants)
+        #expect(try ledger.verifyReadModels(scratchPath: dir.child("rebuilt")).matches)
+        await ledger.close()
+    }
+}
