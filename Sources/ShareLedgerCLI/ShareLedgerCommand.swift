@@ -10,6 +10,8 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             Every command takes --path (default ./.share-ledger) and can print --json.
             Exit codes: 0 success, 1 the command failed, 2 the ledger could not be read.
             """,
-        subcommands: [StatsCommand.self, DemoCommand.self, VerifyCommand.self, BenchCommand.self]
+        subcommands: [
+            StatsCommand.self, DemoCommand.self, VerifyCommand.self, BenchCommand.self, WorkerCommand.self, TasksCommand.self,
+        ]
     )
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import ShareLedger
 
 /// `share-ledger stats`: counters of a ledger.
@@ -31,7 +32,7 @@ struct StatsCommand: AsyncParsableCommand {
                 shares         \(stats.shares)
                 participants   \(stats.participants) (\(stats.acceptedParticipants) accepted)
                 participantZones      \(stats.participantZones)
-                pendingResidualTasks  \(stats.pendingResidualTasks)
+                pendingResidualTasks  \(stats.pendingResidualTasks) (\(stats.parkedResidualTasks) parked, oldest \(String(format: "%.1f", stats.oldestPendingTaskAgeSeconds)) s)
                 """)
         }
     }

@@ -3,7 +3,7 @@ import Foundation
 /// Work an acceptance or a removal leaves behind (CloudKit's "residual work"): the owner's zone
 /// appearing in, or leaving, a participant's shared database. The ledger writes a task in the same
 /// commit as the acceptance (an outbox); the ``ResidualTaskWorker`` completes it.
-public struct ResidualTask: Sendable, Hashable, Identifiable {
+public struct ResidualTask: Sendable, Hashable, Identifiable, Codable {
     /// What the task does.
     public enum Kind: String, Sendable, Hashable, Codable {
         /// Create the zone in the participant's shared database (after an accept).

@@ -1,0 +1,166 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ServiceLifecycle
+import ShareLedger
+import UnixSignals
+
+extension LedgerOptions {
+    /// Opens the sharing ledger with no in-process worker (the command decides who works); exits
+    /// with code 2 when it cannot be read.
+    func openSharing(create: Bool = false) throws -> ShareLedger {
+        var configuration = EventLog.Configuration(path: path, createIfMissing: create, logger: logger)
+        configuration.residualTaskWorker = nil
+        do {
+            return try ShareLedger.open(configuration)
+        } catch {
+            Output.failure(error, json: json)
+            throw ExitCode(2)
+        }
+    }
+}
+
+/// `share-ledger worker`: runs the residual-task worker until SIGTERM/SIGINT, or with `--drain`
+/// until no task is due.
+struct WorkerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker",
+        abstract: "Complete residual tasks (zones in participants' shared databases) until stopped.",
+        discussion: """
+            Runs until SIGTERM or SIGINT (finishing the batch in hand), or with --drain until no task is \
+            due, then exits 0. Only one worker takes tasks for a ledger at a time; a second waits for \
+            the first's lease.
+            """)
+
+    @OptionGroup var ledger: LedgerOptions
+
+    @Flag(help: "Exit once no task is due (parked tasks and tasks waiting for a retry do not count).")
+    var drain = false
+
+    @Option(help: "Attempts before a task is parked.")
+    var maxAttempts = 8
+
+    struct Summary: Encodable {
+        var completed: Int
+        var pendingResidualTasks: Int
+        var parkedResidualTasks: Int
+    }
+
+    func run() async throws {
+        let shareLedger = try ledger.openSharing()
+        let worker = ResidualTaskWorker(
+            ledger: shareLedger,
+            configuration: ResidualTaskWorker.Configuration(maxAttempts: maxAttempts, logger: ledger.logger))
+        var completed = 0
+        do {
+            if drain {
+                while true {
+                    completed += try await worker.drain()
+                    let now = Date()
+                    let due = try shareLedger.residualTasks().filter { !$0.isParked && $0.dueAt <= now }
+                    if due.isEmpty { break }
+                    // Another worker holds the lease, or a task became due: look again shortly.
+                    Output.progress("\(due.count) tasks due, waiting for the lease")
+                    try await Task.sleep(for: .milliseconds(200))
+                }
+                Output.endProgress()
+            } else {
+                let group = ServiceGroup(
+                    configuration: ServiceGroupConfiguration(
+                        services: [.init(service: worker)], gracefulShutdownSignals: [.sigterm, .sigint],
+                        logger: ledger.logger))
+                try await group.run()
+            }
+        } catch let error as LedgerError {
+            Output.failure(error, json: ledger.json)
+            await shareLedger.close()
+            throw ExitCode(1)
+        }
+        let stats = try await runReportingErrors(json: ledger.json) { try shareLedger.statistics() }
+        await shareLedger.close()
+        let summary = Summary(
+            completed: completed, pendingResidualTasks: stats.pendingResidualTasks,
+            parkedResidualTasks: stats.parkedResidualTasks)
+        if ledger.json {
+            Output.printJSON(summary)
+        } else {
+            print(
+                "worker done: \(completed) tasks completed here; \(stats.pendingResidualTasks) pending, "
+                    + "\(stats.parkedResidualTasks) parked")
+        }
+    }
+}
+
+/// `share-ledger tasks`: lists residual tasks, and retries parked ones.
+struct TasksCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tasks",
+        abstract: "List residual tasks (pending and parked) with their last error.",
+        subcommands: [List.self, Retry.self],
+        defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List residual tasks.")
+
+        @OptionGroup var ledger: LedgerOptions
+
+        @Flag(help: "Only the parked tasks.")
+        var parked = false
+
+        func run() async throws {
+            let shareLedger = try ledger.openSharing()
+            let tasks = try await runReportingErrors(json: ledger.json) { try shareLedger.residualTasks(parkedOnly: parked) }
+            await shareLedger.close()
+            if ledger.json {
+                Output.printJSON(tasks)
+                return
+            }
+            if tasks.isEmpty { print(parked ? "no parked tasks" : "no residual tasks") }
+            let formatter = ISO8601DateFormatter()
+            for task in tasks {
+                var line = "\(task.id)  \(task.kind.rawValue)  \(task.userRecordName) ← \(task.zoneID.zoneName) of "
+                    + "\(task.zoneID.ownerName)  attempts \(task.attempts)  due \(formatter.string(from: task.dueAt))"
+                if task.isParked { line += "  PARKED" }
+                if let error = task.lastError { line += "\n    last error: \(error)" }
+                print(line)
+            }
+        }
+    }
+
+    struct Retry: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "retry", abstract: "Make parked tasks due again, with a fresh attempt count.")
+
+        @OptionGroup var ledger: LedgerOptions
+
+        @Argument(help: "The ids of the parked tasks to retry.")
+        var ids: [UInt64] = []
+
+        @Flag(help: "Retry every parked task.")
+        var all = false
+
+        func validate() throws {
+            guard all != !ids.isEmpty else { throw ValidationError("give task ids or --all (not both)") }
+        }
+
+        struct Summary: Encodable { var retried: Int }
+
+        func run() async throws {
+            let shareLedger = try ledger.openSharing()
+            let retried = try await runReportingErrors(json: ledger.json) {
+                do {
+                    return try await shareLedger.retryParkedTasks(ids: all ? nil : ids)
+                } catch {
+                    await shareLedger.close()
+                    throw error
+                }
+            }
+            await shareLedger.close()
+            if ledger.json {
+                Output.printJSON(Summary(retried: retried))
+            } else {
+                print("\(retried) parked tasks are due again")
+            }
+        }
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+import ShareLedger
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("share-ledger worker and tasks")
+struct WorkerCLITests {
+    /// A ledger on disk with one accepted participant whose zone task is pending.
+    private func ledgerWithPendingTask() async throws -> (TemporaryDirectory, String) {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        await f.ledger.close()
+        return (f.dir, f.dir.child("ledger"))
+    }
+
+    private func json(_ text: String) throws -> Any { try JSONSerialization.jsonObject(with: Data(text.utf8)) }
+
+    @Test("tasks lists the pending task; worker --drain completes it; stats agrees")
+    func drain() async throws {
+        let (dir, path) = try await ledgerWithPendingTask()
+        _ = dir
+        let listed = try runProduct("share-ledger", ["tasks", "--path", path, "--json"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let tasks = try #require(try json(listed.stdout) as? [[String: Any]])
+        #expect(tasks.count == 1)
+        #expect(tasks.first?["kind"] as? String == "createZone")
+        #expect(tasks.first?["userRecordName"] as? String == "_bob")
+
+        let drained = try runProduct("share-ledger", ["worker", "--path", path, "--drain", "--json"])
+        #expect(drained.status == 0, "\(drained.stderr)")
+        let summary = try #require(try json(drained.stdout) as? [String: Any])
+        #expect(summary["completed"] as? Int == 1)
+        #expect(summary["pendingResidualTasks"] as? Int == 0)
+
+        let stats = try #require(try json(try runProduct("share-ledger", ["stats", "--path", path, "--json"]).stdout) as? [String: Any])
+        #expect(stats["pendingResidualTasks"] as? Int == 0)
+        #expect(stats["participantZones"] as? Int == 1)
+        #expect(stats["acceptedParticipants"] as? Int == 1)
+        #expect(stats["parkedResidualTasks"] as? Int == 0)
+
+        let retry = try runProduct("share-ledger", ["tasks", "retry", "--path", path, "12345"])
+        #expect(retry.status == 1)
+        #expect(retry.stderr.contains("no parked residual task 12345"))
+        let bad = try runProduct("share-ledger", ["tasks", "retry", "--path", path])
+        #expect(bad.status != 0)
+    }
+
+    @Test("worker runs until SIGTERM, doing the work, and exits 0")
+    func untilSIGTERM() async throws {
+        let (dir, path) = try await ledgerWithPendingTask()
+        _ = dir
+        let process = Process()
+        process.executableURL = builtProduct("share-ledger")
+        process.arguments = ["worker", "--path", path, "--json"]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        // Wait until the task is done (read-only look through the library), then stop the worker.
+        var configuration = EventLog.Configuration(path: path, createIfMissing: false, readOnly: true)
+        configuration.residualTaskWorker = nil
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            let reader = try ShareLedger.open(configuration)
+            let pending = try reader.statistics().pendingResidualTasks
+            await reader.close()
+            if pending == 0 { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let summary = try #require(try json(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)) as? [String: Any])
+        #expect(summary["pendingResidualTasks"] as? Int == 0)
+    }
+}
