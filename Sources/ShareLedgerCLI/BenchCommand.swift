@@ -32,8 +32,22 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print {\"figures\": {NAME: number}} as JSON.")
     var json = false
 
+    @Option(help: "Run only these parts, comma-separated: append, residual (default: all).")
+    var only: String?
+
+    @Option(help: "Accepts per second offered in the residual-task latency part.")
+    var acceptRate = 5_000
+
     func validate() throws {
         guard (1...50).contains(repeats) else { throw ValidationError("--repeats must be 1...50") }
+        guard (100...50_000).contains(acceptRate) else { throw ValidationError("--accept-rate must be 100...50000") }
+        for part in parts where !["append", "residual"].contains(part) {
+            throw ValidationError("unknown part \(part); the parts are append and residual")
+        }
+    }
+
+    private var parts: Set<String> {
+        Set((only ?? "append,residual").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
     }
 
     struct Report: Encodable {
@@ -52,27 +66,40 @@ struct BenchCommand: AsyncParsableCommand {
         var samples: [String: [Double]] = [:]
         for round in 1...repeats {
             let bench = AppendBench(root: root, round: round, durability: durability, writerPoll: writerPoll)
-            let concurrent = try await bench.interleaved(name: "concurrent", callers: 64, perCaller: perCaller) {
-                Output.progress("round \(round)/\(repeats): 64 concurrent callers, segment \($0)/\($1)")
+            var figures: [String: Double] = [:]
+            if parts.contains("append") {
+                let concurrent = try await bench.interleaved(name: "concurrent", callers: 64, perCaller: perCaller) {
+                    Output.progress("round \(round)/\(repeats): 64 concurrent callers, segment \($0)/\($1)")
+                }
+                let single = try await bench.interleaved(name: "single", callers: 1, perCaller: singleAppends) {
+                    Output.progress("round \(round)/\(repeats): one caller, segment \($0)/\($1)")
+                }
+                Output.endProgress()
+                figures.merge([
+                    "append.concurrent64.perSecond": concurrent.perSecond,
+                    "append.concurrent64.rawPerSecond": concurrent.rawPerSecond,
+                    "append.concurrent64.rawSameWritesPerSecond": concurrent.rawSameWritesPerSecond,
+                    "append.concurrent64.ratio": concurrent.perSecond / concurrent.rawPerSecond,
+                    "append.concurrent64.ratioToSameWrites": concurrent.perSecond / concurrent.rawSameWritesPerSecond,
+                    "append.concurrent64.meanCommitSize": concurrent.meanCommitSize,
+                    "append.single.perSecond": single.perSecond,
+                    "append.single.rawPerSecond": single.rawPerSecond,
+                    "append.single.rawSameWritesPerSecond": single.rawSameWritesPerSecond,
+                    "append.single.ratio": single.perSecond / single.rawPerSecond,
+                    "append.single.ratioToSameWrites": single.perSecond / single.rawSameWritesPerSecond,
+                    "append.storedBytesPerEvent": Double(concurrent.valueSize),
+                ]) { $1 }
             }
-            let single = try await bench.interleaved(name: "single", callers: 1, perCaller: singleAppends) {
-                Output.progress("round \(round)/\(repeats): one caller, segment \($0)/\($1)")
+            if parts.contains("residual") {
+                let residual = try await AcceptResidualBench(
+                    directory: bench.directory, durability: durability, rate: acceptRate, seconds: quick ? 1 : 3
+                ).run { Output.progress("round \(round)/\(repeats): \($0)") }
+                Output.endProgress()
+                figures["accept.residual.p50Millis"] = residual.p50Millis
+                figures["accept.residual.p99Millis"] = residual.p99Millis
+                figures["accept.residual.maxMillis"] = residual.maxMillis
+                figures["accept.residual.acceptsPerSecond"] = residual.acceptsPerSecond
             }
-            Output.endProgress()
-            let figures: [String: Double] = [
-                "append.concurrent64.perSecond": concurrent.perSecond,
-                "append.concurrent64.rawPerSecond": concurrent.rawPerSecond,
-                "append.concurrent64.rawSameWritesPerSecond": concurrent.rawSameWritesPerSecond,
-                "append.concurrent64.ratio": concurrent.perSecond / concurrent.rawPerSecond,
-                "append.concurrent64.ratioToSameWrites": concurrent.perSecond / concurrent.rawSameWritesPerSecond,
-                "append.concurrent64.meanCommitSize": concurrent.meanCommitSize,
-                "append.single.perSecond": single.perSecond,
-                "append.single.rawPerSecond": single.rawPerSecond,
-                "append.single.rawSameWritesPerSecond": single.rawSameWritesPerSecond,
-                "append.single.ratio": single.perSecond / single.rawPerSecond,
-                "append.single.ratioToSameWrites": single.perSecond / single.rawSameWritesPerSecond,
-                "append.storedBytesPerEvent": Double(concurrent.valueSize),
-            ]
             for (name, value) in figures { samples[name, default: []].append(value) }
             try? FileManager.default.removeItem(at: bench.directory)
         }

@@ -166,7 +166,7 @@ struct Decider {
         }
     }
 
-    private func shareOutput(_ token: String) -> (borrowing Transaction) throws -> StepOutput {
+    private func shareOutput(_ token: String) -> Presentation {
         let presenter = self.presenter
         let actor = self.actor
         return { txn in

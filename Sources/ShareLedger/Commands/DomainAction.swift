@@ -59,25 +59,29 @@ enum StepOutput: Sendable {
     case participantID(String)
 }
 
+/// Builds a step's answer from the read models. It runs after the commit, in the caller's own read
+/// transaction, not on the writer thread: the writer's time goes to deciding and applying only.
+typealias Presentation = @Sendable (borrowing Transaction) throws -> StepOutput
+
 /// The outcome of deciding a step: the events to append and, once they are applied, what to return.
 struct Decision {
     var events: [PendingEvent]
     var outcome: Outcome
 
     enum Outcome {
-        /// Builds the caller's answer from the read models after the events are applied.
-        case present((borrowing Transaction) throws -> StepOutput)
+        /// Builds the caller's answer from the read models, after the commit.
+        case present(Presentation)
         /// The step failed (its events, if any, still record the attempt: a failed metadata fetch).
         case failed(LedgerError)
     }
 
-    static func output(_ events: [PendingEvent], _ present: @escaping (borrowing Transaction) throws -> StepOutput)
+    static func output(_ events: [PendingEvent], _ present: @escaping Presentation)
         -> Decision
     {
         Decision(events: events, outcome: .present(present))
     }
 
-    static func output(_ present: @escaping (borrowing Transaction) throws -> StepOutput) -> Decision {
+    static func output(_ present: @escaping Presentation) -> Decision {
         Decision(events: [], outcome: .present(present))
     }
 
@@ -101,7 +105,7 @@ struct DomainCommand: Sendable {
 
 /// What a domain command did: one result per step, in order.
 struct DomainOutcome: Sendable {
-    var results: [Result<StepOutput, LedgerError>]
+    var results: [Result<Presentation, LedgerError>]
     /// The positions of the events the command appended (nil when it appended none).
     var positions: ClosedRange<LogPosition>?
 }

@@ -368,7 +368,7 @@ extension LogWriter {
             signedIn: command.signedIn, now: recordedAt)
         let projector = Projector(models: store.models)
         let first = head.position.rawValue + 1
-        var results: [Result<StepOutput, LedgerError>] = []
+        var results: [Result<Presentation, LedgerError>] = []
         results.reserveCapacity(command.steps.count)
         for step in command.steps {
             let decision = try decider.decide(step, txn)
@@ -384,7 +384,7 @@ extension LogWriter {
             }
             switch decision.outcome {
             case .failed(let error): results.append(.failure(error))
-            case .present(let present): results.append(.success(try present(txn)))
+            case .present(let present): results.append(.success(present))
             }
         }
         let last = head.position.rawValue

@@ -36,7 +36,21 @@ public struct Container: Sendable {
         let command = DomainCommand(
             metadata: metadata, signedIn: user != nil, steps: steps,
             bytes: steps.reduce(0) { $0 + $1.approximateBytes })
-        return try await ledger.submit(command).results
+        let results = try await ledger.submit(command).results
+        // The answers are built here, after the commit, in one short read transaction.
+        return try ledger.read("reading the results") { txn in
+            results.map { result in
+                result.flatMap { present in
+                    do {
+                        return .success(try present(txn))
+                    } catch let error as LedgerError {
+                        return .failure(error)
+                    } catch {
+                        return .failure(LedgerError.wrap(error, while: "reading the result"))
+                    }
+                }
+            }
+        }
     }
 
     func runOne(_ step: DomainAction) async throws(LedgerError) -> StepOutput {

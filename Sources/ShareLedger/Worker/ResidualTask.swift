@@ -1,4 +1,5 @@
 import Foundation
+import SwiftProtobuf
 
 /// Work an acceptance or a removal leaves behind (CloudKit's "residual work"): the owner's zone
 /// appearing in, or leaving, a participant's shared database. The ledger writes a task in the same
@@ -54,4 +55,12 @@ public struct LedgerOnlyExecutor: ResidualTaskExecutor {
     public init() {}
     /// Does nothing: the completion event is the whole effect.
     public func execute(_ task: ResidualTask) async throws {}
+}
+
+extension EventEnvelope {
+    /// For a `ParticipantZoneCreated` event: the participant whose shared database gained the zone.
+    package var participantZoneCreatedUser: String? {
+        guard eventType == Shareledger_Events_V1_ParticipantZoneCreated.protoMessageName else { return nil }
+        return (try? Shareledger_Events_V1_ParticipantZoneCreated(serializedBytes: payload))?.userRecordName
+    }
 }

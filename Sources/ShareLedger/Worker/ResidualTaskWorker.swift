@@ -4,6 +4,7 @@ import Logging
 import Metrics
 import ServiceLifecycle
 import SwiftProtobuf
+import Synchronization
 
 /// Completes residual tasks in the background: the zone an acceptance adds to a participant's
 /// shared database, the zone a removal takes away (a `Service` for swift-service-lifecycle).
@@ -77,6 +78,9 @@ public final class ResidualTaskWorker: Service, Sendable {
     let holder: [UInt8]
     let holderDescription: String
 
+    /// Until when this worker's lease is known to hold (micros); a pass renews it only when a third
+    /// of its duration has gone, so the happy path spends no commit on it.
+    private let leaseHeldUntil = Mutex<Int64>(0)
     private let latencyTimer: Metrics.Timer
     private let attemptsCounter: Counter
     private let failuresCounter: Counter
@@ -305,11 +309,13 @@ public final class ResidualTaskWorker: Service, Sendable {
 
     /// Takes or renews the lease; false when another worker holds an unexpired one.
     func acquireLease(now: Int64) async throws(LedgerError) -> Bool {
+        let renewAfter = leaseHeldUntil.withLock { $0 } - configuration.leaseDuration.microseconds * 2 / 3
+        if now < renewAfter { return true }
         let holder = self.holder
         let description = holderDescription
         let expires = now + configuration.leaseDuration.microseconds
         let meta = ledger.log.store.meta
-        return try await ledger.maintain { txn in
+        let acquired = try await ledger.maintain { txn in
             if let bytes = try txn.get(meta, key: ResidualTaskWorker.leaseKey),
                 let lease = try? WorkerLease(serializedBytes: bytes),
                 Array(lease.holder) != holder, lease.expiresAtMicros > now
@@ -323,10 +329,13 @@ public final class ResidualTaskWorker: Service, Sendable {
             try txn.put(meta, key: ResidualTaskWorker.leaseKey, value: try lease.serializedBytes() as [UInt8])
             return 1
         } == 1
+        leaseHeldUntil.withLock { $0 = acquired ? expires : 0 }
+        return acquired
     }
 
     /// Gives the lease up, if this worker holds it, so another can take over at once.
     func releaseLease() async {
+        leaseHeldUntil.withLock { $0 = 0 }
         let holder = self.holder
         let meta = ledger.log.store.meta
         _ = try? await ledger.maintain { txn in

@@ -1,0 +1,126 @@
+import Foundation
+import ShareLedger
+import Synchronization
+
+/// The residual-task latency benchmark: accepts arrive at a steady rate (open loop) on a durable
+/// ledger with its in-process worker; for each accept, the time from the accept's return (its
+/// commit) to the moment a subscriber sees its `ParticipantZoneCreated` commit.
+struct AcceptResidualBench {
+    let directory: URL
+    let durability: Durability
+    /// Accepts per second the load offers.
+    let rate: Int
+    /// How long the load lasts.
+    let seconds: Double
+
+    struct Figures {
+        var p50Millis: Double
+        var p99Millis: Double
+        var maxMillis: Double
+        var acceptsPerSecond: Double
+        var accepts: Int
+    }
+
+    func run(progress: (String) -> Void) async throws -> Figures {
+        let container = "iCloud.com.example.bench"
+        let total = Int(Double(rate) * seconds)
+        var configuration = EventLog.Configuration(
+            path: directory.appendingPathComponent("accept-residual").path, durability: durability, initialMapSize: 1 << 30)
+        configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
+        let ledger = try ShareLedger.open(configuration)
+
+        // Setup (not measured): an owner with enough public shares (a share holds 100 participants),
+        // `total` users, and each user's metadata fetched ahead of time.
+        progress("accept.residual: setting up \(total) users")
+        try await ledger.registerUser("_owner", in: container)
+        let owner = ledger.container(container, userRecordName: "_owner")
+        let zone = RecordZoneID(zoneName: "Board")
+        _ = try await owner.save(RecordZone(zoneID: zone))
+        var shareURLs: [URL] = []
+        for index in 0..<(total + 89) / 90 {
+            let root = RecordID(recordName: "board\(index)", zoneID: zone)
+            _ = try await owner.save(Record(recordType: "Board", recordID: root))
+            shareURLs.append(try await owner.share(rootRecord: root, publicPermission: .readOnly).url)
+        }
+        let urls = shareURLs
+        let metadatas = try await withThrowingTaskGroup(of: [(Int, Share.Metadata)].self) { group in
+            for slice in 0..<32 {
+                group.addTask {
+                    var out: [(Int, Share.Metadata)] = []
+                    for index in stride(from: slice, to: total, by: 32) {
+                        let name = "_u\(index)"
+                        try await ledger.registerUser(name, in: container)
+                        out.append((index, try await ledger.container(container, userRecordName: name).shareMetadata(for: urls[index / 90])))
+                    }
+                    return out
+                }
+            }
+            var all = [Share.Metadata?](repeating: nil, count: total)
+            for try await part in group { for (index, metadata) in part { all[index] = metadata } }
+            return all.map { $0! }
+        }
+        try await ledger.waitForResidualTasks()
+
+        // Watch the log for zone completions, from the current head on.
+        let start = try ledger.log.head().position
+        let accepted = Locked<[String: ContinuousClock.Instant]>([:])
+        let latencies = Locked<[Double]>([])
+        let watcher = Task {
+            var seen = 0
+            for try await event in ledger.log.events(after: start) {
+                guard let user = event.participantZoneCreatedUser else { continue }
+                let now = ContinuousClock.now
+                if let at = accepted.withLock({ $0[user] }) {
+                    latencies.withLock { $0.append((now - at).seconds * 1_000) }
+                }
+                seen += 1
+                if seen == total { break }
+            }
+        }
+
+        // The load: accept i is due at t0 + i / rate; 64 callers take the next due accept.
+        progress("accept.residual: \(rate) accepts/s for \(seconds) s")
+        let next = Locked(0)
+        let began = ContinuousClock.now
+        let interval = Duration.nanoseconds(1_000_000_000 / rate)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<64 {
+                group.addTask {
+                    while true {
+                        let index = next.withLock { value -> Int in
+                            defer { value += 1 }
+                            return value
+                        }
+                        guard index < total else { return }
+                        let due = began + interval * index
+                        if due > ContinuousClock.now { try await Task.sleep(until: due, clock: .continuous) }
+                        let metadata = metadatas[index]
+                        let user = ledger.container(container, userRecordName: "_u\(index)")
+                        _ = try await user.accept(metadata)
+                        accepted.withLock { $0["_u\(index)"] = ContinuousClock.now }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let elapsed = (ContinuousClock.now - began).seconds
+        try await ledger.waitForResidualTasks(timeout: .seconds(60))
+        try await watcher.value
+        await ledger.close()
+        // A completion can be seen before its accept's caller resumed: those count as 0.
+        var values = latencies.withLock { $0 }.map { max(0, $0) }.sorted()
+        let missing = total - values.count
+        if missing > 0 { values = [Double](repeating: 0, count: missing) + values }
+        func percentile(_ p: Double) -> Double { values.isEmpty ? 0 : values[min(values.count - 1, Int(Double(values.count) * p))] }
+        return Figures(
+            p50Millis: percentile(0.50), p99Millis: percentile(0.99), maxMillis: values.last ?? 0,
+            acceptsPerSecond: Double(total) / elapsed, accepts: total)
+    }
+}
+
+/// A value behind a mutex, shareable between tasks.
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    func withLock<R>(_ body: (inout Value) -> R) -> R { mutex.withLock { body(&$0) } }
+}
