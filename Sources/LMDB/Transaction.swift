@@ -112,6 +112,13 @@ package struct Transaction: ~Copyable {
         }
     }
 
+    /// Deletes every entry of `db`, keeping the database itself (`mdb_drop` with `del` 0).
+    package func clear(_ db: Database) throws {
+        precondition(isWritable, "clear in a read-only transaction")
+        let rc = mdb_drop(handle, db.dbi, 0)
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name))") }
+    }
+
     // MARK: Cursors
 
     /// Calls `body` with a cursor on `db`; the cursor is closed when `body` returns.

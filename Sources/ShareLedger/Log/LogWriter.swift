@@ -18,8 +18,9 @@ struct AppendCommand: Sendable {
 enum WriterJob: Sendable {
     case append(AppendCommand)
     case domain(DomainCommand)
-    /// Bookkeeping that appends no event (the worker's attempts and lease). The closure must check
-    /// before it writes: a `LedgerError` it throws fails this job only, and must leave nothing written.
+    /// Bookkeeping that appends no event (the worker's attempts and lease, rebuilds). An error it
+    /// throws aborts the transaction, and the writer runs the batch's other jobs again alone, so
+    /// nothing it wrote is committed and only it fails.
     case maintenance(MaintenanceWork)
 
     var bytes: Int {
@@ -261,11 +262,9 @@ final class LogWriter: @unchecked Sendable {
                                 .domain(
                                     try apply(command, txn: txn, log: logCursor, head: &cursorHead, recordedAt: recordedAt)))
                         case .maintenance(let work):
-                            do {
-                                outcomes.append(.maintenance(.success(try work(txn))))
-                            } catch let error as LedgerError {
-                                outcomes.append(.maintenance(.failure(error)))
-                            }
+                            // A maintenance job that throws aborts the transaction (it may have
+                            // written); the batch is then run again job by job, so only it fails.
+                            outcomes.append(.maintenance(.success(try work(txn))))
                         }
                     }
                 }

@@ -23,6 +23,57 @@ struct Projector {
     static func taskID(position: UInt64, index: Int) -> UInt64 { position << 12 | UInt64(index) }
 
     func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws {
+        // Who and what the event is about, read before it changes the read models.
+        let (tokens, users) = try subjects(of: event, context, txn)
+        try project(event, context, txn)
+        let position = BigEndian.bytes(of: context.position)
+        for token in tokens { try txn.put(models.shareHistory, key: Array(token.utf8), value: position) }
+        for user in users where !user.isEmpty && user != "system" && user != "(no account)" {
+            try txn.put(models.userHistory, key: ReadModels.userKey(context.container, user), value: position)
+        }
+        try txn.put(models.containerHistory, key: Array(context.container.utf8), value: position)
+    }
+
+    /// The shares (tokens) and users an event is about, for the history indexes.
+    private func subjects(of event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws
+        -> (tokens: Set<String>, users: Set<String>)
+    {
+        var users: Set<String> = [context.actor]
+        var tokens: Set<String> = []
+        func participantUser(_ token: String, _ id: String) throws -> String {
+            try models.participant(txn, token, id)?.userRecordName ?? ""
+        }
+        func task(_ id: UInt64) throws -> ResidualTaskState? {
+            try models.message(ResidualTaskState.self, txn, models.outbox, BigEndian.bytes(of: id))
+        }
+        switch event {
+        case .userRegistered(let e): users.insert(e.userRecordName)
+        case .zoneCreated(let e): users.insert(e.ownerName)
+        case .zoneDeleted(let e): users.insert(e.ownerName)
+        case .recordSaved(let e): users.insert(e.ownerName)
+        case .recordDeleted(let e): users.insert(e.ownerName)
+        case .shareCreated(let e): (tokens, users) = ([e.token], users.union([e.ownerName]))
+        case .shareDeleted(let e): tokens = [e.token]
+        case .shareTitleChanged(let e): tokens = [e.token]
+        case .publicPermissionChanged(let e): tokens = [e.token]
+        case .participantAdded(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .participantUpdated(let e): (tokens, users) = ([e.token], users.union([try participantUser(e.token, e.participantID)]))
+        case .participantRemoved(let e): (tokens, users) = ([e.token], users.union([try participantUser(e.token, e.participantID)]))
+        case .verificationRequested(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .participantVerified(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .shareAccepted(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .shareMetadataFetched(let e): if !e.shareContainer.isEmpty { tokens = [e.token] }
+        case .participantZoneCreated(let e):
+            users.insert(e.userRecordName)
+            if let task = try task(e.taskID) { tokens = [task.token] }
+        case .participantZoneRemoved(let e):
+            users.insert(e.userRecordName)
+            if let task = try task(e.taskID) { tokens = [task.token] }
+        }
+        return (tokens, users)
+    }
+
+    private func project(_ event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws {
         let m = models
         switch event {
         case .userRegistered(let e):

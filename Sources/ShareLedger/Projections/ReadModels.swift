@@ -44,6 +44,14 @@ struct ReadModels: Sendable {
     let verifications: Database
     /// counter name → 8-byte big-endian count.
     let counters: Database
+    /// (dupsort, 8-byte values) token → positions of the events about that share (fetches and
+    /// residual-task completions included): the share's history.
+    let shareHistory: Database
+    /// (dupsort, 8-byte values) container ‖ 0 ‖ user → positions of the events the user did or was
+    /// the subject of: the user's history.
+    let userHistory: Database
+    /// (dupsort, 8-byte values) container → positions of the container's domain events.
+    let containerHistory: Database
     /// task id → WorkerTaskState: the worker's bookkeeping (not a read model: not rebuilt or compared).
     let workerTasks: Database
 
@@ -61,32 +69,38 @@ struct ReadModels: Sendable {
         ("rm_outbox", []),
         ("rm_verifications", []),
         ("rm_counters", []),
+        ("idx_share_history", [.dupSort, .dupFixed]),
+        ("idx_user_history", [.dupSort, .dupFixed]),
+        ("idx_container_history", [.dupSort, .dupFixed]),
         ("worker_tasks", []),
     ]
 
     init(_ databases: ArraySlice<Database>) {
-        let d = Array(databases)
-        precondition(d.count == ReadModels.specs.count)
-        users = d[0]
-        userLookup = d[1]
-        zones = d[2]
-        records = d[3]
-        recordChildren = d[4]
-        shares = d[5]
-        participants = d[6]
-        sharesByOwner = d[7]
-        sharesByUser = d[8]
-        sharedZones = d[9]
-        outbox = d[10]
-        verifications = d[11]
-        counters = d[12]
-        workerTasks = d[13]
+        let byName = Dictionary(uniqueKeysWithValues: databases.map { ($0.name, $0) })
+        precondition(byName.count == ReadModels.specs.count)
+        users = byName["rm_users"]!
+        userLookup = byName["rm_user_lookup"]!
+        zones = byName["rm_zones"]!
+        records = byName["rm_records"]!
+        recordChildren = byName["rm_record_children"]!
+        shares = byName["rm_shares"]!
+        participants = byName["rm_participants"]!
+        sharesByOwner = byName["rm_shares_by_owner"]!
+        sharesByUser = byName["rm_shares_by_user"]!
+        sharedZones = byName["rm_shared_zones"]!
+        outbox = byName["rm_outbox"]!
+        verifications = byName["rm_verifications"]!
+        counters = byName["rm_counters"]!
+        shareHistory = byName["idx_share_history"]!
+        userHistory = byName["idx_user_history"]!
+        containerHistory = byName["idx_container_history"]!
+        workerTasks = byName["worker_tasks"]!
     }
 
     /// Every read-model database, in `specs` order (the worker's bookkeeping is not one).
     var all: [Database] {
         [users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
-         sharedZones, outbox, verifications, counters]
+         sharedZones, outbox, verifications, counters, shareHistory, userHistory, containerHistory]
     }
 
     // MARK: - Keys

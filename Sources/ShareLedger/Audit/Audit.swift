@@ -1,0 +1,206 @@
+import Foundation
+import LMDB
+import SwiftProtobuf
+
+/// What ``ShareLedger/audit(scratchPath:progress:)`` found.
+public struct AuditReport: Sendable, Hashable, Codable {
+    /// Whether everything holds: the chain, every event's payload, the stream and command records,
+    /// and every read model against a rebuild from the log.
+    public var ok: Bool
+    /// Events checked.
+    public var events: UInt64
+    /// The head position.
+    public var headPosition: UInt64
+    /// The head hash, hexadecimal.
+    public var headHash: String
+    /// The first position where something is wrong, if any.
+    public var firstBadPosition: UInt64?
+    /// What is wrong, in words.
+    public var problems: [String]
+    /// Whether every read model equals its rebuild from the log.
+    public var projectionsMatch: Bool
+    /// Read-model databases that differ from the rebuild, with the first differing key (hex).
+    public var projectionDifferences: [String: String]
+    /// Whether the stream and command records (the log's own indexes) agree with the log.
+    public var indexesMatch: Bool
+}
+
+extension ShareLedger {
+    /// Audits the ledger: verifies the hash chain from the first event, decodes every event, checks
+    /// the stream and command records against the log, rebuilds every read model from the log into a
+    /// scratch ledger at `scratchPath` (created, then removed) and compares it with the live one.
+    ///
+    /// Reads in chunks of short read transactions; the live ledger keeps working meanwhile (a
+    /// comparison against a ledger that changes during the audit can report differences; audit a
+    /// quiet ledger or a copy).
+    public func audit(scratchPath: String, progress: (@Sendable (UInt64, UInt64) -> Void)? = nil) throws(LedgerError)
+        -> AuditReport
+    {
+        let head = try log.head()
+        var problems: [String] = []
+        var firstBad: UInt64?
+        func bad(_ position: UInt64, _ text: String) {
+            if firstBad == nil || position < firstBad! { firstBad = position }
+            if problems.count < 20 { problems.append(text) }
+        }
+
+        // 1. The chain.
+        let chain = try log.verifyChain()
+        if !chain.isValid, let position = chain.firstBadPosition {
+            bad(position, "hash chain broken at position \(position): \(chain.problem ?? "")")
+        }
+
+        // 2. Every payload decodes; stream and command records rebuilt from the log.
+        var streams: [[UInt8]: (version: UInt64, last: UInt64)] = [:]
+        var commands: [[UInt8]: (first: UInt64, count: UInt32)] = [:]
+        var after: UInt64 = 0
+        var checked: UInt64 = 0
+        while after < head.position.rawValue {
+            var chunk: [EventEnvelope]
+            do {
+                chunk = try log.events(after: LogPosition(after), limit: 8_192)
+            } catch {
+                // A stored entry does not decode: find it, report it, go on after it.
+                chunk = []
+                var position = after + 1
+                while chunk.count < 8_192 && position <= head.position.rawValue {
+                    do {
+                        guard let envelope = try log.event(at: LogPosition(position)) else {
+                            bad(position, "event \(position) is missing from the log")
+                            position += 1
+                            continue
+                        }
+                        chunk.append(envelope)
+                    } catch {
+                        bad(position, "event \(position) does not decode: \(error.message)")
+                        checked += 1
+                        after = position
+                        position += 1
+                        if chunk.isEmpty { continue }
+                        break
+                    }
+                    position += 1
+                }
+                if chunk.isEmpty {
+                    continue
+                }
+            }
+            guard let last = chunk.last else { break }
+            for envelope in chunk {
+                do {
+                    _ = try DomainEvent.decode(
+                        type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
+                        position: envelope.position.rawValue)
+                } catch {
+                    bad(envelope.position.rawValue, "event \(envelope.position): \(error.message)")
+                }
+                let streamKey = LogStore.streamKey(container: envelope.container, stream: envelope.stream)
+                let previous = streams[streamKey] ?? (0, 0)
+                if envelope.streamVersion != previous.version + 1 || envelope.streamPreviousPosition.rawValue != previous.last {
+                    bad(envelope.position.rawValue, "event \(envelope.position): stream \(envelope.stream) version or back-link is off")
+                }
+                streams[streamKey] = (envelope.streamVersion, envelope.position.rawValue)
+                let commandKey = LogStore.commandKey(container: envelope.container, commandID: envelope.commandID)
+                if let existing = commands[commandKey] {
+                    commands[commandKey] = (existing.first, existing.count + 1)
+                } else {
+                    commands[commandKey] = (envelope.position.rawValue, 1)
+                }
+                checked += 1
+            }
+            after = last.position.rawValue
+            progress?(after, head.position.rawValue)
+        }
+        var indexesMatch = true
+        do {
+            try log.store.environment.read { txn in
+                let storedStreams = try txn.statistics(log.store.streams).entries
+                let storedCommands = try txn.statistics(log.store.commands).entries
+                if storedStreams != streams.count || storedCommands != commands.count {
+                    indexesMatch = false
+                    problems.append(
+                        "the stream/command records number \(storedStreams)/\(storedCommands); the log implies "
+                            + "\(streams.count)/\(commands.count)")
+                }
+                for (key, expected) in streams {
+                    let stored = try log.store.streamRecord(txn, key: key)
+                    if stored.version != expected.version || stored.last != expected.last {
+                        indexesMatch = false
+                        bad(expected.last, "the stream record of \(String(decoding: key, as: UTF8.self)) disagrees with the log")
+                    }
+                }
+                for (key, expected) in commands {
+                    guard let stored = try log.store.commandRecord(txn, key: key), stored.first == expected.first,
+                        stored.count == expected.count
+                    else {
+                        indexesMatch = false
+                        bad(expected.first, "the command record of the command at \(expected.first) disagrees with the log")
+                        continue
+                    }
+                }
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "checking the stream and command records")
+        }
+
+        // 3. Read models against a rebuild.
+        try? FileManager.default.removeItem(atPath: scratchPath)
+        defer { try? FileManager.default.removeItem(atPath: scratchPath) }
+        var differences: [String: String] = [:]
+        var projectionsMatch = false
+        do {
+            let comparison = try verifyReadModels(scratchPath: scratchPath)
+            projectionsMatch = comparison.matches
+            for difference in comparison.differences {
+                differences[difference.database] = difference.firstDifferingKeyHex
+                problems.append(
+                    "read model \(difference.database) differs from its rebuild (first key \(difference.firstDifferingKeyHex))")
+            }
+        } catch {
+            problems.append("the read models could not be rebuilt for comparison: \(error.message)")
+        }
+        return AuditReport(
+            ok: problems.isEmpty, events: checked, headPosition: head.position.rawValue, headHash: head.hash.hex,
+            firstBadPosition: firstBad, problems: problems, projectionsMatch: projectionsMatch,
+            projectionDifferences: differences, indexesMatch: indexesMatch)
+    }
+
+    /// Rebuilds every read model from the log, in place, in one write transaction on the writer
+    /// thread: a crash half way leaves the old read models (nothing was committed), a finished rebuild
+    /// the new ones, never a mix. Other writes wait while it runs. Returns the events replayed.
+    @discardableResult
+    public func rebuildReadModels(progress: (@Sendable (UInt64, UInt64) -> Void)? = nil) async throws(LedgerError) -> UInt64 {
+        let store = log.store
+        let head = try log.head().position.rawValue
+        let replayed = try await maintain { txn in
+            for db in store.models.all { try txn.clear(db) }
+            let projector = Projector(models: store.models)
+            var count = 0
+            try txn.withCursor(store.log) { cursor in
+                var entry = try cursor.first()
+                while let current = entry {
+                    guard let key = BigEndian.uint64(current.key) else {
+                        throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
+                    }
+                    let envelope = try EnvelopeCodec.decode(current.value, key: key)
+                    if let event = try DomainEvent.decode(
+                        type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
+                        position: key)
+                    {
+                        try projector.apply(
+                            event,
+                            Projector.Context(
+                                position: key, recordedAtMicros: envelope.recordedAtMicros, container: envelope.container,
+                                actor: envelope.actor),
+                            txn)
+                    }
+                    count += 1
+                    if count % 65_536 == 0 { progress?(key, head) }
+                    entry = try cursor.next()
+                }
+            }
+            return count
+        }
+        return UInt64(replayed)
+    }
+}

@@ -1,0 +1,116 @@
+import Foundation
+import LMDB
+@testable import ShareLedger
+import TestSupport
+import Testing
+
+@Suite("Audit, rebuild, history")
+struct AuditTests {
+    /// A small but busy ledger: a share with an accepted participant, a fetch, a removal, the tasks done.
+    private func busyLedger(_ label: String = #function) async throws -> (SharingFixture, Share) {
+        let f = try await SharingFixture(label)
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        _ = try await f.carol.shareMetadatas(for: [share.url])
+        try await f.ledger.completeResidualTasks()
+        _ = try await f.alice.setTitle("Shopping", for: share.url)
+        return (f, share)
+    }
+
+    @Test("a healthy ledger audits clean")
+    func clean() async throws {
+        let (f, _) = try await busyLedger()
+        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(report.ok, "\(report.problems)")
+        #expect(report.projectionsMatch && report.indexesMatch)
+        #expect(report.events == (try f.ledger.statistics().events))
+        #expect(report.firstBadPosition == nil)
+        await f.ledger.close()
+    }
+
+    @Test("a tampered payload byte is caught at its position")
+    func tamperedPayload() async throws {
+        let (f, _) = try await busyLedger()
+        let target: UInt64 = 5
+        try f.ledger.log.store.environment.write { txn in
+            var bytes = try #require(try txn.get(f.ledger.log.store.log, key: BigEndian.bytes(of: target)))
+            bytes[bytes.count / 2] ^= 0x01
+            try txn.put(f.ledger.log.store.log, key: BigEndian.bytes(of: target), value: bytes)
+        }
+        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(!report.ok)
+        #expect(report.firstBadPosition == target)
+        await f.ledger.close()
+    }
+
+    @Test("a corrupted read model is caught by the comparison; rebuild repairs it")
+    func corruptedReadModel() async throws {
+        let (f, share) = try await busyLedger()
+        _ = try f.ledger.log.store.environment.write { txn in
+            try txn.delete(f.ledger.models.sharesByUser, key: ReadModels.key(SharingFixture.container, "_bob", share.token.text))
+        }
+        var report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(!report.ok)
+        #expect(!report.projectionsMatch)
+        #expect(report.projectionDifferences.keys.contains("rm_shares_by_user"))
+
+        let replayed = try await f.ledger.rebuildReadModels()
+        #expect(replayed == report.events)
+        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(report.ok, "\(report.problems)")
+        #expect(try f.bob.participatingShares(status: [.accepted]).count == 1)
+        await f.ledger.close()
+    }
+
+    @Test("a rebuild that fails half way leaves the old read models")
+    func failedRebuildLeavesOldModels() async throws {
+        let (f, _) = try await busyLedger()
+        let before = try ReadModelRebuild.compare(f.ledger.log.store, f.ledger.log.store).digests
+        // Corrupt one stored payload so the replay throws part way; the transaction aborts.
+        let position: UInt64 = 8
+        try f.ledger.log.store.environment.write { txn in
+            let stored = try #require(try txn.get(f.ledger.log.store.log, key: BigEndian.bytes(of: position)))
+            try txn.put(f.ledger.log.store.log, key: BigEndian.bytes(of: position), value: Array(stored.prefix(10)))
+        }
+        #expect(await errorCode { try await f.ledger.rebuildReadModels() } == .corruptedData)
+        let after = try ReadModelRebuild.compare(f.ledger.log.store, f.ledger.log.store).digests
+        #expect(before == after)
+        await f.ledger.close()
+    }
+
+    @Test("history of a share, a user and a container, with windows, from the indexes")
+    func history() async throws {
+        let (f, share) = try await busyLedger()
+        let shareHistory = try f.ledger.history(of: .share(share.url))
+        let names = shareHistory.map(\.name)
+        #expect(names.first == "ShareCreated")
+        #expect(names.contains("ParticipantAdded"))
+        #expect(names.contains("ShareMetadataFetched"))
+        #expect(names.contains("ShareAccepted"))
+        #expect(names.contains("ParticipantZoneCreated"))
+        #expect(names.last == "ShareTitleChanged")
+        #expect(shareHistory.map(\.envelope.position) == shareHistory.map(\.envelope.position).sorted())
+        // Carol's failed fetch is in her history, not in the share's (she learned nothing).
+        let carol = try f.ledger.history(of: .user("_carol", container: SharingFixture.container))
+        #expect(carol.map(\.name) == ["UserRegistered", "ShareMetadataFetched"])
+        #expect(carol.last?.summary.contains("error_code: 11") == true)
+        // Her attempt is also in the share's history, for its auditors.
+        #expect(shareHistory.contains { $0.envelope.actor == "_carol" && $0.summary.contains("error_code: 11") })
+
+        let bob = try f.ledger.history(of: .user("_bob", container: SharingFixture.container)).map(\.name)
+        #expect(bob == ["UserRegistered", "ParticipantAdded", "ShareMetadataFetched", "ShareAccepted", "ParticipantZoneCreated"])
+
+        let all = try f.ledger.history(of: .container(SharingFixture.container))
+        #expect(UInt64(all.count) == (try f.ledger.statistics().events))
+        let middle = all[all.count / 2].envelope.position
+        let end = LogPosition(middle.rawValue + 2)
+        let window = try f.ledger.history(of: .container(SharingFixture.container), since: .position(middle), until: .position(end))
+        #expect(window.map(\.envelope.position.rawValue) == [middle.rawValue, middle.rawValue + 1, middle.rawValue + 2])
+        let byTime = try f.ledger.history(
+            of: .container(SharingFixture.container), since: .time(all[3].envelope.recordedAt), until: .time(all[5].envelope.recordedAt))
+        #expect(byTime.map(\.envelope.position) == all[3...5].map(\.envelope.position))
+        #expect(try f.ledger.history(of: .container(SharingFixture.container), limit: 2).count == 2)
+        await f.ledger.close()
+    }
+}
