@@ -56,11 +56,9 @@ struct WorkerCommand: AsyncParsableCommand {
             if drain {
                 while true {
                     completed += try await worker.drain()
-                    let now = Date()
-                    let due = try shareLedger.residualTasks().filter { !$0.isParked && $0.dueAt <= now }
-                    if due.isEmpty { break }
+                    if try !shareLedger.hasDueResidualTasks() { break }
                     // Another worker holds the lease, or a task became due: look again shortly.
-                    Output.progress("\(due.count) tasks due, waiting for the lease")
+                    Output.progress("tasks are due; waiting for the lease")
                     try await Task.sleep(for: .milliseconds(200))
                 }
                 Output.endProgress()

@@ -62,7 +62,10 @@ struct ReplayPropertyTests {
                         _ = try await f.as_(owner).setPermission(permission, forParticipant: target.participantID, in: url)
                     }
                 }
-            case 12: try await container.leaveShare(url)
+            case 12:
+                // Leave a share the user is in (or, without one, the random URL: refused).
+                let mine = (try? container.participatingShares()) ?? []
+                try await container.leaveShare(mine.isEmpty ? url : mine[b % mine.count].url)
             case 13: _ = try await f.as_(owner).setPublicPermission(permission, for: url)
             case 14:
                 if a % 3 == 0 { try await f.as_(owner).deleteShare(url) } else { try await container.deleteRecordZone(withID: ownerZone) }

@@ -335,6 +335,56 @@ struct SharingTests {
     }
 }
 
+
+@Suite("Sharing: identities across containers and time")
+struct SharingIdentityTests {
+    @Test("user record names are per container: the same name elsewhere is nobody the share knows")
+    func namesakeElsewhere() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        #expect(try await f.bob.shareMetadata(for: share.url).participantStatus == .pending)
+        try await f.ledger.registerUser("_bob", in: "iCloud.com.example.other")
+        let namesake = f.ledger.container("iCloud.com.example.other", userRecordName: "_bob")
+        #expect(await errorCode { try await namesake.shareMetadatas(for: [share.url], shouldFetchRootRecord: true)[share.url]!.get() } == .unknownItem)
+        // On a public share the namesake is a prospective public user, who sees only the owner.
+        _ = try await f.alice.setPublicPermission(.readOnly, for: share.url)
+        let metadata = try await namesake.shareMetadata(for: share.url)
+        #expect(metadata.participantRole == .publicUser)
+        #expect(metadata.participantStatus == .pending)
+        #expect(metadata.share.participants.map(\.role) == [.owner])
+        await f.ledger.close()
+    }
+
+    @Test("an invitation sent before the invitee registered binds to the account when invited again")
+    func inviteBeforeRegistration() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "erin@example.com"), permission: .readOnly, to: share.url)
+        try await f.ledger.registerUser("_erin", in: SharingFixture.container, emailAddress: "erin@example.com")
+        let erin = f.as_("_erin")
+        #expect(await errorCode { try await erin.shareMetadata(for: share.url) } == .participantMayNeedVerification)
+        // Invited again by account: the same participant, now with the account.
+        let bound = try await f.alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: "_erin")), permission: .readWrite, to: share.url)
+        #expect(bound.participants.count == 2)
+        let entry = try #require(bound.participants.first { $0.role != .owner })
+        #expect(entry.userIdentity.userRecordID?.recordName == "_erin")
+        #expect(entry.permission == .readWrite)
+        let metadata = try await erin.shareMetadata(for: share.url)
+        #expect(metadata.participantStatus == .pending)
+        // No unmatched invitation is left: a stranger learns nothing.
+        #expect(await errorCode { try await f.carol.shareMetadata(for: share.url) } == .unknownItem)
+        // The same by email, for an invitation to a phone number.
+        _ = try await f.alice.addParticipant(LookupInfo(phoneNumber: "+1 555 0199"), permission: .readOnly, to: share.url)
+        try await f.ledger.registerUser("_finn", in: SharingFixture.container, phoneNumber: "+15550199")
+        let again = try await f.alice.addParticipant(LookupInfo(phoneNumber: "+1 (555) 0199"), permission: .readOnly, to: share.url)
+        #expect(again.participants.count == 3)
+        #expect(again.participants.contains { $0.userIdentity.userRecordID?.recordName == "_finn" })
+        #expect(try f.ledger.audit(scratchPath: f.dir.child("rebuilt")).ok)
+        await f.ledger.close()
+    }
+}
+
 extension RecordID {
     func withOwner(_ owner: String) -> RecordID {
         RecordID(recordName: recordName, zoneID: RecordZoneID(zoneName: zoneID.zoneName, ownerName: owner))

@@ -170,7 +170,9 @@ struct Decider {
         let presenter = self.presenter
         let actor = self.actor
         return { txn in
-            guard let share = try presenter.share(txn, token: token, viewer: actor) else { return .none }
+            guard let share = try presenter.share(txn, token: token, viewer: actor) else {
+                throw LedgerError(.unknownItem, "your change was committed, but the share was deleted right after it")
+            }
             return .share(share)
         }
     }
@@ -239,7 +241,9 @@ struct Decider {
         let presenter = self.presenter
         let container = self.container
         return .output([event(Streams.zone(owner: owner, zone: id.zoneName), .zoneCreated(e))]) { txn in
-            guard let state = try presenter.models.zone(txn, container, owner: owner, zone: id.zoneName) else { return .none }
+            guard let state = try presenter.models.zone(txn, container, owner: owner, zone: id.zoneName) else {
+                throw LedgerError(.zoneNotFound, "the zone was saved, but deleted right after")
+            }
             return .zone(presenter.zone(state, id: zoneID))
         }
     }
@@ -420,7 +424,9 @@ struct Decider {
         let id = RecordID(recordName: name, zoneID: RecordZoneID(zoneName: zoneName, ownerName: owner))
         let zoneKey = zone.zoneID
         return .output([event(Streams.zone(owner: owner, zone: zoneName), .recordSaved(e))]) { txn in
-            guard let state = try presenter.models.record(txn, zoneID: zoneKey, name) else { return .none }
+            guard let state = try presenter.models.record(txn, zoneID: zoneKey, name) else {
+                throw LedgerError(.unknownItem, "record \(name) was saved, but deleted right after")
+            }
             return .record(try presenter.record(txn, state, id: id))
         }
     }
@@ -568,7 +574,12 @@ struct Decider {
         var existing: (id: String, state: ParticipantState)?
         if !user.isEmpty { existing = try models.participant(txn, of: user, in: share, token: token) }
         if existing == nil {
-            let wanted = PBLookupInfo(lookup)
+            var wanted = PBLookupInfo(lookup)
+            // Invited by account: an earlier invitation to the account's email or phone is the same person.
+            if !user.isEmpty, let state = try models.user(txn, container, user) {
+                wanted.emailAddress = state.emailAddress
+                wanted.phoneNumber = state.phoneNumber
+            }
             existing = try models.participants(txn, token).first { entry in
                 (!wanted.emailAddress.isEmpty
                     && ReadModels.normalizeEmail(entry.state.lookupInfo.emailAddress) == ReadModels.normalizeEmail(wanted.emailAddress))
@@ -579,6 +590,17 @@ struct Decider {
         if let existing, existing.state.status != .statusRemoved {
             guard existing.state.role != .owner else {
                 throw LedgerError(.invalidArguments, "the owner is a participant already")
+            }
+            if existing.state.userRecordName.isEmpty && !user.isEmpty && existing.state.status == .statusPending {
+                // The invitee has an account now: inviting them again binds the invitation to it.
+                var e = Shareledger_Events_V1_ParticipantAdded()
+                e.token = token
+                e.participantID = existing.id
+                e.userRecordName = user
+                e.lookupInfo = existing.state.lookupInfo
+                e.role = PBRole(role)
+                e.permission = PBPermission(permission)
+                return .output([event(Streams.share(token), .participantAdded(e))], shareOutput(token))
             }
             if existing.state.role == PBRole(role) && existing.state.permission == PBPermission(permission) {
                 return .output(shareOutput(token))
@@ -758,7 +780,11 @@ struct Decider {
 
     /// How the share looks to the caller, or the error CloudKit gives.
     private func standing(_ txn: borrowing Transaction, _ share: ShareState, token: String) throws -> Standing {
-        if let entry = try models.participant(txn, of: actor, in: share, token: token),
+        // User record names are per container (as in CloudKit): the caller is a participant only when
+        // fetching in the share's own container. From another container, the same name is nobody
+        // the share knows.
+        let sameContainer = share.container == container
+        if sameContainer, let entry = try models.participant(txn, of: actor, in: share, token: token),
             entry.state.status != .statusRemoved
         {
             return .participant(role: entry.state.role, status: entry.state.status, permission: entry.state.permission)
@@ -804,7 +830,7 @@ struct Decider {
         case .participant(let r, let s, let p): (role, status, permission) = (r, s, p)
         case .prospectivePublicUser(let p): (role, status, permission) = (.publicUser, .statusPending, p)
         }
-        let viewer = actor
+        let viewer = share.container == container ? actor : nil
         let shareValue = try presenter.share(txn, token: tokenText, state: share, viewer: viewer)
         let zoneID = RecordZoneID(zoneName: share.zoneName, ownerName: share.ownerName)
         var rootRecord: Record?

@@ -40,8 +40,8 @@ struct Presenter: Sendable {
             acceptanceStatus: state.status.status, dateAddedToShare: Presenter.date(state.addedAtMicros))
     }
 
-    /// The share as `viewer` may see it: owners and administrators see every participant; everyone
-    /// else sees the owner, the accepted participants and themselves.
+    /// The share as `viewer` may see it: the owner and accepted administrators see every participant;
+    /// everyone else sees the owner, the accepted participants and themselves.
     func share(_ txn: borrowing Transaction, token: String, viewer: String?) throws -> Share? {
         guard let state = try models.share(txn, token) else { return nil }
         return try share(txn, token: token, state: state, viewer: viewer)

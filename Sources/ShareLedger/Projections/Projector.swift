@@ -261,6 +261,10 @@ struct Projector {
             state.status = .statusPending
             state.addedAtMicros = context.recordedAtMicros
             try m.put(txn, m.participants, key, state)
+            if let previous, previous.status == .statusPending, previous.userRecordName.isEmpty {
+                // An unmatched invitation invited again: it no longer counts as unmatched (it may again below).
+                share.unmatchedPendingCount -= 1
+            }
             if !e.userRecordName.isEmpty {
                 try m.putRaw(
                     txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token),

@@ -97,10 +97,14 @@ struct ReadModels: Sendable {
         workerTasks = byName["worker_tasks"]!
     }
 
-    /// Every read-model database, in `specs` order (the worker's bookkeeping is not one).
+    /// Every read-model database, in `specs` order: every database of `specs` but the worker's
+    /// bookkeeping, which is not derived from the log.
     var all: [Database] {
-        [users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
-         sharedZones, outbox, verifications, counters, shareHistory, userHistory, containerHistory]
+        let byName = [
+            users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
+            sharedZones, outbox, verifications, counters, shareHistory, userHistory, containerHistory, workerTasks,
+        ].reduce(into: [String: Database]()) { $0[$1.name] = $1 }
+        return ReadModels.specs.map(\.name).filter { $0 != workerTasks.name }.map { byName[$0]! }
     }
 
     // MARK: - Keys

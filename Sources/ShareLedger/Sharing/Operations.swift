@@ -6,8 +6,8 @@ import Synchronization
 /// The base of the operation-style API, for code ported from CloudKit's `CKOperation`s: configure
 /// an operation, set its blocks, hand it to ``Container/add(_:)``.
 ///
-/// - Its blocks run on a private serial queue of the operation: one per-item block per input item,
-///   in input order, then the completion block, once.
+/// - Its blocks run on a private serial queue of the operation: one per-item block per distinct
+///   input item (duplicates are done once), in input order, then the completion block, once.
 /// - ``cancel()`` before or during the run ends the items not yet done with
 ///   ``LedgerError/Code/operationCancelled``.
 /// - An operation runs once; adding it again does nothing.

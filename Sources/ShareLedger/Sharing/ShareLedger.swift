@@ -132,6 +132,12 @@ public final class ShareLedger: Sendable {
         }
     }
 
+    /// Whether a residual task is due now (parked tasks, tasks waiting for a retry and tasks behind
+    /// an earlier one of the same participant and zone are not).
+    public func hasDueResidualTasks() throws(LedgerError) -> Bool {
+        try !ResidualTaskWorker(ledger: self).dueTasks(now: configuration.clock.nowMicros(), limit: 1).due.isEmpty
+    }
+
     /// The residual tasks not done yet, in scheduling order (or only the parked ones).
     public func residualTasks(parkedOnly: Bool = false) throws(LedgerError) -> [ResidualTask] {
         try read("reading the residual tasks") { txn in

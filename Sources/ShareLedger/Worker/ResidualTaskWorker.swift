@@ -121,7 +121,7 @@ public final class ResidualTaskWorker: Service, Sendable {
                 await sleepOrWake(after: seenHead, for: configuration.pollInterval)
                 continue
             }
-            if report.completed + report.failed > 0 { continue }
+            if report.completed + report.failed + report.parked > 0 { continue }
             // Renew the lease well before it expires, and look for a free one as often.
             var wait = min(configuration.pollInterval, configuration.leaseDuration / 3)
             if let next = report.nextDueAt {
@@ -145,7 +145,7 @@ public final class ResidualTaskWorker: Service, Sendable {
         while completed < limit {
             let report = try await runPass(limit: min(configuration.batchSize, limit - completed))
             completed += report.completed
-            if !report.holdsLease || report.completed + report.failed == 0 { break }
+            if !report.holdsLease || report.completed + report.failed + report.parked == 0 { break }
         }
         return completed
     }
@@ -183,11 +183,13 @@ public final class ResidualTaskWorker: Service, Sendable {
             for task in due {
                 var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: task.id))
                     ?? WorkerTaskState()
-                state.attempts += 1
-                state.lastAttemptAtMicros = now
-                if Int(state.attempts) > maxAttempts {
+                if Int(state.attempts) >= maxAttempts {
+                    // Every attempt allowed was started and none reported back: the process died in them.
                     state.parked = true
-                    state.lastError = "parked after \(maxAttempts) attempts (the last one did not finish: a crash?)"
+                    state.lastError = "parked after \(maxAttempts) attempts that did not finish (the process crashed in them?)"
+                } else {
+                    state.attempts += 1
+                    state.lastAttemptAtMicros = now
                 }
                 try models.put(txn, models.workerTasks, BigEndian.bytes(of: task.id), state)
             }
@@ -200,11 +202,11 @@ public final class ResidualTaskWorker: Service, Sendable {
         var failures: [(task: ResidualTask, error: String)] = []
         var parkedNow = 0
         for var task in due {
-            task.attempts += 1
-            if task.attempts > maxAttempts {
+            if task.attempts >= maxAttempts {
                 parkedNow += 1
                 continue
             }
+            task.attempts += 1
             do {
                 try await executor.execute(task)
                 succeeded.append(task)
