@@ -10,6 +10,9 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             Every command takes --path (default ./.share-ledger) and can print --json.
             Exit codes: 0 success, 1 the command failed, 2 the ledger could not be read.
             """,
-        subcommands: [StatsCommand.self, DemoCommand.self, VerifyCommand.self, BenchCommand.self]
+        subcommands: [
+            SimulateCommand.self, StatsCommand.self, DemoCommand.self,
+            VerifyCommand.self, BenchCommand.self,
+        ]
     )
 }
