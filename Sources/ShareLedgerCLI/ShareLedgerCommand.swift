@@ -11,7 +11,7 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             Exit codes: 0 success, 1 the command failed, 2 the ledger could not be read.
             """,
         subcommands: [
-            SimulateCommand.self, StatsCommand.self, DemoCommand.self,
+            SimulateCommand.self, FetchCommand.self, AcceptCommand.self, StatsCommand.self, DemoCommand.self,
             VerifyCommand.self, BenchCommand.self,
         ]
     )
