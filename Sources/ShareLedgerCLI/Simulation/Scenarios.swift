@@ -11,11 +11,12 @@ enum Scenario: CaseIterable {
     // The owner's (or an administrator's) management.
     case invite, setPermission, removeParticipant, setPublicPermission, staleShareTag, deleteShare
     // Participants.
-    case fetchMetadata, fetchMetadataBatch, accept, acceptAgain, verify, leave, participantEdit, listShares
+    case fetchMetadata, fetchMetadataBatch, accept, acceptAgain, acceptWithOperations, concurrentAccepts, verify, leave
+    case participantEdit, participantDeletes, listShares
     // Mistakes real clients make (CloudKit sharing reference, §9).
     case fetchUnknownURL, fetchWithoutAccount, acceptUninvited, acceptInWrongContainer, wrongAddressVerification
     case inviteToPublicShare, shareAlreadyShared, secondZoneShare, ownerLeaves, notOwnerManages
-    case participantDeletesRoot, readNotShared
+    case participantDeletesRoot, readNotShared, leaveTwice, acceptDeletedShare
 
     /// How often the scenario is chosen, relative to the others.
     var weight: Double {
@@ -54,15 +55,21 @@ enum Scenario: CaseIterable {
         case .notOwnerManages: return 0.8
         case .participantDeletesRoot: return 0.5
         case .readNotShared: return 0.5
+        case .acceptWithOperations: return 1.5
+        case .concurrentAccepts: return 1
+        case .participantDeletes: return 1
+        case .leaveTwice: return 0.4
+        case .acceptDeletedShare: return 0.4
         }
     }
 
     /// The most calls the scenario makes.
     var cost: Int {
         switch self {
-        case .staleRecordEdit, .staleShareTag: return 3
+        case .concurrentAccepts: return 7
+        case .staleRecordEdit, .staleShareTag, .acceptDeletedShare: return 3
         case .verify: return 4
-        case .editRecord, .accept, .acceptAgain, .participantEdit, .acceptUninvited, .acceptInWrongContainer, .listShares:
+        case .editRecord, .accept, .acceptAgain, .acceptWithOperations, .participantEdit, .acceptUninvited, .acceptInWrongContainer, .listShares:
             return 2
         default: return 1
         }
@@ -126,6 +133,11 @@ extension SimulationClient {
         case .notOwnerManages: return await notOwnerManages()
         case .participantDeletesRoot: return await participantDeletesRoot()
         case .readNotShared: return await readNotShared()
+        case .acceptWithOperations: return await acceptWithOperations()
+        case .concurrentAccepts: return await concurrentAccepts()
+        case .participantDeletes: return await participantDeletes()
+        case .leaveTwice: return await leaveTwice()
+        case .acceptDeletedShare: return await acceptDeletedShare()
         }
     }
 
@@ -679,13 +691,15 @@ extension SimulationClient {
         let intent: Intent = entry.permission == .readWrite ? .success : .failure(.permissionFailure)
         if rng.chance(0.3) {
             let newName = "r\(model.nextSerial())"
+            // In a zone shared as a whole a new record needs no parent.
+            let parent: String? = model.shares[shareIndex].root == nil && rng.chance(0.5) ? nil : record
             let new = Record(
                 recordType: "Item", recordID: recordID(newName, zone: zone), fields: ["title": .string("added by \(name(entry.person))")],
-                parent: id)
-            if await call("saveRecord", intent, "\(name(entry.person)) adds \(newName) below shared \(record)", {
+                parent: parent.map { recordID($0, zone: zone) })
+            if await call("saveRecord", intent, "\(name(entry.person)) adds \(newName) below shared \(parent ?? "nothing")", {
                 () async throws(LedgerError) in try await handle.save(new)
             }) != nil {
-                model.zones[zone].records.append(SimRecord(name: newName, parent: record))
+                model.zones[zone].records.append(SimRecord(name: newName, parent: parent))
             }
             return true
         }
@@ -697,6 +711,146 @@ extension SimulationClient {
         _ = await call("saveRecord", intent, "\(name(entry.person)) (\(entry.permission)) saves shared \(record)") {
             () async throws(LedgerError) in try await handle.save(changed)
         }
+        return true
+    }
+
+    /// An accepted participant deletes a shared record with nothing below it (not the root):
+    /// fine with read-write permission, refused with read-only.
+    private mutating func participantDeletes() async -> Bool {
+        var candidates: [(Int, SimEntry)] = []
+        for shareIndex in model.liveShares {
+            for entry in model.shares[shareIndex].entries where entry.claimed && entry.status == .accepted {
+                candidates.append((shareIndex, entry))
+            }
+        }
+        guard let (shareIndex, entry) = candidates.randomElement(using: &rng) else { return false }
+        let share = model.shares[shareIndex]
+        let zone = share.zone
+        let leaves = model.covered(shareIndex).filter { $0 != share.root && !model.zones[zone].hasChildren($0) }
+        guard let record = leaves.randomElement(using: &rng) else { return false }
+        let handle = as_(entry.person)
+        let id = recordID(record, zone: zone)
+        let intent: Intent = entry.permission == .readWrite ? .success : .failure(.permissionFailure)
+        if await call("deleteRecord", intent, "\(name(entry.person)) (\(entry.permission)) deletes shared \(record)", {
+            () async throws(LedgerError) in try await handle.deleteRecord(withID: id)
+        }) != nil {
+            model.zones[zone].records.removeAll { $0.name == record }
+        }
+        return true
+    }
+
+    /// A user with several invitations fetches them in one CKFetchShareMetadataOperation and
+    /// accepts them in one CKAcceptSharesOperation.
+    private mutating func acceptWithOperations() async -> Bool {
+        var byPerson: [[Int]] = Array(repeating: [], count: model.people.count)
+        for shareIndex in model.liveShares {
+            for entry in model.shares[shareIndex].entries where entry.claimed && entry.status == .pending {
+                byPerson[entry.person].append(shareIndex)
+            }
+        }
+        let people = byPerson.indices.filter { byPerson[$0].count >= 2 }
+        guard let person = people.randomElement(using: &rng) else { return false }
+        let shares = Array(byPerson[person].prefix(8))
+        let urls = shares.map { model.shares[$0].url }
+        let handle = as_(person)
+        guard let fetched = await call("FetchShareMetadataOperation", .success, "\(name(person)) fetches \(urls.count) invitations", {
+            () async throws(LedgerError) -> [URL: Result<Share.Metadata, LedgerError>] in
+            let results = Collected<[URL: Result<Share.Metadata, LedgerError>]>([:])
+            let overall = Collected<Result<Void, LedgerError>?>(nil)
+            let operation = FetchShareMetadataOperation(shareURLs: urls)
+            operation.perShareMetadataResultBlock = { url, result in results.update { $0[url] = result } }
+            operation.fetchShareMetadataResultBlock = { result in overall.update { $0 = result } }
+            handle.add(operation)
+            await operation.waitUntilFinished()
+            if case .failure(let error) = overall.current { throw error }
+            return results.current
+        }) else { return true }
+        var metadatas: [Share.Metadata] = []
+        for shareIndex in shares {
+            guard let result = fetched[model.shares[shareIndex].url] else {
+                mismatch("the fetch operation gave no result for \(model.shares[shareIndex].url)")
+                continue
+            }
+            if let metadata = judge("FetchShareMetadataOperation", .success, result, "\(name(person)) fetches \(model.shares[shareIndex].url)") {
+                check(metadata, shareIndex: shareIndex, person: person, fetchRoot: false, keys: nil)
+                metadatas.append(metadata)
+            }
+        }
+        let toAccept = metadatas
+        guard let accepted = await call("AcceptSharesOperation", .success, "\(name(person)) accepts \(toAccept.count) shares", {
+            () async throws(LedgerError) -> [String: Result<Share, LedgerError>] in
+            let results = Collected<[String: Result<Share, LedgerError>]>([:])
+            let overall = Collected<Result<Void, LedgerError>?>(nil)
+            let operation = AcceptSharesOperation(shareMetadatas: toAccept)
+            operation.perShareResultBlock = { metadata, result in results.update { $0[metadata.share.token.text] = result } }
+            operation.acceptSharesResultBlock = { result in overall.update { $0 = result } }
+            handle.add(operation)
+            await operation.waitUntilFinished()
+            if case .failure(let error) = overall.current { throw error }
+            return results.current
+        }) else { return true }
+        for metadata in toAccept {
+            guard let shareIndex = shares.first(where: { model.shares[$0].token == metadata.share.token.text }),
+                let result = accepted[metadata.share.token.text]
+            else {
+                mismatch("the accept operation gave no result for \(metadata.share.url)")
+                continue
+            }
+            if judge("AcceptSharesOperation", .success, result, "\(name(person)) accepts \(metadata.share.url)") != nil {
+                let index = model.shares[shareIndex].entryIndex(of: person)!
+                model.shares[shareIndex].entries[index].status = .accepted
+            }
+        }
+        return true
+    }
+
+    /// Several invitees of one share accept at the same moment while the owner renames it: the
+    /// calls land in the same group commits, and every one must succeed whatever their order.
+    private mutating func concurrentAccepts() async -> Bool {
+        guard
+            let shareIndex = pickShare({ share in share.entries.filter { $0.claimed && $0.status == .pending }.count >= 2 })
+        else { return false }
+        let share = model.shares[shareIndex]
+        let invitees = Array(share.entries.filter { $0.claimed && $0.status == .pending }.map(\.person).prefix(3))
+        let url = share.url
+        var ready: [(Int, Share.Metadata)] = []
+        for person in invitees {
+            let handle = as_(person)
+            if let metadata = await call("shareMetadata", .success, "\(name(person)) fetches \(url)", {
+                () async throws(LedgerError) in try await handle.shareMetadata(for: url)
+            }) {
+                check(metadata, shareIndex: shareIndex, person: person, fetchRoot: false, keys: nil)
+                ready.append((person, metadata))
+            }
+        }
+        let title = "Together \(model.nextSerial())"
+        var calls: [(kind: String, intent: Intent, what: String, body: @Sendable () async -> Result<Void, LedgerError>)] = []
+        for (person, metadata) in ready {
+            let handle = as_(person)
+            calls.append(("accept", .success, "\(name(person)) accepts \(url) with others", {
+                do throws(LedgerError) {
+                    _ = try await handle.accept(metadata)
+                    return .success(())
+                } catch {
+                    return .failure(error)
+                }
+            }))
+        }
+        let owner = as_(share.owner)
+        calls.append(("setTitle", .success, "the owner renames \(url) meanwhile", {
+            do throws(LedgerError) {
+                _ = try await owner.setTitle(title, for: url)
+                return .success(())
+            } catch {
+                return .failure(error)
+            }
+        }))
+        let succeeded = await callConcurrently(calls)
+        for (offset, (person, _)) in ready.enumerated() where succeeded[offset] {
+            let index = model.shares[shareIndex].entryIndex(of: person)!
+            model.shares[shareIndex].entries[index].status = .accepted
+        }
+        if succeeded.last == true { model.shares[shareIndex].title = title }
         return true
     }
 
@@ -898,6 +1052,49 @@ extension SimulationClient {
         let id = recordID(share.root!, zone: share.zone)
         _ = await call("deleteRecord", .failure(.permissionFailure), "\(name(person)) deletes the root of \(share.url)") {
             () async throws(LedgerError) in try await handle.deleteRecord(withID: id)
+        }
+        return true
+    }
+
+    /// A participant leaves a share they left already (or were removed from): the share is gone for them.
+    private mutating func leaveTwice() async -> Bool {
+        var candidates: [(Int, Int)] = []
+        for shareIndex in model.liveShares {
+            for entry in model.shares[shareIndex].entries where entry.claimed && entry.status == .removed {
+                candidates.append((shareIndex, entry.person))
+            }
+        }
+        guard let (shareIndex, person) = candidates.randomElement(using: &rng) else { return false }
+        let handle = as_(person)
+        let url = model.shares[shareIndex].url
+        _ = await call("leaveShare", .failure(.unknownItem), "\(name(person)) leaves \(url) again") { () async throws(LedgerError) in
+            try await handle.leaveShare(url)
+        }
+        return true
+    }
+
+    /// An invitee fetches the metadata, the owner deletes the share, the invitee accepts the
+    /// metadata it holds (§9.3: "share not found").
+    private mutating func acceptDeletedShare() async -> Bool {
+        var candidates: [(Int, Int)] = []
+        for shareIndex in model.liveShares {
+            for entry in model.shares[shareIndex].entries where entry.claimed && entry.status == .pending {
+                candidates.append((shareIndex, entry.person))
+            }
+        }
+        guard let (shareIndex, person) = candidates.randomElement(using: &rng) else { return false }
+        let handle = as_(person)
+        let owner = as_(model.shares[shareIndex].owner)
+        let url = model.shares[shareIndex].url
+        guard let metadata = await call("shareMetadata", .success, "\(name(person)) fetches \(url)", {
+            () async throws(LedgerError) in try await handle.shareMetadata(for: url)
+        }) else { return true }
+        guard await call("deleteShare", .success, "the owner deletes \(url)", { () async throws(LedgerError) in
+            try await owner.deleteShare(url)
+        }) != nil else { return true }
+        model.killShare(shareIndex)
+        _ = await call("accept", .failure(.unknownItem), "\(name(person)) accepts deleted \(url)") { () async throws(LedgerError) in
+            try await handle.accept(metadata)
         }
         return true
     }

@@ -13,6 +13,14 @@ final class SimulationProgress: Sendable {
     var value: Int { done.withLock { $0 } }
 }
 
+/// A thread-safe box for what an operation's blocks report.
+final class Collected<Value: Sendable>: Sendable {
+    private let value: Mutex<Value>
+    init(_ initial: Value) { value = Mutex(initial) }
+    func update(_ change: (inout Value) -> Void) { value.withLock { change(&$0) } }
+    var current: Value { value.withLock { $0 } }
+}
+
 /// One simulated client: a task acting for the users of its own partition, one call at a time, each
 /// with an intended outcome that its ``PartitionModel`` predicts.
 struct SimulationClient {
@@ -137,6 +145,37 @@ struct SimulationClient {
         let elapsed = ContinuousClock.now - started
         tally.record(kind, micros: UInt64(max(0, elapsed.seconds * 1_000_000)))
         return judge(kind, intent, result, what)
+    }
+
+    /// Makes several calls at once (they land in the same group commits), then judges each like
+    /// ``call(_:_:_:_:)``. The calls must not depend on each other's order. Returns which succeeded
+    /// as intended.
+    mutating func callConcurrently(
+        _ calls: [(kind: String, intent: Intent, what: String, body: @Sendable () async -> Result<Void, LedgerError>)]
+    ) async -> [Bool] {
+        precondition(remaining >= calls.count, "a scenario made more calls than it declared")
+        remaining -= calls.count
+        tally.actions += calls.count
+        let outcomes = await withTaskGroup(of: (Int, Result<Void, LedgerError>, Duration).self) { group in
+            for (index, call) in calls.enumerated() {
+                let body = call.body
+                let progress = self.progress
+                group.addTask {
+                    let started = ContinuousClock.now
+                    let result = await body()
+                    progress.add()
+                    return (index, result, ContinuousClock.now - started)
+                }
+            }
+            var outcomes: [(Int, Result<Void, LedgerError>, Duration)] = []
+            for await outcome in group { outcomes.append(outcome) }
+            return outcomes.sorted { $0.0 < $1.0 }
+        }
+        return outcomes.map { index, result, elapsed in
+            let call = calls[index]
+            tally.record(call.kind, micros: UInt64(max(0, elapsed.seconds * 1_000_000)))
+            return judge(call.kind, call.intent, result, call.what) != nil
+        }
     }
 
     /// Compares one outcome with its intent and counts it.
