@@ -196,7 +196,7 @@ struct MetadataReport: Encodable {
             print("participants  \(participants.count) visible")
             for participant in participants {
                 print(
-                    "  " + participant.role.rightPad(13) + participant.status.rightPad(10) + participant.permission.rightPad(11)
+                    "  " + participant.role.rightPad(15) + participant.status.rightPad(10) + participant.permission.rightPad(11)
                         + participant.name)
             }
         }
