@@ -94,12 +94,19 @@ struct AcceptCommand: AsyncParsableCommand {
 
     /// What `accept --json` prints.
     struct Report: Encodable {
+        /// The share as the user now sees it.
         var share: MetadataReport.ShareReport
+        /// The user's participant id.
         var participantID: String?
+        /// The user's role.
         var role: String
+        /// The user's status (accepted).
         var status: String
+        /// The user's permission.
         var permission: String
+        /// Residual tasks run after the accept.
         var residualTasksCompleted: Int
+        /// The zones in the user's shared database afterwards.
         var sharedDatabaseZones: [String]
     }
 
@@ -153,17 +160,28 @@ extension Output {
 struct MetadataReport: Encodable {
     /// A share as the CLI prints it.
     struct ShareReport: Encodable {
+        /// The share URL.
         var url: String
+        /// The container that holds the share.
         var container: String
+        /// The title.
         var title: String?
+        /// The owner's user record name.
         var owner: String?
+        /// The shared zone.
         var zoneName: String
+        /// Whether the whole zone is shared.
         var zoneWide: Bool
+        /// The root record of a hierarchy share.
         var rootRecordName: String?
+        /// What anyone with the URL may do.
         var publicPermission: String
+        /// The share's change tag.
         var recordChangeTag: String
+        /// The participants the user may see, owner first.
         var participants: [ParticipantReport]
 
+        /// The report of `share`.
         init(_ share: Share) {
             url = share.url.absoluteString
             container = share.containerIdentifier
@@ -178,11 +196,13 @@ struct MetadataReport: Encodable {
                 .sorted { ($0.roleOrder, $0.name) < ($1.roleOrder, $1.name) }
         }
 
+        /// Prints the share for people.
         func printText() {
             printHeader()
             printParticipants()
         }
 
+        /// Prints what the share is.
         func printHeader() {
             print("share         \(url)")
             print("container     \(container)")
@@ -192,6 +212,7 @@ struct MetadataReport: Encodable {
             print("public        \(publicPermission)")
         }
 
+        /// Prints the participants.
         func printParticipants() {
             print("participants  \(participants.count) visible")
             for participant in participants {
@@ -204,15 +225,24 @@ struct MetadataReport: Encodable {
 
     /// A participant as the CLI prints it.
     struct ParticipantReport: Encodable {
+        /// The participant id.
         var participantID: String
+        /// The user record name, when an account is known.
         var user: String?
+        /// The email the invitation went to.
         var email: String?
+        /// The phone number the invitation went to.
         var phone: String?
+        /// Whether an account is known.
         var hasAccount: Bool
+        /// The role.
         var role: String
+        /// The permission.
         var permission: String
+        /// The acceptance status.
         var status: String
 
+        /// The report of `participant`.
         init(_ participant: Share.Participant) {
             participantID = participant.participantID
             user = participant.userIdentity.userRecordID?.recordName
@@ -224,6 +254,7 @@ struct MetadataReport: Encodable {
             status = participant.acceptanceStatus.description
         }
 
+        /// Who the participant is, for people.
         var name: String {
             let address = email ?? phone
             switch (user, address) {
@@ -234,17 +265,24 @@ struct MetadataReport: Encodable {
             }
         }
 
+        /// Owner first, then administrators, private and public users.
         var roleOrder: Int { ["owner": 0, "administrator": 1, "privateUser": 2, "publicUser": 3][role] ?? 4 }
     }
 
     /// A record as the CLI prints it.
     struct RecordReport: Encodable {
+        /// The record name.
         var recordName: String
+        /// The record type.
         var recordType: String
+        /// The parent's record name.
         var parent: String?
+        /// The change tag.
         var recordChangeTag: String?
+        /// The fields (only the desired keys).
         var fields: [String: FieldReport]
 
+        /// The report of `record`.
         init(_ record: Record) {
             recordName = record.recordID.recordName
             recordType = record.recordType
@@ -257,12 +295,18 @@ struct MetadataReport: Encodable {
     /// A field value as JSON: strings, numbers, dates (ISO 8601), bytes (base64), references (record
     /// names) and lists.
     indirect enum FieldReport: Encodable, CustomStringConvertible {
+        /// A string.
         case string(String)
+        /// A 64-bit integer.
         case int(Int64)
+        /// A double.
         case double(Double)
+        /// A date, bytes or reference, as text.
         case text(String)
+        /// A list.
         case list([FieldReport])
 
+        /// The report of `value`.
         init(_ value: FieldValue) {
             switch value {
             case .string(let s): self = .string(s)
@@ -275,6 +319,7 @@ struct MetadataReport: Encodable {
             }
         }
 
+        /// Encodes the plain JSON value.
         func encode(to encoder: any Encoder) throws {
             var container = encoder.singleValueContainer()
             switch self {
@@ -285,6 +330,7 @@ struct MetadataReport: Encodable {
             }
         }
 
+        /// The value for people.
         var description: String {
             switch self {
             case .string(let s): return "\"\(s)\""
@@ -296,15 +342,24 @@ struct MetadataReport: Encodable {
         }
     }
 
+    /// The container that holds the share.
     var containerIdentifier: String
+    /// The owner's user record name.
     var owner: String?
+    /// The root record of a hierarchy share.
     var rootRecordName: String?
+    /// The fetching user's role.
     var role: String
+    /// The fetching user's status.
     var status: String
+    /// The fetching user's permission.
     var permission: String
+    /// The root record, when asked for.
     var rootRecord: RecordReport?
+    /// The share as the user sees it.
     var share: ShareReport
 
+    /// The report of `metadata`.
     init(_ metadata: Share.Metadata) {
         containerIdentifier = metadata.containerIdentifier
         owner = metadata.ownerIdentity.userRecordID?.recordName
@@ -316,6 +371,7 @@ struct MetadataReport: Encodable {
         rootRecord = metadata.rootRecord.map(RecordReport.init)
     }
 
+    /// Prints the metadata for people.
     func printText() {
         share.printHeader()
         print("you           \(role), \(status), \(permission)")

@@ -5,17 +5,21 @@ import ShareLedger
 /// preconditions do not hold in the model (nothing to accept yet, say) does nothing and another is
 /// chosen.
 enum Scenario: CaseIterable {
-    // Building: zones, records, shares.
+    /// Building: zones, records with parent chains, edits (one with a stale change tag), deletions.
     case createZone, createRecord, editRecord, staleRecordEdit, deleteRecord, deleteZone
+    /// Sharing a hierarchy, or a zone as a whole.
     case shareHierarchy, shareZone
-    // The owner's (or an administrator's) management.
+    /// The owner's (or an administrator's) management.
     case invite, setPermission, removeParticipant, setPublicPermission, staleShareTag, deleteShare
-    // Participants.
+    /// Participants: fetching, accepting, verifying, leaving.
     case fetchMetadata, fetchMetadataBatch, accept, acceptAgain, acceptWithOperations, concurrentAccepts, verify, leave
+    /// Participants working with the shared records, and anyone listing their shares.
     case participantEdit, participantDeletes, listShares
-    // Mistakes real clients make (CloudKit sharing reference, §9).
+    /// Mistakes real clients make (CloudKit sharing reference, §9): URLs and accepts.
     case fetchUnknownURL, fetchWithoutAccount, acceptUninvited, acceptInWrongContainer, wrongAddressVerification
+    /// Mistakes real clients make: sharing and managing.
     case inviteToPublicShare, shareAlreadyShared, secondZoneShare, ownerLeaves, notOwnerManages
+    /// Mistakes real clients make: participants going too far, stale state.
     case participantDeletesRoot, readNotShared, leaveTwice, acceptDeletedShare
 
     /// How often the scenario is chosen, relative to the others.

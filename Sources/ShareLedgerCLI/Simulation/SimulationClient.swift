@@ -16,30 +16,42 @@ final class SimulationProgress: Sendable {
 /// A thread-safe box for what an operation's blocks report.
 final class Collected<Value: Sendable>: Sendable {
     private let value: Mutex<Value>
+    /// A box holding `initial`.
     init(_ initial: Value) { value = Mutex(initial) }
+    /// Changes the value under the lock.
     func update(_ change: (inout Value) -> Void) { value.withLock { change(&$0) } }
+    /// The value now.
     var current: Value { value.withLock { $0 } }
 }
 
 /// One simulated client: a task acting for the users of its own partition, one call at a time, each
 /// with an intended outcome that its ``PartitionModel`` predicts.
 struct SimulationClient {
+    /// The client's number (its partition, its seed, its container).
     let index: Int
+    /// The ledger all clients share.
     let ledger: ShareLedger
+    /// Where every client counts its actions.
     let progress: SimulationProgress
     /// The container the partition lives in, and another one some of its users also belong to.
     let home: String
+    /// A second container some of the partition's users also belong to.
     let other: String
     /// A prefix that makes this run's names unique in the ledger.
     let tag: String
+    /// Users in the partition.
     let userCount: Int
     private(set) var remaining: Int
+    /// The source of every choice of this client.
     var rng: SeededGenerator
+    /// What the client expects the ledger to hold for its partition.
     var model = PartitionModel()
+    /// What happened so far.
     var tally = SimulationTally()
     /// Users registered (in either container).
     var registrations = 0
 
+    /// A client for partition `index`, with its share of the users and of the actions.
     init(
         index: Int, ledger: ShareLedger, progress: SimulationProgress, containers: [String], tag: String, users: Int,
         actions: Int, seed: UInt64
@@ -210,10 +222,13 @@ struct SimulationClient {
 
     // MARK: - Helpers
 
+    /// A handle acting as `person` in the partition's container.
     func as_(_ person: Int) -> Container { ledger.container(home, userRecordName: model.people[person].name) }
 
+    /// `person`'s user record name.
     func name(_ person: Int) -> String { model.people[person].name }
 
+    /// The id of `record` in zone `zone`, as other users name it (with the owner).
     func recordID(_ record: String, zone: Int) -> RecordID {
         RecordID(recordName: record, zoneID: RecordZoneID(zoneName: model.zones[zone].name, ownerName: name(model.zones[zone].owner)))
     }

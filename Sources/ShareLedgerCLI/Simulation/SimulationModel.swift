@@ -33,8 +33,11 @@ struct SeededGenerator: RandomNumberGenerator {
 // (never dictionaries or sets, whose order changes from process to process), so the seed fixes
 // every choice.
 
+/// A participant's role.
 typealias Role = Share.Participant.Role
+/// A participant's permission.
 typealias Permission = Share.Participant.Permission
+/// A participant's acceptance status.
 typealias Status = Share.Participant.AcceptanceStatus
 
 /// A user of the simulation.
@@ -69,28 +72,42 @@ enum LookupKind {
 struct SimEntry {
     /// The person behind the entry (for an unmatched invitation: the person who will verify it).
     var person: Int
+    /// The id the ledger gave the entry.
     var participantID: String
+    /// How the invitation found its participant.
     var kind: LookupKind
     /// Whether the ledger knows the entry's account (false for an unverified invitation to an alias).
     var claimed: Bool
+    /// Pending, accepted or removed.
     var status: Status
+    /// The entry's role.
     var role: Role
+    /// The entry's permission.
     var permission: Permission
 }
 
 /// A share of the partition.
 struct SimShare {
+    /// The share's token (it stays when the same root or zone is shared again).
     var token: String
+    /// The share's URL.
     var url: URL
+    /// The owner (a person of the partition).
     var owner: Int
+    /// The zone it is in (an index of the model's zones).
     var zone: Int
     /// The root record's name; `nil` for a zone-wide share.
     var root: String?
+    /// What anyone with the URL may do.
     var publicPermission: Permission
+    /// The title.
     var title: String
+    /// Participants other than the owner.
     var entries: [SimEntry] = []
+    /// False once deleted.
     var live = true
 
+    /// Whether anyone with the URL may join.
     var isPublic: Bool { publicPermission != .none }
     /// Invitations to addresses no account has, still pending.
     var unmatchedPending: Int { entries.reduce(0) { $0 + (!$1.claimed && $1.status == .pending ? 1 : 0) } }
@@ -109,7 +126,9 @@ struct SimShare {
 /// What a share's metadata says to one user: their role, status and permission, or the error the
 /// fetch must fail with.
 enum Standing {
+    /// The user's role, status and permission.
     case member(Role, Status, Permission)
+    /// The fetch fails with this code.
     case refused(LedgerError.Code)
 
     /// The intent of a fetch by that user.
@@ -123,21 +142,25 @@ enum Standing {
 
 /// A record of a zone.
 struct SimRecord {
+    /// The record name.
     var name: String
+    /// The parent's record name, if any.
     var parent: String?
 }
 
 /// A zone of one of the partition's users.
 struct SimZone {
+    /// The owner (a person of the partition).
     var owner: Int
+    /// The zone name.
     var name: String
+    /// The zone's records.
     var records: [SimRecord] = []
+    /// False once deleted.
     var live = true
     /// The index of the zone's live share. A zone holds at most one live share at a time, so that
     /// every accepted participant has its own zone in its shared database.
     var share: Int?
-
-    func record(_ name: String) -> SimRecord? { records.first { $0.name == name } }
 
     /// Whether `name`'s parent chain reaches `ancestor` (`name` itself included).
     func chain(from name: String, reaches ancestor: String) -> Bool {
@@ -153,25 +176,32 @@ struct SimZone {
         return false
     }
 
+    /// Whether a record has `name` as its parent.
     func hasChildren(_ name: String) -> Bool { records.contains { $0.parent == name } }
 }
 
 /// The state of one client's partition.
 struct PartitionModel {
+    /// The partition's users.
     var people: [SimPerson] = []
+    /// Zones of the partition's users, deleted ones included.
     var zones: [SimZone] = []
+    /// Shares of the partition's users, deleted ones included.
     var shares: [SimShare] = []
     /// URLs of deleted shares (not re-created since).
     var deadURLs: [URL] = []
     /// A counter for unique names.
     var serial = 0
 
+    /// The next number for a unique name.
     mutating func nextSerial() -> Int {
         serial += 1
         return serial
     }
 
+    /// Indexes of the zones not deleted.
     var liveZones: [Int] { zones.indices.filter { zones[$0].live } }
+    /// Indexes of the shares not deleted.
     var liveShares: [Int] { shares.indices.filter { shares[$0].live } }
 
     /// The records a share covers: its root and everything below it, or the whole zone.
