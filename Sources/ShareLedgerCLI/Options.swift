@@ -36,6 +36,20 @@ struct LedgerOptions: ParsableArguments {
     }
 }
 
+extension LedgerOptions {
+    /// Opens the ledger for the sharing commands, configured as ``open(create:readOnly:durability:)``
+    /// configures the log; exits with code 2 (and a clear message) when it cannot be read.
+    func openSharing(create: Bool, durability: Durability = .durable) throws -> ShareLedger {
+        do {
+            return try ShareLedger.open(
+                EventLog.Configuration(path: path, createIfMissing: create, durability: durability, logger: logger))
+        } catch {
+            Output.failure(error, json: json)
+            throw ExitCode(2)
+        }
+    }
+}
+
 /// Printing for every command: text for people, JSON for programs, errors on standard error.
 enum Output {
     static func printJSON(_ value: some Encodable) {

@@ -11,7 +11,8 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             Exit codes: 0 success, 1 the command failed, 2 the ledger could not be read.
             """,
         subcommands: [
-            StatsCommand.self, DemoCommand.self, VerifyCommand.self, BenchCommand.self, WorkerCommand.self, TasksCommand.self,
+            SimulateCommand.self, FetchCommand.self, AcceptCommand.self, StatsCommand.self, WorkerCommand.self,
+            TasksCommand.self, VerifyCommand.self, BenchCommand.self, DemoCommand.self,
         ]
     )
 }

@@ -8,7 +8,7 @@ import UnixSignals
 extension LedgerOptions {
     /// Opens the sharing ledger with no in-process worker (the command decides who works); exits
     /// with code 2 when it cannot be read.
-    func openSharing(create: Bool = false) throws -> ShareLedger {
+    func openWithoutWorker(create: Bool = false) throws -> ShareLedger {
         var configuration = EventLog.Configuration(path: path, createIfMissing: create, logger: logger)
         configuration.residualTaskWorker = nil
         do {
@@ -47,7 +47,7 @@ struct WorkerCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let shareLedger = try ledger.openSharing()
+        let shareLedger = try ledger.openWithoutWorker()
         let worker = ResidualTaskWorker(
             ledger: shareLedger,
             configuration: ResidualTaskWorker.Configuration(maxAttempts: maxAttempts, logger: ledger.logger))
@@ -106,7 +106,7 @@ struct TasksCommand: AsyncParsableCommand {
         var parked = false
 
         func run() async throws {
-            let shareLedger = try ledger.openSharing()
+            let shareLedger = try ledger.openWithoutWorker()
             let tasks = try await runReportingErrors(json: ledger.json) { try shareLedger.residualTasks(parkedOnly: parked) }
             await shareLedger.close()
             if ledger.json {
@@ -144,7 +144,7 @@ struct TasksCommand: AsyncParsableCommand {
         struct Summary: Encodable { var retried: Int }
 
         func run() async throws {
-            let shareLedger = try ledger.openSharing()
+            let shareLedger = try ledger.openWithoutWorker()
             let retried = try await runReportingErrors(json: ledger.json) {
                 do {
                     return try await shareLedger.retryParkedTasks(ids: all ? nil : ids)
