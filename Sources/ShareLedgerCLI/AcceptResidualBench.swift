@@ -19,6 +19,8 @@ struct AcceptResidualBench {
         var maxMillis: Double
         var acceptsPerSecond: Double
         var accepts: Int
+        var commitsPerSecond: Double
+        var meanCommitEvents: Double
     }
 
     func run(progress: (String) -> Void) async throws -> Figures {
@@ -27,6 +29,7 @@ struct AcceptResidualBench {
         var configuration = EventLog.Configuration(
             path: directory.appendingPathComponent("accept-residual").path, durability: durability, initialMapSize: 1 << 30)
         configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
+        configuration.recordsCommitSizes = true
         let ledger = try ShareLedger.open(configuration)
 
         // Setup (not measured): an owner with enough public shares (a share holds 100 participants),
@@ -81,6 +84,7 @@ struct AcceptResidualBench {
         // The load: accept i is due at t0 + i / rate; 64 callers take the next due accept.
         progress("accept.residual: \(rate) accepts/s for \(seconds) s")
         let next = Locked(0)
+        let commitsBefore = ledger.log.commitSizes().count
         let began = ContinuousClock.now
         let interval = Duration.nanoseconds(1_000_000_000 / rate)
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -104,6 +108,7 @@ struct AcceptResidualBench {
             try await group.waitForAll()
         }
         let elapsed = (ContinuousClock.now - began).seconds
+        let loadCommits = Array(ledger.log.commitSizes().dropFirst(commitsBefore))
         try await ledger.waitForResidualTasks(timeout: .seconds(60))
         try await watcher.value
         await ledger.close()
@@ -114,7 +119,9 @@ struct AcceptResidualBench {
         func percentile(_ p: Double) -> Double { values.isEmpty ? 0 : values[min(values.count - 1, Int(Double(values.count) * p))] }
         return Figures(
             p50Millis: percentile(0.50), p99Millis: percentile(0.99), maxMillis: values.last ?? 0,
-            acceptsPerSecond: Double(total) / elapsed, accepts: total)
+            acceptsPerSecond: Double(total) / elapsed, accepts: total,
+            commitsPerSecond: Double(loadCommits.count) / elapsed,
+            meanCommitEvents: Double(loadCommits.reduce(0, +)) / Double(max(1, loadCommits.count)))
     }
 }
 

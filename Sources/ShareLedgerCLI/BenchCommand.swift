@@ -99,6 +99,8 @@ struct BenchCommand: AsyncParsableCommand {
                 figures["accept.residual.p99Millis"] = residual.p99Millis
                 figures["accept.residual.maxMillis"] = residual.maxMillis
                 figures["accept.residual.acceptsPerSecond"] = residual.acceptsPerSecond
+                figures["accept.residual.commitsPerSecond"] = residual.commitsPerSecond
+                figures["accept.residual.meanCommitEvents"] = residual.meanCommitEvents
             }
             for (name, value) in figures { samples[name, default: []].append(value) }
             try? FileManager.default.removeItem(at: bench.directory)

@@ -165,6 +165,22 @@ struct WorkerTests {
         await f.ledger.close()
     }
 
+    @Test("a task scheduled while the worker holds its lease runs at once; a failed first attempt is recorded")
+    func freshTaskFirstAttempt() async throws {
+        let f = try await SharingFixture(clock: ManualClock())
+        let share = try await f.makeHierarchy()
+        let executor = FlakyExecutor(failures: 1)
+        let worker = ResidualTaskWorker(ledger: f.ledger, configuration: ResidualTaskWorker.Configuration(maxAttempts: 2), executor: executor)
+        #expect(try await worker.runPass(limit: 10).holdsLease)
+        try await f.bobAccepts(share)
+        let first = try await worker.runPass(limit: 10)
+        #expect(first.failed == 1)
+        let task = try #require(try f.ledger.residualTasks().first)
+        #expect(task.attempts == 1)
+        #expect(task.lastError?.contains("zone service is down") == true)
+        await f.ledger.close()
+    }
+
     @Test("an attempt that never finished (a crash) counts: a poison task parks instead of looping")
     func crashCountsAsAttempt() async throws {
         let f = try await SharingFixture()

@@ -81,6 +81,9 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// Until when this worker's lease is known to hold (micros); a pass renews it only when a third
     /// of its duration has gone, so the happy path spends no commit on it.
     private let leaseHeldUntil = Mutex<Int64>(0)
+    /// Tasks with this id or above were scheduled after this worker took its lease: their first
+    /// attempt may run without a commit of its own (see ``runPass(limit:)``).
+    private let freshFrom = Mutex<UInt64>(.max)
     private let latencyTimer: Metrics.Timer
     private let attemptsCounter: Counter
     private let failuresCounter: Counter
@@ -177,10 +180,17 @@ public final class ResidualTaskWorker: Service, Sendable {
         guard !due.isEmpty else {
             return PassReport(completed: 0, failed: 0, parked: 0, holdsLease: true, nextDueAt: nextDue.map(Presenter.date))
         }
-        // Record the attempts first, durably: a crash from here on counts as a failed attempt.
+        // Record the attempts first, durably: a crash from here on counts as a failed attempt. The
+        // exception, which saves a commit per batch on the happy path: the first attempt of a task
+        // scheduled after this worker took its lease runs at once. If the process dies in it, the
+        // next worker (which took its lease later) records every attempt before it runs, so a task
+        // that kills the process runs at most maxAttempts + 1 times before it is parked.
         let maxAttempts = configuration.maxAttempts
-        let started = try await ledger.maintain { [models = ledger.models] txn in
-            for task in due {
+        let watermark = freshFrom.withLock { $0 }
+        let fresh = Set(due.filter { $0.attempts == 0 && $0.id >= watermark }.map(\.id))
+        let recorded = due.filter { !fresh.contains($0.id) }
+        let started = recorded.isEmpty ? 0 : try await ledger.maintain { [models = ledger.models] txn in
+            for task in recorded {
                 var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: task.id))
                     ?? WorkerTaskState()
                 if Int(state.attempts) >= maxAttempts {
@@ -193,9 +203,9 @@ public final class ResidualTaskWorker: Service, Sendable {
                 }
                 try models.put(txn, models.workerTasks, BigEndian.bytes(of: task.id), state)
             }
-            return due.count
+            return recorded.count
         }
-        precondition(started == due.count)
+        precondition(started == recorded.count)
         attemptsCounter.increment(by: due.count)
 
         var succeeded: [ResidualTask] = []
@@ -239,7 +249,11 @@ public final class ResidualTaskWorker: Service, Sendable {
                 var parked = 0
                 for (failure, delay) in zip(failed, delays) {
                     let key = BigEndian.bytes(of: failure.task.id)
-                    guard var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, key) else { continue }
+                    var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, key) ?? WorkerTaskState()
+                    if fresh.contains(failure.task.id) {
+                        state.attempts = 1
+                        state.lastAttemptAtMicros = now
+                    }
                     state.lastError = String(failure.error.prefix(1_000))
                     if Int(state.attempts) >= maxAttempts {
                         state.parked = true
@@ -311,8 +325,10 @@ public final class ResidualTaskWorker: Service, Sendable {
 
     /// Takes or renews the lease; false when another worker holds an unexpired one.
     func acquireLease(now: Int64) async throws(LedgerError) -> Bool {
-        let renewAfter = leaseHeldUntil.withLock { $0 } - configuration.leaseDuration.microseconds * 2 / 3
+        let heldUntil = leaseHeldUntil.withLock { $0 }
+        let renewAfter = heldUntil - configuration.leaseDuration.microseconds * 2 / 3
         if now < renewAfter { return true }
+        let headBefore = ledger.log.writer.notifier.currentHead
         let holder = self.holder
         let description = holderDescription
         let expires = now + configuration.leaseDuration.microseconds
@@ -332,12 +348,19 @@ public final class ResidualTaskWorker: Service, Sendable {
             return 1
         } == 1
         leaseHeldUntil.withLock { $0 = acquired ? expires : 0 }
+        if acquired && heldUntil <= now {
+            // A new lease (not a renewal): only tasks scheduled from now on are fresh.
+            freshFrom.withLock { $0 = (headBefore + 1) << 12 }
+        } else if !acquired {
+            freshFrom.withLock { $0 = .max }
+        }
         return acquired
     }
 
     /// Gives the lease up, if this worker holds it, so another can take over at once.
     func releaseLease() async {
         leaseHeldUntil.withLock { $0 = 0 }
+        freshFrom.withLock { $0 = .max }
         let holder = self.holder
         let meta = ledger.log.store.meta
         _ = try? await ledger.maintain { txn in
