@@ -12,7 +12,8 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             """,
         subcommands: [
             SimulateCommand.self, FetchCommand.self, AcceptCommand.self, StatsCommand.self, WorkerCommand.self,
-            TasksCommand.self, VerifyCommand.self, BenchCommand.self, DemoCommand.self,
+            TasksCommand.self, HistoryCommand.self, AuditCommand.self, RebuildCommand.self, VerifyCommand.self,
+            BenchCommand.self, DemoCommand.self,
         ]
     )
 }

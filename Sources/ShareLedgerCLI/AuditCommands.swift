@@ -1,0 +1,181 @@
+import ArgumentParser
+import Foundation
+import ShareLedger
+
+/// `share-ledger audit`: the chain, every event, the log's own indexes, and every read model
+/// against a rebuild from the log.
+struct AuditCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "audit",
+        abstract: "Verify the chain, decode every event, and compare the read models with a rebuild from the log.",
+        discussion: """
+            Exit 0 when everything holds; 1 with the first bad position and what is wrong when anything \
+            does not; 2 when the ledger cannot be read. Audit a quiet ledger (or a copy): changes made \
+            during the audit can show as differences.
+            """)
+
+    @OptionGroup var ledger: LedgerOptions
+
+    func run() async throws {
+        let shareLedger = try ledger.openWithoutWorker()
+        let scratch = FileManager.default.temporaryDirectory
+            .appendingPathComponent("share-ledger-audit-\(ProcessInfo.processInfo.processIdentifier)").path
+        let report: AuditReport
+        do {
+            report = try shareLedger.audit(scratchPath: scratch) { done, total in
+                Output.progress("audit: \(done) of \(total) events")
+            }
+        } catch {
+            Output.endProgress()
+            Output.failure(error, json: ledger.json)
+            await shareLedger.close()
+            throw ExitCode(2)
+        }
+        Output.endProgress()
+        await shareLedger.close()
+        if ledger.json {
+            Output.printJSON(report)
+        } else if report.ok {
+            print(
+                "audit ok: \(report.events) events, chain holds to \(report.headPosition) \(report.headHash); "
+                    + "indexes and read models match the log")
+        } else {
+            print("audit FAILED" + (report.firstBadPosition.map { " (first bad position \($0))" } ?? "") + ":")
+            for problem in report.problems { print("  \(problem)") }
+        }
+        if !report.ok { throw ExitCode(1) }
+    }
+}
+
+/// `share-ledger rebuild`: every read model again from the log, in one transaction.
+struct RebuildCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rebuild",
+        abstract: "Rebuild every read model from the log (all or nothing: a crash half way leaves the old ones).")
+
+    @OptionGroup var ledger: LedgerOptions
+
+    struct Summary: Encodable {
+        var events: UInt64
+        var seconds: Double
+        var eventsPerSecond: Double
+    }
+
+    func run() async throws {
+        let shareLedger = try ledger.openWithoutWorker()
+        let started = ContinuousClock.now
+        let events = try await runReportingErrors(json: ledger.json) {
+            do {
+                return try await shareLedger.rebuildReadModels { done, total in
+                    Output.progress("rebuild: \(done) of \(total) events")
+                }
+            } catch {
+                await shareLedger.close()
+                throw error
+            }
+        }
+        Output.endProgress()
+        await shareLedger.close()
+        let seconds = (ContinuousClock.now - started).seconds
+        let summary = Summary(events: events, seconds: seconds, eventsPerSecond: Double(events) / max(seconds, 1e-6))
+        if ledger.json {
+            Output.printJSON(summary)
+        } else {
+            print("rebuilt the read models from \(events) events in \(String(format: "%.2f", seconds)) s")
+        }
+    }
+}
+
+/// `share-ledger history`: the timeline of a share, a user or a container.
+struct HistoryCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "history",
+        abstract: "Print the timeline of a share, a user or a container, from the history indexes.")
+
+    @OptionGroup var ledger: LedgerOptions
+
+    @Option(help: "A share URL.")
+    var share: String?
+
+    @Option(help: "A user record name (with --container).")
+    var user: String?
+
+    @Option(help: "A container identifier.")
+    var container: String?
+
+    @Option(help: "From this position, or this time (ISO 8601).")
+    var since: String?
+
+    @Option(help: "Up to this position, or this time (ISO 8601).")
+    var until: String?
+
+    @Option(help: "At most this many events.")
+    var limit = 10_000
+
+    func validate() throws {
+        let subjects = [share != nil, user != nil, container != nil && user == nil].filter { $0 }.count
+        guard subjects == 1 else { throw ValidationError("give one of --share URL, --user ID --container ID, --container ID") }
+        if user != nil && container == nil { throw ValidationError("--user needs --container") }
+        for bound in [since, until].compactMap({ $0 }) where HistoryCommand.bound(bound) == nil {
+            throw ValidationError("\(bound) is neither a position nor an ISO 8601 time")
+        }
+    }
+
+    static func bound(_ text: String) -> HistoryBound? {
+        if let position = UInt64(text) { return .position(LogPosition(position)) }
+        if let date = ISO8601DateFormatter().date(from: text) { return .time(date) }
+        return nil
+    }
+
+    struct Entry: Encodable {
+        var position: UInt64
+        var recordedAt: String
+        var container: String
+        var actor: String
+        var stream: String
+        var event: String
+        var payload: String
+    }
+
+    func run() async throws {
+        let subject: HistorySubject
+        if let share {
+            guard let url = URL(string: share) else { throw ValidationError("\(share) is not a URL") }
+            subject = .share(url)
+        } else if let user, let container {
+            subject = .user(user, container: container)
+        } else {
+            subject = .container(container ?? "")
+        }
+        let shareLedger = try ledger.openWithoutWorker()
+        let entries = try await runReportingErrors(json: ledger.json) {
+            do {
+                return try shareLedger.history(
+                    of: subject, since: since.flatMap(HistoryCommand.bound), until: until.flatMap(HistoryCommand.bound),
+                    limit: limit)
+            } catch {
+                await shareLedger.close()
+                throw error
+            }
+        }
+        await shareLedger.close()
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if ledger.json {
+            Output.printJSON(
+                entries.map {
+                    Entry(
+                        position: $0.envelope.position.rawValue, recordedAt: formatter.string(from: $0.envelope.recordedAt),
+                        container: $0.envelope.container, actor: $0.envelope.actor, stream: $0.envelope.stream,
+                        event: $0.name, payload: $0.payloadJSON)
+                })
+            return
+        }
+        if entries.isEmpty { print("no events") }
+        for entry in entries {
+            print(
+                "\(String(entry.envelope.position.rawValue).leftPad(8))  \(formatter.string(from: entry.envelope.recordedAt))  "
+                    + "\(entry.envelope.actor.rightPad(12)) \(entry.name.rightPad(24)) \(entry.summary)")
+        }
+    }
+}
