@@ -179,3 +179,54 @@ struct HistoryCommand: AsyncParsableCommand {
         }
     }
 }
+
+/// `share-ledger access`: who could access a share at a past point, with which permission.
+struct AccessCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "access",
+        abstract: "Show who could access a share at a past position or time, and with which permission.")
+
+    @OptionGroup var ledger: LedgerOptions
+
+    @Option(help: "The share URL.")
+    var share: String
+
+    @Option(help: "A log position, or an ISO 8601 time.")
+    var at: String
+
+    func validate() throws {
+        guard HistoryCommand.bound(at) != nil else { throw ValidationError("\(at) is neither a position nor an ISO 8601 time") }
+        guard URL(string: share) != nil else { throw ValidationError("\(share) is not a URL") }
+    }
+
+    func run() async throws {
+        let shareLedger = try ledger.openWithoutWorker()
+        let access = try await runReportingErrors(json: ledger.json) {
+            do {
+                return try shareLedger.access(to: URL(string: share)!, at: HistoryCommand.bound(at)!)
+            } catch {
+                await shareLedger.close()
+                throw error
+            }
+        }
+        await shareLedger.close()
+        if ledger.json {
+            Output.printJSON(access)
+            return
+        }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        print("as of position \(access.position) (\(formatter.string(from: access.recordedAt))):")
+        guard access.existed else {
+            print("  the share did not exist")
+            return
+        }
+        print("  public permission  \(access.publicPermission)")
+        for entry in access.participants {
+            let who = entry.userRecordName ?? "(no account yet)"
+            print(
+                "  \((entry.hadAccess ? "access" : "no access").rightPad(10)) \(entry.role.description.rightPad(14)) "
+                    + "\(entry.acceptanceStatus.description.rightPad(9)) \(entry.permission.description.rightPad(10)) \(who)")
+        }
+    }
+}

@@ -36,6 +36,14 @@ struct AuditCLITests {
         #expect(text.stdout.contains("ShareAccepted"))
         #expect(try runProduct("share-ledger", ["history", "--path", path]).status != 0)
 
+        let access = try runProduct("share-ledger", ["access", "--path", path, "--share", share.url.absoluteString, "--at", "\(events)", "--json"])
+        #expect(access.status == 0, "\(access.stderr)")
+        let accessJSON = try #require(try json(access.stdout) as? [String: Any])
+        #expect(accessJSON["existed"] as? Bool == true)
+        #expect((accessJSON["participants"] as? [[String: Any]])?.count == 2)
+        let early = try runProduct("share-ledger", ["access", "--path", path, "--share", share.url.absoluteString, "--at", "1"])
+        #expect(early.stdout.contains("did not exist"))
+
         let rebuild = try runProduct("share-ledger", ["rebuild", "--path", path, "--json"])
         #expect(rebuild.status == 0, "\(rebuild.stderr)")
         #expect((try json(rebuild.stdout) as? [String: Any])?["events"] as? Int == Int(events))

@@ -114,3 +114,64 @@ struct AuditTests {
         await f.ledger.close()
     }
 }
+
+@Suite("State as of a past point")
+struct AsOfTests {
+    @Test("who could access a share then: before the invite, after the accept, after removal and deletion")
+    func accessOverTime() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let created = try f.ledger.log.head().position
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
+        let invited = try f.ledger.log.head().position
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        let accepted = try f.ledger.log.head().position
+        let acceptedAt = try #require(try f.ledger.log.event(at: accepted)).recordedAt
+        _ = try await f.alice.removeParticipant(try f.bobID, from: share.url)
+        let removed = try f.ledger.log.head().position
+        try await f.alice.deleteShare(share.url)
+
+        func bob(_ access: ShareAccess) -> ShareAccess.Entry? { access.participants.first { $0.userRecordName == "_bob" } }
+        let atCreation = try f.ledger.access(to: share.url, at: .position(created))
+        #expect(atCreation.existed)
+        #expect(atCreation.participants.map(\.role) == [.owner])
+        #expect(bob(try f.ledger.access(to: share.url, at: .position(invited)))?.hadAccess == false)
+        let atAccept = try f.ledger.access(to: share.url, at: .position(accepted))
+        #expect(bob(atAccept)?.hadAccess == true)
+        #expect(bob(atAccept)?.permission == .readWrite)
+        #expect(bob(try f.ledger.access(to: share.url, at: .time(acceptedAt)))?.hadAccess == true)
+        #expect(bob(try f.ledger.access(to: share.url, at: .position(removed)))?.acceptanceStatus == .removed)
+        let now = try f.ledger.access(to: share.url, at: .position(LogPosition(UInt64.max)))
+        #expect(!now.existed)
+        #expect(now.participants.isEmpty)
+        #expect(try f.ledger.access(to: share.url, at: .position(LogPosition(1))).existed == false)
+        await f.ledger.close()
+    }
+
+    @Test("a snapshot as of a position answers the same queries as the live ledger did then")
+    func snapshot() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        try await f.ledger.completeResidualTasks()
+        let then = try f.ledger.log.head().position
+        let bobThen = try f.bob.participatingShares()
+        let statsThen = try f.ledger.statistics()
+        try await f.alice.deleteShare(share.url)
+        try await f.ledger.completeResidualTasks()
+        #expect(try f.bob.participatingShares().isEmpty)
+
+        let view = try f.ledger.snapshot(at: .position(then), path: f.dir.child("then"))
+        let bobView = view.container(SharingFixture.container, userRecordName: "_bob")
+        #expect(try bobView.participatingShares() == bobThen)
+        #expect(try bobView.sharedDatabaseZones().count == 1)
+        let viewStats = try view.statistics()
+        #expect(viewStats.shares == statsThen.shares)
+        #expect(viewStats.acceptedParticipants == statsThen.acceptedParticipants)
+        #expect(await errorCode { try await bobView.leaveShare(share.url) } == .readOnly)
+        await view.close()
+        #expect(await errorCode { try f.ledger.snapshot(at: .position(then), path: f.dir.child("then")) } == .invalidArguments)
+        await f.ledger.close()
+    }
+}

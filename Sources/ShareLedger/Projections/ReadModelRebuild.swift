@@ -10,7 +10,9 @@ enum ReadModelRebuild {
     /// Replays every domain event of `source` (in chunks, a fresh read transaction each) into the
     /// read models of `target`, which must start empty. Returns the number of events read.
     @discardableResult
-    static func replay(from source: LogStore, into target: LogStore, progress: ((UInt64) -> Void)? = nil) throws -> UInt64 {
+    static func replay(
+        from source: LogStore, into target: LogStore, through last: UInt64 = .max, progress: ((UInt64) -> Void)? = nil
+    ) throws -> UInt64 {
         let projector = Projector(models: target.models)
         var after: UInt64 = 0
         while true {
@@ -23,6 +25,7 @@ enum ReadModelRebuild {
                         guard let key = BigEndian.uint64(current.key) else {
                             throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
                         }
+                        guard key <= last else { break }
                         out.append(try EnvelopeCodec.decode(current.value, key: key))
                         entry = try cursor.next()
                     }
