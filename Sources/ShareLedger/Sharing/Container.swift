@@ -310,32 +310,46 @@ public struct Container: Sendable {
         _ urls: [URL], shouldFetchRootRecord: Bool, desiredKeys: [String]?, chunkSize: Int,
         isCancelled: @Sendable () -> Bool, perURL: (URL, Result<Share.Metadata, LedgerError>) async -> Void
     ) async throws(LedgerError) {
-        var seen = Set<URL>()
-        let distinct = urls.filter { seen.insert($0).inserted }
+        try await runChunked(
+            urls, what: "share URLs in one fetch", chunkSize: chunkSize, isCancelled: isCancelled,
+            step: { url in
+                DomainAction.fetchMetadata(
+                    tokenText: ShareURL.token(in: url)?.text ?? String(url.lastPathComponent.prefix(64)),
+                    shouldFetchRootRecord: shouldFetchRootRecord, desiredKeys: desiredKeys)
+            },
+            value: { output in
+                guard case .metadata(let metadata) = output else { return nil }
+                return metadata
+            },
+            perItem: perURL)
+    }
+
+    /// The one loop behind the batch calls: distinct items, at most 400 (else `limitExceeded` and
+    /// nothing done), one command per `chunkSize` items, each item's result to `perItem` in input
+    /// order; once `isCancelled` says so, the items not yet submitted end with `operationCancelled`.
+    private func runChunked<Item: Hashable, Value>(
+        _ items: [Item], what: String, chunkSize: Int, isCancelled: @Sendable () -> Bool, step: (Item) -> DomainAction,
+        value: (StepOutput) -> Value?, perItem: (Item, Result<Value, LedgerError>) async -> Void
+    ) async throws(LedgerError) {
+        var seen = Set<Item>()
+        let distinct = items.filter { seen.insert($0).inserted }
         guard distinct.count <= Container.maxItemsPerOperation else {
             throw LedgerError(
-                .limitExceeded, "\(distinct.count) share URLs in one fetch; the limit is \(Container.maxItemsPerOperation). "
-                    + "Split the request")
+                .limitExceeded, "\(distinct.count) \(what); the limit is \(Container.maxItemsPerOperation). Split the request")
         }
         var start = 0
         while start < distinct.count {
             let chunk = Array(distinct[start..<min(start + max(1, chunkSize), distinct.count)])
             start += chunk.count
             if isCancelled() {
-                for url in chunk { await perURL(url, .failure(LedgerError(.operationCancelled, "the fetch was cancelled"))) }
+                for item in chunk { await perItem(item, .failure(LedgerError(.operationCancelled, "the operation was cancelled"))) }
                 continue
             }
-            let steps = chunk.map { url in
-                DomainAction.fetchMetadata(
-                    tokenText: ShareURL.token(in: url)?.text ?? String(url.lastPathComponent.prefix(64)),
-                    shouldFetchRootRecord: shouldFetchRootRecord, desiredKeys: desiredKeys)
-            }
-            for (url, result) in zip(chunk, try await run(steps)) {
-                await perURL(
-                    url,
+            for (item, result) in zip(chunk, try await run(chunk.map(step))) {
+                await perItem(
+                    item,
                     result.flatMap { output in
-                        guard case .metadata(let metadata) = output else { return .failure(.unexpectedOutput("fetchMetadata")) }
-                        return .success(metadata)
+                        value(output).map { .success($0) } ?? .failure(.unexpectedOutput("a batch call"))
                     })
             }
         }
@@ -372,37 +386,18 @@ public struct Container: Sendable {
         _ metadatas: [Share.Metadata], chunkSize: Int, isCancelled: @Sendable () -> Bool,
         perShare: (Share.Metadata, Result<Share, LedgerError>) async -> Void
     ) async throws(LedgerError) {
-        var seen = Set<Share.Metadata>()
-        let distinct = metadatas.filter { seen.insert($0).inserted }
-        guard distinct.count <= Container.maxItemsPerOperation else {
-            throw LedgerError(
-                .limitExceeded, "\(distinct.count) shares in one accept; the limit is \(Container.maxItemsPerOperation). "
-                    + "Split the request")
-        }
-        var start = 0
-        while start < distinct.count {
-            let chunk = Array(distinct[start..<min(start + max(1, chunkSize), distinct.count)])
-            start += chunk.count
-            if isCancelled() {
-                for metadata in chunk {
-                    await perShare(metadata, .failure(LedgerError(.operationCancelled, "the accept was cancelled")))
-                }
-                continue
-            }
-            let steps = chunk.map { metadata in
+        try await runChunked(
+            metadatas, what: "shares in one accept", chunkSize: chunkSize, isCancelled: isCancelled,
+            step: { metadata in
                 DomainAction.accept(
                     token: metadata.share.token.text, metadataContainer: metadata.containerIdentifier,
                     newParticipantID: ledger.newParticipantID())
-            }
-            for (metadata, result) in zip(chunk, try await run(steps)) {
-                await perShare(
-                    metadata,
-                    result.flatMap { output in
-                        guard case .share(let share) = output else { return .failure(.unexpectedOutput("accept")) }
-                        return .success(share)
-                    })
-            }
-        }
+            },
+            value: { output in
+                guard case .share(let share) = output else { return nil }
+                return share
+            },
+            perItem: perShare)
     }
 
     // MARK: - Verification
