@@ -13,7 +13,8 @@ struct ShareLedgerCommand: AsyncParsableCommand {
         subcommands: [
             SimulateCommand.self, FetchCommand.self, AcceptCommand.self, StatsCommand.self, WorkerCommand.self,
             TasksCommand.self, HistoryCommand.self, AuditCommand.self, RebuildCommand.self, VerifyCommand.self,
-            BenchCommand.self, DemoCommand.self,
+            BenchCommand.self, DemoCommand.self, KeygenCommand.self, CheckpointCommand.self, ExportCommand.self,
+            ImportCommand.self,
         ]
     )
 }
