@@ -264,3 +264,31 @@ struct ExportImportTests {
         }
     }
 }
+
+@Suite("The NDJSON line of the worked example")
+struct NDJSONFormatTests {
+    @Test("the worked example of docs/log-format.md exports to the line the page shows")
+    func workedExample() throws {
+        let fields = EnvelopeCodec.Fields(
+            position: 1, recordedAtMicros: 1_700_000_000_000_000, container: "iCloud.com.example.notes", actor: "_alice",
+            commandID: try #require(UUID(uuidString: "0189F2B2-1C4E-7A3B-8D2F-6C1E5B4A3F20")), correlationID: nil,
+            causationID: nil, schemaVersion: 1, stream: "share/demo", streamVersion: 1, streamPreviousPosition: 0,
+            eventType: "shareledger.demo.Note", payload: Array("hello, ledger".utf8), previousHash: EventHash.zero.bytes)
+        let (stored, _) = EnvelopeCodec.encode(fields)
+        let envelope = try stored.withUnsafeBytes { raw throws(LedgerError) in try EnvelopeCodec.decode(raw, key: 1) }
+        let line = LogNDJSON.line(envelope)
+        #expect(line.hasSuffix("\"hash\":\"3222a59519d1838db829d7db233bd604a9409cf1c84200cd394d62940dd67d60\"}"))
+        var root = URL(fileURLWithPath: #filePath)
+        while !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
+            root = root.deletingLastPathComponent()
+        }
+        let page = try String(contentsOf: root.appendingPathComponent("docs/log-format.md"), encoding: .utf8)
+        #expect(page.contains("\n" + line + "\n"))
+        // And it parses back to the same fields.
+        guard case .success(let parsed) = LogNDJSON.parse(ArraySlice(line.utf8)) else {
+            Issue.record("the line does not parse")
+            return
+        }
+        #expect(EnvelopeCodec.encode(parsed.0).stored == stored)
+    }
+}
