@@ -10,7 +10,8 @@ struct AuditCommand: AsyncParsableCommand {
         abstract: "Verify the chain, decode every event, and compare the read models with a rebuild from the log.",
         discussion: """
             Exit 0 when everything holds; 1 with the first bad position and what is wrong when anything \
-            does not; 2 when the ledger cannot be read. Audit a quiet ledger (or a copy): changes made \
+            does not (a checkpoint not signed by a --trusted-key, or not matching the log; an \
+            --expect-head the log does not hold); 2 when the ledger or a key file cannot be read. Audit a quiet ledger (or a copy): changes made \
             during the audit can show as differences.
             """)
 

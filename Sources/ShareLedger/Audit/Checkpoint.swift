@@ -258,7 +258,12 @@ extension ShareLedger {
             try txn.put(store.checkpoints, key: BigEndian.bytes(of: head.position.rawValue), value: checkpoint.storedValue)
             return Int(head.position.rawValue)
         }
-        guard let stored = try checkpoints().last(where: { $0.position.rawValue == UInt64(position) }) else {
+        let stored = try read("reading the checkpoint at \(position)") { txn in
+            try BigEndian.withBytes(of: UInt64(position)) { key in
+                try txn.withValue(store.checkpoints, key: key) { Checkpoint(key: key, value: $0) }
+            } ?? nil
+        }
+        guard let stored else {
             throw LedgerError(.storageFailure, "the checkpoint at \(position) was not found after its commit; this is a bug")
         }
         return stored

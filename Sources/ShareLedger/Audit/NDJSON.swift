@@ -120,7 +120,7 @@ public enum LogNDJSON {
 public struct ExportSummary: Sendable, Hashable, Codable {
     /// Lines (events) written.
     public var events: UInt64
-    /// The first and last positions written (0 when none).
+    /// The first position written (0 when none).
     public var firstPosition: UInt64
     /// The last position written (0 when none).
     public var lastPosition: UInt64
@@ -186,7 +186,10 @@ extension ShareLedger {
     ///
     /// - Throws: ``LedgerError/Code/invalidArguments`` naming the first bad line (nothing is written);
     ///   ``LedgerError/Code/invalidArguments`` when the ledger is not empty and the file does not
-    ///   continue it; storage errors.
+    ///   continue it; ``LedgerError/Code/serverRecordChanged`` when another writer appends during the
+    ///   import; storage errors.
+    ///
+    /// The whole file and the encoded events are held in memory while they are checked.
     @discardableResult
     public func importLog(
         from handle: FileHandle, progress: (@Sendable (UInt64, UInt64) -> Void)? = nil
