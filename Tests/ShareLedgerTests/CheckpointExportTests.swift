@@ -292,3 +292,68 @@ struct NDJSONFormatTests {
         #expect(EnvelopeCodec.encode(parsed.0).stored == stored)
     }
 }
+
+@Suite("Maintenance jobs and the head in one group commit")
+struct MaintenanceHeadTests {
+    private func waitForQueue(_ log: EventLog, _ count: Int) async throws {
+        for _ in 0..<2000 where log.queuedCommands < count { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(log.queuedCommands == count)
+    }
+
+    @Test("a checkpoint batched after an append signs the head that includes the append")
+    func checkpointAfterAppend() async throws {
+        let f = try await SharingFixture()
+        let log = f.ledger.log
+        let key = CheckpointSigningKey.generate()
+        log.setWriterPaused(true)
+        let append = Task {
+            try await log.append(
+                [EventDraft(type: "example.Note", payload: [1])], to: "notes/a",
+                metadata: CommandMetadata(container: SharingFixture.container, actor: "_alice"))
+        }
+        try await waitForQueue(log, 1)
+        let ledger = f.ledger
+        let checkpoint = Task { try await ledger.checkpoint(signingKey: key) }
+        try await waitForQueue(log, 2)
+        log.setWriterPaused(false)
+        let appended = try await append.value
+        #expect(try await checkpoint.value.position == appended.positions.upperBound)
+        #expect(try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [key.publicKey])).ok)
+        await f.ledger.close()
+    }
+
+    @Test("an append batched after an import lands after the imported events")
+    func appendAfterImport() async throws {
+        let f = try await SharingFixture()
+        let file = f.dir.child("log.ndjson")
+        _ = FileManager.default.createFile(atPath: file, contents: nil)
+        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: file))
+        try f.ledger.export(to: out)
+        try out.close()
+        await f.ledger.close()
+
+        var configuration = EventLog.Configuration(path: f.dir.child("copy"), durability: .unsafeNoSync)
+        configuration.residualTaskWorker = nil
+        let copy = try ShareLedger.open(configuration)
+        let log = copy.log
+        log.setWriterPaused(true)
+        let imported = Task {
+            let handle = FileHandle(forReadingAtPath: file)!
+            return try await copy.importLog(from: handle)
+        }
+        try await waitForQueue(log, 1)
+        let append = Task {
+            try await log.append(
+                [EventDraft(type: "example.Note", payload: [1])], to: "notes/a",
+                metadata: CommandMetadata(container: SharingFixture.container, actor: "_alice"))
+        }
+        try await waitForQueue(log, 2)
+        log.setWriterPaused(false)
+        let summary = try await imported.value
+        let appended = try await append.value
+        #expect(appended.positions.lowerBound.rawValue == summary.headPosition + 1)
+        #expect(try log.verifyChain().isValid)
+        #expect(try copy.audit(scratchPath: f.dir.child("scratch")).ok)
+        await copy.close()
+    }
+}

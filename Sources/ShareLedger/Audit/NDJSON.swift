@@ -132,9 +132,9 @@ public struct ExportSummary: Sendable, Hashable, Codable {
 public struct ImportSummary: Sendable, Hashable, Codable {
     /// Events imported.
     public var events: UInt64
-    /// The head after the import.
+    /// The position of the last imported event (the head the import left).
     public var headPosition: UInt64
-    /// The head hash after the import (hex).
+    /// The hash of the last imported event (hex).
     public var headHash: String
     /// Events replayed into the read models after the import.
     public var replayed: UInt64
@@ -234,8 +234,10 @@ extension ShareLedger {
             progress?(UInt64(done), total)
         }
         let replayed = entries.events.isEmpty ? 0 : try await rebuildReadModels()
-        let head = try log.head()
-        return ImportSummary(events: total, headPosition: head.position.rawValue, headHash: head.hash.hex, replayed: replayed)
+        let last = entries.events.last
+        return ImportSummary(
+            events: total, headPosition: last?.position ?? start.position.rawValue, headHash: (last?.hash ?? start.hash).hex,
+            replayed: replayed)
     }
 
     struct ImportEvent: Sendable {
