@@ -245,10 +245,22 @@ struct ExportImportTests {
             from: String(decoding: payloadFlip[6], as: UTF8.self).startIndex, to: payload.upperBound) + 2
         payloadFlip[6][index] = payloadFlip[6][index] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
 
-        let cases: [(String, [UInt8], Int)] = [
+        var cases: [(String, [UInt8], Int)] = [
             ("flipped", join(flipped), 5), ("deleted", join(deleted), 5), ("swapped", join(swapped), 5),
             ("truncated", truncated, lines.count), ("payload", join(payloadFlip), 7),
         ]
+        // A well-chained line whose sharing-domain payload does not decode (the rebuild would fail).
+        let firstLine = String(decoding: lines[0], as: UTF8.self)
+        let typeRange = try #require(firstLine.range(of: #""eventType":"[^"]+""#, options: .regularExpression))
+        let eventType = String(firstLine[typeRange].dropFirst(13).dropLast())
+        let (garbage, _) = EnvelopeCodec.encode(
+            EnvelopeCodec.Fields(
+                position: 1, recordedAtMicros: 1, container: SharingFixture.container, actor: "_alice", commandID: UUID(),
+                correlationID: nil, causationID: nil, schemaVersion: 1, stream: "user/_alice", streamVersion: 1,
+                streamPreviousPosition: 0, eventType: eventType, payload: [0xFF, 0xFF, 0xFF], previousHash: EventHash.zero.bytes))
+        let garbageLine = LogNDJSON.line(try garbage.withUnsafeBytes { raw throws(LedgerError) in try EnvelopeCodec.decode(raw, key: 1) })
+        cases.append(("undecodable", Array((garbageLine + "\n").utf8), 1))
+
         for (name, bytes, line) in cases {
             let target = try openLedger(f.dir.child("target-\(name)"))
             do {
@@ -257,6 +269,7 @@ struct ExportImportTests {
             } catch {
                 #expect(error.code == .invalidArguments, "\(name)")
                 #expect(error.message.hasPrefix("line \(line) "), "\(name): \(error.message)")
+                if name == "undecodable" { #expect(error.message.contains("does not decode"), "\(error.message)") }
             }
             #expect(try target.log.head().position == .start, "\(name)")
             #expect(try target.statistics().events == 0, "\(name)")

@@ -314,8 +314,23 @@ extension ShareLedger {
             guard LogNDJSON.line(envelope).utf8.elementsEqual(line) else {
                 throw refuse("it is not in the canonical form `share-ledger export` writes")
             }
-            guard !fields.container.isEmpty, !fields.stream.isEmpty, fields.streamVersion > 0 else {
-                throw refuse("its container, stream or stream version is empty")
+            for (value, what) in [(fields.container, "container"), (fields.stream, "stream"), (fields.eventType, "event type")] {
+                let utf8 = value.utf8
+                guard !utf8.isEmpty, utf8.count <= EventLog.Limits.maxNameBytes, !utf8.contains(0) else {
+                    throw refuse("its \(what) is not 1 to \(EventLog.Limits.maxNameBytes) bytes of UTF-8 without NUL")
+                }
+            }
+            guard fields.schemaVersion >= 1, fields.payload.count <= EventLog.Limits.maxPayloadBytes else {
+                throw refuse("its schema version is 0 or its payload is larger than \(EventLog.Limits.maxPayloadBytes) bytes")
+            }
+            // A sharing-domain event must decode, or rebuilding the read models after the import would fail.
+            let isDomain: Bool
+            do {
+                isDomain = try DomainEvent.decode(
+                    type: fields.eventType, schemaVersion: fields.schemaVersion, payload: fields.payload,
+                    position: fields.position) != nil
+            } catch {
+                throw refuse("its payload does not decode as \(fields.eventType): \(error.message)")
             }
             let streamKey = LogStore.streamKey(container: fields.container, stream: fields.stream)
             let stream: (version: UInt64, last: UInt64)
@@ -339,9 +354,6 @@ extension ShareLedger {
                 }
                 // The writer records 0 for a command of the sharing domain, and the stream's version
                 // for a raw append; domain events are those the domain decodes.
-                let isDomain = (try? DomainEvent.decode(
-                    type: fields.eventType, schemaVersion: fields.schemaVersion, payload: fields.payload,
-                    position: fields.position)) != nil
                 commandIndex[commandKey] = commands.count
                 commands.append(
                     ImportCommand(key: commandKey, first: fields.position, count: 1, streamVersion: isDomain ? 0 : fields.streamVersion))
