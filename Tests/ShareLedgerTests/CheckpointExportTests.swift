@@ -220,6 +220,31 @@ struct ExportImportTests {
         await f.ledger.close()
     }
 
+    @Test("an import larger than one batch keeps commands whole and its records equal to the original's")
+    func largeImport() async throws {
+        let dir = TemporaryDirectory()
+        let original = try openLedger(dir.child("original"))
+        // 1,301 commands of 7 events: the 8,192-event batch boundary falls inside a command.
+        for index in 0..<1_301 {
+            _ = try await original.log.append(
+                (0..<7).map { EventDraft(type: "example.Note", payload: Array("\(index).\($0)".utf8)) }, to: "notes/\(index % 10)",
+                metadata: CommandMetadata(container: SharingFixture.container, actor: "_alice"))
+        }
+        let text = try exportText(original, dir.child("all.ndjson"))
+        let copy = try openLedger(dir.child("copy"))
+        let summary = try await importBytes(copy, text, dir.child("in.ndjson"))
+        #expect(summary.events == 9_107)
+        #expect(try copy.log.head() == (try original.log.head()))
+        #expect(try copy.audit(scratchPath: dir.child("scratch")).ok)
+        for (a, b) in [(original.log.store.commands, copy.log.store.commands), (original.log.store.streams, copy.log.store.streams)] {
+            let left = try ReadModelRebuild.dump(original.log.store.environment, a)
+            let right = try ReadModelRebuild.dump(copy.log.store.environment, b)
+            #expect(left.map(\.0) == right.map(\.0) && left.map(\.1) == right.map(\.1), "\(a.name)")
+        }
+        await copy.close()
+        await original.close()
+    }
+
     @Test("a flipped character, a deleted line, swapped lines, a truncated last line: refused at the right line, nothing written")
     func brokenFiles() async throws {
         let (f, _) = try await busyLedger(#function)

@@ -182,7 +182,9 @@ extension ShareLedger {
     /// the canonical line of its event, positions must follow one another, each previous hash must be
     /// the hash before it, the hash recomputed from the fields (``EnvelopeCodec``) must be the line's,
     /// streams must be continuous and a command's events consecutive. Then the events are written in
-    /// batches through the writer thread, with the stream, command and head records the writer keeps.
+    /// batches through the writer thread, with the stream, command and head records the writer keeps;
+    /// a batch never splits a command, so a crash between batches leaves whole commands, and the rest
+    /// can be imported with an export `--since` the head.
     ///
     /// - Throws: ``LedgerError/Code/invalidArguments`` naming the first bad line (nothing is written);
     ///   ``LedgerError/Code/invalidArguments`` when the ledger is not empty and the file does not
@@ -207,9 +209,12 @@ extension ShareLedger {
         let total = UInt64(entries.events.count)
         var done = 0
         while done < entries.events.count {
-            let batch = Array(entries.events[done..<min(done + 8192, entries.events.count)])
-            let isLast = done + batch.count == entries.events.count
-            let commands = isLast ? entries.commands : []
+            // About 8,192 events, never splitting a command, so that each commit leaves whole
+            // commands with their records (a crash between batches leaves a ledger that audits clean).
+            var end = min(done + 8192, entries.events.count)
+            while end < entries.events.count && entries.events[end].command == entries.events[end - 1].command { end += 1 }
+            let batch = Array(entries.events[done..<end])
+            let commands = Array(entries.commands[batch[0].command...batch[batch.count - 1].command])
             _ = try await maintain { txn in
                 let head = try store.readHead(txn)
                 guard let first = batch.first, head.position.rawValue + 1 == first.position else {
@@ -247,6 +252,8 @@ extension ShareLedger {
         var recordedAtMicros: Int64
         var streamKey: [UInt8]
         var streamVersion: UInt64
+        /// The index of its command in the import's commands.
+        var command: Int
     }
 
     struct ImportCommand: Sendable {
@@ -342,6 +349,7 @@ extension ShareLedger {
             }
             streams[streamKey] = (fields.streamVersion, fields.position)
             let commandKey = LogStore.commandKey(container: fields.container, commandID: fields.commandID)
+            let command = commandIndex[commandKey] ?? commands.count
             if let index = commandIndex[commandKey] {
                 guard commands[index].first + UInt64(commands[index].count) == fields.position else {
                     throw refuse("its command id \(fields.commandID) was used by an earlier command")
@@ -361,7 +369,8 @@ extension ShareLedger {
             events.append(
                 ImportEvent(
                     position: fields.position, stored: stored, hash: EventHash(bytes: hash)!,
-                    recordedAtMicros: fields.recordedAtMicros, streamKey: streamKey, streamVersion: fields.streamVersion))
+                    recordedAtMicros: fields.recordedAtMicros, streamKey: streamKey, streamVersion: fields.streamVersion,
+                    command: command))
             previous = EventHash(bytes: hash)!
             position = fields.position
             recordedAt = fields.recordedAtMicros
