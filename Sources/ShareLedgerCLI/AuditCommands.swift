@@ -10,19 +10,45 @@ struct AuditCommand: AsyncParsableCommand {
         abstract: "Verify the chain, decode every event, and compare the read models with a rebuild from the log.",
         discussion: """
             Exit 0 when everything holds; 1 with the first bad position and what is wrong when anything \
-            does not; 2 when the ledger cannot be read. Audit a quiet ledger (or a copy): changes made \
+            does not (a checkpoint not signed by a --trusted-key, or not matching the log; an \
+            --expect-head the log does not hold); 2 when the ledger or a key file cannot be read. Audit a quiet ledger (or a copy): changes made \
             during the audit can show as differences.
             """)
 
     @OptionGroup var ledger: LedgerOptions
 
+    @Option(
+        name: .customLong("trusted-key"),
+        help: "A public key file (PREFIX.pub from `share-ledger keygen`); every checkpoint must be signed by a trusted key and still match the log. Repeatable.")
+    var trustedKeys: [String] = []
+
+    @Option(
+        name: .customLong("expect-head"),
+        help: "POS:HASH pinned outside the ledger; the event at POS must have HASH (64 hex digits). Repeatable.")
+    var expectHeads: [String] = []
+
+    func validate() throws {
+        for text in expectHeads where ExpectedHead(text) == nil {
+            throw ValidationError("--expect-head \(text) is not POS:HASH (a position, a colon, 64 hex digits)")
+        }
+    }
+
     func run() async throws {
+        var options = AuditOptions(expectedHeads: expectHeads.compactMap(ExpectedHead.init))
+        for path in trustedKeys {
+            do {
+                options.trustedKeys.append(try CheckpointPublicKey(contentsOfFile: path))
+            } catch {
+                Output.failure(error, json: ledger.json)
+                throw ExitCode(2)
+            }
+        }
         let shareLedger = try ledger.openWithoutWorker()
         let scratch = FileManager.default.temporaryDirectory
             .appendingPathComponent("share-ledger-audit-\(ProcessInfo.processInfo.processIdentifier)").path
         let report: AuditReport
         do {
-            report = try shareLedger.audit(scratchPath: scratch) { done, total in
+            report = try shareLedger.audit(scratchPath: scratch, options: options) { done, total in
                 Output.progress("audit: \(done) of \(total) events")
             }
         } catch {
@@ -38,7 +64,9 @@ struct AuditCommand: AsyncParsableCommand {
         } else if report.ok {
             print(
                 "audit ok: \(report.events) events, chain holds to \(report.headPosition) \(report.headHash); "
-                    + "indexes and read models match the log")
+                    + "indexes and read models match the log"
+                    + (trustedKeys.isEmpty ? "" : "; \(report.checkpointsVerified) signed checkpoints verified")
+                    + (expectHeads.isEmpty ? "" : "; \(report.expectedHeadsVerified) expected heads hold"))
         } else {
             print("audit FAILED" + (report.firstBadPosition.map { " (first bad position \($0))" } ?? "") + ":")
             for problem in report.problems { print("  \(problem)") }

@@ -12,7 +12,8 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             """,
         subcommands: [
             SimulateCommand.self, FetchCommand.self, AcceptCommand.self, StatsCommand.self, WorkerCommand.self,
-            TasksCommand.self, HistoryCommand.self, AccessCommand.self, AuditCommand.self, RebuildCommand.self, VerifyCommand.self,
+            TasksCommand.self, HistoryCommand.self, AccessCommand.self, AuditCommand.self, RebuildCommand.self,
+            KeygenCommand.self, CheckpointCommand.self, ExportCommand.self, ImportCommand.self, VerifyCommand.self,
             BenchCommand.self, DemoCommand.self,
         ]
     )

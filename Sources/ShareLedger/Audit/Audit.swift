@@ -2,7 +2,7 @@ import Foundation
 import LMDB
 import SwiftProtobuf
 
-/// What ``ShareLedger/audit(scratchPath:progress:)`` found.
+/// What ``ShareLedger/audit(scratchPath:options:progress:)`` found.
 public struct AuditReport: Sendable, Hashable, Codable {
     /// Whether everything holds: the chain, every event's payload, the stream and command records,
     /// and every read model against a rebuild from the log.
@@ -23,24 +23,35 @@ public struct AuditReport: Sendable, Hashable, Codable {
     public var projectionDifferences: [String: String]
     /// Whether the stream and command records (the log's own indexes) agree with the log.
     public var indexesMatch: Bool
+    /// Signed checkpoints stored in the ledger.
+    public var checkpoints: Int = 0
+    /// Checkpoints whose signature verified with a trusted key (``AuditOptions/trustedKeys``) and
+    /// whose position still holds the checkpointed hash.
+    public var checkpointsVerified: Int = 0
+    /// Pinned heads (``AuditOptions/expectedHeads``) the log still holds.
+    public var expectedHeadsVerified: Int = 0
 }
 
 extension ShareLedger {
     /// Audits the ledger: verifies the hash chain from the first event, decodes every event, checks
     /// the stream and command records against the log, rebuilds every read model from the log into a
     /// scratch ledger at `scratchPath` (created, then removed) and compares it with the live one.
+    /// Checks every stored checkpoint against the log (and, with ``AuditOptions/trustedKeys``, its
+    /// signature), and every head pinned in ``AuditOptions/expectedHeads``.
     ///
     /// Reads in chunks of short read transactions; the live ledger keeps working meanwhile (a
     /// comparison against a ledger that changes during the audit can report differences; audit a
     /// quiet ledger or a copy).
-    public func audit(scratchPath: String, progress: (@Sendable (UInt64, UInt64) -> Void)? = nil) throws(LedgerError)
+    public func audit(
+        scratchPath: String, options: AuditOptions = AuditOptions(), progress: (@Sendable (UInt64, UInt64) -> Void)? = nil
+    ) throws(LedgerError)
         -> AuditReport
     {
         let head = try log.head()
         var problems: [String] = []
         var firstBad: UInt64?
-        func bad(_ position: UInt64, _ text: String) {
-            if firstBad == nil || position < firstBad! { firstBad = position }
+        func bad(_ position: UInt64?, _ text: String) {
+            if let position, firstBad == nil || position < firstBad! { firstBad = position }
             if problems.count < 20 { problems.append(text) }
         }
 
@@ -143,7 +154,10 @@ extension ShareLedger {
             throw LedgerError.wrap(error, while: "checking the stream and command records")
         }
 
-        // 3. Read models against a rebuild.
+        // 3. Checkpoints and pinned heads.
+        let checkpoints = try auditCheckpoints(options, head: head.position.rawValue, bad: bad)
+
+        // 4. Read models against a rebuild.
         try? FileManager.default.removeItem(atPath: scratchPath)
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
         var differences: [String: String] = [:]
@@ -162,7 +176,8 @@ extension ShareLedger {
         return AuditReport(
             ok: problems.isEmpty, events: checked, headPosition: head.position.rawValue, headHash: head.hash.hex,
             firstBadPosition: firstBad, problems: problems, projectionsMatch: projectionsMatch,
-            projectionDifferences: differences, indexesMatch: indexesMatch)
+            projectionDifferences: differences, indexesMatch: indexesMatch, checkpoints: checkpoints.stored,
+            checkpointsVerified: checkpoints.verified, expectedHeadsVerified: checkpoints.headsVerified)
     }
 
     /// Rebuilds every read model from the log, in place, in one write transaction on the writer

@@ -19,6 +19,9 @@ final class LogStore: Sendable {
     /// container ‖ 0x00 ‖ stream name → stream version (8) ‖ position of its last event (8), big-endian.
     /// Older events of a stream are found through each envelope's `stream_previous_position`.
     let streams: Database
+    /// position (8-byte big-endian) → a signed checkpoint of the head at that position
+    /// (``Checkpoint``; layout in `docs/log-format.md`). Not a read model: it cannot be rebuilt from the log.
+    let checkpoints: Database
     /// The read models of the sharing domain.
     let models: ReadModels
 
@@ -27,6 +30,7 @@ final class LogStore: Sendable {
         ("meta", []),
         ("commands", []),
         ("streams", []),
+        ("checkpoints", []),
     ] + ReadModels.specs
 
     static let formatKey = Array("format_version".utf8)
@@ -38,7 +42,8 @@ final class LogStore: Sendable {
         self.meta = databases[1]
         self.commands = databases[2]
         self.streams = databases[3]
-        self.models = ReadModels(databases[4...])
+        self.checkpoints = databases[4]
+        self.models = ReadModels(databases[5...])
     }
 
     // MARK: - Opening

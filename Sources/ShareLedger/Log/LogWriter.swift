@@ -264,7 +264,12 @@ final class LogWriter: @unchecked Sendable {
                         case .maintenance(let work):
                             // A maintenance job that throws aborts the transaction (it may have
                             // written); the batch is then run again job by job, so only it fails.
+                            // Maintenance may read or move the head (an import writes events): it
+                            // sees the batch's appends so far, and later jobs append after what it
+                            // wrote (subscribers hear of it with the commit).
+                            if cursorHead != startHead { try store.writeHead(txn, cursorHead) }
                             outcomes.append(.maintenance(.success(try work(txn))))
+                            cursorHead = try store.readHead(txn)
                         }
                     }
                 }

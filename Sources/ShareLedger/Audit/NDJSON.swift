@@ -1,0 +1,388 @@
+import Foundation
+import LMDB
+
+/// The NDJSON form of the log (`docs/log-format.md`, "Export and import as NDJSON"): one event per
+/// line, every envelope field, keys in a fixed order, no spaces, so the same log always exports to
+/// the same bytes.
+public enum LogNDJSON {
+    /// The line of `envelope`, without its newline.
+    public static func line(_ envelope: EventEnvelope) -> String {
+        var out = "{\"position\":\(envelope.position.rawValue)"
+        out += ",\"recordedAtMicros\":\(envelope.recordedAtMicros)"
+        out += ",\"container\":" + quoted(envelope.container)
+        out += ",\"actor\":" + quoted(envelope.actor)
+        out += ",\"commandID\":" + uuid(envelope.commandID)
+        out += ",\"correlationID\":" + (envelope.correlationID.map(uuid) ?? "null")
+        out += ",\"causationID\":" + (envelope.causationID.map(uuid) ?? "null")
+        out += ",\"schemaVersion\":\(envelope.schemaVersion)"
+        out += ",\"stream\":" + quoted(envelope.stream)
+        out += ",\"streamVersion\":\(envelope.streamVersion)"
+        out += ",\"streamPreviousPosition\":\(envelope.streamPreviousPosition.rawValue)"
+        out += ",\"eventType\":" + quoted(envelope.eventType)
+        out += ",\"payload\":\"" + Data(envelope.payload).base64EncodedString() + "\""
+        out += ",\"previousHash\":\"" + envelope.previousHash.hex + "\""
+        out += ",\"hash\":\"" + envelope.hash.hex + "\"}"
+        return out
+    }
+
+    private static func uuid(_ id: UUID) -> String { "\"" + id.uuidString.lowercased() + "\"" }
+
+    /// A JSON string: `"` and `\` escaped with a backslash, control characters (below U+0020) as
+    /// `\u00xx` with lowercase hex digits, everything else as UTF-8.
+    static func quoted(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u00" + (hex.count == 1 ? "0" : "") + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+
+    /// What is wrong with a line.
+    struct LineProblem: Error {
+        var text: String
+        init(_ text: String) { self.text = text }
+    }
+
+    private struct Line: Decodable {
+        var position: UInt64
+        var recordedAtMicros: Int64
+        var container: String
+        var actor: String
+        var commandID: String
+        var correlationID: String?
+        var causationID: String?
+        var schemaVersion: UInt32
+        var stream: String
+        var streamVersion: UInt64
+        var streamPreviousPosition: UInt64
+        var eventType: String
+        var payload: String
+        var previousHash: String
+        var hash: String
+    }
+
+    /// Parses one line (without its newline) into the fields to encode and the hash the line claims.
+    /// Returns what is wrong instead when the line is not the canonical form of an event.
+    static func parse(_ bytes: ArraySlice<UInt8>) -> Result<(EnvelopeCodec.Fields, EventHash), LineProblem> {
+        let line: Line
+        do {
+            line = try JSONDecoder().decode(Line.self, from: Data(bytes))
+        } catch {
+            return .failure(LineProblem("not a JSON event line: \(describe(error))"))
+        }
+        guard let commandID = UUID(uuidString: line.commandID) else { return .failure(LineProblem("commandID is not a UUID")) }
+        var correlation: UUID?
+        if let text = line.correlationID {
+            guard let id = UUID(uuidString: text) else { return .failure(LineProblem("correlationID is not a UUID")) }
+            correlation = id
+        }
+        var causation: UUID?
+        if let text = line.causationID {
+            guard let id = UUID(uuidString: text) else { return .failure(LineProblem("causationID is not a UUID")) }
+            causation = id
+        }
+        guard let payload = Data(base64Encoded: line.payload) else { return .failure(LineProblem("payload is not base64")) }
+        guard let previous = EventHash(hex: line.previousHash) else { return .failure(LineProblem("previousHash is not 64 hex digits")) }
+        guard let hash = EventHash(hex: line.hash) else { return .failure(LineProblem("hash is not 64 hex digits")) }
+        return .success(
+            (
+                EnvelopeCodec.Fields(
+                    position: line.position, recordedAtMicros: line.recordedAtMicros, container: line.container,
+                    actor: line.actor, commandID: commandID, correlationID: correlation, causationID: causation,
+                    schemaVersion: line.schemaVersion, stream: line.stream, streamVersion: line.streamVersion,
+                    streamPreviousPosition: line.streamPreviousPosition, eventType: line.eventType,
+                    payload: Array(payload), previousHash: previous.bytes),
+                hash
+            ))
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.keyNotFound(let key, _): return "the key \"\(key.stringValue)\" is missing"
+        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
+            return "\"\(context.codingPath.map(\.stringValue).joined(separator: "."))\" has the wrong type"
+        case DecodingError.dataCorrupted(let context):
+            return context.codingPath.isEmpty
+                ? "malformed JSON" : "\"\(context.codingPath.map(\.stringValue).joined(separator: "."))\" is malformed"
+        default: return "\(error)"
+        }
+    }
+}
+
+/// What ``ShareLedger/export(since:to:progress:)`` wrote.
+public struct ExportSummary: Sendable, Hashable, Codable {
+    /// Lines (events) written.
+    public var events: UInt64
+    /// The first position written (0 when none).
+    public var firstPosition: UInt64
+    /// The last position written (0 when none).
+    public var lastPosition: UInt64
+    /// The hash of the last event written (hex), or of the export's starting point when none was.
+    public var lastHash: String
+}
+
+/// What ``ShareLedger/importLog(from:progress:)`` imported.
+public struct ImportSummary: Sendable, Hashable, Codable {
+    /// Events imported.
+    public var events: UInt64
+    /// The position of the last imported event (the head the import left).
+    public var headPosition: UInt64
+    /// The hash of the last imported event (hex).
+    public var headHash: String
+    /// Events replayed into the read models after the import.
+    public var replayed: UInt64
+}
+
+extension ShareLedger {
+    /// Writes the events after `since` to `handle` as NDJSON (``LogNDJSON/line(_:)`` and a newline
+    /// each), reading in chunks of short read transactions. `progress` gets (position, head).
+    @discardableResult
+    public func export(
+        since: LogPosition = .start, to handle: FileHandle, progress: (@Sendable (UInt64, UInt64) -> Void)? = nil
+    ) throws(LedgerError) -> ExportSummary {
+        let head = try log.head().position.rawValue
+        var summary = ExportSummary(events: 0, firstPosition: 0, lastPosition: 0, lastHash: EventHash.zero.hex)
+        if since.rawValue > 0, let hash = try storedHash(at: since.rawValue) { summary.lastHash = hash.hex }
+        var after = since
+        while after.rawValue < head {
+            let chunk = try log.events(after: after, limit: 4096).filter { $0.position.rawValue <= head }
+            guard let last = chunk.last else { break }
+            var text = ""
+            for envelope in chunk {
+                text += LogNDJSON.line(envelope)
+                text += "\n"
+            }
+            do {
+                try handle.write(contentsOf: Data(text.utf8))
+            } catch {
+                throw LedgerError(.storageFailure, "writing the export failed: \(error)")
+            }
+            if summary.firstPosition == 0 { summary.firstPosition = chunk[0].position.rawValue }
+            summary.events += UInt64(chunk.count)
+            summary.lastPosition = last.position.rawValue
+            summary.lastHash = last.hash.hex
+            after = last.position
+            progress?(after.rawValue, head)
+        }
+        return summary
+    }
+
+    /// Imports an NDJSON export (``export(since:to:progress:)``) read from `handle`, then rebuilds
+    /// the read models from the log.
+    ///
+    /// The ledger must be empty, or the file must continue its head (its first line at head + 1 with
+    /// the head's hash as previous hash). Every line is checked before anything is written: it must be
+    /// the canonical line of its event, positions must follow one another, each previous hash must be
+    /// the hash before it, the hash recomputed from the fields (``EnvelopeCodec``) must be the line's,
+    /// streams must be continuous and a command's events consecutive. Then the events are written in
+    /// batches through the writer thread, with the stream, command and head records the writer keeps;
+    /// a batch never splits a command, so a crash between batches leaves whole commands, and the rest
+    /// can be imported with an export `--since` the head.
+    ///
+    /// - Throws: ``LedgerError/Code/invalidArguments`` naming the first bad line (nothing is written);
+    ///   ``LedgerError/Code/invalidArguments`` when the ledger is not empty and the file does not
+    ///   continue it; ``LedgerError/Code/serverRecordChanged`` when another writer appends during the
+    ///   import; storage errors.
+    ///
+    /// The whole file and the encoded events are held in memory while they are checked.
+    @discardableResult
+    public func importLog(
+        from handle: FileHandle, progress: (@Sendable (UInt64, UInt64) -> Void)? = nil
+    ) async throws(LedgerError) -> ImportSummary {
+        let data: Data
+        do {
+            data = try handle.readToEnd() ?? Data()
+        } catch {
+            throw LedgerError(.invalidArguments, "reading the file to import failed: \(error)")
+        }
+        let start = try log.head()
+        let entries = try validateImport([UInt8](data), after: start)
+        // Write in batches, each one transaction on the writer thread.
+        let store = log.store
+        let total = UInt64(entries.events.count)
+        var done = 0
+        while done < entries.events.count {
+            // About 8,192 events, never splitting a command, so that each commit leaves whole
+            // commands with their records (a crash between batches leaves a ledger that audits clean).
+            var end = min(done + 8192, entries.events.count)
+            while end < entries.events.count && entries.events[end].command == entries.events[end - 1].command { end += 1 }
+            let batch = Array(entries.events[done..<end])
+            let commands = Array(entries.commands[batch[0].command...batch[batch.count - 1].command])
+            _ = try await maintain { txn in
+                let head = try store.readHead(txn)
+                guard let first = batch.first, head.position.rawValue + 1 == first.position else {
+                    throw LedgerError(
+                        .serverRecordChanged, "the ledger changed during the import (its head is now \(head.position)); "
+                            + "import into a ledger nobody else writes to")
+                }
+                for event in batch {
+                    try txn.put(store.log, key: BigEndian.bytes(of: event.position), value: event.stored)
+                    try store.writeStreamRecord(txn, key: event.streamKey, version: event.streamVersion, last: event.position)
+                }
+                for command in commands {
+                    try store.writeCommandRecord(
+                        txn, key: command.key, first: command.first, count: command.count, streamVersion: command.streamVersion)
+                }
+                let last = batch[batch.count - 1]
+                try store.writeHead(
+                    txn, LogHead(position: LogPosition(last.position), hash: last.hash, recordedAtMicros: last.recordedAtMicros))
+                return batch.count
+            }
+            done += batch.count
+            progress?(UInt64(done), total)
+        }
+        let replayed = entries.events.isEmpty ? 0 : try await rebuildReadModels()
+        let last = entries.events.last
+        return ImportSummary(
+            events: total, headPosition: last?.position ?? start.position.rawValue, headHash: (last?.hash ?? start.hash).hex,
+            replayed: replayed)
+    }
+
+    struct ImportEvent: Sendable {
+        var position: UInt64
+        var stored: [UInt8]
+        var hash: EventHash
+        var recordedAtMicros: Int64
+        var streamKey: [UInt8]
+        var streamVersion: UInt64
+        /// The index of its command in the import's commands.
+        var command: Int
+    }
+
+    struct ImportCommand: Sendable {
+        var key: [UInt8]
+        var first: UInt64
+        var count: UInt32
+        var streamVersion: UInt64
+    }
+
+    /// Checks every line of an import; returns the stored bytes and records to write, or throws
+    /// naming the first bad line.
+    func validateImport(_ bytes: [UInt8], after start: LogHead) throws(LedgerError) -> (
+        events: [ImportEvent], commands: [ImportCommand]
+    ) {
+        var events: [ImportEvent] = []
+        var commands: [ImportCommand] = []
+        var commandIndex: [[UInt8]: Int] = [:]
+        var streams: [[UInt8]: (version: UInt64, last: UInt64)] = [:]
+        var previous = start.hash
+        var position = start.position.rawValue
+        var recordedAt = start.recordedAtMicros
+        var lineNumber = 0
+        var offset = 0
+        func refuse(_ text: String) -> LedgerError {
+            LedgerError(
+                .invalidArguments, "line \(lineNumber) of the import is refused: \(text); nothing was imported")
+        }
+        while offset < bytes.count {
+            lineNumber += 1
+            guard let newline = bytes[offset...].firstIndex(of: UInt8(ascii: "\n")) else {
+                throw refuse("it has no newline at its end (the file is truncated)")
+            }
+            let line = bytes[offset..<newline]
+            offset = newline + 1
+            let fields: EnvelopeCodec.Fields
+            let claimed: EventHash
+            switch LogNDJSON.parse(line) {
+            case .failure(let problem): throw refuse(problem.text)
+            case .success(let parsed): (fields, claimed) = parsed
+            }
+            guard fields.position == position + 1 else {
+                throw refuse(
+                    "it is at position \(fields.position), expected \(position + 1)"
+                        + (position == start.position.rawValue && start.position.rawValue > 0
+                            ? " (the ledger is not empty: its head is \(start.position); import into an empty ledger or "
+                                + "import a file that continues its head)" : " (a line is missing or out of order)"))
+            }
+            guard fields.previousHash == previous.bytes else {
+                throw refuse(
+                    "its previous hash is not the hash of position \(position)"
+                        + (position == start.position.rawValue && position > 0 ? " (the head of the ledger)" : ""))
+            }
+            guard fields.recordedAtMicros >= recordedAt else {
+                throw refuse("its recorded time goes backwards")
+            }
+            let (stored, hash) = EnvelopeCodec.encode(fields)
+            guard hash == claimed.bytes else {
+                throw refuse("its hash does not match SHA-256(previous hash ‖ canonical bytes): the event was altered")
+            }
+            guard let envelope = try? stored.withUnsafeBytes({ raw throws(LedgerError) in
+                try EnvelopeCodec.decode(raw, key: fields.position)
+            }) else {
+                throw refuse("its envelope does not decode")
+            }
+            guard LogNDJSON.line(envelope).utf8.elementsEqual(line) else {
+                throw refuse("it is not in the canonical form `share-ledger export` writes")
+            }
+            for (value, what) in [(fields.container, "container"), (fields.stream, "stream"), (fields.eventType, "event type")] {
+                let utf8 = value.utf8
+                guard !utf8.isEmpty, utf8.count <= EventLog.Limits.maxNameBytes, !utf8.contains(0) else {
+                    throw refuse("its \(what) is not 1 to \(EventLog.Limits.maxNameBytes) bytes of UTF-8 without NUL")
+                }
+            }
+            guard fields.schemaVersion >= 1, fields.payload.count <= EventLog.Limits.maxPayloadBytes else {
+                throw refuse("its schema version is 0 or its payload is larger than \(EventLog.Limits.maxPayloadBytes) bytes")
+            }
+            // A sharing-domain event must decode, or rebuilding the read models after the import would fail.
+            let isDomain: Bool
+            do {
+                isDomain = try DomainEvent.decode(
+                    type: fields.eventType, schemaVersion: fields.schemaVersion, payload: fields.payload,
+                    position: fields.position) != nil
+            } catch {
+                throw refuse("its payload does not decode as \(fields.eventType): \(error.message)")
+            }
+            let streamKey = LogStore.streamKey(container: fields.container, stream: fields.stream)
+            let stream: (version: UInt64, last: UInt64)
+            if let known = streams[streamKey] { stream = known } else { stream = try streamRecordForImport(streamKey) }
+            guard fields.streamVersion == stream.version + 1, fields.streamPreviousPosition == stream.last else {
+                throw refuse(
+                    "stream \(fields.stream) is at version \(stream.version) (last position \(stream.last)), the event "
+                        + "says version \(fields.streamVersion) after \(fields.streamPreviousPosition)")
+            }
+            streams[streamKey] = (fields.streamVersion, fields.position)
+            let commandKey = LogStore.commandKey(container: fields.container, commandID: fields.commandID)
+            let command = commandIndex[commandKey] ?? commands.count
+            if let index = commandIndex[commandKey] {
+                guard commands[index].first + UInt64(commands[index].count) == fields.position else {
+                    throw refuse("its command id \(fields.commandID) was used by an earlier command")
+                }
+                commands[index].count += 1
+                if commands[index].streamVersion != 0 { commands[index].streamVersion = fields.streamVersion }
+            } else {
+                guard try !commandKnownForImport(commandKey) else {
+                    throw refuse("its command id \(fields.commandID) is already in the ledger")
+                }
+                // The writer records 0 for a command of the sharing domain, and the stream's version
+                // for a raw append; domain events are those the domain decodes.
+                commandIndex[commandKey] = commands.count
+                commands.append(
+                    ImportCommand(key: commandKey, first: fields.position, count: 1, streamVersion: isDomain ? 0 : fields.streamVersion))
+            }
+            events.append(
+                ImportEvent(
+                    position: fields.position, stored: stored, hash: EventHash(bytes: hash)!,
+                    recordedAtMicros: fields.recordedAtMicros, streamKey: streamKey, streamVersion: fields.streamVersion,
+                    command: command))
+            previous = EventHash(bytes: hash)!
+            position = fields.position
+            recordedAt = fields.recordedAtMicros
+        }
+        return (events, commands)
+    }
+
+    private func streamRecordForImport(_ key: [UInt8]) throws(LedgerError) -> (version: UInt64, last: UInt64) {
+        try read("reading a stream record") { txn in try log.store.streamRecord(txn, key: key) }
+    }
+
+    private func commandKnownForImport(_ key: [UInt8]) throws(LedgerError) -> Bool {
+        try read("reading a command record") { txn in try log.store.commandRecord(txn, key: key) != nil }
+    }
+}
