@@ -180,7 +180,7 @@ extension ShareLedger {
     /// The ledger must be empty, or the file must continue its head (its first line at head + 1 with
     /// the head's hash as previous hash). Every line is checked before anything is written: it must be
     /// the canonical line of its event, positions must follow one another, each previous hash must be
-    /// the hash before it, the hash recomputed from the fields (``EnvelopeCodec``) must be the line's,
+    /// the hash before it, the hash recomputed from the fields (the envelope codec) must be the line's,
     /// streams must be continuous and a command's events consecutive. Then the events are written in
     /// batches through the writer thread, with the stream, command and head records the writer keeps;
     /// a batch never splits a command, so a crash between batches leaves whole commands, and the rest

@@ -210,7 +210,12 @@ public struct Container: Sendable {
     /// (`hasiCloudAccount == false`) until someone verifies it. Inviting the same identity again
     /// updates its role and permission (or invites a removed participant again).
     ///
-    /// - Parameter ifChangeTag: Make the change only if the share still has this change tag.
+    /// - Parameters:
+    ///   - lookupInfo: Who to invite: an email address, a phone number or a user record id.
+    ///   - permission: `readOnly` or `readWrite`.
+    ///   - role: `privateUser` (the default) or `administrator`.
+    ///   - shareURL: The share's URL.
+    ///   - ifChangeTag: Make the change only if the share still has this change tag.
     /// - Throws: ``LedgerError/Code/tooManyParticipants`` past 100, ``LedgerError/Code/invalidArguments``
     ///   for a public share, a public-user or owner role, or permission `none`;
     ///   ``LedgerError/Code/permissionFailure`` for a caller who is not the owner or an administrator.
@@ -289,6 +294,7 @@ public struct Container: Sendable {
     /// `CKFetchShareMetadataOperation`), one result per distinct URL. Each fetch is recorded in the log.
     ///
     /// - Parameters:
+    ///   - urls: The share URLs (duplicates are fetched once).
     ///   - shouldFetchRootRecord: Include the root record of hierarchy shares (ignored for zone-wide shares).
     ///   - rootRecordDesiredKeys: The root record's fields to include: `nil` for all, `[]` for none.
     /// - Throws: ``LedgerError/Code/limitExceeded`` for more than 400 URLs (nothing is fetched).
