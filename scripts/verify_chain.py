@@ -89,14 +89,18 @@ def main(path):
             previous = value[-32:]
             expected += 1
         head = txn.get(b"head", db=meta)
+        version = txn.get(b"format_version", db=meta)
     count = expected - 1
-    if head is None or len(head) != 48:
-        print("no valid head record")
-        return 1
-    (head_position,) = struct.unpack(">Q", head[:8])
-    if head_position != count or head[8:40] != previous:
-        print(f"head record ({head_position}) does not name the last event ({count})")
-        return 1
+    if version is not None and struct.unpack(">I", version)[0] < 2:
+        # Format 1 also kept a head record; it must name the last event.
+        if head is None or len(head) != 48:
+            print("no valid head record")
+            return 1
+        (head_position,) = struct.unpack(">Q", head[:8])
+        if head_position != count or head[8:40] != previous:
+            print(f"head record ({head_position}) does not name the last event ({count})")
+            return 1
+    # Format 2: the head is the last entry of the log.
     print(f"chain holds: {count} events, head {count} {previous.hex()}")
     return 0
 

@@ -215,7 +215,7 @@ struct AppendBench {
 ///
 /// With `sameWrites`, each record also gets the other writes the ledger makes for it, as bare puts:
 /// a 20-byte idempotency record under a time-ordered 41-byte key, a 16-byte stream record under one
-/// of `streams` keys, and per commit a 48-byte head record.
+/// of `streams` keys (format 2 keeps no head record: the head is the last log entry).
 final class RawReplayer {
     let environment: Environment
     let log: Database
@@ -242,7 +242,6 @@ final class RawReplayer {
         let value = [UInt8](repeating: 0xA5, count: valueSize)
         let commandValue = [UInt8](repeating: 1, count: 20)
         let streamValue = [UInt8](repeating: 2, count: 16)
-        let headValue = [UInt8](repeating: 3, count: 48)
         let started = ContinuousClock.now
         try value.withUnsafeBytes { valueBytes in
             for size in commitSizes {
@@ -258,7 +257,6 @@ final class RawReplayer {
                             }
                         }
                     }
-                    if sameWrites { try txn.put(meta, key: Array("head".utf8), value: headValue) }
                 }
             }
         }

@@ -230,9 +230,6 @@ extension ShareLedger {
                     try store.writeCommandRecord(
                         txn, key: command.key, first: command.first, count: command.count, streamVersion: command.streamVersion)
                 }
-                let last = batch[batch.count - 1]
-                try store.writeHead(
-                    txn, LogHead(position: LogPosition(last.position), hash: last.hash, recordedAtMicros: last.recordedAtMicros))
                 return batch.count
             }
             done += batch.count

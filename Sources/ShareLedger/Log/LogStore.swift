@@ -7,7 +7,11 @@ import LMDB
 /// immutable handles, so it is `Sendable`.
 final class LogStore: Sendable {
     /// The format this code writes. Ledgers with a higher number are refused.
-    static let formatVersion: UInt32 = 1
+    ///
+    /// - 1: the head (position, hash, time of the last event) kept in `meta`/`head`, written by every commit.
+    /// - 2: the head is the last entry of `log` itself; `meta`/`head` is gone (one B-tree fewer per
+    ///   commit). A version 1 ledger is upgraded in place when opened for writing.
+    static let formatVersion: UInt32 = 2
 
     let environment: Environment
     /// position (8-byte big-endian) → stored envelope bytes.
@@ -156,6 +160,9 @@ final class LogStore: Sendable {
                     .formatTooNew, "the ledger at \(path) has format version \(stored); this version of "
                         + "ShareLedger reads up to \(LogStore.formatVersion). Upgrade ShareLedger to open it")
             }
+            if stored < 2 {
+                try upgradeFromVersion1(initialize: initialize)
+            }
         } else {
             guard initialize else {
                 throw LedgerError(.notALedger, "the ledger at \(path) has no format version")
@@ -166,48 +173,58 @@ final class LogStore: Sendable {
                         throw LedgerError(.corruptedData, "the ledger at \(path) has events but no format version")
                     }
                     try txn.put(meta, key: LogStore.formatKey, value: BigEndian.bytes(of: LogStore.formatVersion))
-                    try writeHead(txn, LogHead(position: .start, hash: .zero))
                 }
             } catch {
                 throw LedgerError.wrap(error, while: "initializing the ledger at \(path)")
             }
         }
         do {
+            _ = try environment.read { txn in try readHead(txn) }
+        } catch {
+            throw LedgerError.wrap(error, while: "reading the head of \(path)")
+        }
+    }
+
+    /// Format 1 kept a head record that every commit rewrote; format 2 reads the head from the last
+    /// log entry. Opened for writing, a version 1 ledger whose head record agrees with its log gets
+    /// version 2 and loses the record; opened read-only, it is read as it is.
+    private func upgradeFromVersion1(initialize: Bool) throws(LedgerError) {
+        let path = environment.options.path
+        do {
             try environment.read { txn in
-                let head = try readHead(txn)
-                let last = try txn.withCursor(log) { cursor in try cursor.last().flatMap { BigEndian.uint64($0.key) } } ?? 0
-                guard last == head.position.rawValue else {
+                guard let bytes = try txn.get(meta, key: LogStore.headKey) else { return }
+                let recorded = bytes.count == 48 ? BigEndian.uint64(bytes) : nil
+                let last = try readHead(txn).position.rawValue
+                guard recorded == last else {
                     throw LedgerError(
-                        .corruptedData, "the ledger at \(path) records head position \(head.position) but its "
-                            + "last event is at \(last); run `share-ledger audit`")
+                        .corruptedData, "the ledger at \(path) records head position \(recorded.map(String.init) ?? "?") "
+                            + "but its last event is at \(last); run `share-ledger audit`")
                 }
             }
+            guard initialize else { return }
+            try environment.write { txn in
+                try txn.put(meta, key: LogStore.formatKey, value: BigEndian.bytes(of: LogStore.formatVersion))
+                try txn.delete(meta, key: LogStore.headKey)
+            }
         } catch {
-            throw LedgerError.wrap(error, while: "checking the head of \(path)")
+            throw LedgerError.wrap(error, while: "upgrading the ledger at \(path) to format 2")
         }
     }
 
     // MARK: - Head
 
+    /// The head: the last log entry's position, hash and recorded time (the log's zero head when it
+    /// is empty). The entry's last 32 bytes are its hash; its recorded time is the envelope's field 2.
     func readHead(_ txn: borrowing Transaction) throws -> LogHead {
-        guard let bytes = try txn.get(meta, key: LogStore.headKey) else {
-            return LogHead(position: .start, hash: .zero)
-        }
-        guard bytes.count == 48, let position = BigEndian.uint64(bytes), let hash = EventHash(bytes: bytes[8..<40]),
-            let recordedAt = BigEndian.uint64(bytes, at: 40)
-        else {
-            throw LedgerError(.corruptedData, "the head record is \(bytes.count) bytes, expected 48")
-        }
-        return LogHead(position: LogPosition(position), hash: hash, recordedAtMicros: Int64(bitPattern: recordedAt))
-    }
-
-    /// head = position (8, big-endian) ‖ hash (32) ‖ recorded-at micros (8, big-endian, two's complement).
-    func writeHead(_ txn: borrowing Transaction, _ head: LogHead) throws {
-        try withUnsafeTemporaryAllocation(byteCount: 48, alignment: 8) { buffer in
-            buffer.storeBytes(of: head.position.rawValue.bigEndian, toByteOffset: 0, as: UInt64.self)
-            head.hash.bytes.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: buffer[8..<40]).copyMemory(from: $0) }
-            buffer.storeBytes(of: UInt64(bitPattern: head.recordedAtMicros).bigEndian, toByteOffset: 40, as: UInt64.self)
-            try LogStore.headKey.withUnsafeBytes { k in try txn.put(meta, key: k, value: UnsafeRawBufferPointer(buffer)) }
+        try txn.withCursor(log) { cursor in
+            guard let entry = try cursor.last() else { return LogHead(position: .start, hash: .zero) }
+            guard let position = BigEndian.uint64(entry.key), entry.value.count >= EnvelopeCodec.hashSuffixLength,
+                let hash = EventHash(bytes: entry.value[(entry.value.count - 32)...])
+            else {
+                throw LedgerError(.corruptedData, "the last log entry is malformed (key \(entry.key.count) bytes, value \(entry.value.count))")
+            }
+            return LogHead(
+                position: LogPosition(position), hash: hash, recordedAtMicros: EnvelopeCodec.recordedAtMicros(entry.value))
         }
     }
 

@@ -267,13 +267,11 @@ final class LogWriter: @unchecked Sendable {
                             // Maintenance may read or move the head (an import writes events): it
                             // sees the batch's appends so far, and later jobs append after what it
                             // wrote (subscribers hear of it with the commit).
-                            if cursorHead != startHead { try store.writeHead(txn, cursorHead) }
                             outcomes.append(.maintenance(.success(try work(txn))))
                             cursorHead = try store.readHead(txn)
                         }
                     }
                 }
-                if cursorHead != startHead { try store.writeHead(txn, cursorHead) }
                 return (outcomes, startHead, cursorHead)
             }
             if newHead != startHead {
