@@ -180,25 +180,13 @@ package enum EnvelopeCodec {
     /// malformed.
     static func recordedAtMicros(_ stored: UnsafeRawBufferPointer) -> Int64 {
         var index = 0
-        func varint() -> UInt64? {
-            var result: UInt64 = 0
-            var shift: UInt64 = 0
-            while index < stored.count && shift < 64 {
-                let byte = stored[index]
-                index += 1
-                result |= UInt64(byte & 0x7F) << shift
-                if byte & 0x80 == 0 { return result }
-                shift += 7
-            }
-            return nil
-        }
         if index < stored.count && stored[index] == 0x08 {
             index += 1
-            guard varint() != nil else { return 0 }
+            guard readVarint(stored, &index, limit: stored.count) != nil else { return 0 }
         }
         guard index < stored.count && stored[index] == 0x10 else { return 0 }
         index += 1
-        return varint().map { Int64(bitPattern: $0) } ?? 0
+        return readVarint(stored, &index, limit: stored.count).map { Int64(bitPattern: $0) } ?? 0
     }
 
     static func decode(_ stored: UnsafeRawBufferPointer, key: UInt64) throws(LedgerError) -> EventEnvelope {
