@@ -272,19 +272,6 @@ struct Decider {
         return .output(events, .none)
     }
 
-    /// The share that covers a record: the live share of the first record up its parent chain that is
-    /// a share root, else the zone's zone-wide share.
-    private func coveringShare(_ txn: borrowing Transaction, zone: ZoneState, from name: String?) throws -> String? {
-        var current = name
-        var seen = Set<String>()
-        while let next = current, !next.isEmpty, seen.insert(next).inserted {
-            guard let state = try models.record(txn, zoneID: zone.zoneID, next) else { break }
-            if !state.shareToken.isEmpty { return state.shareToken }
-            current = state.parentRecordName
-        }
-        return zone.zoneShareToken.isEmpty ? nil : zone.zoneShareToken
-    }
-
     /// Whether `name` or any record below it is the root of a live share.
     private func subtreeHasShare(_ txn: borrowing Transaction, zoneID: UInt64, _ name: String) throws -> Bool {
         var stack = [name]
@@ -312,7 +299,7 @@ struct Decider {
     /// For a write by someone other than the zone's owner: the writer must be an accepted participant
     /// with read-write permission of the share that covers the record.
     private func requireWriteAccess(_ txn: borrowing Transaction, zone: ZoneState, coveringFrom name: String?) throws {
-        guard let token = try coveringShare(txn, zone: zone, from: name), let share = try models.share(txn, token),
+        guard let token = try models.coveringShare(txn, zone: zone, from: name), let share = try models.share(txn, token),
             let entry = try models.participant(txn, of: actor, in: share, token: token),
             entry.state.status == .statusAccepted
         else {
@@ -342,12 +329,12 @@ struct Decider {
             let current = existing != nil ? name : record.parent?.recordName
             try requireWriteAccess(txn, zone: zone, coveringFrom: current)
             // The record must stay in the share the participant may write: no moving it out (or in).
-            let before = try coveringShare(txn, zone: zone, from: current)
+            let before = try models.coveringShare(txn, zone: zone, from: current)
             let after: String?
             if let existing, !existing.shareToken.isEmpty {
                 after = existing.shareToken
             } else {
-                after = try coveringShare(txn, zone: zone, from: record.parent?.recordName)
+                after = try models.coveringShare(txn, zone: zone, from: record.parent?.recordName)
             }
             guard before == after else {
                 throw LedgerError(.permissionFailure, "a participant cannot move a record out of the share it belongs to")

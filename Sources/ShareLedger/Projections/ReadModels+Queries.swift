@@ -101,4 +101,17 @@ extension ReadModels {
         let task = try ResidualTaskState(serializedBytes: first.value)
         return max(0, Double(now - task.scheduledAtMicros) / 1_000_000)
     }
+
+    /// The token of the share that covers a record: the live share of the first record up its
+    /// parent chain (from `name`, itself included) that is a share root, else the zone's zone-wide share.
+    func coveringShare(_ txn: borrowing Transaction, zone: ZoneState, from name: String?) throws -> String? {
+        var current = name
+        var seen = Set<String>()
+        while let next = current, !next.isEmpty, seen.insert(next).inserted {
+            guard let state = try record(txn, zoneID: zone.zoneID, next) else { break }
+            if !state.shareToken.isEmpty { return state.shareToken }
+            current = state.parentRecordName
+        }
+        return zone.zoneShareToken.isEmpty ? nil : zone.zoneShareToken
+    }
 }

@@ -130,7 +130,7 @@ public struct Container: Sendable {
                     throw LedgerError(.unknownItem, "record \(recordID.recordName) does not exist, or is not shared with you")
                 }
             }
-            let id = RecordID(recordName: recordID.recordName, zoneID: RecordZoneID(zoneName: zone.zoneName(recordID), ownerName: owner))
+            let id = RecordID(recordName: recordID.recordName, zoneID: RecordZoneID(zoneName: recordID.zoneID.zoneName, ownerName: owner))
             return try ledger.presenter.record(txn, state, id: id)
         }
     }
@@ -138,16 +138,7 @@ public struct Container: Sendable {
     static func canRead(_ txn: borrowing Transaction, _ models: ReadModels, zone: ZoneState, record: String, user: String)
         throws -> Bool
     {
-        var current: String? = record
-        var seen = Set<String>()
-        var token: String?
-        while let next = current, !next.isEmpty, seen.insert(next).inserted, token == nil {
-            guard let state = try models.record(txn, zoneID: zone.zoneID, next) else { break }
-            if !state.shareToken.isEmpty { token = state.shareToken }
-            current = state.parentRecordName
-        }
-        if token == nil && !zone.zoneShareToken.isEmpty { token = zone.zoneShareToken }
-        guard let token, let share = try models.share(txn, token),
+        guard let token = try models.coveringShare(txn, zone: zone, from: record), let share = try models.share(txn, token),
             let entry = try models.participant(txn, of: user, in: share, token: token)
         else { return false }
         return entry.state.status == .statusAccepted
@@ -543,8 +534,4 @@ public struct ParticipantVerification: Sendable, Hashable {
     public var code: String
     /// When the code stops working.
     public var expiresAt: Date
-}
-
-extension ZoneState {
-    fileprivate func zoneName(_ id: RecordID) -> String { id.zoneID.zoneName }
 }
