@@ -7,11 +7,16 @@ import ShareLedger
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Measure append throughput next to a raw LMDB baseline, in one process.",
+        abstract: "Measure the ledger's throughput and latencies next to raw LMDB baselines, in one process.",
         discussion: """
-            Each figure is measured on a fresh ledger under --path, then the same commit pattern (the \
-            same number of records per commit, the same record sizes, the same durability) is replayed \
-            with bare LMDB cursor puts. Ratios compare the two measured side by side in this run.
+            Each write figure is measured on a fresh ledger under --path, then the same commit pattern \
+            (the same number of records per commit, the same record sizes, the same durability) is \
+            replayed with bare LMDB cursor puts. Reads are measured next to raw point reads and raw \
+            cursor scans. Ratios compare figures measured side by side in this run.
+
+            Parts (--only): append (share actions: 64 callers and one), events (bare event appends), \
+            fetch (logged metadata fetches), residual (accept to zone latency), scale (metadata \
+            queries at growing ledger sizes, raw scan, chain verification, rebuild, snapshot, memory).
             """)
 
     @Option(help: "A directory for the scratch ledgers (created; emptied of bench-* folders first).")
@@ -32,7 +37,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print {\"figures\": {NAME: number}} as JSON.")
     var json = false
 
-    @Option(help: "Run only these parts, comma-separated: append, residual (default: all).")
+    @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale (default: all).")
     var only: String?
 
     @Option(help: "Accepts per second offered in the residual-task latency part.")
@@ -41,13 +46,15 @@ struct BenchCommand: AsyncParsableCommand {
     func validate() throws {
         guard (1...50).contains(repeats) else { throw ValidationError("--repeats must be 1...50") }
         guard (100...50_000).contains(acceptRate) else { throw ValidationError("--accept-rate must be 100...50000") }
-        for part in parts where !["append", "residual"].contains(part) {
-            throw ValidationError("unknown part \(part); the parts are append and residual")
+        for part in parts where !Self.allParts.contains(part) {
+            throw ValidationError("unknown part \(part); the parts are \(Self.allParts.joined(separator: ", "))")
         }
     }
 
+    static let allParts = ["append", "events", "fetch", "residual", "scale"]
+
     private var parts: Set<String> {
-        Set((only ?? "append,residual").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        Set((only ?? Self.allParts.joined(separator: ",")).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
     }
 
     struct Report: Encodable {
@@ -68,27 +75,88 @@ struct BenchCommand: AsyncParsableCommand {
             let bench = AppendBench(root: root, round: round, durability: durability, writerPoll: writerPoll)
             var figures: [String: Double] = [:]
             if parts.contains("append") {
-                let concurrent = try await bench.interleaved(name: "concurrent", callers: 64, perCaller: perCaller) {
-                    Output.progress("round \(round)/\(repeats): 64 concurrent callers, segment \($0)/\($1)")
+                let actions = ShareActionBench(directory: bench.directory, durability: durability, writerPoll: writerPoll)
+                let concurrent = try await actions.mixed(name: "actions-concurrent", callers: 64, cycles: quick ? 4 : 16) {
+                    Output.progress("round \(round)/\(repeats): share actions, 64 concurrent callers, segment \($0)/\($1)")
                 }
-                let single = try await bench.interleaved(name: "single", callers: 1, perCaller: singleAppends) {
-                    Output.progress("round \(round)/\(repeats): one caller, segment \($0)/\($1)")
+                let single = try await actions.mixed(name: "actions-single", callers: 1, cycles: quick ? 60 : 300) {
+                    Output.progress("round \(round)/\(repeats): share actions, one caller, segment \($0)/\($1)")
                 }
                 Output.endProgress()
                 figures.merge([
                     "append.concurrent64.perSecond": concurrent.perSecond,
                     "append.concurrent64.rawPerSecond": concurrent.rawPerSecond,
-                    "append.concurrent64.rawSameWritesPerSecond": concurrent.rawSameWritesPerSecond,
                     "append.concurrent64.ratio": concurrent.perSecond / concurrent.rawPerSecond,
-                    "append.concurrent64.ratioToSameWrites": concurrent.perSecond / concurrent.rawSameWritesPerSecond,
                     "append.concurrent64.meanCommitSize": concurrent.meanCommitSize,
                     "append.single.perSecond": single.perSecond,
                     "append.single.rawPerSecond": single.rawPerSecond,
-                    "append.single.rawSameWritesPerSecond": single.rawSameWritesPerSecond,
                     "append.single.ratio": single.perSecond / single.rawPerSecond,
-                    "append.single.ratioToSameWrites": single.perSecond / single.rawSameWritesPerSecond,
                     "append.storedBytesPerEvent": Double(concurrent.valueSize),
                 ]) { $1 }
+            }
+            if parts.contains("events") {
+                let concurrent = try await bench.interleaved(name: "concurrent", callers: 64, perCaller: perCaller) {
+                    Output.progress("round \(round)/\(repeats): bare events, 64 concurrent callers, segment \($0)/\($1)")
+                }
+                let single = try await bench.interleaved(name: "single", callers: 1, perCaller: singleAppends) {
+                    Output.progress("round \(round)/\(repeats): bare events, one caller, segment \($0)/\($1)")
+                }
+                Output.endProgress()
+                figures.merge([
+                    "appendEvent.concurrent64.perSecond": concurrent.perSecond,
+                    "appendEvent.concurrent64.rawPerSecond": concurrent.rawPerSecond,
+                    "appendEvent.concurrent64.rawSameWritesPerSecond": concurrent.rawSameWritesPerSecond,
+                    "appendEvent.concurrent64.ratio": concurrent.perSecond / concurrent.rawPerSecond,
+                    "appendEvent.concurrent64.ratioToSameWrites": concurrent.perSecond / concurrent.rawSameWritesPerSecond,
+                    "appendEvent.concurrent64.meanCommitSize": concurrent.meanCommitSize,
+                    "appendEvent.single.perSecond": single.perSecond,
+                    "appendEvent.single.rawPerSecond": single.rawPerSecond,
+                    "appendEvent.single.rawSameWritesPerSecond": single.rawSameWritesPerSecond,
+                    "appendEvent.single.ratio": single.perSecond / single.rawPerSecond,
+                    "appendEvent.single.ratioToSameWrites": single.perSecond / single.rawSameWritesPerSecond,
+                    "appendEvent.storedBytesPerEvent": Double(concurrent.valueSize),
+                ]) { $1 }
+            }
+            if parts.contains("fetch") {
+                let actions = ShareActionBench(directory: bench.directory, durability: durability, writerPoll: writerPoll)
+                let fetch = try await actions.fetches(callers: 64, perCaller: quick ? 60 : 300) {
+                    Output.progress("round \(round)/\(repeats): logged fetches, 64 callers, segment \($0)/\($1)")
+                }
+                Output.endProgress()
+                figures["fetch.logged.perSecond"] = fetch.perSecond
+                figures["fetch.logged.rawPerSecond"] = fetch.rawPerSecond
+                figures["fetch.logged.ratio"] = fetch.perSecond / fetch.rawPerSecond
+                figures["fetch.logged.meanCommitSize"] = fetch.meanCommitSize
+            }
+            if parts.contains("scale") {
+                let sizes: [UInt64] = quick ? [10_000, 100_000] : [10_000, 100_000, 1_000_000]
+                let scale = try await ScaleBench(directory: bench.directory).run(sizes: sizes, queries: quick ? 5_000 : 20_000) {
+                    Output.progress("round \(round)/\(repeats): \($0)")
+                }
+                Output.endProgress()
+                for point in scale.points {
+                    let size = point.events >= 1_000_000 ? "1M" : point.events >= 100_000 ? "100k" : "10k"
+                    figures["scale.\(size).events"] = Double(point.events)
+                    figures["scale.\(size).metadataP50Micros"] = point.metadataP50Micros
+                    figures["scale.\(size).metadataP99Micros"] = point.metadataP99Micros
+                    figures["scale.\(size).rawPointReadP50Micros"] = point.rawPointReadP50Micros
+                }
+                if let small = scale.points.first, let large = scale.points.last {
+                    figures["query.metadata.p50Micros"] = small.metadataP50Micros
+                    figures["query.rawPointRead.p50Micros"] = small.rawPointReadP50Micros
+                    figures["scale.metadataQueryRatio"] = large.metadataP50Micros / small.metadataP50Micros
+                }
+                figures["scale.participants10.metadataP50Micros"] = scale.participants10P50Micros
+                figures["scale.participants100.metadataP50Micros"] = scale.participants100P50Micros
+                figures["scan.rawPerSecond"] = scale.scanPerSecond
+                figures["verify.perSecond"] = scale.verifyPerSecond
+                figures["verify.ratioToScan"] = scale.verifyPerSecond / scale.scanPerSecond
+                figures["rebuild.perSecond"] = scale.rebuildPerSecond
+                figures["rebuild.ratioToScan"] = scale.rebuildPerSecond / scale.scanPerSecond
+                figures["rebuild.events"] = Double(scale.events)
+                figures["snapshot.atHeadSeconds"] = scale.snapshotSeconds
+                figures["memory.rebuildPeakAnonMB"] = scale.rebuildPeakAnonMB
+                figures["memory.rebuildAnonGrowthMB"] = scale.rebuildAnonGrowthMB
             }
             if parts.contains("residual") {
                 let residual = try await AcceptResidualBench(

@@ -1,0 +1,431 @@
+import Foundation
+import LMDB
+import ShareLedger
+
+/// The share-action workload of `share-ledger bench`: per caller an owner with a zone of records and
+/// three invitees; one *cycle* is the life of one share at realistic proportions:
+///
+/// 1 create share, 3 invitations, 3 metadata fetches (one per invitee, each logged), 2 accepts
+/// — 9 durable actions, each appending one event.
+struct ShareWorkload: Sendable {
+    static let container = "iCloud.com.example.bench"
+    static let actionsPerCycle = 9
+    let ledger: ShareLedger
+    let callers: Int
+    let zone = RecordZoneID(zoneName: "Bench")
+
+    func ownerName(_ caller: Int) -> String { "_owner\(caller)" }
+    func inviteeName(_ caller: Int, _ index: Int) -> String { "_invitee\(caller)_\(index)" }
+    func owner(_ caller: Int) -> Container { ledger.container(Self.container, userRecordName: ownerName(caller)) }
+    func invitee(_ caller: Int, _ index: Int) -> Container {
+        ledger.container(Self.container, userRecordName: inviteeName(caller, index))
+    }
+
+    /// Registers every user, saves every owner's zone and `records` root records per owner (not measured).
+    static func setUp(_ ledger: ShareLedger, callers: Int, records: Int) async throws -> ShareWorkload {
+        let workload = ShareWorkload(ledger: ledger, callers: callers)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for caller in 0..<callers {
+                group.addTask {
+                    try await ledger.registerUser(workload.ownerName(caller), in: container)
+                    for index in 0..<3 {
+                        try await ledger.registerUser(
+                            workload.inviteeName(caller, index), in: container,
+                            emailAddress: "invitee\(caller)_\(index)@example.com")
+                    }
+                    let owner = workload.owner(caller)
+                    _ = try await owner.save(RecordZone(zoneID: workload.zone))
+                    for record in 0..<records {
+                        _ = try await owner.save(
+                            Record(recordType: "Doc", recordID: RecordID(recordName: "doc\(record)", zoneID: workload.zone)))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        return workload
+    }
+
+    /// One cycle on root record `record` of `caller`'s zone: 9 actions.
+    @discardableResult
+    func cycle(caller: Int, record: Int) async throws -> URL {
+        let owner = owner(caller)
+        let url = try await owner.share(rootRecord: RecordID(recordName: "doc\(record)", zoneID: zone)).url
+        for index in 0..<3 {
+            _ = try await owner.addParticipant(
+                LookupInfo(userRecordID: RecordID(userRecordName: inviteeName(caller, index))), permission: .readWrite, to: url)
+        }
+        var metadatas: [Share.Metadata] = []
+        for index in 0..<3 { metadatas.append(try await invitee(caller, index).shareMetadata(for: url)) }
+        for index in 0..<2 { _ = try await invitee(caller, index).accept(metadatas[index]) }
+        return url
+    }
+}
+
+/// The mean stored size of the events at `positions` (sampled), in bytes.
+func meanStoredSize(_ log: EventLog, _ positions: ClosedRange<UInt64>) throws -> Int {
+    let step = max(1, (positions.upperBound - positions.lowerBound) / 500)
+    var total = 0
+    var count = 0
+    for position in stride(from: positions.lowerBound, through: positions.upperBound, by: Int(step)) {
+        if let size = try log.storedSize(at: LogPosition(position)) {
+            total += size
+            count += 1
+        }
+    }
+    return count == 0 ? 0 : total / count
+}
+
+/// Share actions from N concurrent callers (and from one), measured in segments interleaved with
+/// their raw LMDB replays, like ``AppendBench``.
+struct ShareActionBench {
+    let directory: URL
+    let durability: Durability
+    let writerPoll: Int
+
+    struct Figures {
+        var perSecond: Double
+        var rawPerSecond: Double
+        var meanCommitSize: Double
+        var valueSize: Int
+    }
+
+    private func openLedger(_ name: String) throws -> ShareLedger {
+        var configuration = EventLog.Configuration(
+            path: directory.appendingPathComponent("\(name)-ledger").path, durability: durability, initialMapSize: 1 << 30)
+        configuration.recordsCommitSizes = true
+        configuration.writerPollMicroseconds = writerPoll
+        // The worker's zone creations are measured by the residual part; here only the actions.
+        configuration.residualTaskWorker = nil
+        return try ShareLedger.open(configuration)
+    }
+
+    /// `callers` tasks, each running `cycles` share cycles (9 actions each), in segments; after each
+    /// ledger segment its commit pattern is replayed on a bare LMDB environment.
+    func mixed(name: String, callers: Int, cycles: Int, progress: (Int, Int) -> Void) async throws -> Figures {
+        let ledger = try openLedger(name)
+        let workload = try await ShareWorkload.setUp(ledger, callers: callers, records: cycles)
+        let raw = try RawReplayer(path: directory.appendingPathComponent("\(name)-raw").path, durability: durability)
+        let segments = min(AppendBench.segments, cycles)
+        var ledgerSeconds = 0.0
+        var rawSeconds = 0.0
+        var actions = 0
+        var valueSize = 0
+        var next = 0
+        var measuredSizes: [Int] = []
+        for segment in 0..<segments {
+            progress(segment + 1, segments)
+            let count = cycles / segments + (segment < cycles % segments ? 1 : 0)
+            let commitsBefore = ledger.log.commitSizes().count
+            let headBefore = try ledger.log.head().position.rawValue
+            let first = next
+            let started = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for caller in 0..<callers {
+                    group.addTask {
+                        for record in first..<(first + count) { try await workload.cycle(caller: caller, record: record) }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            ledgerSeconds += (ContinuousClock.now - started).seconds
+            next += count
+            actions += callers * count * ShareWorkload.actionsPerCycle
+            let head = try ledger.log.head().position.rawValue
+            if valueSize == 0 { valueSize = try meanStoredSize(ledger.log, (headBefore + 1)...head) }
+            let sizes = Array(ledger.log.commitSizes()[commitsBefore...])
+            measuredSizes += sizes
+            rawSeconds += try raw.replay(sizes, valueSize: valueSize)
+        }
+        await ledger.close()
+        raw.close()
+        return Figures(
+            perSecond: Double(actions) / ledgerSeconds, rawPerSecond: Double(actions) / rawSeconds,
+            meanCommitSize: Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize: valueSize)
+    }
+
+    /// 64 callers, each fetching the metadata of its own share over and over (every fetch appends a
+    /// `ShareMetadataFetched` event), next to the raw replay of the same commits.
+    func fetches(callers: Int, perCaller: Int, progress: (Int, Int) -> Void) async throws -> Figures {
+        let ledger = try openLedger("fetch")
+        let workload = try await ShareWorkload.setUp(ledger, callers: callers, records: 1)
+        var urls: [URL] = []
+        for caller in 0..<callers { urls.append(try await workload.cycle(caller: caller, record: 0)) }
+        let shareURLs = urls
+        let raw = try RawReplayer(path: directory.appendingPathComponent("fetch-raw").path, durability: durability)
+        let segments = min(AppendBench.segments, perCaller)
+        var ledgerSeconds = 0.0
+        var rawSeconds = 0.0
+        var fetches = 0
+        var valueSize = 0
+        var measuredSizes: [Int] = []
+        for segment in 0..<segments {
+            progress(segment + 1, segments)
+            let count = perCaller / segments + (segment < perCaller % segments ? 1 : 0)
+            let commitsBefore = ledger.log.commitSizes().count
+            let headBefore = try ledger.log.head().position.rawValue
+            let started = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for caller in 0..<callers {
+                    group.addTask {
+                        let invitee = workload.invitee(caller, 2)
+                        for _ in 0..<count { _ = try await invitee.shareMetadata(for: shareURLs[caller]) }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            ledgerSeconds += (ContinuousClock.now - started).seconds
+            fetches += callers * count
+            let head = try ledger.log.head().position.rawValue
+            if valueSize == 0 { valueSize = try meanStoredSize(ledger.log, (headBefore + 1)...head) }
+            let sizes = Array(ledger.log.commitSizes()[commitsBefore...])
+            measuredSizes += sizes
+            rawSeconds += try raw.replay(sizes, valueSize: valueSize)
+        }
+        await ledger.close()
+        raw.close()
+        return Figures(
+            perSecond: Double(fetches) / ledgerSeconds, rawPerSecond: Double(fetches) / rawSeconds,
+            meanCommitSize: Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize: valueSize)
+    }
+}
+
+/// Latency percentiles of a closure called `count` times, in microseconds.
+func latencyMicros(count: Int, _ body: (Int) throws -> Void) rethrows -> (p50: Double, p99: Double) {
+    var samples: [Double] = []
+    samples.reserveCapacity(count)
+    let clock = ContinuousClock()
+    for index in 0..<count {
+        let started = clock.now
+        try body(index)
+        samples.append((clock.now - started).seconds * 1_000_000)
+    }
+    samples.sort()
+    return (samples[samples.count / 2], samples[min(samples.count - 1, samples.count * 99 / 100)])
+}
+
+/// Metadata queries, replay speeds and how they scale with the ledger's size: a ledger is grown to
+/// each size with the share workload (no-sync: only its contents matter here), and measured at each.
+struct ScaleBench {
+    let directory: URL
+
+    struct Point {
+        var events: UInt64
+        var metadataP50Micros: Double
+        var metadataP99Micros: Double
+        var rawPointReadP50Micros: Double
+    }
+
+    struct Figures {
+        var points: [Point]
+        var rebuildPerSecond: Double
+        var snapshotSeconds: Double
+        var verifyPerSecond: Double
+        var scanPerSecond: Double
+        var rebuildPeakAnonMB: Double
+        var rebuildAnonGrowthMB: Double
+        var participants10P50Micros: Double
+        var participants100P50Micros: Double
+        var events: UInt64
+    }
+
+    /// Grows one ledger through `sizes` (events), measuring the metadata query at each; at the last
+    /// size measures the raw scan, chain verification, rebuild (in place and into a scratch ledger)
+    /// and the rebuild's peak anonymous memory.
+    func run(sizes: [UInt64], queries: Int, progress: (String) -> Void) async throws -> Figures {
+        let path = directory.appendingPathComponent("scale-ledger").path
+        var configuration = EventLog.Configuration(path: path, durability: .unsafeNoSync, initialMapSize: 1 << 30)
+        configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
+        let ledger = try ShareLedger.open(configuration)
+        let callers = 64
+        let workload = try await ShareWorkload.setUp(ledger, callers: callers, records: 0)
+        let owner = workload.owner(0)
+        var urls: [URL] = []
+        var points: [Point] = []
+        var nextRecord = 0
+        let rawPath = directory.appendingPathComponent("scale-raw").path
+        let raw = try RawReplayer(path: rawPath, durability: .unsafeNoSync)
+        defer { raw.close() }
+        for size in sizes {
+            // Grow: each round is one cycle per caller on a new root record.
+            while try ledger.log.head().position.rawValue < size {
+                progress("scale: growing the ledger to \(size) events (\(try ledger.log.head().position.rawValue))")
+                let record = nextRecord
+                nextRecord += 1
+                let made = try await withThrowingTaskGroup(of: URL.self) { group in
+                    for caller in 0..<callers {
+                        group.addTask {
+                            _ = try await workload.owner(caller).save(
+                                Record(recordType: "Doc", recordID: RecordID(recordName: "doc\(record)", zoneID: workload.zone)))
+                            return try await workload.cycle(caller: caller, record: record)
+                        }
+                    }
+                    var made: [URL] = []
+                    for try await url in group { made.append(url) }
+                    return made
+                }
+                urls += made.filter { _ in urls.count < 4_096 }
+            }
+            try await ledger.waitForResidualTasks(timeout: .seconds(120))
+            let events = try ledger.log.head().position.rawValue
+            progress("scale: metadata queries at \(events) events")
+            // The owner of caller 0 asks for the metadata of its shares (owner-relative metadata).
+            let ownerURLs = try owner.ownedShares().compactMap(\.url)
+            var generator = SplitMix(seed: events)
+            let query = try latencyMicros(count: queries) { _ in
+                _ = try owner.shareMetadataWithoutLogging(for: ownerURLs[Int(generator.next() % UInt64(ownerURLs.count))])
+            }
+            // The same number of raw point reads, of random keys of a raw log holding as many entries.
+            try raw.fill(upTo: events, valueSize: 64)
+            let point = try latencyMicros(count: queries) { _ in
+                try raw.pointRead(UInt64(generator.next() % events) + 1)
+            }
+            points.append(Point(events: events, metadataP50Micros: query.p50, metadataP99Micros: query.p99, rawPointReadP50Micros: point.p50))
+        }
+
+        // Participants per share: a share with 10 and one with 100 participants, owner-relative metadata.
+        progress("scale: shares with 10 and 100 participants")
+        var participantP50: [Int: Double] = [:]
+        for count in [10, 100] {
+            let name = "wide\(count)"
+            _ = try await owner.save(Record(recordType: "Doc", recordID: RecordID(recordName: name, zoneID: workload.zone)))
+            let url = try await owner.share(rootRecord: RecordID(recordName: name, zoneID: workload.zone)).url
+            for index in 0..<(count - 1) {
+                _ = try await owner.addParticipant(
+                    LookupInfo(emailAddress: "wide\(count)_\(index)@example.com"), permission: .readOnly, to: url)
+            }
+            participantP50[count] = try latencyMicros(count: queries) { _ in _ = try owner.shareMetadataWithoutLogging(for: url) }.p50
+        }
+
+        let events = try ledger.log.head().position.rawValue
+        progress("scale: raw scan of \(events) events")
+        var started = ContinuousClock.now
+        _ = try ledger.log.rawScan()
+        let scanSeconds = (ContinuousClock.now - started).seconds
+        progress("scale: verifying the chain of \(events) events")
+        started = ContinuousClock.now
+        let verification = try ledger.log.verifyChain()
+        let verifySeconds = (ContinuousClock.now - started).seconds
+        guard verification.isValid else { throw BenchFailure("the chain does not verify: \(verification.problem ?? "")") }
+
+        progress("scale: rebuilding the read models of \(events) events")
+        let memory = AnonymousMemorySampler()
+        memory.start()
+        started = ContinuousClock.now
+        _ = try await ledger.rebuildReadModels()
+        let rebuildSeconds = (ContinuousClock.now - started).seconds
+        let (peak, baseline) = memory.stop()
+
+        progress("scale: a snapshot of the read models as of the head (a replay of \(events) events)")
+        let scratch = directory.appendingPathComponent("scale-snapshot").path
+        started = ContinuousClock.now
+        let view = try ledger.snapshot(at: .position(LogPosition(events)), path: scratch)
+        let snapshotSeconds = (ContinuousClock.now - started).seconds
+        await view.close()
+        await ledger.close()
+
+        return Figures(
+            points: points, rebuildPerSecond: Double(events) / rebuildSeconds,
+            snapshotSeconds: snapshotSeconds,
+            verifyPerSecond: Double(verification.eventsChecked) / verifySeconds,
+            scanPerSecond: Double(events) / scanSeconds,
+            rebuildPeakAnonMB: Double(peak) / 1_048_576, rebuildAnonGrowthMB: Double(peak - baseline) / 1_048_576,
+            participants10P50Micros: participantP50[10] ?? 0, participants100P50Micros: participantP50[100] ?? 0,
+            events: events)
+    }
+}
+
+/// A failed bench precondition.
+struct BenchFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// SplitMix64, for the bench's random keys.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// Samples the process's anonymous resident memory (`RssAnon` in /proc/self/status) every 5 ms on
+/// a thread of its own; `stop()` returns the peak and the value when sampling started, in bytes.
+final class AnonymousMemorySampler: @unchecked Sendable {
+    // @unchecked: `peak`, `baseline` and `running` are read and written only under `lock`.
+    private let lock = NSLock()
+    private var peak = 0
+    private var baseline = 0
+    private var running = false
+    private var thread: Thread?
+
+    static func current() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("RssAnon:") {
+            let digits = line.split(separator: " ").compactMap { Int($0) }
+            return (digits.first ?? 0) * 1024
+        }
+        return 0
+    }
+
+    func start() {
+        let now = Self.current()
+        lock.withLock {
+            baseline = now
+            peak = now
+            running = true
+        }
+        let thread = Thread { [self] in
+            while lock.withLock({ running }) {
+                let value = Self.current()
+                lock.withLock { peak = max(peak, value) }
+                usleep(5_000)
+            }
+        }
+        self.thread = thread
+        thread.start()
+    }
+
+    func stop() -> (peak: Int, baseline: Int) {
+        let value = Self.current()
+        return lock.withLock {
+            running = false
+            peak = max(peak, value)
+            return (peak, baseline)
+        }
+    }
+}
+
+extension RawReplayer {
+    /// Appends entries of `valueSize` bytes until the raw log holds `count` of them (no-sync).
+    func fill(upTo count: UInt64, valueSize: Int) throws {
+        let value = [UInt8](repeating: 0x5A, count: valueSize)
+        while position < count {
+            try environment.write { txn in
+                try txn.withCursor(log) { cursor in
+                    var written = 0
+                    while position < count && written < 100_000 {
+                        position += 1
+                        written += 1
+                        try value.withUnsafeBytes { bytes in
+                            try BigEndian.withBytes(of: position) { try cursor.put(key: $0, value: bytes, flags: .append) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One raw point read: a read transaction and one `mdb_get`.
+    func pointRead(_ position: UInt64) throws {
+        let found = try environment.read { txn in
+            try BigEndian.withBytes(of: position) { key in try txn.withValue(log, key: key) { $0.count } ?? 0 }
+        }
+        if found == 0 { throw BenchFailure("raw key \(position) is missing") }
+    }
+}
