@@ -1,4 +1,6 @@
 import Crypto
+import Dispatch
+import Foundation
 import LMDB
 
 /// The outcome of ``EventLog/verifyChain(chunkSize:)``.
@@ -22,52 +24,135 @@ extension EventLog {
     /// Walks the whole log, in chunks of `chunkSize` events with a fresh read transaction each, and
     /// checks for every event: the key is the next position (no gap, no reordering), the stored
     /// position and previous hash agree with its place, the hash field is last, and
-    /// SHA-256(previous hash ‖ canonical bytes) equals the stored hash; finally that the head record
-    /// names the last event. Stops at the first problem.
-    public func verifyChain(chunkSize: Int = 8192) throws(LedgerError) -> ChainVerification {
+    /// SHA-256(previous hash ‖ canonical bytes) equals the stored hash; finally that the head the
+    /// ledger reports names the last event. Reports the first problem.
+    ///
+    /// - Parameter parallelism: how many threads share the work (default: one per core, at most 4).
+    ///   Each thread checks a contiguous range of positions; a range's first event is linked to the
+    ///   stored hash of the event before it, and every event's stored hash is recomputed, so the
+    ///   ranges together check exactly what one pass from the start does. By default logs under
+    ///   65,536 events are checked by one thread.
+    public func verifyChain(chunkSize: Int = 8192, parallelism: Int? = nil) throws(LedgerError) -> ChainVerification {
+        let head = try head()
+        let last = head.position.rawValue
+        let threads =
+            parallelism.map { max(1, min($0, Int(min(last, 64)))) }
+            ?? max(1, min(4, ProcessInfo.processInfo.activeProcessorCount, Int(last / 32_768)))
+        var ranges: [ClosedRange<UInt64>] = []
+        if last > 0 {
+            let step = (last + UInt64(threads) - 1) / UInt64(threads)
+            var lower: UInt64 = 1
+            while lower <= last {
+                let upper = min(last, lower + step - 1)
+                ranges.append(lower...upper)
+                lower = upper + 1
+            }
+        }
+        let outcomes = RangeOutcomes()
+        if ranges.count <= 1 {
+            let outcome = Result { () throws(LedgerError) -> RangeOutcome in
+                try verifyRange(ranges.first ?? 1...0, chunkSize: chunkSize)
+            }
+            outcomes.withLock { $0[0] = outcome }
+        } else {
+            let work = ranges
+            DispatchQueue.concurrentPerform(iterations: work.count) { index in
+                let outcome = Result { () throws(LedgerError) -> RangeOutcome in
+                    try verifyRange(work[index], chunkSize: chunkSize)
+                }
+                outcomes.withLock { $0[index] = outcome }
+            }
+        }
         var result = ChainVerification(
             eventsChecked: 0, headPosition: 0, headHash: EventHash.zero.hex, firstBadPosition: nil, problem: nil)
-        var expectedPosition: UInt64 = 1
+        var lastHash = EventHash.zero.bytes
+        for index in ranges.indices.isEmpty ? [0] : Array(ranges.indices) {
+            guard let outcome = outcomes.withLock({ $0[index] }) else { continue }
+            let range = try outcome.get()
+            result.eventsChecked += range.checked
+            if range.checked > 0 {
+                result.headPosition = range.lastGood
+                lastHash = range.lastHash
+            }
+            if let bad = range.firstBad {
+                result.firstBadPosition = bad
+                result.problem = range.problem
+                break
+            }
+        }
+        result.headHash = EventHash(bytes: lastHash)!.hex
+        if result.isValid, head.position.rawValue != result.headPosition || head.hash.bytes != lastHash {
+            result.firstBadPosition = result.headPosition + 1
+            result.problem =
+                "the head record says position \(head.position) hash \(head.hash.hex), but the chain ends at "
+                + "position \(result.headPosition) hash \(result.headHash)"
+        }
+        return result
+    }
+
+    /// What one thread found in its range of positions.
+    struct RangeOutcome: Sendable {
+        var checked: UInt64 = 0
+        var lastGood: UInt64 = 0
+        var lastHash: [UInt8] = EventHash.zero.bytes
+        var firstBad: UInt64?
+        var problem: String?
+    }
+
+    /// Checks the events of `range` (and that the event before it, if any, is stored whole with the
+    /// hash the range's first event links to). Stops at the first problem.
+    private func verifyRange(_ range: ClosedRange<UInt64>, chunkSize: Int) throws(LedgerError) -> RangeOutcome {
+        var outcome = RangeOutcome()
+        guard !range.isEmpty else { return outcome }
         // The previous event's hash, overwritten in place for each event (no allocation per event).
         var previous = EventHash.zero.bytes
+        if range.lowerBound > 1 {
+            let before = range.lowerBound - 1
+            let stored: [UInt8]? = try read("reading event \(before)") { txn in
+                try BigEndian.withBytes(of: before) { key in
+                    try txn.withValue(store.log, key: key) { value in
+                        EnvelopeCodec.endsWithHashField(value) ? Array(value.suffix(32)) : nil
+                    } ?? nil
+                }
+            }
+            // The range before reports a missing or malformed event itself; this range links to
+            // whatever it finds, and a mismatch shows as this range's first problem.
+            if let stored { previous = stored }
+        }
+        var expectedPosition = range.lowerBound
         var done = false
         while !done {
             try read("verifying the chain at position \(expectedPosition)") { txn in
                 try txn.withCursor(store.log) { cursor in
                     var entry = try BigEndian.withBytes(of: expectedPosition) { try cursor.seek(atLeast: $0) }
                     var checked = 0
-                    while let current = entry {
+                    while let current = entry, expectedPosition <= range.upperBound {
                         if let problem = EventLog.check(current, expected: expectedPosition, previous: previous) {
-                            result.firstBadPosition = expectedPosition
-                            result.problem = problem
+                            outcome.firstBad = expectedPosition
+                            outcome.problem = problem
                             done = true
                             return
                         }
                         previous.withUnsafeMutableBytes { target in
                             target.copyMemory(from: UnsafeRawBufferPointer(rebasing: current.value.suffix(32)))
                         }
-                        result.eventsChecked += 1
-                        result.headPosition = expectedPosition
+                        outcome.checked += 1
+                        outcome.lastGood = expectedPosition
                         expectedPosition += 1
                         checked += 1
                         if checked == chunkSize { return }
                         entry = try cursor.next()
                     }
+                    if expectedPosition <= range.upperBound {
+                        outcome.firstBad = expectedPosition
+                        outcome.problem = "position \(expectedPosition) is missing (the log ends before the head)"
+                    }
                     done = true
                 }
             }
         }
-        result.headHash = EventHash(bytes: previous)!.hex
-        if result.isValid {
-            let head = try head()
-            if head.position.rawValue != result.headPosition || head.hash.bytes != previous {
-                result.firstBadPosition = result.headPosition + 1
-                result.problem =
-                    "the head record says position \(head.position) hash \(head.hash.hex), but the chain ends at "
-                    + "position \(result.headPosition) hash \(result.headHash)"
-            }
-        }
-        return result
+        outcome.lastHash = previous
+        return outcome
     }
 
     /// Checks one stored entry; returns what is wrong, or `nil`.
@@ -95,5 +180,16 @@ extension EventLog {
             return "the stored hash does not match SHA-256(previous hash ‖ canonical bytes): the event was altered"
         }
         return nil
+    }
+}
+
+/// The outcomes of the ranges of a parallel verification, by range index.
+private final class RangeOutcomes: @unchecked Sendable {
+    // @unchecked: `values` is only touched under `lock`.
+    private let lock = NSLock()
+    private var values: [Int: Result<EventLog.RangeOutcome, LedgerError>] = [:]
+
+    func withLock<R>(_ body: (inout [Int: Result<EventLog.RangeOutcome, LedgerError>]) -> R) -> R {
+        lock.withLock { body(&values) }
     }
 }
