@@ -67,8 +67,8 @@ struct Decider {
     func decide(_ action: DomainAction, _ txn: borrowing Transaction) throws -> Decision {
         do {
             switch action {
-            case .registerUser(let name, let email, let phone, let given, let family):
-                return try registerUser(txn, name: name, email: email, phone: phone, given: given, family: family)
+            case .registerUser(let name, let email, let phone, let names):
+                return try registerUser(txn, name: name, email: email, phone: phone, names: names)
             case .saveZone(let id, let capabilities):
                 return try saveZone(txn, id, capabilities: capabilities)
             case .deleteZone(let id):
@@ -182,7 +182,7 @@ struct Decider {
     // MARK: - Users
 
     private func registerUser(
-        _ txn: borrowing Transaction, name: String, email: String?, phone: String?, given: String?, family: String?
+        _ txn: borrowing Transaction, name: String, email: String?, phone: String?, names: PersonNameComponents?
     ) throws -> Decision {
         try Decider.checkUserName(name)
         try Decider.checkContainer(container)
@@ -209,8 +209,13 @@ struct Decider {
             }
             e.phoneNumber = phone
         }
-        e.givenName = String((given ?? "").prefix(100))
-        e.familyName = String((family ?? "").prefix(100))
+        if let names {
+            e.name.givenName = String((names.givenName ?? "").prefix(100))
+            e.name.familyName = String((names.familyName ?? "").prefix(100))
+            e.name.middleName = String((names.middleName ?? "").prefix(100))
+            e.name.nickname = String((names.nickname ?? "").prefix(100))
+            if e.name == Shareledger_Events_V1_PersonName() { e.clearName() }
+        }
         let presenter = self.presenter
         let container = self.container
         return .output([event(Streams.user(name), .userRegistered(e))]) { txn in

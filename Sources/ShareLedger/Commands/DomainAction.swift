@@ -5,7 +5,7 @@ import LMDB
 /// against the read models inside its transaction and, if the step is allowed, appends its events
 /// and applies them before it decides the next step, so later steps see earlier ones.
 enum DomainAction: Sendable {
-    case registerUser(name: String, email: String?, phone: String?, givenName: String?, familyName: String?)
+    case registerUser(name: String, email: String?, phone: String?, names: PersonNameComponents?)
     case saveZone(RecordZoneID, capabilities: UInt32)
     case deleteZone(RecordZoneID)
     /// `record.recordChangeTag` is the tag the caller last saw (nil for a new record).

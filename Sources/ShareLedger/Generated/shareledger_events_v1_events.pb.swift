@@ -12,7 +12,7 @@
 ///
 /// Each message is stored as the `payload` of one `shareledger.v1.EventEnvelope`, whose `event_type`
 /// is the message's fully qualified name (e.g. "shareledger.events.v1.ShareCreated") and whose
-/// `schema_version` is the schema version of that message (all 1 so far). The envelope carries who
+/// `schema_version` is the schema version of that message (1, except UserRegistered: 2). The envelope carries who
 /// (actor), where (container), when (recorded_at_micros) and which command; the payloads carry only
 /// what the event itself says. docs/events.md is the catalogue.
 ///
@@ -186,7 +186,29 @@ nonisolated struct Shareledger_Events_V1_LookupInfo: Sendable {
   init() {}
 }
 
+/// A person's name, the parts of Foundation's PersonNameComponents a CloudKit user identity shows.
+nonisolated struct Shareledger_Events_V1_PersonName: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  var givenName: String = String()
+
+  var familyName: String = String()
+
+  var middleName: String = String()
+
+  var nickname: String = String()
+
+  var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  init() {}
+}
+
 /// A user registered an account in the container (envelope.container). Stream "user/<name>".
+///
+/// Schema version 2. Version 1 (UserRegisteredV1 in legacy.proto) had given_name = 4 and
+/// family_name = 5 at the top level and no middle name or nickname; DomainEvent upcasts it on read.
 nonisolated struct Shareledger_Events_V1_UserRegistered: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -198,13 +220,20 @@ nonisolated struct Shareledger_Events_V1_UserRegistered: Sendable {
 
   var phoneNumber: String = String()
 
-  var givenName: String = String()
-
-  var familyName: String = String()
+  var name: Shareledger_Events_V1_PersonName {
+    get {_name ?? Shareledger_Events_V1_PersonName()}
+    set {_name = newValue}
+  }
+  /// Returns true if `name` has been explicitly set.
+  var hasName: Bool {self._name != nil}
+  /// Clears the value of `name`. Subsequent reads from it will return its default value.
+  mutating func clearName() {self._name = nil}
 
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
+
+  fileprivate var _name: Shareledger_Events_V1_PersonName? = nil
 }
 
 /// A record zone was created in the owner's private database. Stream "zone/<owner>/<zone>".
@@ -829,9 +858,54 @@ nonisolated extension Shareledger_Events_V1_LookupInfo: SwiftProtobuf.Message, S
   }
 }
 
+nonisolated extension Shareledger_Events_V1_PersonName: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  static let protoMessageName: String = _protobuf_package + ".PersonName"
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}given_name\0\u{3}family_name\0\u{3}middle_name\0\u{1}nickname\0")
+
+  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.givenName) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.familyName) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.middleName) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.nickname) }()
+      default: break
+      }
+    }
+  }
+
+  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.givenName.isEmpty {
+      try visitor.visitSingularStringField(value: self.givenName, fieldNumber: 1)
+    }
+    if !self.familyName.isEmpty {
+      try visitor.visitSingularStringField(value: self.familyName, fieldNumber: 2)
+    }
+    if !self.middleName.isEmpty {
+      try visitor.visitSingularStringField(value: self.middleName, fieldNumber: 3)
+    }
+    if !self.nickname.isEmpty {
+      try visitor.visitSingularStringField(value: self.nickname, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  static func ==(lhs: Shareledger_Events_V1_PersonName, rhs: Shareledger_Events_V1_PersonName) -> Bool {
+    if lhs.givenName != rhs.givenName {return false}
+    if lhs.familyName != rhs.familyName {return false}
+    if lhs.middleName != rhs.middleName {return false}
+    if lhs.nickname != rhs.nickname {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".UserRegistered"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}email_address\0\u{3}phone_number\0\u{2}\u{3}name\0\u{b}given_name\0\u{b}family_name\0\u{c}\u{4}\u{1}\u{c}\u{5}\u{1}")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -842,14 +916,17 @@ nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Messag
       case 1: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.emailAddress) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.phoneNumber) }()
-      case 4: try { try decoder.decodeSingularStringField(value: &self.givenName) }()
-      case 5: try { try decoder.decodeSingularStringField(value: &self.familyName) }()
+      case 6: try { try decoder.decodeSingularMessageField(value: &self._name) }()
       default: break
       }
     }
   }
 
   func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.userRecordName.isEmpty {
       try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 1)
     }
@@ -859,12 +936,9 @@ nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Messag
     if !self.phoneNumber.isEmpty {
       try visitor.visitSingularStringField(value: self.phoneNumber, fieldNumber: 3)
     }
-    if !self.givenName.isEmpty {
-      try visitor.visitSingularStringField(value: self.givenName, fieldNumber: 4)
-    }
-    if !self.familyName.isEmpty {
-      try visitor.visitSingularStringField(value: self.familyName, fieldNumber: 5)
-    }
+    try { if let v = self._name {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -872,8 +946,7 @@ nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Messag
     if lhs.userRecordName != rhs.userRecordName {return false}
     if lhs.emailAddress != rhs.emailAddress {return false}
     if lhs.phoneNumber != rhs.phoneNumber {return false}
-    if lhs.givenName != rhs.givenName {return false}
-    if lhs.familyName != rhs.familyName {return false}
+    if lhs._name != rhs._name {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -47,6 +47,10 @@ nonisolated struct Shareledger_Readmodels_V1_UserState: Sendable {
 
   var registeredAtMicros: Int64 = 0
 
+  var middleName: String = String()
+
+  var nickname: String = String()
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
@@ -332,7 +336,7 @@ fileprivate nonisolated let _protobuf_package = "shareledger.readmodels.v1"
 
 nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".UserState"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0\u{3}registered_at_micros\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0\u{3}registered_at_micros\0\u{3}middle_name\0\u{1}nickname\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -345,6 +349,8 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
       case 3: try { try decoder.decodeSingularStringField(value: &self.givenName) }()
       case 4: try { try decoder.decodeSingularStringField(value: &self.familyName) }()
       case 5: try { try decoder.decodeSingularInt64Field(value: &self.registeredAtMicros) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.middleName) }()
+      case 7: try { try decoder.decodeSingularStringField(value: &self.nickname) }()
       default: break
       }
     }
@@ -366,6 +372,12 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
     if self.registeredAtMicros != 0 {
       try visitor.visitSingularInt64Field(value: self.registeredAtMicros, fieldNumber: 5)
     }
+    if !self.middleName.isEmpty {
+      try visitor.visitSingularStringField(value: self.middleName, fieldNumber: 6)
+    }
+    if !self.nickname.isEmpty {
+      try visitor.visitSingularStringField(value: self.nickname, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -375,6 +387,8 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
     if lhs.givenName != rhs.givenName {return false}
     if lhs.familyName != rhs.familyName {return false}
     if lhs.registeredAtMicros != rhs.registeredAtMicros {return false}
+    if lhs.middleName != rhs.middleName {return false}
+    if lhs.nickname != rhs.nickname {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

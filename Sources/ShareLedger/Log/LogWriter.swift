@@ -407,7 +407,7 @@ extension LogWriter {
             EnvelopeCodec.Fields(
                 position: position, recordedAtMicros: recordedAt, container: metadata.container,
                 actor: metadata.actor, commandID: metadata.commandID, correlationID: metadata.correlationID,
-                causationID: metadata.causationID, schemaVersion: DomainEvent.schemaVersion, stream: pending.stream,
+                causationID: metadata.causationID, schemaVersion: pending.event.schemaVersion, stream: pending.stream,
                 streamVersion: version + 1, streamPreviousPosition: streamLast, eventType: pending.event.typeName,
                 payload: payload, previousHash: head.hash.bytes))
         try BigEndian.withBytes(of: position) { key in

@@ -9,8 +9,10 @@ typealias PBField = Shareledger_Events_V1_Field
 
 /// An event of the sharing domain: one of the messages of `Protos/shareledger/events/v1/events.proto`.
 ///
-/// The envelope's `event_type` is the message's full protobuf name; `schema_version` is 1 for every
-/// message so far (`docs/events.md` has the catalogue and the upcasting policy).
+/// The envelope's `event_type` is the message's full protobuf name; `schema_version` is the message's
+/// schema version (``schemaVersion``). Payloads of earlier versions are upcast on read to the current
+/// message (``decode(type:schemaVersion:payload:position:)``), so projections only see current
+/// messages (`docs/events.md` has the catalogue and the policy).
 enum DomainEvent: Sendable, Equatable {
     case userRegistered(Shareledger_Events_V1_UserRegistered)
     case zoneCreated(Shareledger_Events_V1_ZoneCreated)
@@ -31,8 +33,24 @@ enum DomainEvent: Sendable, Equatable {
     case participantZoneCreated(Shareledger_Events_V1_ParticipantZoneCreated)
     case participantZoneRemoved(Shareledger_Events_V1_ParticipantZoneRemoved)
 
-    /// The current schema version of every domain event.
-    static let schemaVersion: UInt32 = 1
+    /// The schema version this code writes for each event type that is past version 1.
+    static let currentVersions: [String: UInt32] = [
+        Shareledger_Events_V1_UserRegistered.protoMessageName: 2
+    ]
+
+    /// The schema version this code writes for the event type `typeName`.
+    static func currentSchemaVersion(of typeName: String) -> UInt32 { currentVersions[typeName] ?? 1 }
+
+    /// The schema version of this event as this code writes it.
+    var schemaVersion: UInt32 { DomainEvent.currentSchemaVersion(of: typeName) }
+
+    /// Decoders of payloads written with an earlier schema version, by type and version: each reads
+    /// the old message (`Protos/shareledger/events/v1/legacy.proto`) and upcasts it to the current one.
+    private static let upcasters: [String: [UInt32: @Sendable ([UInt8]) throws -> DomainEvent]] = [
+        Shareledger_Events_V1_UserRegistered.protoMessageName: [
+            1: { bytes in .userRegistered(Upcast.userRegistered(try Shareledger_Events_V1_UserRegisteredV1(serializedBytes: bytes))) }
+        ]
+    ]
 
     var message: any SwiftProtobuf.Message {
         switch self {
@@ -104,11 +122,22 @@ enum DomainEvent: Sendable, Equatable {
     static func decode(type typeName: String, schemaVersion: UInt32, payload: [UInt8], position: UInt64) throws(LedgerError)
         -> DomainEvent?
     {
-        guard let decoder = decoders[typeName] else { return nil }
-        guard schemaVersion <= DomainEvent.schemaVersion else {
+        guard let current = decoders[typeName] else { return nil }
+        let latest = currentSchemaVersion(of: typeName)
+        guard schemaVersion <= latest else {
             throw LedgerError(
                 .formatTooNew, "the event at position \(position) (\(typeName)) has schema version \(schemaVersion); "
-                    + "this version of ShareLedger knows up to \(DomainEvent.schemaVersion). Upgrade ShareLedger")
+                    + "this version of ShareLedger knows up to \(latest). Upgrade ShareLedger")
+        }
+        let decoder: @Sendable ([UInt8]) throws -> DomainEvent
+        if schemaVersion == latest {
+            decoder = current
+        } else if let upcaster = upcasters[typeName]?[schemaVersion] {
+            decoder = upcaster
+        } else {
+            throw LedgerError(
+                .corruptedData, "the event at position \(position) (\(typeName)) has schema version \(schemaVersion), "
+                    + "which no version of ShareLedger wrote")
         }
         do {
             return try decoder(payload)
@@ -116,6 +145,24 @@ enum DomainEvent: Sendable, Equatable {
             throw LedgerError(
                 .corruptedData, "the payload of the event at position \(position) (\(typeName)) does not decode: \(error)")
         }
+    }
+}
+
+/// Upcasters: old messages to current ones. Each is total (every old payload has a current form) and
+/// pure (it depends on the old message alone), so a replay of the log gives the same read models on
+/// every run.
+enum Upcast {
+    /// UserRegistered 1 → 2: the top-level given and family names move into `name`.
+    static func userRegistered(_ old: Shareledger_Events_V1_UserRegisteredV1) -> Shareledger_Events_V1_UserRegistered {
+        var new = Shareledger_Events_V1_UserRegistered()
+        new.userRecordName = old.userRecordName
+        new.emailAddress = old.emailAddress
+        new.phoneNumber = old.phoneNumber
+        if !old.givenName.isEmpty || !old.familyName.isEmpty {
+            new.name.givenName = old.givenName
+            new.name.familyName = old.familyName
+        }
+        return new
     }
 }
 

@@ -13,10 +13,12 @@ struct Presenter: Sendable {
     func identity(_ txn: borrowing Transaction, _ container: String, user: String) throws -> UserIdentity {
         let state = try models.user(txn, container, user)
         var names: PersonNameComponents?
-        if let state, !(state.givenName.isEmpty && state.familyName.isEmpty) {
+        if let state, !(state.givenName.isEmpty && state.familyName.isEmpty && state.middleName.isEmpty && state.nickname.isEmpty) {
             var components = PersonNameComponents()
             if !state.givenName.isEmpty { components.givenName = state.givenName }
             if !state.familyName.isEmpty { components.familyName = state.familyName }
+            if !state.middleName.isEmpty { components.middleName = state.middleName }
+            if !state.nickname.isEmpty { components.nickname = state.nickname }
             names = components
         }
         return UserIdentity(

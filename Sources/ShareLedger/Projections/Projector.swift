@@ -80,8 +80,10 @@ struct Projector {
             var state = UserState()
             state.emailAddress = e.emailAddress
             state.phoneNumber = e.phoneNumber
-            state.givenName = e.givenName
-            state.familyName = e.familyName
+            state.givenName = e.name.givenName
+            state.familyName = e.name.familyName
+            state.middleName = e.name.middleName
+            state.nickname = e.name.nickname
             state.registeredAtMicros = context.recordedAtMicros
             try m.put(txn, m.users, ReadModels.userKey(context.container, e.userRecordName), state)
             if !e.emailAddress.isEmpty {

@@ -80,8 +80,7 @@ public final class ShareLedger: Sendable {
         try Decider.checkUserName(userRecordName)
         let output = try await container(containerIdentifier, userRecordName: userRecordName).runOne(
             .registerUser(
-                name: userRecordName, email: emailAddress, phone: phoneNumber, givenName: nameComponents?.givenName,
-                familyName: nameComponents?.familyName))
+                name: userRecordName, email: emailAddress, phone: phoneNumber, names: nameComponents))
         guard case .user(let identity) = output else { throw LedgerError.unexpectedOutput("registerUser") }
         return identity
     }
