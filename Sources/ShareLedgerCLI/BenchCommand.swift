@@ -139,12 +139,15 @@ struct BenchCommand: AsyncParsableCommand {
                     figures["scale.\(size).events"] = Double(point.events)
                     figures["scale.\(size).metadataP50Micros"] = point.metadataP50Micros
                     figures["scale.\(size).metadataP99Micros"] = point.metadataP99Micros
+                    figures["scale.\(size).metadataUncachedP50Micros"] = point.uncachedP50Micros
                     figures["scale.\(size).rawPointReadP50Micros"] = point.rawPointReadP50Micros
                 }
                 if let small = scale.points.first, let large = scale.points.last {
                     figures["query.metadata.p50Micros"] = small.metadataP50Micros
                     figures["query.rawPointRead.p50Micros"] = small.rawPointReadP50Micros
+                    figures["query.metadata.uncachedP50Micros"] = small.uncachedP50Micros
                     figures["scale.metadataQueryRatio"] = large.metadataP50Micros / small.metadataP50Micros
+                    figures["scale.metadataUncachedQueryRatio"] = large.uncachedP50Micros / small.uncachedP50Micros
                 }
                 figures["scale.participants10.metadataP50Micros"] = scale.participants10P50Micros
                 figures["scale.participants100.metadataP50Micros"] = scale.participants100P50Micros

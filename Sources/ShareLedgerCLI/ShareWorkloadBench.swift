@@ -213,6 +213,7 @@ struct ScaleBench {
         var events: UInt64
         var metadataP50Micros: Double
         var metadataP99Micros: Double
+        var uncachedP50Micros: Double
         var rawPointReadP50Micros: Double
     }
 
@@ -236,10 +237,10 @@ struct ScaleBench {
         let path = directory.appendingPathComponent("scale-ledger").path
         var configuration = EventLog.Configuration(path: path, durability: .unsafeNoSync, initialMapSize: 1 << 30)
         configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
-        let ledger = try ShareLedger.open(configuration)
+        var ledger = try ShareLedger.open(configuration)
         let callers = 64
-        let workload = try await ShareWorkload.setUp(ledger, callers: callers, records: 0)
-        let owner = workload.owner(0)
+        var workload = try await ShareWorkload.setUp(ledger, callers: callers, records: 0)
+        var owner = workload.owner(0)
         var urls: [URL] = []
         var points: [Point] = []
         var nextRecord = 0
@@ -252,7 +253,7 @@ struct ScaleBench {
                 progress("scale: growing the ledger to \(size) events (\(try ledger.log.head().position.rawValue))")
                 let record = nextRecord
                 nextRecord += 1
-                let made = try await withThrowingTaskGroup(of: URL.self) { group in
+                let made = try await withThrowingTaskGroup(of: URL.self) { [workload] group in
                     for caller in 0..<callers {
                         group.addTask {
                             _ = try await workload.owner(caller).save(
@@ -275,12 +276,29 @@ struct ScaleBench {
             let query = try latencyMicros(count: queries) { _ in
                 _ = try owner.shareMetadataWithoutLogging(for: ownerURLs[Int(generator.next() % UInt64(ownerURLs.count))])
             }
+            // The same queries with the metadata cache off (the ledger reopened without it).
+            await ledger.close()
+            var uncachedConfiguration = configuration
+            uncachedConfiguration.metadataCacheCapacity = 0
+            uncachedConfiguration.residualTaskWorker = nil
+            let uncachedLedger = try ShareLedger.open(uncachedConfiguration)
+            let uncachedOwner = uncachedLedger.container(ShareWorkload.container, userRecordName: workload.ownerName(0))
+            let uncached = try latencyMicros(count: queries) { _ in
+                _ = try uncachedOwner.shareMetadataWithoutLogging(for: ownerURLs[Int(generator.next() % UInt64(ownerURLs.count))])
+            }
+            await uncachedLedger.close()
+            ledger = try ShareLedger.open(configuration)
+            workload = ShareWorkload(ledger: ledger, callers: callers)
+            owner = workload.owner(0)
             // The same number of raw point reads, of random keys of a raw log holding as many entries.
             try raw.fill(upTo: events, valueSize: 64)
             let point = try latencyMicros(count: queries) { _ in
                 try raw.pointRead(UInt64(generator.next() % events) + 1)
             }
-            points.append(Point(events: events, metadataP50Micros: query.p50, metadataP99Micros: query.p99, rawPointReadP50Micros: point.p50))
+            points.append(
+                Point(
+                    events: events, metadataP50Micros: query.p50, metadataP99Micros: query.p99,
+                    uncachedP50Micros: uncached.p50, rawPointReadP50Micros: point.p50))
         }
 
         // Participants per share: a share with 10 and one with 100 participants, owner-relative metadata.
@@ -294,7 +312,9 @@ struct ScaleBench {
                 _ = try await owner.addParticipant(
                     LookupInfo(emailAddress: "wide\(count)_\(index)@example.com"), permission: .readOnly, to: url)
             }
-            participantP50[count] = try latencyMicros(count: queries) { _ in _ = try owner.shareMetadataWithoutLogging(for: url) }.p50
+            participantP50[count] = try latencyMicros(count: queries) { [owner] _ in
+                _ = try owner.shareMetadataWithoutLogging(for: url)
+            }.p50
         }
 
         let events = try ledger.log.head().position.rawValue

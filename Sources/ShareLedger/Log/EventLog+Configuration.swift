@@ -72,6 +72,10 @@ extension EventLog {
         public var writerPollMicroseconds: Int = 50
         /// The host name in share URLs (`https://<host>/share/<token>`), like CloudKit's displayed host.
         public var shareURLHost: String = "share.localhost"
+        /// How many (share, container, viewer) answers ``Container/shareMetadataWithoutLogging(for:)``
+        /// keeps, each reused only while no event about its share has happened since (checked in the
+        /// same read transaction). 0 turns the cache off.
+        public var metadataCacheCapacity: Int = 4_096
         /// Where share tokens, participant ids and verification codes get their randomness: the
         /// system's cryptographically secure generator unless a test injects a seeded one.
         public var randomSource: any LedgerRandomSource = SystemRandomSource()

@@ -458,12 +458,28 @@ public struct Container: Sendable {
 
     /// The metadata of `url` for this user, answered from the read models without recording a fetch
     /// (the same rules as ``shareMetadata(for:)``).
+    ///
+    /// An answer is kept (``EventLog/Configuration/metadataCacheCapacity``) and given again while no
+    /// event about the share has happened since, which is checked against the share's history index
+    /// in the same read transaction, so a kept answer is always the one the read models give.
     public func shareMetadataWithoutLogging(for url: URL) throws(LedgerError) -> Share.Metadata {
+        try shareMetadataWithoutLogging(for: url, usingCache: true)
+    }
+
+    /// ``shareMetadataWithoutLogging(for:)``, with the cache or (for tests) without it.
+    func shareMetadataWithoutLogging(for url: URL, usingCache: Bool) throws(LedgerError) -> Share.Metadata {
         let user = try signedInUser()
         let token = try Container.token(of: url)
         let ledger = self.ledger
         let container = containerIdentifier
+        let cache = usingCache ? ledger.metadataCache : nil
+        let key = MetadataCache.Key(token: token, container: container, viewer: user)
         return try ledger.read("reading share metadata") { txn in
+            // Users are never deleted, so a kept answer's viewer still has an account.
+            let validator = try cache == nil ? nil : ledger.models.lastHistoryPosition(txn, token: token)
+            if let cache, let validator, let hit = cache.entry(key), hit.validator == validator {
+                return hit.metadata
+            }
             let decider = Decider(
                 models: ledger.models, presenter: ledger.presenter, container: container, actor: user, signedIn: true,
                 now: 0)
@@ -473,12 +489,12 @@ public struct Container: Sendable {
             case .failed(let error): throw error
             case .present(let present):
                 guard case .metadata(let metadata) = try present(txn) else { throw LedgerError.unexpectedOutput("metadata") }
+                if let cache, let validator { cache.store(key, MetadataCache.Entry(validator: validator, metadata: metadata)) }
                 return metadata
             }
         }
     }
 
-    /// The live shares this user owns in the container.
     public func ownedShares() throws(LedgerError) -> [Share] {
         let user = try signedInUser()
         let container = containerIdentifier

@@ -24,9 +24,13 @@ public final class ShareLedger: Sendable {
     /// The in-process residual-task worker and the task running it, when the configuration asks for one.
     private let workerState = Mutex<(worker: ResidualTaskWorker?, task: Task<Void, Never>?)>((nil, nil))
     var inProcessWorker: ResidualTaskWorker? { workerState.withLock { $0.worker } }
+    /// Presented metadata, reused while its share is unchanged (nil when the configuration turns it off).
+    let metadataCache: MetadataCache?
 
     private init(log: EventLog) {
         self.log = log
+        let capacity = log.configuration.metadataCacheCapacity
+        metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
         if let workerConfiguration = log.configuration.residualTaskWorker, !log.configuration.readOnly {
             let worker = ResidualTaskWorker(ledger: self, configuration: workerConfiguration)
             // The worker lives exactly as long as the open ledger: started here, cancelled and awaited
