@@ -258,3 +258,43 @@ struct AccessCommand: AsyncParsableCommand {
         }
     }
 }
+
+/// `share-ledger snapshot`: save a copy of the read models as of the head (or list the saved ones),
+/// so that state-as-of queries replay only the events after the nearest snapshot.
+struct SnapshotCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "snapshot",
+        abstract: "Save a read-model snapshot at the head (for fast state-as-of views), or list them.",
+        discussion: "Run it periodically, e.g. every 100,000 events. Snapshots live in DIR/snapshots.")
+
+    @OptionGroup var ledger: LedgerOptions
+
+    @Flag(help: "List the saved snapshots instead of saving one.")
+    var list = false
+
+    func run() async throws {
+        let shareLedger = try ledger.openWithoutWorker()
+        let started = ContinuousClock.now
+        let result: [ReadModelSnapshotInfo] = try await runReportingErrors(json: ledger.json) {
+            do {
+                if list { return shareLedger.readModelSnapshots() }
+                return [try shareLedger.saveReadModelSnapshot()]
+            } catch {
+                await shareLedger.close()
+                throw error
+            }
+        }
+        await shareLedger.close()
+        let seconds = (ContinuousClock.now - started).seconds
+        if ledger.json {
+            if list { Output.printJSON(result) } else if let info = result.first { Output.printJSON(info) }
+        } else if list {
+            if result.isEmpty { print("no read-model snapshots") }
+            for info in result { print("position \(info.position)  \(info.entries) entries  \(info.path)") }
+        } else if let info = result.first {
+            print(
+                "saved the read models at position \(info.position) (\(info.entries) entries) to \(info.path) in "
+                    + String(format: "%.2f s", seconds))
+        }
+    }
+}

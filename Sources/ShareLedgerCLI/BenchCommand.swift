@@ -130,7 +130,9 @@ struct BenchCommand: AsyncParsableCommand {
             }
             if parts.contains("scale") {
                 let sizes: [UInt64] = quick ? [10_000, 100_000] : [10_000, 100_000, 1_000_000]
-                let scale = try await ScaleBench(directory: bench.directory).run(sizes: sizes, queries: quick ? 5_000 : 20_000) {
+                let scale = try await ScaleBench(directory: bench.directory).run(
+                    sizes: sizes, queries: quick ? 5_000 : 20_000, snapshotInterval: quick ? 25_000 : 100_000
+                ) {
                     Output.progress("round \(round)/\(repeats): \($0)")
                 }
                 Output.endProgress()
@@ -158,6 +160,9 @@ struct BenchCommand: AsyncParsableCommand {
                 figures["rebuild.ratioToScan"] = scale.rebuildPerSecond / scale.scanPerSecond
                 figures["rebuild.events"] = Double(scale.events)
                 figures["snapshot.atHeadSeconds"] = scale.snapshotSeconds
+                figures["snapshot.worstSeconds"] = scale.snapshotWorstSeconds
+                figures["snapshot.saveSeconds"] = scale.snapshotSaveSeconds
+                figures["snapshot.intervalEvents"] = Double(scale.snapshotInterval)
                 figures["memory.rebuildPeakAnonMB"] = scale.rebuildPeakAnonMB
                 figures["memory.rebuildAnonGrowthMB"] = scale.rebuildAnonGrowthMB
             }

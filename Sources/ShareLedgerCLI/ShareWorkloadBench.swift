@@ -221,6 +221,9 @@ struct ScaleBench {
         var points: [Point]
         var rebuildPerSecond: Double
         var snapshotSeconds: Double
+        var snapshotWorstSeconds: Double
+        var snapshotSaveSeconds: Double
+        var snapshotInterval: UInt64
         var verifyPerSecond: Double
         var scanPerSecond: Double
         var rebuildPeakAnonMB: Double
@@ -233,7 +236,7 @@ struct ScaleBench {
     /// Grows one ledger through `sizes` (events), measuring the metadata query at each; at the last
     /// size measures the raw scan, chain verification, rebuild (in place and into a scratch ledger)
     /// and the rebuild's peak anonymous memory.
-    func run(sizes: [UInt64], queries: Int, progress: (String) -> Void) async throws -> Figures {
+    func run(sizes: [UInt64], queries: Int, snapshotInterval: UInt64, progress: (String) -> Void) async throws -> Figures {
         let path = directory.appendingPathComponent("scale-ledger").path
         var configuration = EventLog.Configuration(path: path, durability: .unsafeNoSync, initialMapSize: 1 << 30)
         configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
@@ -247,9 +250,18 @@ struct ScaleBench {
         let rawPath = directory.appendingPathComponent("scale-raw").path
         let raw = try RawReplayer(path: rawPath, durability: .unsafeNoSync)
         defer { raw.close() }
+        var nextSnapshot = snapshotInterval
+        var saveSeconds: [Double] = []
         for size in sizes {
-            // Grow: each round is one cycle per caller on a new root record.
+            // Grow: each round is one cycle per caller on a new root record; a read-model snapshot is
+            // saved every `snapshotInterval` events, as an operator's cron would.
             while try ledger.log.head().position.rawValue < size {
+                if try ledger.log.head().position.rawValue >= nextSnapshot {
+                    let started = ContinuousClock.now
+                    try ledger.saveReadModelSnapshot()
+                    saveSeconds.append((ContinuousClock.now - started).seconds)
+                    nextSnapshot += snapshotInterval
+                }
                 progress("scale: growing the ledger to \(size) events (\(try ledger.log.head().position.rawValue))")
                 let record = nextRecord
                 nextRecord += 1
@@ -336,17 +348,25 @@ struct ScaleBench {
         let rebuildSeconds = (ContinuousClock.now - started).seconds
         let (peak, baseline) = memory.stop()
 
-        progress("scale: a snapshot of the read models as of the head (a replay of \(events) events)")
-        let scratch = directory.appendingPathComponent("scale-snapshot").path
-        started = ContinuousClock.now
-        let view = try ledger.snapshot(at: .position(LogPosition(events)), path: scratch)
-        let snapshotSeconds = (ContinuousClock.now - started).seconds
-        await view.close()
+        progress("scale: views of the read models as of the head and of the point before the last snapshot")
+        let snapshots = ledger.readModelSnapshots()
+        var snapshotSeconds = 0.0
+        var worst = 0.0
+        for (index, point) in [events, (snapshots.last?.position ?? events) - 1].enumerated() {
+            let scratch = directory.appendingPathComponent("scale-snapshot-\(index)").path
+            started = ContinuousClock.now
+            let view = try ledger.snapshot(at: .position(LogPosition(point)), path: scratch)
+            let seconds = (ContinuousClock.now - started).seconds
+            await view.close()
+            if index == 0 { snapshotSeconds = seconds }
+            worst = max(worst, seconds)
+        }
         await ledger.close()
 
         return Figures(
             points: points, rebuildPerSecond: Double(events) / rebuildSeconds,
-            snapshotSeconds: snapshotSeconds,
+            snapshotSeconds: snapshotSeconds, snapshotWorstSeconds: worst,
+            snapshotSaveSeconds: saveSeconds.max() ?? 0, snapshotInterval: snapshotInterval,
             verifyPerSecond: Double(verification.eventsChecked) / verifySeconds,
             scanPerSecond: Double(events) / scanSeconds,
             rebuildPeakAnonMB: Double(peak) / 1_048_576, rebuildAnonGrowthMB: Double(peak - baseline) / 1_048_576,

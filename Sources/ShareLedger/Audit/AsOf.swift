@@ -115,11 +115,14 @@ extension ShareLedger {
     }
 
     /// Opens a read-only view of every read model as it stood right after `bound`, at a new
-    /// directory `path`: the log up to there is replayed into fresh read models, so the view answers
-    /// the same queries as the live ledger (``Container`` queries: shares, participants, records,
-    /// shared zones). Close it when done; the directory is the caller's to remove.
+    /// directory `path`, answering the same queries as the live ledger (``Container`` queries:
+    /// shares, participants, records, shared zones). Close it when done; the directory is the
+    /// caller's to remove.
     ///
-    /// It costs a replay of the log up to `bound` (`docs/benchmarks.md` has the rate).
+    /// It starts from the newest saved read-model snapshot at or before `bound` whose event is still
+    /// in the log with the same hash (``saveReadModelSnapshot()``; a file copy) and replays the log
+    /// from there to `bound`; without one, it replays from the start. So its cost is the replay of at
+    /// most the events since the last snapshot (`docs/benchmarks.md` has the rates).
     public func snapshot(at bound: HistoryBound, path: String) throws(LedgerError) -> ShareLedger {
         let last = try position(atOrBefore: bound).rawValue
         do {
@@ -128,9 +131,17 @@ extension ShareLedger {
             {
                 throw LedgerError(.invalidArguments, "the snapshot directory \(path) is not empty; choose a new one")
             }
+            var start: UInt64 = 0
+            if let saved = try usableSnapshot(atOrBefore: last) {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                try FileManager.default.copyItem(
+                    atPath: (saved.path as NSString).appendingPathComponent("data.mdb"),
+                    toPath: (path as NSString).appendingPathComponent("data.mdb"))
+                start = saved.position
+            }
             let target = try LogStore.open(
                 EventLog.Configuration(path: path, durability: .unsafeNoSync, logger: configuration.logger))
-            try ReadModelRebuild.replay(from: log.store, into: target, through: last)
+            try ReadModelRebuild.replay(from: log.store, into: target, after: start, through: last)
             try target.environment.sync()
             target.environment.close()
         } catch {

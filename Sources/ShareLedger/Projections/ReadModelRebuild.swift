@@ -7,14 +7,16 @@ enum ReadModelRebuild {
     /// Events replayed per write transaction of a rebuild.
     static let chunk = 4_096
 
-    /// Replays every domain event of `source` (in chunks, a fresh read transaction each) into the
-    /// read models of `target`, which must start empty. Returns the number of events read.
+    /// Replays the domain events of `source` after position `start` through `last` (in chunks, a
+    /// fresh read transaction each) into the read models of `target`, which must hold the read models
+    /// as of `start` (empty for 0). Returns the last position read.
     @discardableResult
     static func replay(
-        from source: LogStore, into target: LogStore, through last: UInt64 = .max, progress: ((UInt64) -> Void)? = nil
+        from source: LogStore, into target: LogStore, after start: UInt64 = 0, through last: UInt64 = .max,
+        progress: ((UInt64) -> Void)? = nil
     ) throws -> UInt64 {
         let projector = Projector(models: target.models)
-        var after: UInt64 = 0
+        var after: UInt64 = start
         while true {
             let envelopes: [EventEnvelope] = try source.environment.read { txn in
                 try txn.withCursor(source.log) { cursor in

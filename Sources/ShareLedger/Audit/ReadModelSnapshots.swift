@@ -1,0 +1,110 @@
+import Foundation
+import LMDB
+import Logging
+
+/// A saved copy of every read model as of one log position (``ShareLedger/saveReadModelSnapshot()``).
+public struct ReadModelSnapshotInfo: Sendable, Hashable, Codable {
+    /// The log position the read models were at.
+    public var position: UInt64
+    /// The hash of the event at ``position`` (hexadecimal): a snapshot is used only while the log
+    /// still has this event there.
+    public var hash: String
+    /// Read-model entries copied.
+    public var entries: UInt64
+    /// The snapshot's directory.
+    public var path: String
+}
+
+extension ShareLedger {
+    /// Where ``saveReadModelSnapshot()`` keeps snapshots: `snapshots/` in the ledger's directory, one
+    /// folder per snapshot named by its zero-padded position.
+    public var readModelSnapshotsDirectory: String {
+        (configuration.path as NSString).appendingPathComponent("snapshots")
+    }
+
+    /// Saves a copy of every read model as of the current head, so that ``snapshot(at:path:)`` can
+    /// start from the nearest snapshot at or before the point it is asked for and replay only the
+    /// events after it.
+    ///
+    /// The copy is read in one read transaction (a consistent view at one head, like `mdb_copy`; it
+    /// lasts about a second per million read-model entries) and written to a new folder that is renamed
+    /// into place when complete, so a crash leaves no half snapshot. Call it periodically, e.g. every
+    /// 100,000 events (`share-ledger snapshot --path DIR` from cron): `docs/operations.md`.
+    @discardableResult
+    public func saveReadModelSnapshot() throws(LedgerError) -> ReadModelSnapshotInfo {
+        let directory = readModelSnapshotsDirectory
+        let temporary = (directory as NSString).appendingPathComponent(".tmp-\(UUID().uuidString)")
+        let source = log.store
+        do {
+            try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
+            let target = try LogStore.open(
+                EventLog.Configuration(path: temporary, durability: .unsafeNoSync, logger: configuration.logger))
+            var entries: UInt64 = 0
+            let head = try source.environment.read { txn -> LogHead in
+                let head = try source.readHead(txn)
+                for (from, to) in zip(source.models.all, target.models.all) {
+                    let append: PutFlags = from.flags.contains(.dupSort) ? [] : .append
+                    try txn.withCursor(from) { cursor in
+                        var entry = try cursor.first()
+                        while entry != nil {
+                            // The target is written in bounded transactions; the source view stays the same.
+                            try target.environment.write { out in
+                                var written = 0
+                                while let current = entry, written < 100_000 {
+                                    try out.put(to, key: current.key, value: current.value, flags: append)
+                                    written += 1
+                                    entry = try cursor.next()
+                                }
+                                entries += UInt64(written)
+                            }
+                        }
+                    }
+                }
+                return head
+            }
+            try target.environment.sync()
+            target.environment.close()
+            let info = ReadModelSnapshotInfo(
+                position: head.position.rawValue, hash: head.hash.hex, entries: entries,
+                path: (directory as NSString).appendingPathComponent(Self.snapshotFolderName(head.position.rawValue)))
+            try JSONEncoder().encode(info).write(
+                to: URL(fileURLWithPath: (temporary as NSString).appendingPathComponent("snapshot.json")))
+            try? FileManager.default.removeItem(atPath: info.path)
+            try FileManager.default.moveItem(atPath: temporary, toPath: info.path)
+            return info
+        } catch {
+            try? FileManager.default.removeItem(atPath: temporary)
+            throw LedgerError.wrap(error, while: "saving a read-model snapshot in \(directory)")
+        }
+    }
+
+    /// The saved read-model snapshots, oldest first (folders without a readable `snapshot.json` are
+    /// skipped).
+    public func readModelSnapshots() -> [ReadModelSnapshotInfo] {
+        let directory = readModelSnapshotsDirectory
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.filter { !$0.hasPrefix(".") }.compactMap { name -> ReadModelSnapshotInfo? in
+            let folder = (directory as NSString).appendingPathComponent(name)
+            guard let data = FileManager.default.contents(atPath: (folder as NSString).appendingPathComponent("snapshot.json")),
+                var info = try? JSONDecoder().decode(ReadModelSnapshotInfo.self, from: data)
+            else { return nil }
+            info.path = folder
+            return info
+        }.sorted { $0.position < $1.position }
+    }
+
+    /// The newest snapshot at or before `position` whose event is still in the log with the same hash.
+    func usableSnapshot(atOrBefore position: UInt64) throws(LedgerError) -> ReadModelSnapshotInfo? {
+        for info in readModelSnapshots().reversed() where info.position <= position && info.position > 0 {
+            if try storedHash(at: info.position)?.hex == info.hash { return info }
+            configuration.logger.warning(
+                "ignoring read-model snapshot \(info.path): the log holds another event at \(info.position)")
+        }
+        return nil
+    }
+
+    static func snapshotFolderName(_ position: UInt64) -> String {
+        let digits = String(position)
+        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits
+    }
+}
