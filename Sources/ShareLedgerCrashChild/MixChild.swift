@@ -6,15 +6,17 @@ import ShareLedgerCrashHarness
 import Glibc
 #endif
 
-/// `--mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY]`: the mixed workload, until killed.
+/// `--mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN]`: the mixed workload, until killed.
 func runMixChild(_ arguments: [String]) async -> Never {
     guard arguments.count >= 2 else {
-        FileHandle.standardError.write(Data("usage: ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY]\n".utf8))
+        FileHandle.standardError.write(Data("usage: ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN]\n".utf8))
         exit(64)
     }
     let clients = arguments.count > 2 ? Int(arguments[2]) ?? 6 : 6
     let durability = arguments.count > 3 ? Durability(rawValue: arguments[3]) ?? .durable : .durable
-    await CrashWorkload.run(ledgerPath: arguments[0], ackPath: arguments[1], clients: clients, durability: durability)
+    let run = arguments.count > 4 ? arguments[4] : nil
+    await CrashWorkload.run(
+        ledgerPath: arguments[0], ackPath: arguments[1], clients: clients, durability: durability, run: run)
 }
 
 /// `--soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet]`: kills a --mix child KILLS times and

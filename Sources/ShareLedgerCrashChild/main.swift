@@ -11,7 +11,7 @@
 // writes "<user record name>\n" to the acknowledgement file. A kill can land between an accept's
 // commit and its task's completion, or in the middle of an attempt.
 //
-//        ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY]
+//        ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN]
 //        ShareLedgerCrashChild --soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet]
 //
 // --mix runs the mixed sharing workload of ShareLedgerCrashHarness (CrashWorkload): concurrent

@@ -138,9 +138,8 @@ public enum CrashVerifier {
                 } else {
                     result.problems.append("\(ack): acknowledged before its share was")
                 }
-            case .fetch(let url, let user):
+            case .fetch(_, let user):
                 once("ShareMetadataFetched", in: "user/\(user)", for: ack)
-                _ = url
             case .accept(let url, let user):
                 once("ShareAccepted", in: "share/\(token(url))", for: ack)
                 let shares = (try? ledger.container(CrashWorkload.container, userRecordName: user).participatingShares(

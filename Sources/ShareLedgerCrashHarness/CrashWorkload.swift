@@ -25,8 +25,11 @@ public enum CrashWorkload {
         batchSize: 64, leaseDuration: .milliseconds(300), pollInterval: .milliseconds(100))
 
     /// Runs the workload forever (until SIGKILL). Any unexpected error exits with status 71 after
-    /// printing it: the driver reports a child that exits by itself as a failure.
-    public static func run(ledgerPath: String, ackPath: String, clients: Int, durability: Durability) async -> Never {
+    /// printing it: the driver reports a child that exits by itself as a failure. `run` makes this
+    /// run's names unique in the ledger (the driver passes the kill number; default: the pid).
+    public static func run(
+        ledgerPath: String, ackPath: String, clients: Int, durability: Durability, run: String? = nil
+    ) async -> Never {
         let acks: AckLog.Writer
         let ledger: ShareLedger
         do {
@@ -38,12 +41,12 @@ public enum CrashWorkload {
             fail("cannot open: \(error)")
         }
         FileHandle.standardOutput.write(Data("ready\n".utf8))
-        let run = getpid()
+        let run = run ?? String(getpid())
         await withTaskGroup(of: Void.self) { group in
             for client in 0..<max(1, clients) {
                 group.addTask {
                     do {
-                        try await runClient(ledger: ledger, acks: acks, run: Int(run), client: client)
+                        try await runClient(ledger: ledger, acks: acks, run: run, client: client)
                     } catch {
                         fail("client \(client): \(error)")
                     }
@@ -58,7 +61,7 @@ public enum CrashWorkload {
         exit(71)
     }
 
-    private static func runClient(ledger: ShareLedger, acks: AckLog.Writer, run: Int, client: Int) async throws {
+    private static func runClient(ledger: ShareLedger, acks: AckLog.Writer, run: String, client: Int) async throws {
         let ownerName = "_o\(run)_\(client)"
         try await ledger.registerUser(ownerName, in: container)
         acks.append(.register(user: ownerName))

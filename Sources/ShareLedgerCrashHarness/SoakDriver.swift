@@ -105,7 +105,7 @@ public enum SoakDriver {
             do {
                 try await runAndKill(
                     options.childExecutable,
-                    ["--mix", ledgerPath, ackPath, String(options.clients), mode.rawValue], after: delay)
+                    ["--mix", ledgerPath, ackPath, String(options.clients), mode.rawValue, "k\(kill)"], after: delay)
             } catch {
                 problems.append("kill \(kill): \(error)")
             }
@@ -119,6 +119,7 @@ public enum SoakDriver {
             report.cutLines += contents.cutLines
             report.acknowledged += contents.acks.count
             ledgerAcks += contents.acks
+            let verifyStarted = ContinuousClock.now
             let result = await CrashVerifier.verify(
                 ledgerPath: ledgerPath, acks: ledgerAcks, scratchPath: options.workDirectory + "/scratch",
                 auditAfterDrain: isLastOfLedger)
@@ -139,7 +140,8 @@ public enum SoakDriver {
             options.progress?(
                 "kill \(kill + 1)/\(options.kills): ledger \(ledgerIndex), \(mode.rawValue), after \(delay) ms: "
                     + "\(contents.acks.count) acknowledged (\(ledgerAcks.count) on this ledger), "
-                    + "\(result.tasksDrained) tasks left pending, \(result.events) events; "
+                    + "\(result.tasksDrained) tasks left pending, \(result.events) events, verified in "
+                    + "\((ContinuousClock.now - verifyStarted).components.seconds * 1_000 + (ContinuousClock.now - verifyStarted).components.attoseconds / 1_000_000_000_000_000) ms; "
                     + (result.isClean && problems.isEmpty
                         ? "ok" : "\(result.lost.count) lost, \(result.duplicated.count) duplicated, \(problems.count) problems"))
         }
