@@ -70,10 +70,18 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // A child process for the crash tests: appends in a loop and records every acknowledged append
-        // in a side file, until the test kills it with SIGKILL. Not a product; only the tests run it.
+        // A child process for the crash tests: appends (or, with --mix, runs the mixed sharing workload)
+        // and records every acknowledged command in a side file, until the test kills it with SIGKILL.
+        // `--soak-driver` is the kill loop of scripts/soak. Not a product; the tests and the soak run it.
         .executableTarget(
             name: "ShareLedgerCrashChild",
+            dependencies: ["ShareLedger", "ShareLedgerCrashHarness"],
+            swiftSettings: strictSettings
+        ),
+        // The crash harness both the tests and `scripts/soak` use: the mixed sharing workload the
+        // child runs, its acknowledgement side file, the checks after a kill and the kill loop.
+        .target(
+            name: "ShareLedgerCrashHarness",
             dependencies: ["ShareLedger"],
             swiftSettings: strictSettings
         ),
@@ -102,6 +110,7 @@ let package = Package(
                 // Depended on so that `swift test` builds the binaries the tests run as child processes.
                 "ShareLedgerCLI",
                 "ShareLedgerCrashChild",
+                "ShareLedgerCrashHarness",
             ],
             // Committed ledgers the tests read by path (e.g. events in an older schema version).
             exclude: ["Fixtures"],

@@ -254,6 +254,7 @@ package final class Environment: @unchecked Sendable {
                     // mdb_txn_commit frees the transaction, success or not.
                     let rc = mdb_txn_commit(txn)
                     if rc == MDB_MAP_FULL { return .mapFull(sizeAtFailure: mapSizeAtStart) }
+                    if writable, let full = fileSystemFull(afterCommitFailure: rc) { throw full }
                     try check(rc, "mdb_txn_commit", path: options.path)
                 } else {
                     mdb_txn_abort(txn)
@@ -275,6 +276,29 @@ package final class Environment: @unchecked Sendable {
         case done(R)
         case mapFull(sizeAtFailure: Int)
         case mapResized
+    }
+
+    // MARK: - A full file system
+
+    /// Free bytes below which a failed commit's I/O error is taken for a full file system.
+    package static let fullFileSystemThreshold = 16 << 20
+
+    /// The error for a commit that failed because the file system is full, or nil when `rc` is not
+    /// that. LMDB 0.9 reports a full disk as `EIO` when the page write comes up short (`mdb_page_flush`:
+    /// "short write, filesystem full?") and as `ENOSPC` or `EDQUOT` only when nothing could be written,
+    /// so an `EIO`, `ENOSPC` or `EDQUOT` from the commit counts as a full file system when less than
+    /// ``fullFileSystemThreshold`` bytes are free for this process at the ledger's directory. The
+    /// failed commit stored nothing (its meta page was never written).
+    private func fileSystemFull(afterCommitFailure rc: Int32) -> LMDBError? {
+        guard rc == EIO || rc == ENOSPC || rc == EDQUOT else { return nil }
+        var stats = statvfs()
+        guard statvfs(options.path, &stats) == 0 else { return nil }
+        let free = Int(stats.f_bavail) * Int(stats.f_frsize)
+        guard free < Environment.fullFileSystemThreshold else { return nil }
+        return LMDBError(
+            code: .system, returnCode: ENOSPC, operation: "mdb_txn_commit", path: options.path,
+            message: "the disk is full (\(free) bytes free; LMDB reported \(String(cString: strerror(rc)))); "
+                + "nothing of the failed write was stored. Free space and retry")
     }
 
     // MARK: - Map size

@@ -10,6 +10,14 @@
 // client registers new users who fetch and accept a public share, and after each accept returns it
 // writes "<user record name>\n" to the acknowledgement file. A kill can land between an accept's
 // commit and its task's completion, or in the middle of an attempt.
+//
+//        ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN]
+//        ShareLedgerCrashChild --soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet]
+//
+// --mix runs the mixed sharing workload of ShareLedgerCrashHarness (CrashWorkload): concurrent
+// clients registering users, saving records, creating shares, inviting, fetching metadata and
+// accepting, with the in-process worker on. --soak-driver is scripts/soak: it runs this executable
+// with --mix, kills it KILLS times (default 200) and verifies the ledger after each kill (SoakDriver).
 import Foundation
 import ShareLedger
 
@@ -20,6 +28,12 @@ import Glibc
 if CommandLine.arguments.count >= 4 && CommandLine.arguments[1] == "--sharing" {
     await runSharingChild(Array(CommandLine.arguments.dropFirst(2)))
     exit(0)
+}
+if CommandLine.arguments.count >= 2 && CommandLine.arguments[1] == "--mix" {
+    await runMixChild(Array(CommandLine.arguments.dropFirst(2)))
+}
+if CommandLine.arguments.count >= 2 && CommandLine.arguments[1] == "--soak-driver" {
+    exit(await runSoakDriver(Array(CommandLine.arguments.dropFirst(2))))
 }
 
 let arguments = CommandLine.arguments

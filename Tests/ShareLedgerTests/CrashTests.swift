@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerCrashHarness
 import TestSupport
 import Testing
 
@@ -83,5 +84,68 @@ struct CrashTests {
         let result = try await log.append([Fixtures.draft("after")], to: "s", metadata: Fixtures.metadata())
         #expect(result.positions.lowerBound.rawValue == verification.headPosition + 1)
         await log.close()
+    }
+}
+
+@Suite("Crash safety: the mixed sharing workload")
+struct MixedCrashTests {
+    /// The kill count of the normal run; `scripts/soak` runs hundreds through the same driver.
+    static let kills = 20
+
+    @Test(
+        "SIGKILL at 20 seeded moments of a mixed sharing workload: every acknowledged command exactly once, the worker drains",
+        .timeLimit(.minutes(3)))
+    func mixedWorkloadSurvivesSIGKILL() async throws {
+        let dir = TemporaryDirectory()
+        var options = SoakDriver.Options(
+            kills: Self.kills, seed: 0xC0FFEE, childExecutable: builtProduct("ShareLedgerCrashChild"), workDirectory: dir.path)
+        // Short runs and a fresh ledger every 4 kills keep each verification (a full audit) short:
+        // about 20 s for the 20 kills alone on the 2-core machine.
+        options.killsPerLedger = 4
+        options.runMilliseconds = 100...300
+        let report = await SoakDriver.run(options)
+        #expect(report.lost.isEmpty, "lost: \(report.lost.prefix(10))")
+        #expect(report.duplicated.isEmpty, "duplicated: \(report.duplicated.prefix(10))")
+        #expect(report.problems.isEmpty, "problems: \(report.problems.prefix(10))")
+        #expect(report.killsSurvived == Self.kills, "\(report.summaryLine)")
+        // The kills landed while there was work to lose: each ledger holds many acknowledged commands.
+        #expect(report.acknowledged > Self.kills * 20, "only \(report.acknowledged) acknowledged commands")
+        #expect(report.summaryLine == "kills survived: \(Self.kills), acknowledged commands lost: 0")
+    }
+
+    @Test("the verifier reports an acknowledged command the ledger does not hold, and a cut side-file line")
+    func verifierCatchesLostCommands() async throws {
+        let dir = TemporaryDirectory()
+        let path = dir.child("ledger")
+        var configuration = EventLog.Configuration(path: path, durability: .unsafeNoSync)
+        configuration.residualTaskWorker = nil
+        let ledger = try ShareLedger.open(configuration)
+        try await ledger.registerUser("_owner", in: CrashWorkload.container)
+        _ = try await ledger.container(CrashWorkload.container, userRecordName: "_owner").save(
+            RecordZone(zoneID: RecordZoneID(zoneName: CrashWorkload.zoneName)))
+        await ledger.close()
+
+        let acks = dir.child("acks")
+        let writer = try AckLog.Writer(path: acks)
+        writer.append(.register(user: "_owner"))
+        writer.append(.zone(owner: "_owner"))
+        writer.append(.register(user: "_ghost"))
+        writer.append(.record(owner: "_owner", record: "missing"))
+        // A line the kill cut: no newline.
+        let handle = try #require(FileHandle(forWritingAtPath: acks))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("accept https://x/share/abc _p".utf8))
+        try handle.close()
+
+        let contents = try AckLog.read(acks)
+        #expect(contents.acks.count == 4)
+        #expect(contents.cutLines == 1)
+        #expect(contents.malformedLines.isEmpty)
+        let result = await CrashVerifier.verify(ledgerPath: path, acks: contents.acks, scratchPath: dir.child("scratch"))
+        #expect(result.acknowledged == 4)
+        #expect(result.lost.count == 2, "\(result.lost)")
+        #expect(result.lost.contains { $0.hasPrefix("register _ghost") })
+        #expect(result.lost.contains { $0.hasPrefix("record _owner missing") })
+        #expect(result.duplicated.isEmpty && result.problems.isEmpty, "\(result.duplicated) \(result.problems)")
     }
 }
