@@ -180,42 +180,59 @@ extension ShareLedger {
             checkpointsVerified: checkpoints.verified, expectedHeadsVerified: checkpoints.headsVerified)
     }
 
-    /// Rebuilds every read model from the log, in place, in one write transaction on the writer
-    /// thread: a crash half way leaves the old read models (nothing was committed), a finished rebuild
-    /// the new ones, never a mix. Other writes wait while it runs. Returns the events replayed.
+    /// Rebuilds every read model from the log: the log is replayed into a scratch environment next
+    /// to the ledger (`.rebuild-*`, in chunks, no fsync), then one write transaction on the writer
+    /// thread replays the events committed meanwhile into the scratch copy and replaces every live
+    /// read model with it (sorted appends). A crash or an error before that transaction commits leaves
+    /// the old read models (nothing was committed), a finished rebuild the new ones, never a mix.
+    /// Other writes wait only for the final copy. Returns the events replayed.
     @discardableResult
     public func rebuildReadModels(progress: (@Sendable (UInt64, UInt64) -> Void)? = nil) async throws(LedgerError) -> UInt64 {
+        guard !configuration.readOnly else {
+            throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
+        }
         let store = log.store
         let head = try log.head().position.rawValue
-        let replayed = try await maintain { txn in
-            for db in store.models.all { try txn.clear(db) }
-            let projector = Projector(models: store.models)
-            var count = 0
-            try txn.withCursor(store.log) { cursor in
-                var entry = try cursor.first()
-                while let current = entry {
-                    guard let key = BigEndian.uint64(current.key) else {
-                        throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
+        let scratchPath = (configuration.path as NSString).appendingPathComponent(".rebuild-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(atPath: scratchPath) }
+        // Scratch folders a crashed rebuild left (over an hour old: not one running now) go first.
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: configuration.path)) ?? [] where name.hasPrefix(".rebuild-") {
+            let path = (configuration.path as NSString).appendingPathComponent(name)
+            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
+                modified < Date().addingTimeInterval(-3_600)
+            {
+                try? FileManager.default.removeItem(atPath: path)
+            }
+        }
+        let scratch: LogStore
+        let replayed: UInt64
+        do {
+            try FileManager.default.createDirectory(atPath: scratchPath, withIntermediateDirectories: true)
+            scratch = try LogStore.open(
+                EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
+            replayed = try ReadModelRebuild.replay(from: store, into: scratch) { progress?($0, head) }
+        } catch {
+            throw LedgerError.wrap(error, while: "replaying the log into \(scratchPath)")
+        }
+        defer { scratch.environment.close() }
+        let copied = try await maintain { txn in
+            // Events committed since the replay finished (none can be committed while this runs).
+            let last = try ReadModelRebuild.replay(from: store, into: scratch, after: replayed)
+            try scratch.environment.read { built in
+                for (live, rebuilt) in zip(store.models.all, scratch.models.all) {
+                    try txn.clear(live)
+                    let flags: PutFlags = live.flags.contains(.dupSort) ? [] : .append
+                    try built.withCursor(rebuilt) { cursor in
+                        var entry = try cursor.first()
+                        while let current = entry {
+                            try txn.put(live, key: current.key, value: current.value, flags: flags)
+                            entry = try cursor.next()
+                        }
                     }
-                    let envelope = try EnvelopeCodec.decode(current.value, key: key)
-                    if let event = try DomainEvent.decode(
-                        type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
-                        position: key)
-                    {
-                        try projector.apply(
-                            event,
-                            Projector.Context(
-                                position: key, recordedAtMicros: envelope.recordedAtMicros, container: envelope.container,
-                                actor: envelope.actor),
-                            txn)
-                    }
-                    count += 1
-                    if count % 65_536 == 0 { progress?(key, head) }
-                    entry = try cursor.next()
                 }
             }
-            return count
+            return Int(last)
         }
-        return UInt64(replayed)
+        return UInt64(copied)
     }
 }
