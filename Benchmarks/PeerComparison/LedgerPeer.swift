@@ -1,15 +1,16 @@
 import Foundation
 @_spi(Benchmarks) import ShareLedger
 
-/// The workload through ShareLedger's public API, on a durable ledger (fsync per group commit).
+/// The workload through ShareLedger's public API, on a durable ledger (fsync per group commit)
+/// unless `--durability` says otherwise.
 /// The in-process residual-task worker is off, so the log holds exactly the workload's events
 /// (the SQLite side writes the accept's outbox row too, and runs no worker either).
 struct LedgerPeer: PeerStore {
     let ledger: ShareLedger
 
-    init(path: String) throws {
+    init(path: String, durability: Durability) throws {
         try? FileManager.default.removeItem(atPath: path)
-        var configuration = EventLog.Configuration(path: path, durability: .durable, initialMapSize: 1 << 30)
+        var configuration = EventLog.Configuration(path: path, durability: durability, initialMapSize: 1 << 30)
         configuration.residualTaskWorker = nil
         configuration.benchmarkRecordsCommitSizes = true
         ledger = try ShareLedger.open(configuration)

@@ -13,6 +13,8 @@ struct Options {
     var quick = false
     var json = false
     var only: Set<String> = ["single", "concurrent"]
+    /// ShareLedger's durability; `durable` is the one that matches SQLite's synchronous=FULL.
+    var durability: Durability = .durable
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -30,14 +32,24 @@ struct Options {
             case "--quick": options.quick = true
             case "--json": options.json = true
             case "--only": options.only = Set(value(argument).split(separator: ",").map(String.init))
+            case "--durability":
+                guard let durability = Durability(rawValue: value(argument)) else {
+                    fail("--durability is durable, relaxed or unsafeNoSync")
+                }
+                options.durability = durability
             case "--help", "-h":
                 print(
                     """
                     usage: PeerComparison [--path DIR] [--repeats N] [--quick] [--json] [--only single,concurrent]
+                                          [--durability durable|relaxed|unsafeNoSync]
                       --path     scratch directory (default: $TMPDIR/peer-comparison; emptied first)
                       --repeats  rounds; figures are medians, with min and max (default 3)
                       --quick    a short run (about a minute a round instead of several)
                       --json     print {"figures": {NAME: number}, "minimum": ..., "maximum": ...}
+                      --only     run only these parts (default: single,concurrent)
+                      --durability  ShareLedger's durability (default durable, which matches SQLite's
+                                 synchronous=FULL; relaxed flushes once per commit but a power loss may
+                                 undo the last one; SQLite stays at FULL either way)
                     """)
                 exit(0)
             default: fail("unknown argument \(argument); see --help")
@@ -58,22 +70,42 @@ func progress(_ message: String, json: Bool) {
 
 let segments = 4
 
+/// Bytes this process has passed to write calls so far (`wchar` of /proc/self/io; 0 where there is
+/// none). The sides run one after the other, so the difference over a side's segment is its writes:
+/// pages of LMDB's copy-on-write B-trees, or pages appended to SQLite's WAL.
+func writtenBytes() -> Double {
+    guard let text = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8) else { return 0 }
+    for line in text.split(separator: "\n") where line.hasPrefix("wchar:") {
+        return Double(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) ?? 0
+    }
+    return 0
+}
+
+/// Runs `body`, adding its seconds to `seconds` and the bytes it wrote to `bytes`.
+func measure(_ seconds: inout Double, _ bytes: inout Double, _ body: () async throws -> Double) async rethrows {
+    let before = writtenBytes()
+    seconds += try await body()
+    bytes += writtenBytes() - before
+}
+
 /// One caller awaiting each action: one commit per action on both sides.
 func single(round: Int, options: Options) async throws -> [String: Double] {
     let workload = Workload(callers: 1, lifecycles: options.quick ? 40 : 200)
     let directory = URL(fileURLWithPath: options.path).appendingPathComponent("round\(round)-single")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    let ledger = try LedgerPeer(path: directory.appendingPathComponent("ledger").path)
+    let ledger = try LedgerPeer(path: directory.appendingPathComponent("ledger").path, durability: options.durability)
     let sqlite = try SQLitePeer(path: directory.appendingPathComponent("peer.sqlite").path, mode: .transactionPerAction)
     try await ledger.setUp(workload)
     try await sqlite.setUp(workload)
     var ledgerSeconds = 0.0
     var sqliteSeconds = 0.0
+    var ledgerBytes = 0.0
+    var sqliteBytes = 0.0
     for segment in 0..<segments {
         progress("round \(round): one caller, segment \(segment + 1)/\(segments)", json: options.json)
         let range = workload.lifecycles * segment / segments..<workload.lifecycles * (segment + 1) / segments
-        ledgerSeconds += try await ledger.run(workload, lifecycles: range)
-        sqliteSeconds += try await sqlite.run(workload, lifecycles: range)
+        try await measure(&ledgerSeconds, &ledgerBytes) { try await ledger.run(workload, lifecycles: range) }
+        try await measure(&sqliteSeconds, &sqliteBytes) { try await sqlite.run(workload, lifecycles: range) }
     }
     try check(sqlite, workload)
     await ledger.close()
@@ -84,6 +116,8 @@ func single(round: Int, options: Options) async throws -> [String: Double] {
         "peer.single.shareLedgerPerSecond": actions / ledgerSeconds,
         "peer.single.sqlitePerSecond": actions / sqliteSeconds,
         "peer.single.ratio": sqliteSeconds / ledgerSeconds,
+        "peer.single.shareLedgerWrittenBytesPerAction": ledgerBytes / actions,
+        "peer.single.sqliteWrittenBytesPerAction": sqliteBytes / actions,
     ]
 }
 
@@ -93,7 +127,7 @@ func concurrent(round: Int, options: Options) async throws -> [String: Double] {
     let workload = Workload(callers: 64, lifecycles: options.quick ? 4 : 12)
     let directory = URL(fileURLWithPath: options.path).appendingPathComponent("round\(round)-concurrent")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    let ledger = try LedgerPeer(path: directory.appendingPathComponent("ledger").path)
+    let ledger = try LedgerPeer(path: directory.appendingPathComponent("ledger").path, durability: options.durability)
     let grouped = try SQLitePeer(path: directory.appendingPathComponent("grouped.sqlite").path, mode: .groupCommit)
     let perAction = try SQLitePeer(
         path: directory.appendingPathComponent("per-action.sqlite").path, mode: .transactionPerAction)
@@ -102,12 +136,13 @@ func concurrent(round: Int, options: Options) async throws -> [String: Double] {
     try await perAction.setUp(workload)
     let ledgerCommitsBefore = ledger.commitCount
     var seconds = (ledger: 0.0, grouped: 0.0, perAction: 0.0)
+    var bytes = (ledger: 0.0, grouped: 0.0, perAction: 0.0)
     for segment in 0..<segments {
         progress("round \(round): 64 callers, segment \(segment + 1)/\(segments)", json: options.json)
         let range = workload.lifecycles * segment / segments..<workload.lifecycles * (segment + 1) / segments
-        seconds.ledger += try await ledger.run(workload, lifecycles: range)
-        seconds.grouped += try await grouped.run(workload, lifecycles: range)
-        seconds.perAction += try await perAction.run(workload, lifecycles: range)
+        try await measure(&seconds.ledger, &bytes.ledger) { try await ledger.run(workload, lifecycles: range) }
+        try await measure(&seconds.grouped, &bytes.grouped) { try await grouped.run(workload, lifecycles: range) }
+        try await measure(&seconds.perAction, &bytes.perAction) { try await perAction.run(workload, lifecycles: range) }
     }
     try check(grouped, workload)
     try check(perAction, workload)
@@ -126,6 +161,9 @@ func concurrent(round: Int, options: Options) async throws -> [String: Double] {
         "peer.concurrent64.ratioToTransactionPerAction": seconds.perAction / seconds.ledger,
         "peer.concurrent64.shareLedgerMeanCommitActions": mean(ledgerCommits),
         "peer.concurrent64.sqliteMeanCommitActions": mean(groupedBatches),
+        "peer.concurrent64.shareLedgerWrittenBytesPerAction": bytes.ledger / actions,
+        "peer.concurrent64.sqliteWrittenBytesPerAction": bytes.grouped / actions,
+        "peer.concurrent64.sqliteTransactionPerActionWrittenBytesPerAction": bytes.perAction / actions,
     ]
 }
 
@@ -155,7 +193,7 @@ struct Report: Encodable {
     var repeats: Int
     var quick: Bool
     var sqlite = "WAL, synchronous=FULL, GRDB DatabasePool"
-    var shareLedger = "durable"
+    var shareLedger: String
 }
 
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
@@ -170,7 +208,8 @@ for round in 1...options.repeats {
 }
 let report = Report(
     figures: samples.mapValues(median), minimum: samples.mapValues { $0.min() ?? 0 },
-    maximum: samples.mapValues { $0.max() ?? 0 }, repeats: options.repeats, quick: options.quick)
+    maximum: samples.mapValues { $0.max() ?? 0 }, repeats: options.repeats, quick: options.quick,
+    shareLedger: options.durability.rawValue)
 if options.json {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
@@ -180,11 +219,14 @@ if options.json {
         let text = value >= 100 ? String(Int(value.rounded())) : String(format: "%.2f", value)
         return String(repeating: " ", count: max(0, 12 - text.count)) + text
     }
-    print("figure".padding(toLength: 56, withPad: " ", startingAt: 0) + "      median         min         max")
+    let width = (report.figures.keys.map(\.count).max() ?? 0) + 2
+    print("figure".padding(toLength: width, withPad: " ", startingAt: 0) + "      median         min         max")
     for name in report.figures.keys.sorted() {
         print(
-            name.padding(toLength: 56, withPad: " ", startingAt: 0) + cell(report.figures[name]!) + cell(report.minimum[name]!)
-                + cell(report.maximum[name]!))
+            name.padding(toLength: width, withPad: " ", startingAt: 0) + cell(report.figures[name]!)
+                + cell(report.minimum[name]!) + cell(report.maximum[name]!))
     }
-    print("ratio = ShareLedger / SQLite (actions per second); SQLite: WAL, synchronous=FULL, through GRDB.")
+    print(
+        "ratio = ShareLedger / SQLite (actions per second); ShareLedger: \(options.durability.rawValue); "
+            + "SQLite: WAL, synchronous=FULL, through GRDB.")
 }
