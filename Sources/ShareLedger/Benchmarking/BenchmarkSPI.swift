@@ -126,6 +126,9 @@ extension ShareLedger {
     /// step's ``LedgerError`` when it is refused.
     @discardableResult
     public func benchmarkDecideAndApply(_ step: BenchmarkStep, container: String, actor: String) throws -> Int {
+        guard !configuration.readOnly else {
+            throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
+        }
         let models = self.models
         let decider = Decider(
             models: models, presenter: presenter, container: container, actor: actor, signedIn: true,
