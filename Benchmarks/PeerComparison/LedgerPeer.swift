@@ -63,5 +63,8 @@ struct LedgerPeer: PeerStore {
     func commitSizes(from: Int) -> [Int] { Array(ledger.log.benchmarkCommitSizes().dropFirst(from)) }
     var commitCount: Int { ledger.log.benchmarkCommitSizes().count }
 
+    /// The log's head position: the number of events appended so far.
+    func eventCount() throws -> UInt64 { try ledger.log.head().position.rawValue }
+
     func close() async { await ledger.close() }
 }

@@ -97,6 +97,7 @@ func single(round: Int, options: Options) async throws -> [String: Double] {
     let sqlite = try SQLitePeer(path: directory.appendingPathComponent("peer.sqlite").path, mode: .transactionPerAction)
     try await ledger.setUp(workload)
     try await sqlite.setUp(workload)
+    let ledgerEventsBefore = try ledger.eventCount()
     var ledgerSeconds = 0.0
     var sqliteSeconds = 0.0
     var ledgerBytes = 0.0
@@ -108,6 +109,7 @@ func single(round: Int, options: Options) async throws -> [String: Double] {
         try await measure(&sqliteSeconds, &sqliteBytes) { try await sqlite.run(workload, lifecycles: range) }
     }
     try check(sqlite, workload)
+    try check(ledger, workload, before: ledgerEventsBefore)
     await ledger.close()
     await sqlite.close()
     try? FileManager.default.removeItem(at: directory)
@@ -135,6 +137,7 @@ func concurrent(round: Int, options: Options) async throws -> [String: Double] {
     try await grouped.setUp(workload)
     try await perAction.setUp(workload)
     let ledgerCommitsBefore = ledger.commitCount
+    let ledgerEventsBefore = try ledger.eventCount()
     var seconds = (ledger: 0.0, grouped: 0.0, perAction: 0.0)
     var bytes = (ledger: 0.0, grouped: 0.0, perAction: 0.0)
     for segment in 0..<segments {
@@ -146,6 +149,7 @@ func concurrent(round: Int, options: Options) async throws -> [String: Double] {
     }
     try check(grouped, workload)
     try check(perAction, workload)
+    try check(ledger, workload, before: ledgerEventsBefore)
     let ledgerCommits = ledger.commitSizes(from: ledgerCommitsBefore)
     let groupedBatches = grouped.batchSizes(from: 0)
     await ledger.close()
@@ -175,6 +179,14 @@ func check(_ sqlite: SQLitePeer, _ workload: Workload) throws {
     let pragmas = try sqlite.pragmas()
     guard pragmas.journalMode == "wal", pragmas.synchronous == 2 else {
         fail("SQLite runs journal_mode=\(pragmas.journalMode) synchronous=\(pragmas.synchronous), not wal/FULL(2)")
+    }
+}
+
+/// Every action of the workload appended exactly one event on the ShareLedger side too.
+func check(_ ledger: LedgerPeer, _ workload: Workload, before: UInt64) throws {
+    let appended = try ledger.eventCount() - before
+    guard appended == UInt64(workload.totalActions) else {
+        fail("ShareLedger appended \(appended) events, expected \(workload.totalActions)")
     }
 }
 
