@@ -5,7 +5,7 @@ import PackageDescription
 // comparison with SQLite through GRDB. docs/benchmarks.md says how to run them:
 //
 //   swift package --package-path Benchmarks benchmark                            # run, compare nothing
-//   swift package --package-path Benchmarks benchmark thresholds check --target HotPaths
+//   swift package --package-path Benchmarks benchmark thresholds check --target HotPaths --path Benchmarks/Thresholds
 //                                                    # fail on an allocation-count regression
 //   swift run -c release --package-path Benchmarks PeerComparison --repeats 3     # ShareLedger vs SQLite
 //
