@@ -42,7 +42,7 @@ public struct BenchmarkEnvelope: Sendable {
         return EnvelopeCodec.encode(
             EnvelopeCodec.Fields(
                 position: position, recordedAtMicros: 1_795_000_000_000_000, container: container, actor: actor,
-                commandID: commandID, correlationID: nil, causationID: nil, schemaVersion: DomainEvent.schemaVersion,
+                commandID: commandID, correlationID: nil, causationID: nil, schemaVersion: event.schemaVersion,
                 stream: stream, streamVersion: 1, streamPreviousPosition: 0, eventType: event.typeName, payload: payload,
                 previousHash: previousHash)
         ).stored
