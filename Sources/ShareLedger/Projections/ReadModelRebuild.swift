@@ -1,4 +1,5 @@
 import Crypto
+import Dispatch
 import Foundation
 import LMDB
 
@@ -10,6 +11,10 @@ enum ReadModelRebuild {
     /// Replays the domain events of `source` after position `start` through `last` (in chunks, a
     /// fresh read transaction each) into the read models of `target`, which must hold the read models
     /// as of `start` (empty for 0). Returns the last position read.
+    ///
+    /// Two stages overlap: while one chunk is applied in a write transaction of `target`, the next is
+    /// read and decoded (envelopes and payloads, upcast) on another thread. Chunks are applied in
+    /// order, one transaction each, exactly as a single pass would.
     @discardableResult
     static func replay(
         from source: LogStore, into target: LogStore, after start: UInt64 = 0, through last: UInt64 = .max,
@@ -17,42 +22,80 @@ enum ReadModelRebuild {
     ) throws -> UInt64 {
         let projector = Projector(models: target.models)
         var after: UInt64 = start
+        var next = Result { () throws -> DecodedChunk in try decodeChunk(source, after: start, through: last) }
         while true {
-            let envelopes: [EventEnvelope] = try source.environment.read { txn in
-                try txn.withCursor(source.log) { cursor in
-                    var out: [EventEnvelope] = []
-                    out.reserveCapacity(chunk)
-                    var entry = try BigEndian.withBytes(of: after + 1) { try cursor.seek(atLeast: $0) }
-                    while let current = entry, out.count < chunk {
-                        guard let key = BigEndian.uint64(current.key) else {
-                            throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
-                        }
-                        guard key <= last else { break }
-                        out.append(try EnvelopeCodec.decode(current.value, key: key))
-                        entry = try cursor.next()
-                    }
-                    return out
-                }
+            let chunk = try next.get()
+            guard let chunkLast = chunk.lastPosition else { return after }
+            // Decode the following chunk meanwhile.
+            let following = PendingChunk()
+            let group = DispatchGroup()
+            DispatchQueue.global(qos: .userInitiated).async(group: group) {
+                following.set(Result { try decodeChunk(source, after: chunkLast, through: last) })
             }
-            guard let last = envelopes.last else { return after }
+            defer { group.wait() }
             try target.environment.write { txn in
-                for envelope in envelopes {
-                    guard
-                        let event = try DomainEvent.decode(
-                            type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
-                            position: envelope.position.rawValue)
-                    else { continue }
-                    try projector.apply(
-                        event,
-                        Projector.Context(
-                            position: envelope.position.rawValue, recordedAtMicros: envelope.recordedAtMicros,
-                            container: envelope.container, actor: envelope.actor),
-                        txn)
-                }
+                for (event, context) in chunk.events { try projector.apply(event, context, txn) }
             }
-            after = last.position.rawValue
+            group.wait()
+            next = following.get()
+            after = chunkLast
             progress?(after)
         }
+    }
+
+    /// The domain events of one chunk, decoded, with the last position read (nil when none).
+    struct DecodedChunk: Sendable {
+        var events: [(DomainEvent, Projector.Context)]
+        var lastPosition: UInt64?
+    }
+
+    /// Reads up to ``chunk`` entries after `after` (through `last`) in one read transaction and
+    /// decodes them; raw appends are skipped.
+    static func decodeChunk(_ source: LogStore, after: UInt64, through last: UInt64) throws -> DecodedChunk {
+        let envelopes: [EventEnvelope] = try source.environment.read { txn in
+            try txn.withCursor(source.log) { cursor in
+                var out: [EventEnvelope] = []
+                out.reserveCapacity(chunk)
+                var entry = try BigEndian.withBytes(of: after + 1) { try cursor.seek(atLeast: $0) }
+                while let current = entry, out.count < chunk {
+                    guard let key = BigEndian.uint64(current.key) else {
+                        throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
+                    }
+                    guard key <= last else { break }
+                    out.append(try EnvelopeCodec.decode(current.value, key: key))
+                    entry = try cursor.next()
+                }
+                return out
+            }
+        }
+        var decoded = DecodedChunk(events: [], lastPosition: envelopes.last?.position.rawValue)
+        decoded.events.reserveCapacity(envelopes.count)
+        for envelope in envelopes {
+            guard
+                let event = try DomainEvent.decode(
+                    type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
+                    position: envelope.position.rawValue)
+            else { continue }
+            decoded.events.append(
+                (
+                    event,
+                    Projector.Context(
+                        position: envelope.position.rawValue, recordedAtMicros: envelope.recordedAtMicros,
+                        container: envelope.container, actor: envelope.actor)
+                ))
+        }
+        return decoded
+    }
+
+    /// The result of a chunk decoded on another thread, handed over once (after `DispatchGroup.wait`).
+    private final class PendingChunk: @unchecked Sendable {
+        // @unchecked: `result` is written by the decoding thread before it leaves the group and read
+        // only after `wait()` returns; the lock makes that hand-over explicit.
+        private let lock = NSLock()
+        private var result: Result<DecodedChunk, any Error> = .success(DecodedChunk(events: [], lastPosition: nil))
+
+        func set(_ value: Result<DecodedChunk, any Error>) { lock.withLock { result = value } }
+        func get() -> Result<DecodedChunk, any Error> { lock.withLock { result } }
     }
 
     /// How two sets of read models compare, database by database.
