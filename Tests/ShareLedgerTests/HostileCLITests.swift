@@ -1,5 +1,8 @@
 import Crypto
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import LMDB
 @testable import ShareLedger
 import TestSupport
@@ -254,5 +257,71 @@ struct HostileCLITests {
         #expect(try alice.shareMetadataWithoutLogging(for: share.url).participantRole == .owner)
         #expect(try ledger.audit(scratchPath: f.dir.child("audit")).ok)
         await ledger.close()
+    }
+}
+
+/// Whether the tests may bind-mount a directory read-only (root with CAP_SYS_ADMIN): root ignores
+/// file permissions, so a read-only file system is the only way to see a ledger it cannot write.
+private let canMountReadOnly: Bool = {
+    guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/mount") || FileManager.default.isExecutableFile(atPath: "/bin/mount")
+    else { return false }
+    let probe = TemporaryDirectory("probe")
+    let target = probe.makeChild("ro")
+    guard runTool("mount", ["--bind", probe.makeChild("src"), target]) == 0 else { return false }
+    defer { _ = runTool("umount", [target]) }
+    return runTool("mount", ["-o", "remount,ro,bind", target]) == 0
+}()
+
+@discardableResult
+private func runTool(_ tool: String, _ arguments: [String]) -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = [tool] + arguments
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    guard (try? process.run()) != nil else { return -1 }
+    process.waitUntilExit()
+    return process.terminationStatus
+}
+
+@Suite("Hostile input: a ledger on a read-only file system")
+struct ReadOnlyFileSystemTests {
+    @Test("opening for writing fails with notALedger, a read-only open answers, every command exits 2; nothing changes",
+          .enabled(if: canMountReadOnly))
+    func readOnlyMount() async throws {
+        let dir = TemporaryDirectory()
+        let source = dir.child("ledger")
+        let demo = try runProduct("share-ledger", ["demo", "--path", source, "--events", "20"], input: Data())
+        #expect(demo.status == 0)
+        let mounted = dir.makeChild("mounted")
+        #expect(runTool("mount", ["--bind", source, mounted]) == 0)
+        defer { runTool("umount", [mounted]) }
+        #expect(runTool("mount", ["-o", "remount,ro,bind", mounted]) == 0)
+        let before = directoryListing(source)
+
+        let writable = #expect(throws: LedgerError.self) { try EventLog.open(Fixtures.configuration(mounted)) }
+        var configuration = Fixtures.configuration(mounted)
+        configuration.readOnly = true
+        let readOnly: Result<UInt64, LedgerError>
+        do throws(LedgerError) {
+            let log = try EventLog.open(configuration)
+            readOnly = .success(try log.head().position.rawValue)
+            await log.close()
+        } catch {
+            readOnly = .failure(error)
+        }
+        // Read-only, the library opens it (LMDB reads the existing lock file) and answers.
+        #expect(try readOnly.get() == 20)
+        #expect(writable?.code == .notALedger)
+        #expect(writable?.message.contains("not writable") == true)
+        for command in [["stats"], ["verify"], ["audit"], ["tasks", "list"]] {
+            let result = try runProduct("share-ledger", command + ["--path", mounted, "--json"], input: Data())
+            // The commands open the ledger for writing: exit 2, notALedger, "not writable".
+            #expect(result.status == 2, "\(command): \(result.status) \(result.stdout) \(result.stderr)")
+            #expect(result.stdout.contains("not writable"), "\(command): \(result.stdout)")
+        }
+        let append = try runProduct("share-ledger", ["demo", "--path", mounted, "--events", "5"], input: Data())
+        #expect(append.status != 0)
+        #expect(directoryListing(source) == before)
     }
 }
