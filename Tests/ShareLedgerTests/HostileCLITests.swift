@@ -86,7 +86,12 @@ struct HostileCLITests {
         _ = FileManager.default.createFile(atPath: file, contents: Data("not a directory".utf8))
         for (kind, path) in [("missing", dir.child("missing")), ("foreign", foreign), ("garbage", garbage), ("newer", newer), ("file", file)] {
             let before = directoryListing(path)
+            // Every command on a foreign directory and a newer ledger; a sample on the others (each
+            // command opens the ledger the same way).
             var commands = Self.commands(path)
+            if kind == "missing" || kind == "garbage" || kind == "file" {
+                commands = commands.filter { ["stats", "audit", "fetch", "worker"].contains($0[0]) }
+            }
             // Import creates a ledger where there is none (that is its job); elsewhere it must refuse.
             if kind != "missing" { commands.append(["import", "--path", path]) }
             for command in commands {
@@ -124,8 +129,9 @@ struct HostileCLITests {
             ("container of 10,000 characters", [share.url.absoluteString, "--as", "_alice", "--container", String(repeating: "c", count: 10_000)], "invalidArguments"),
             ("wrong container", [share.url.absoluteString, "--as", "_alice", "--container", "iCloud.com.example.other"], "notAuthenticated"),
         ]
+        // Accept fetches first, as clients do: a sample of the cases shows it refuses the same way.
         for command in ["fetch", "accept"] {
-            for (name, arguments, code) in cases {
+            for (name, arguments, code) in command == "fetch" ? cases : [cases[0], cases[3], cases[6], cases[7]] {
                 let result = try runProduct("share-ledger", [command, "--path", path, "--json"] + arguments, input: Data())
                 #expect(result.status == 1, "\(command) \(name): \(result.status) \(result.stdout) \(result.stderr)")
                 let error = json(result.stdout)?["error"] as? [String: Any]

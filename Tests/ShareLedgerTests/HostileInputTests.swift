@@ -249,6 +249,25 @@ final class Outcome: @unchecked Sendable {
 
 @Suite("Hostile input: values over the limits")
 struct HostileLimitTests {
+    @Test("non-finite doubles in fields (found by the envelope fuzzer) are stored and read back, and their events round-trip")
+    func nonFiniteDoubles() async throws {
+        let f = try await SharingFixture()
+        _ = try await f.alice.save(RecordZone(zoneID: SharingFixture.zone))
+        let fields: [String: FieldValue] = ["nan": .double(.nan), "inf": .double(.infinity), "minusInf": .double(-.infinity)]
+        _ = try await f.alice.save(Record(recordType: "T", recordID: SharingFixture.recordID("odd"), fields: fields))
+        let read = try f.alice.record(for: SharingFixture.recordID("odd"))
+        guard case .double(let nan) = read["nan"], case .double(let inf) = read["inf"] else {
+            Issue.record("the doubles did not come back: \(read.fields)")
+            return
+        }
+        #expect(nan.isNaN)
+        #expect(inf == .infinity)
+        let saved = try #require(try f.ledger.log.event(at: try f.ledger.log.head().position))
+        #expect(FuzzingEntryPoints.domainEvent(type: saved.eventType, schemaVersion: saved.schemaVersion, payload: saved.payload))
+        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        await f.ledger.close()
+    }
+
     @Test("names, titles, fields and lookups over the limits: a typed error each, nothing changed")
     func limits() async throws {
         let f = try await SharingFixture()

@@ -49,16 +49,18 @@ package enum FuzzingEntryPoints {
         return decodedAny
     }
 
-    /// Decodes `payload` as the domain event `type`; a decoded event must serialize and decode to
-    /// itself. Returns whether it decoded as a domain event.
+    /// Decodes `payload` as the domain event `type`; a decoded event must serialize and decode
+    /// again, and serialize to the same bytes (compared as bytes, not as messages: a NaN double
+    /// field is not equal to itself). Returns whether it decoded as a domain event.
     @discardableResult
     package static func domainEvent(type: String, schemaVersion: UInt32, payload: [UInt8]) -> Bool {
         guard let event = try? DomainEvent.decode(type: type, schemaVersion: schemaVersion, payload: payload, position: 1)
         else { return false }
         guard let again = try? event.payload(),
-            let back = try? DomainEvent.decode(type: type, schemaVersion: schemaVersion, payload: again, position: 1)
+            let back = try? DomainEvent.decode(type: type, schemaVersion: schemaVersion, payload: again, position: 1),
+            let third = try? back.payload()
         else { preconditionFailure("a decoded \(type) does not serialize and decode again") }
-        precondition(back == event, "\(type) changed in a serialize-decode round trip")
+        precondition(third == again, "\(type) changed in a serialize-decode round trip")
         return true
     }
 
