@@ -149,6 +149,41 @@ struct HostileURLTests {
         await f.ledger.close()
     }
 
+    @Test("a share URL host no URL can hold is refused when the ledger opens, before anything is created", arguments: [
+        "", "bad host", "a/b", "exa%mple", String(repeating: "h", count: 254),
+    ])
+    func badShareURLHost(host: String) throws {
+        let dir = TemporaryDirectory()
+        var configuration = Fixtures.configuration(dir.child("ledger"))
+        configuration.shareURLHost = host
+        let error = #expect(throws: LedgerError.self) { try ShareLedger.open(configuration) }
+        #expect(error?.code == .invalidArguments)
+        #expect(!FileManager.default.fileExists(atPath: dir.child("ledger")))
+    }
+
+    @Test("IPv6, internationalized and 253-byte hosts make share URLs the parser reads back")
+    func goodShareURLHosts() async throws {
+        for host in ["[::1]", "ünï.example", String(repeating: "h", count: 253), "localhost:8443"] {
+            let dir = TemporaryDirectory()
+            var configuration = Fixtures.configuration(dir.child("ledger"))
+            configuration.shareURLHost = host
+            configuration.residualTaskWorker = nil
+            guard let ledger = try? ShareLedger.open(configuration) else {
+                // A host with a port is not a host; refusing it is fine, crashing later is not.
+                #expect(host.contains(":") && !host.hasPrefix("["), "\(host.prefix(20)) refused")
+                continue
+            }
+            try await ledger.registerUser("_alice", in: SharingFixture.container)
+            let alice = ledger.container(SharingFixture.container, userRecordName: "_alice")
+            _ = try await alice.save(RecordZone(zoneID: SharingFixture.zone))
+            _ = try await alice.save(Record(recordType: "T", recordID: SharingFixture.recordID("r")))
+            let share = try await alice.share(rootRecord: SharingFixture.recordID("r"), title: String(repeating: "t", count: 512))
+            #expect(ShareURL.token(in: share.url) == share.token, "\(host.prefix(20))")
+            #expect(try alice.share(for: share.url).token == share.token)
+            await ledger.close()
+        }
+    }
+
     @Test("a share's token found in a URL is refused when the URL is longer than the parser reads")
     func oversizedURLWithRealToken() throws {
         var generator = SplitMix64(state: 1)
