@@ -85,6 +85,14 @@ let package = Package(
             dependencies: ["ShareLedger"],
             swiftSettings: strictSettings
         ),
+        // The fuzz targets (envelope decoder, share-URL parser, NDJSON line parser): scripts/fuzz builds
+        // it with --sanitize=fuzzer -DSHARELEDGER_FUZZING into its own scratch path, where libFuzzer
+        // supplies `main`. A plain build makes a replayer that runs corpus files once. Not a product.
+        .executableTarget(
+            name: "ShareLedgerFuzz",
+            dependencies: ["ShareLedger"],
+            swiftSettings: strictSettings
+        ),
         // Helpers the test targets share (a temporary directory per test).
         .target(
             name: "TestSupport",

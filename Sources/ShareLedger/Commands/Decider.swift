@@ -21,6 +21,9 @@ struct Decider {
     let now: Int64
 
     static let shareNotFound = "Share not found: the URL is unknown, or its share was deleted, or it is not shared with you"
+    /// The answer about a record in another user's zone that the caller may not see, whether it
+    /// exists or not: the same text either way, so that it tells nothing.
+    static let recordNotShared = "the record does not exist, or is not shared with you"
 
     // MARK: - Limits
 
@@ -166,6 +169,12 @@ struct Decider {
         }
     }
 
+    /// Whether anyone with the URL may join: only for the two permissions that grant something. An
+    /// unknown value in a stored share (a damaged row, a forged import) keeps the share private.
+    static func isPublic(_ permission: PBPermission) -> Bool {
+        permission == .readOnly || permission == .readWrite
+    }
+
     private func shareOutput(_ token: String) -> Presentation {
         let presenter = self.presenter
         let actor = self.actor
@@ -308,7 +317,7 @@ struct Decider {
             let entry = try models.participant(txn, of: actor, in: share, token: token),
             entry.state.status == .statusAccepted
         else {
-            throw LedgerError(.unknownItem, "the record does not exist, or is not shared with you")
+            throw LedgerError(.unknownItem, Decider.recordNotShared)
         }
         guard entry.state.permission == .readWrite else {
             throw LedgerError(.permissionFailure, "your permission on this share is \(entry.state.permission.permission); "
@@ -430,7 +439,8 @@ struct Decider {
             throw LedgerError(.zoneNotFound, "zone \(id.zoneID.zoneName) of \(owner) does not exist")
         }
         guard let state = try models.record(txn, zoneID: zone.zoneID, id.recordName) else {
-            throw LedgerError(.unknownItem, "record \(id.recordName) does not exist")
+            // In another user's zone, a missing record answers as one not shared with the caller.
+            throw LedgerError(.unknownItem, owner == actor ? "record \(id.recordName) does not exist" : Decider.recordNotShared)
         }
         if owner != actor {
             try requireWriteAccess(txn, zone: zone, coveringFrom: id.recordName)
@@ -781,7 +791,7 @@ struct Decider {
         {
             return .participant(role: entry.state.role, status: entry.state.status, permission: entry.state.permission)
         }
-        if share.publicPermission != .none && share.publicPermission != .unknown {
+        if Decider.isPublic(share.publicPermission) {
             return .prospectivePublicUser(share.publicPermission)
         }
         if share.unmatchedPendingCount > 0 {
@@ -859,7 +869,7 @@ struct Decider {
             // The owner, or accepted already: success, nothing new.
             return .output(shareOutput(token))
         }
-        let isPublic = share.publicPermission != .none && share.publicPermission != .unknown
+        let isPublic = Decider.isPublic(share.publicPermission)
         if let entry, entry.state.status == .statusPending {
             var e = Shareledger_Events_V1_ShareAccepted()
             e.token = token
@@ -901,14 +911,15 @@ struct Decider {
         _ txn: borrowing Transaction, token: String, lookup: LookupInfo, hash: [UInt8], expires: Int64
     ) throws -> Decision {
         try requireSignedIn(txn)
-        let share = try liveShare(txn, token)
-        if try activeEntry(txn, share, token) != nil {
-            throw LedgerError(.invalidArguments, "you are a participant of this share already")
-        }
         let wanted = PBLookupInfo(lookup)
         guard !wanted.emailAddress.isEmpty || !wanted.phoneNumber.isEmpty else {
             throw LedgerError(.invalidArguments, "verification proves an email address or a phone number")
         }
+        let share = try liveShare(txn, token)
+        if try activeEntry(txn, share, token) != nil {
+            throw LedgerError(.invalidArguments, "you are a participant of this share already")
+        }
+        try requireVerificationCase(share)
         let match = try models.participants(txn, token).first { entry in
             entry.state.status == .statusPending && entry.state.userRecordName.isEmpty
                 && ((!wanted.emailAddress.isEmpty
@@ -928,12 +939,21 @@ struct Decider {
         return .output([event(Streams.share(token), .verificationRequested(e))], .participantID(match.id))
     }
 
+    /// Verification concerns only a share with invitations not tied to an account (the case in which
+    /// fetching its metadata answers `participantMayNeedVerification`). For any other share, a caller
+    /// who is not a participant gets the answer of an unknown URL, so that verifying tells a stranger
+    /// nothing that fetching would not.
+    private func requireVerificationCase(_ share: ShareState) throws {
+        guard share.unmatchedPendingCount > 0 else { throw LedgerError(.unknownItem, Decider.shareNotFound) }
+    }
+
     private func verify(_ txn: borrowing Transaction, token: String, hash: [UInt8]) throws -> Decision {
         try requireSignedIn(txn)
         let share = try liveShare(txn, token)
         if try activeEntry(txn, share, token) != nil {
             throw LedgerError(.invalidArguments, "you are a participant of this share already")
         }
+        try requireVerificationCase(share)
         let suffix = [UInt8(0)] + Array(actor.utf8)
         var found: (participantID: String, state: VerificationState)?
         var expired = false

@@ -87,6 +87,9 @@ final class LogStore: Sendable {
             }
         }
 
+        // A directory LMDB cannot open as an environment is left as it was found: no lock.mdb behind.
+        let lockFile = (path as NSString).appendingPathComponent("lock.mdb")
+        let lockExisted = fileManager.fileExists(atPath: lockFile)
         let environment: Environment
         do {
             environment = try Environment(
@@ -99,6 +102,7 @@ final class LogStore: Sendable {
                     durability: configuration.durability.syncMode,
                     readOnly: configuration.readOnly))
         } catch {
+            if !lockExisted { try? fileManager.removeItem(atPath: lockFile) }
             if error.code == .invalid || error.code == .versionMismatch {
                 throw LedgerError(
                     .notALedger, "\(path) holds a data.mdb that is not a readable LMDB file: \(error.message)",

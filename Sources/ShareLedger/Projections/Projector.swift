@@ -22,6 +22,14 @@ struct Projector {
     /// that event (an event schedules at most 4,096 tasks).
     static func taskID(position: UInt64, index: Int) -> UInt64 { position << 12 | UInt64(index) }
 
+    /// Lowers a count of a share's participants, never below zero: a log whose events contradict
+    /// each other (an import forged with its chain recomputed) must not trap the projection, or
+    /// every rebuild of that ledger would crash.
+    @inline(__always)
+    static func decrement(_ count: inout UInt32) {
+        if count > 0 { count -= 1 }
+    }
+
     func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws {
         // Who and what the event is about, read before it changes the read models.
         let (tokens, users) = try subjects(of: event, context, txn)
@@ -265,7 +273,7 @@ struct Projector {
             try m.put(txn, m.participants, key, state)
             if let previous, previous.status == .statusPending, previous.userRecordName.isEmpty {
                 // An unmatched invitation invited again: it no longer counts as unmatched (it may again below).
-                share.unmatchedPendingCount -= 1
+                Projector.decrement(&share.unmatchedPendingCount)
             }
             if !e.userRecordName.isEmpty {
                 try m.putRaw(
@@ -302,11 +310,11 @@ struct Projector {
                     id: Projector.taskID(position: context.position, index: 0), context, txn)
             }
             if state.status == .statusPending && state.userRecordName.isEmpty {
-                share.unmatchedPendingCount -= 1
+                Projector.decrement(&share.unmatchedPendingCount)
             }
             state.status = .statusRemoved
             try m.put(txn, m.participants, key, state)
-            share.activeParticipantCount -= 1
+            Projector.decrement(&share.activeParticipantCount)
             share.changeTag += 1
             try m.put(txn, m.shares, Array(e.token.utf8), share)
             try m.add(txn, .participants, -1)
@@ -325,7 +333,7 @@ struct Projector {
             let key = ReadModels.participantKey(e.token, e.participantID)
             guard var state = try m.message(ParticipantState.self, txn, m.participants, key) else { return }
             if state.userRecordName.isEmpty && state.status == .statusPending {
-                share.unmatchedPendingCount -= 1
+                Projector.decrement(&share.unmatchedPendingCount)
             }
             state.userRecordName = e.userRecordName
             try m.put(txn, m.participants, key, state)

@@ -120,14 +120,17 @@ public struct Container: Sendable {
         let ledger = self.ledger
         return try ledger.read("reading record \(recordID.recordName)") { txn in
             let models = ledger.models
+            // In another user's zone, a missing zone or record and one not shared with the user get
+            // the same answer: it tells nothing about what the owner has.
+            let hidden = LedgerError(.unknownItem, "record \(recordID.recordName): \(Decider.recordNotShared)")
             guard let zone = try models.zone(txn, container, owner: owner, zone: recordID.zoneID.zoneName),
                 let state = try models.record(txn, zoneID: zone.zoneID, recordID.recordName)
             else {
-                throw LedgerError(.unknownItem, "record \(recordID.recordName) does not exist")
+                throw owner == user ? LedgerError(.unknownItem, "record \(recordID.recordName) does not exist") : hidden
             }
             if owner != user {
                 guard try Container.canRead(txn, models, zone: zone, record: recordID.recordName, user: user) else {
-                    throw LedgerError(.unknownItem, "record \(recordID.recordName) does not exist, or is not shared with you")
+                    throw hidden
                 }
             }
             let id = RecordID(recordName: recordID.recordName, zoneID: RecordZoneID(zoneName: recordID.zoneID.zoneName, ownerName: owner))
@@ -310,8 +313,11 @@ public struct Container: Sendable {
         try await runChunked(
             urls, what: "share URLs in one fetch", chunkSize: chunkSize, isCancelled: isCancelled,
             step: { url in
+                // A URL that is not a share URL (too long, not http(s), no host, no token as the last of
+                // two or more path components) is answered as an unknown one, as every other call does.
+                // What was asked is still logged, marked so that it is never taken for a token.
                 DomainAction.fetchMetadata(
-                    tokenText: ShareURL.token(in: url)?.text ?? String(url.lastPathComponent.prefix(64)),
+                    tokenText: ShareURL.token(in: url)?.text ?? ("not-a-share-url:" + url.lastPathComponent.prefix(48)),
                     shouldFetchRootRecord: shouldFetchRootRecord, desiredKeys: desiredKeys)
             },
             value: { output in
@@ -445,8 +451,10 @@ public struct Container: Sendable {
         let user = try signedInUser()
         let token = try Container.token(of: url)
         let ledger = self.ledger
+        let container = containerIdentifier
         return try ledger.read("reading a share") { txn in
-            guard let state = try ledger.models.share(txn, token),
+            // User record names are per container: in another container the same name is nobody.
+            guard let state = try ledger.models.share(txn, token), state.container == container,
                 let entry = try ledger.models.participant(txn, of: user, in: state, token: token),
                 entry.state.status != .statusRemoved
             else {
@@ -507,7 +515,8 @@ public struct Container: Sendable {
     }
 
     /// The shares this user is a participant of (not the owner), with the given statuses
-    /// (by default: accepted and pending).
+    /// (by default: accepted and pending). A share the user was removed from or left is never listed:
+    /// access ends with the removal, seeing the share's current state included.
     public func participatingShares(
         status: Set<Share.Participant.AcceptanceStatus> = [.accepted, .pending]
     ) throws(LedgerError) -> [Share] {
@@ -518,7 +527,7 @@ public struct Container: Sendable {
             var out: [Share] = []
             for (token, participantID) in try ledger.models.participations(txn, container, user: user) {
                 guard let participant = try ledger.models.participant(txn, token, participantID),
-                    participant.role != .owner, status.contains(participant.status.status),
+                    participant.role != .owner, participant.status != .statusRemoved, status.contains(participant.status.status),
                     let share = try ledger.presenter.share(txn, token: token, viewer: user)
                 else { continue }
                 out.append(share)

@@ -45,9 +45,26 @@ public final class ShareLedger: Sendable {
     /// Opens (or creates) the ledger at `configuration.path`, and starts the in-process residual-task
     /// worker unless `configuration.residualTaskWorker` is nil.
     ///
-    /// - Throws: ``LedgerError`` as ``EventLog/open(_:)`` does.
+    /// - Throws: ``LedgerError`` as ``EventLog/open(_:)`` does, and
+    ///   ``LedgerError/Code/invalidArguments`` (before anything is opened or created) when
+    ///   `configuration.shareURLHost` cannot be the host of a URL.
     public static func open(_ configuration: EventLog.Configuration) throws(LedgerError) -> ShareLedger {
-        ShareLedger(log: try EventLog.open(configuration))
+        try checkShareURLHost(configuration.shareURLHost)
+        return ShareLedger(log: try EventLog.open(configuration))
+    }
+
+    /// Share URLs are made with this host for every share the ledger presents: a host no URL can
+    /// hold would fail each of them, and one past 253 bytes (DNS's limit) could make URLs longer
+    /// than ``ShareURL/maxLength``, which the ledger's own parser refuses.
+    static func checkShareURLHost(_ host: String) throws(LedgerError) {
+        var generator = RandomSourceGenerator(source: SystemRandomSource())
+        guard !host.isEmpty, host.utf8.count <= 253,
+            let url = ShareURL.make(host: host, token: ShareToken.generate(using: &generator)), ShareURL.token(in: url) != nil
+        else {
+            throw LedgerError(
+                .invalidArguments, "the share URL host \"\(host.prefix(80))\" cannot be the host of a share URL; use a "
+                    + "host name of at most 253 bytes such as share.example.com")
+        }
     }
 
     /// Stops the in-process worker (after its batch in hand), commits what is queued and closes the ledger.
