@@ -74,7 +74,8 @@ struct StressTests {
         }
         subscription.cancel()
         let positions = seen.withLock { $0 }
-        #expect(positions == Array((startHead.rawValue + 1)...finalHead), "the subscription skipped or repeated a position")
+        // (A range, not a closed range: under heavy load no writer may have had a turn before the deadline.)
+        #expect(positions == Array((startHead.rawValue + 1)..<(finalHead + 1)), "the subscription skipped or repeated a position")
         #expect(inconsistencies.value == 0)
         let stats = try f.ledger.statistics()
         #expect(stats.events == finalHead)
