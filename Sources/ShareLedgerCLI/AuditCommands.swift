@@ -27,14 +27,20 @@ struct AuditCommand: AsyncParsableCommand {
         help: "POS:HASH pinned outside the ledger; the event at POS must have HASH (64 hex digits). Repeatable.")
     var expectHeads: [String] = []
 
+    @Flag(help: "Recompute the hash chain only after the newest checkpoint signed by a trusted key (needs --trusted-key).")
+    var fromCheckpoint = false
+
     func validate() throws {
+        if fromCheckpoint && trustedKeys.isEmpty {
+            throw ValidationError("--from-checkpoint needs --trusted-key: the checkpoint's signature is what vouches for the history before it")
+        }
         for text in expectHeads where ExpectedHead(text) == nil {
             throw ValidationError("--expect-head \(text) is not POS:HASH (a position, a colon, 64 hex digits)")
         }
     }
 
     func run() async throws {
-        var options = AuditOptions(expectedHeads: expectHeads.compactMap(ExpectedHead.init))
+        var options = AuditOptions(expectedHeads: expectHeads.compactMap(ExpectedHead.init), fromCheckpoint: fromCheckpoint)
         for path in trustedKeys {
             do {
                 options.trustedKeys.append(try CheckpointPublicKey(contentsOfFile: path))

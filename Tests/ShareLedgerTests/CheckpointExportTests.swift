@@ -98,6 +98,44 @@ struct CheckpointTests {
         await f.ledger.close()
     }
 
+    @Test("--from-checkpoint recomputes the chain only after the newest trusted checkpoint")
+    func auditFromCheckpoint() async throws {
+        let (f, share) = try await busyLedger(#function)
+        let key = CheckpointSigningKey.generate()
+        let checkpoint = try await f.ledger.checkpoint(signingKey: key).position.rawValue
+        _ = try await f.alice.setTitle("Errands", for: share.url)
+        _ = try await f.alice.setTitle("Chores", for: share.url)
+        let head = try f.ledger.log.head().position.rawValue
+        let from = AuditOptions(trustedKeys: [key.publicKey], fromCheckpoint: true)
+        var report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: from)
+        #expect(report.ok, "\(report.problems)")
+        #expect(report.chainVerifiedFrom == checkpoint + 1)
+        #expect(try f.ledger.log.verifyChain(after: checkpoint).eventsChecked == head - checkpoint)
+        // Without a trusted key there is nothing to start from.
+        #expect(await errorCode { try f.ledger.audit(scratchPath: f.dir.child("s2"), options: AuditOptions(fromCheckpoint: true)) } == .invalidArguments)
+
+        // An altered event after the checkpoint is caught; one before it is left to the full audit
+        // (the checkpoint vouches for that part of the chain).
+        func flip(_ position: UInt64) throws {
+            try f.ledger.log.store.environment.write { txn in
+                var value = try #require(try txn.get(f.ledger.log.store.log, key: BigEndian.bytes(of: position)))
+                value[value.count - 40] ^= 0x01
+                try txn.put(f.ledger.log.store.log, key: BigEndian.bytes(of: position), value: value)
+            }
+        }
+        try flip(head)
+        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: from)
+        #expect(!report.ok && report.firstBadPosition == head)
+        try flip(head)
+        try flip(2)
+        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: from)
+        #expect(!report.problems.contains { $0.contains("hash chain broken") }, "\(report.problems)")
+        let full = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [key.publicKey]))
+        #expect(!full.ok && full.firstBadPosition == 2)
+        #expect(full.chainVerifiedFrom == 1)
+        await f.ledger.close()
+    }
+
     @Test("a checkpoint signed by another key, or with an altered signature, is refused; no checkpoint fails too")
     func otherKey() async throws {
         let (f, _) = try await busyLedger(#function)

@@ -30,6 +30,9 @@ public struct AuditReport: Sendable, Hashable, Codable {
     public var checkpointsVerified: Int = 0
     /// Pinned heads (``AuditOptions/expectedHeads``) the log still holds.
     public var expectedHeadsVerified: Int = 0
+    /// The first position whose hash was recomputed: 1, or with ``AuditOptions/fromCheckpoint`` the
+    /// position after the newest trusted checkpoint.
+    public var chainVerifiedFrom: UInt64 = 1
 }
 
 extension ShareLedger {
@@ -55,8 +58,14 @@ extension ShareLedger {
             if problems.count < 20 { problems.append(text) }
         }
 
-        // 1. The chain.
-        let chain = try log.verifyChain()
+        // 1. The chain: from the first event, or after the newest trusted checkpoint.
+        if options.fromCheckpoint && options.trustedKeys.isEmpty {
+            throw LedgerError(
+                .invalidArguments, "auditing from a checkpoint needs a trusted key (--trusted-key) to verify it with")
+        }
+        let checkpoints = try auditCheckpoints(options, head: head.position.rawValue, bad: bad)
+        let chainStart = options.fromCheckpoint ? checkpoints.newestVerified : 0
+        let chain = try log.verifyChain(after: chainStart)
         if !chain.isValid, let position = chain.firstBadPosition {
             bad(position, "hash chain broken at position \(position): \(chain.problem ?? "")")
         }
@@ -154,8 +163,7 @@ extension ShareLedger {
             throw LedgerError.wrap(error, while: "checking the stream and command records")
         }
 
-        // 3. Checkpoints and pinned heads.
-        let checkpoints = try auditCheckpoints(options, head: head.position.rawValue, bad: bad)
+        // 3. Checkpoints and pinned heads: checked with the chain, above.
 
         // 4. Read models against a rebuild.
         try? FileManager.default.removeItem(atPath: scratchPath)
@@ -177,7 +185,8 @@ extension ShareLedger {
             ok: problems.isEmpty, events: checked, headPosition: head.position.rawValue, headHash: head.hash.hex,
             firstBadPosition: firstBad, problems: problems, projectionsMatch: projectionsMatch,
             projectionDifferences: differences, indexesMatch: indexesMatch, checkpoints: checkpoints.stored,
-            checkpointsVerified: checkpoints.verified, expectedHeadsVerified: checkpoints.headsVerified)
+            checkpointsVerified: checkpoints.verified, expectedHeadsVerified: checkpoints.headsVerified,
+            chainVerifiedFrom: chainStart + 1)
     }
 
     /// Rebuilds every read model from the log: the log is replayed into a scratch environment next

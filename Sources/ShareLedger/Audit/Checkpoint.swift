@@ -224,11 +224,16 @@ public struct AuditOptions: Sendable, Hashable {
     public var trustedKeys: [CheckpointPublicKey]
     /// Heads recorded outside the ledger that the log must still contain.
     public var expectedHeads: [ExpectedHead]
+    /// Verify the hash chain only after the newest checkpoint that is signed by a trusted key and
+    /// still matches the log (its signature vouches for the history before it); needs
+    /// ``trustedKeys``. Everything else is still checked in full.
+    public var fromCheckpoint: Bool
 
     /// Makes options.
-    public init(trustedKeys: [CheckpointPublicKey] = [], expectedHeads: [ExpectedHead] = []) {
+    public init(trustedKeys: [CheckpointPublicKey] = [], expectedHeads: [ExpectedHead] = [], fromCheckpoint: Bool = false) {
         self.trustedKeys = trustedKeys
         self.expectedHeads = expectedHeads
+        self.fromCheckpoint = fromCheckpoint
     }
 }
 
@@ -318,8 +323,9 @@ extension ShareLedger {
     /// The audit's checks of checkpoints and pinned heads; reports problems through `bad`.
     func auditCheckpoints(
         _ options: AuditOptions, head: UInt64, bad: (UInt64?, String) -> Void
-    ) throws(LedgerError) -> (stored: Int, verified: Int, headsVerified: Int) {
+    ) throws(LedgerError) -> (stored: Int, verified: Int, headsVerified: Int, newestVerified: UInt64) {
         var verified = 0
+        var newestVerified: UInt64 = 0
         let stored: [Checkpoint]
         do {
             stored = try checkpoints()
@@ -350,7 +356,10 @@ extension ShareLedger {
                         + "(\(checkpoint.hash.hex)): the history up to \(position) was rewritten")
                 continue
             }
-            if !options.trustedKeys.isEmpty { verified += 1 }
+            if !options.trustedKeys.isEmpty {
+                verified += 1
+                newestVerified = max(newestVerified, position)
+            }
         }
         if !options.trustedKeys.isEmpty && stored.isEmpty {
             bad(nil, "there is no checkpoint to verify with the trusted key; make one with `share-ledger checkpoint`")
@@ -370,6 +379,6 @@ extension ShareLedger {
             }
             headsVerified += 1
         }
-        return (stored.count, verified, headsVerified)
+        return (stored.count, verified, headsVerified, newestVerified)
     }
 }

@@ -32,16 +32,22 @@ extension EventLog {
     ///   stored hash of the event before it, and every event's stored hash is recomputed, so the
     ///   ranges together check exactly what one pass from the start does. By default logs under
     ///   65,536 events are checked by one thread.
-    public func verifyChain(chunkSize: Int = 8192, parallelism: Int? = nil) throws(LedgerError) -> ChainVerification {
+    ///
+    /// - Parameter start: check only the events after this position, linking the first of them to the
+    ///   hash stored at `start` (which something else must vouch for, e.g. a signed checkpoint:
+    ///   `audit --from-checkpoint`). 0, the default, checks from the first event.
+    public func verifyChain(chunkSize: Int = 8192, parallelism: Int? = nil, after start: UInt64 = 0) throws(LedgerError)
+        -> ChainVerification
+    {
         let head = try head()
         let last = head.position.rawValue
         let threads =
-            parallelism.map { max(1, min($0, Int(min(last, 64)))) }
-            ?? max(1, min(4, ProcessInfo.processInfo.activeProcessorCount, Int(last / 32_768)))
+            parallelism.map { max(1, min($0, Int(min(last - min(start, last), 64)))) }
+            ?? max(1, min(4, ProcessInfo.processInfo.activeProcessorCount, Int((last - min(start, last)) / 32_768)))
         var ranges: [ClosedRange<UInt64>] = []
-        if last > 0 {
-            let step = (last + UInt64(threads) - 1) / UInt64(threads)
-            var lower: UInt64 = 1
+        if last > start {
+            let step = (last - start + UInt64(threads) - 1) / UInt64(threads)
+            var lower: UInt64 = start + 1
             while lower <= last {
                 let upper = min(last, lower + step - 1)
                 ranges.append(lower...upper)
@@ -66,6 +72,10 @@ extension EventLog {
         var result = ChainVerification(
             eventsChecked: 0, headPosition: 0, headHash: EventHash.zero.hex, firstBadPosition: nil, problem: nil)
         var lastHash = EventHash.zero.bytes
+        if start > 0, start <= last {
+            result.headPosition = start
+            lastHash = try storedHashBytes(at: start) ?? EventHash.zero.bytes
+        }
         for index in ranges.indices.isEmpty ? [0] : Array(ranges.indices) {
             guard let outcome = outcomes.withLock({ $0[index] }) else { continue }
             let range = try outcome.get()
@@ -88,6 +98,17 @@ extension EventLog {
                 + "position \(result.headPosition) hash \(result.headHash)"
         }
         return result
+    }
+
+    /// The hash stored with the event at `position`, or nil when there is none (or it is malformed).
+    private func storedHashBytes(at position: UInt64) throws(LedgerError) -> [UInt8]? {
+        try read("reading event \(position)") { txn in
+            try BigEndian.withBytes(of: position) { key in
+                try txn.withValue(store.log, key: key) { value in
+                    EnvelopeCodec.endsWithHashField(value) ? Array(value.suffix(32)) : nil
+                } ?? nil
+            }
+        }
     }
 
     /// What one thread found in its range of positions.
