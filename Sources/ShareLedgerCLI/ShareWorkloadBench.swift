@@ -105,21 +105,7 @@ struct ShareActionBench {
     func mixed(name: String, callers: Int, cycles: Int, progress: (Int, Int) -> Void) async throws -> Figures {
         let ledger = try openLedger(name)
         let workload = try await ShareWorkload.setUp(ledger, callers: callers, records: cycles)
-        let raw = try RawReplayer(path: directory.appendingPathComponent("\(name)-raw").path, durability: durability)
-        let segments = min(AppendBench.segments, cycles)
-        var ledgerSeconds = 0.0
-        var rawSeconds = 0.0
-        var actions = 0
-        var valueSize = 0
-        var next = 0
-        var measuredSizes: [Int] = []
-        for segment in 0..<segments {
-            progress(segment + 1, segments)
-            let count = cycles / segments + (segment < cycles % segments ? 1 : 0)
-            let commitsBefore = ledger.log.commitSizes().count
-            let headBefore = try ledger.log.head().position.rawValue
-            let first = next
-            let started = ContinuousClock.now
+        return try await interleaved(ledger, rawName: "\(name)-raw", rounds: cycles, progress: progress) { first, count in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for caller in 0..<callers {
                     group.addTask {
@@ -128,20 +114,8 @@ struct ShareActionBench {
                 }
                 try await group.waitForAll()
             }
-            ledgerSeconds += (ContinuousClock.now - started).seconds
-            next += count
-            actions += callers * count * ShareWorkload.actionsPerCycle
-            let head = try ledger.log.head().position.rawValue
-            if valueSize == 0 { valueSize = try meanStoredSize(ledger.log, (headBefore + 1)...head) }
-            let sizes = Array(ledger.log.commitSizes()[commitsBefore...])
-            measuredSizes += sizes
-            rawSeconds += try raw.replay(sizes, valueSize: valueSize)
+            return callers * count * ShareWorkload.actionsPerCycle
         }
-        await ledger.close()
-        raw.close()
-        return Figures(
-            perSecond: Double(actions) / ledgerSeconds, rawPerSecond: Double(actions) / rawSeconds,
-            meanCommitSize: Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize: valueSize)
     }
 
     /// 64 callers, each fetching the metadata of its own share over and over (every fetch appends a
@@ -152,19 +126,7 @@ struct ShareActionBench {
         var urls: [URL] = []
         for caller in 0..<callers { urls.append(try await workload.cycle(caller: caller, record: 0)) }
         let shareURLs = urls
-        let raw = try RawReplayer(path: directory.appendingPathComponent("fetch-raw").path, durability: durability)
-        let segments = min(AppendBench.segments, perCaller)
-        var ledgerSeconds = 0.0
-        var rawSeconds = 0.0
-        var fetches = 0
-        var valueSize = 0
-        var measuredSizes: [Int] = []
-        for segment in 0..<segments {
-            progress(segment + 1, segments)
-            let count = perCaller / segments + (segment < perCaller % segments ? 1 : 0)
-            let commitsBefore = ledger.log.commitSizes().count
-            let headBefore = try ledger.log.head().position.rawValue
-            let started = ContinuousClock.now
+        return try await interleaved(ledger, rawName: "fetch-raw", rounds: perCaller, progress: progress) { _, count in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for caller in 0..<callers {
                     group.addTask {
@@ -174,8 +136,34 @@ struct ShareActionBench {
                 }
                 try await group.waitForAll()
             }
+            return callers * count
+        }
+    }
+
+    /// Runs `rounds` rounds of `segment` (given the first round's index and the count; it returns the
+    /// actions done) in ``AppendBench/segments`` segments; after each, replays the segment's commits
+    /// (their sizes, the events' mean stored size) on a bare LMDB environment. Closes the ledger.
+    private func interleaved(
+        _ ledger: ShareLedger, rawName: String, rounds: Int, progress: (Int, Int) -> Void,
+        _ segment: (_ first: Int, _ count: Int) async throws -> Int
+    ) async throws -> Figures {
+        let raw = try RawReplayer(path: directory.appendingPathComponent(rawName).path, durability: durability)
+        let segments = min(AppendBench.segments, rounds)
+        var ledgerSeconds = 0.0
+        var rawSeconds = 0.0
+        var actions = 0
+        var valueSize = 0
+        var next = 0
+        var measuredSizes: [Int] = []
+        for index in 0..<segments {
+            progress(index + 1, segments)
+            let count = rounds / segments + (index < rounds % segments ? 1 : 0)
+            let commitsBefore = ledger.log.commitSizes().count
+            let headBefore = try ledger.log.head().position.rawValue
+            let started = ContinuousClock.now
+            actions += try await segment(next, count)
             ledgerSeconds += (ContinuousClock.now - started).seconds
-            fetches += callers * count
+            next += count
             let head = try ledger.log.head().position.rawValue
             if valueSize == 0 { valueSize = try meanStoredSize(ledger.log, (headBefore + 1)...head) }
             let sizes = Array(ledger.log.commitSizes()[commitsBefore...])
@@ -185,7 +173,7 @@ struct ShareActionBench {
         await ledger.close()
         raw.close()
         return Figures(
-            perSecond: Double(fetches) / ledgerSeconds, rawPerSecond: Double(fetches) / rawSeconds,
+            perSecond: Double(actions) / ledgerSeconds, rawPerSecond: Double(actions) / rawSeconds,
             meanCommitSize: Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize: valueSize)
     }
 }
@@ -284,7 +272,7 @@ struct ScaleBench {
             progress("scale: metadata queries at \(events) events")
             // The owner of caller 0 asks for the metadata of its shares (owner-relative metadata).
             let ownerURLs = try owner.ownedShares().compactMap(\.url)
-            var generator = SplitMix(seed: events)
+            var generator = SeededGenerator(seed: events)
             let query = try latencyMicros(count: queries) { _ in
                 _ = try owner.shareMetadataWithoutLogging(for: ownerURLs[Int(generator.next() % UInt64(ownerURLs.count))])
             }
@@ -379,19 +367,6 @@ struct ScaleBench {
 struct BenchFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
-}
-
-/// SplitMix64, for the bench's random keys.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
 
 /// Samples the process's anonymous resident memory (`RssAnon` in /proc/self/status) every 5 ms on
