@@ -77,3 +77,22 @@ extension Result where Failure == LedgerError {
         return nil
     }
 }
+
+/// Fixed sequences for a property's body, from seeds 1...`count` (SplitMix64): the deterministic
+/// part of a property test. The random part (swift-property-based's `propertyCheck`, whose seeds
+/// change every run) explores beyond it; assertions about what the sequences reached (coverage) rest
+/// on the fixed part alone, so they pass or fail the same way on every run.
+func fixedSequences(count: Int, length: ClosedRange<Int>, values: ClosedRange<Int> = 0...1_000_000) -> [[Int]] {
+    (1...count).map { seed in
+        var state = UInt64(seed) &* 0x9E37_79B9_7F4A_7C15
+        func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        let size = length.lowerBound + Int(next() % UInt64(length.count))
+        return (0..<size).map { _ in values.lowerBound + Int(next() % UInt64(values.count)) }
+    }
+}

@@ -178,7 +178,9 @@ struct Projector {
             share.rootRecordName = e.rootRecordName
             share.title = e.title
             share.publicPermission = e.publicPermission
-            share.changeTag = 1
+            // The change tag starts at the position of the share's creation and counts up, so a tag
+            // is never given twice for one URL, even across deleting and re-sharing the same root.
+            share.changeTag = context.position
             share.createdAtMicros = context.recordedAtMicros
             share.ownerParticipantID = e.ownerParticipantID
             share.activeParticipantCount = 1

@@ -467,9 +467,9 @@ public struct Container: Sendable {
     /// The metadata of `url` for this user, answered from the read models without recording a fetch
     /// (the same rules as ``shareMetadata(for:)``).
     ///
-    /// An answer is kept (``EventLog/Configuration/metadataCacheCapacity``) and given again while no
-    /// event about the share has happened since, which is checked against the share's history index
-    /// in the same read transaction, so a kept answer is always the one the read models give.
+    /// An answer is kept (``EventLog/Configuration/metadataCacheCapacity``) and given again while the
+    /// share's change tag is the same, which is checked in the same read transaction, so a kept
+    /// answer is always the one the read models give.
     public func shareMetadataWithoutLogging(for url: URL) throws(LedgerError) -> Share.Metadata {
         try shareMetadataWithoutLogging(for: url, usingCache: true)
     }
@@ -484,7 +484,7 @@ public struct Container: Sendable {
         let key = MetadataCache.Key(token: token, container: container, viewer: user)
         return try ledger.read("reading share metadata") { txn in
             // Users are never deleted, so a kept answer's viewer still has an account.
-            let validator = try cache == nil ? nil : ledger.models.lastHistoryPosition(txn, token: token)
+            let validator = try cache == nil ? nil : ledger.models.shareChangeTag(txn, token: token)
             if let cache, let validator, let hit = cache.entry(key), hit.validator == validator {
                 return hit.metadata
             }
