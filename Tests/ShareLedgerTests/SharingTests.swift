@@ -185,6 +185,10 @@ struct SharingTests {
         let again = try await f.alice.share(rootRecord: SharingFixture.recordID("list"))
         #expect(again.url.absoluteString.hasPrefix(share.url.absoluteString.components(separatedBy: "#")[0]))
         #expect(again.token == share.token)
+        // The same URL, but never the same change tag: a tag kept from the deleted share is stale.
+        #expect(again.recordChangeTag != share.recordChangeTag)
+        #expect(await errorCode { try await f.alice.setTitle("x", for: again.url, ifChangeTag: share.recordChangeTag) } == .serverRecordChanged)
+        _ = try await f.alice.setTitle("x", for: again.url, ifChangeTag: again.recordChangeTag)
         try await f.alice.deleteRecord(withID: SharingFixture.recordID("list"))
         #expect(await errorCode { try await f.alice.shareMetadata(for: share.url) } == .unknownItem)
         #expect(try f.ledger.statistics().shares == 0)
