@@ -67,6 +67,46 @@ struct WorkerTests {
         await f.ledger.close()
     }
 
+    @Test("more tasks than one read chunk (1,024): listed in order across chunks, all due, all completed")
+    func moreThanOneChunk() async throws {
+        let f = try await SharingFixture()
+        _ = try await f.alice.save(RecordZone(zoneID: SharingFixture.zone))
+        var urls: [URL] = []
+        for index in 0..<12 {
+            let root = SharingFixture.recordID("board\(index)")
+            _ = try await f.alice.save(Record(recordType: "Board", recordID: root))
+            urls.append(try await f.alice.share(rootRecord: root, publicPermission: .readOnly).url)
+        }
+        let total = 1_100
+        let ledger = f.ledger
+        let shareURLs = urls
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for slice in 0..<8 {
+                group.addTask {
+                    for index in stride(from: slice, to: total, by: 8) {
+                        let name = "_u\(index)"
+                        try await ledger.registerUser(name, in: SharingFixture.container)
+                        let user = ledger.container(SharingFixture.container, userRecordName: name)
+                        _ = try await user.accept(try await user.shareMetadata(for: shareURLs[index / 95]))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let tasks = try f.ledger.residualTasks()
+        #expect(tasks.count == total)
+        #expect(tasks.map(\.id) == tasks.map(\.id).sorted())
+        #expect(Set(tasks.map(\.id)).count == total)
+        let due = try ResidualTaskWorker(ledger: f.ledger).dueTasks(now: .max, limit: .max)
+        #expect(due.due.count == total)
+        #expect(try f.ledger.hasDueResidualTasks())
+        #expect(try await f.ledger.completeResidualTasks() == total)
+        let stats = try f.ledger.statistics()
+        #expect(stats.pendingResidualTasks == 0 && stats.participantZones == total)
+        #expect(try f.ledger.residualTasks().isEmpty)
+        await f.ledger.close()
+    }
+
     @Test("accept → remove → accept again for one participant ends with the zone, each task in order")
     func ordering() async throws {
         let f = try await SharingFixture()

@@ -90,9 +90,18 @@ extension ReadModels {
         }
     }
 
-    /// Parked residual tasks.
+    /// Parked residual tasks: a walk of `worker_tasks` (tasks that have had an attempt), counted in
+    /// place without copying entries.
     func parkedTaskCount(_ txn: borrowing Transaction) throws -> Int {
-        try scan(txn, workerTasks, prefix: []).filter { (try? WorkerTaskState(serializedBytes: $0.value))?.parked == true }.count
+        try txn.withCursor(workerTasks) { cursor in
+            var count = 0
+            var entry = try cursor.first()
+            while let current = entry {
+                if (try? WorkerTaskState(serializedBytes: Array(current.value)))?.parked == true { count += 1 }
+                entry = try cursor.next()
+            }
+            return count
+        }
     }
 
     /// Seconds since the oldest pending residual task was scheduled; 0 when none is pending.

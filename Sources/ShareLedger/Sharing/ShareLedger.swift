@@ -158,16 +158,31 @@ public final class ShareLedger: Sendable {
         try !ResidualTaskWorker(ledger: self).dueTasks(now: configuration.clock.nowMicros(), limit: 1).due.isEmpty
     }
 
-    /// The residual tasks not done yet, in scheduling order (or only the parked ones).
+    /// The residual tasks not done yet, in scheduling order (or only the parked ones). Read in chunks
+    /// of 1,024 tasks, a short read transaction each: tasks completed meanwhile may be left out, and
+    /// tasks scheduled meanwhile (always after the ones read) may be listed.
     public func residualTasks(parkedOnly: Bool = false) throws(LedgerError) -> [ResidualTask] {
-        try read("reading the residual tasks") { txn in
-            try models.scan(txn, models.outbox, prefix: []).compactMap { entry -> ResidualTask? in
-                guard let id = BigEndian.uint64(entry.suffix) else { return nil }
-                let task = try ResidualTaskState(serializedBytes: entry.value)
-                let state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: id))
-                let value = ResidualTask(id: id, task, state)
-                return parkedOnly && !value.isParked ? nil : value
+        var out: [ResidualTask] = []
+        var after: UInt64? = nil
+        while true {
+            let chunk = try read("reading the residual tasks") { txn -> [ResidualTask] in
+                try txn.withCursor(models.outbox) { cursor in
+                    var tasks: [ResidualTask] = []
+                    var entry = try after.map { id in try BigEndian.withBytes(of: id + 1) { try cursor.seek(atLeast: $0) } }
+                        ?? cursor.first()
+                    while let current = entry, tasks.count < 1_024 {
+                        defer { entry = try? cursor.next() }
+                        guard let id = BigEndian.uint64(current.key) else { continue }
+                        let task = try ResidualTaskState(serializedBytes: Array(current.value))
+                        let state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: id))
+                        tasks.append(ResidualTask(id: id, task, state))
+                    }
+                    return tasks
+                }
             }
+            out += parkedOnly ? chunk.filter(\.isParked) : chunk
+            guard chunk.count == 1_024, let last = chunk.last else { return out }
+            after = last.id
         }
     }
 

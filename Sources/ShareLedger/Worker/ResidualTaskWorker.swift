@@ -289,34 +289,48 @@ public final class ResidualTaskWorker: Service, Sendable {
 
     /// The tasks due now in scheduling order (at most `limit`), skipping parked tasks, tasks waiting
     /// for a retry, and tasks behind an earlier pending task of the same participant and zone; and
-    /// the earliest time a skipped task is due.
+    /// the earliest time a skipped task is due. The outbox is read in chunks of 1,024 entries, a short
+    /// read transaction each: only this worker (holding the lease) removes tasks, and new ones are
+    /// always scheduled after the ones read, so the chunks together see the outbox in order.
     func dueTasks(now: Int64, limit: Int) throws(LedgerError) -> (due: [ResidualTask], nextDueMicros: Int64?) {
-        try ledger.read("reading the residual tasks") { txn in
-            let models = ledger.models
-            var due: [ResidualTask] = []
-            var blocked = Set<[UInt8]>()
-            var nextDue: Int64?
-            try txn.withCursor(models.outbox) { cursor in
-                var entry = try cursor.first()
-                while let current = entry, due.count < limit {
-                    defer { entry = try? cursor.next() }
-                    guard let id = BigEndian.uint64(current.key) else { continue }
-                    let task = try ResidualTaskState(serializedBytes: Array(current.value))
-                    let state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: id))
-                    let key = ReadModels.sharedZoneKey(task.container, user: task.userRecordName, zoneID: task.zoneID)
-                    let dueAt = max(task.dueAtMicros, state?.dueAtMicros ?? 0)
-                    if blocked.contains(key) { continue }
-                    if state?.parked == true || dueAt > now {
+        let models = ledger.models
+        var due: [ResidualTask] = []
+        var blocked = Set<[UInt8]>()
+        var nextDue: Int64?
+        var after: UInt64? = nil
+        while due.count < limit {
+            let last: UInt64? = try ledger.read("reading the residual tasks") { txn in
+                try txn.withCursor(models.outbox) { cursor -> UInt64? in
+                    var entry = try after.map { id in try BigEndian.withBytes(of: id + 1) { try cursor.seek(atLeast: $0) } }
+                        ?? cursor.first()
+                    var read = 0
+                    var lastID: UInt64?
+                    while let current = entry, due.count < limit, read < 1_024 {
+                        defer { entry = try? cursor.next() }
+                        read += 1
+                        guard let id = BigEndian.uint64(current.key) else { continue }
+                        lastID = id
+                        let task = try ResidualTaskState(serializedBytes: Array(current.value))
+                        let state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: id))
+                        let key = ReadModels.sharedZoneKey(task.container, user: task.userRecordName, zoneID: task.zoneID)
+                        let dueAt = max(task.dueAtMicros, state?.dueAtMicros ?? 0)
+                        if blocked.contains(key) { continue }
+                        if state?.parked == true || dueAt > now {
+                            blocked.insert(key)
+                            if state?.parked != true { nextDue = min(nextDue ?? dueAt, dueAt) }
+                            continue
+                        }
                         blocked.insert(key)
-                        if state?.parked != true { nextDue = min(nextDue ?? dueAt, dueAt) }
-                        continue
+                        due.append(ResidualTask(id: id, task, state))
                     }
-                    blocked.insert(key)
-                    due.append(ResidualTask(id: id, task, state))
+                    // A full chunk may have more after it; a short one was the end of the outbox.
+                    return read == 1_024 ? lastID : nil
                 }
             }
-            return (due, nextDue)
+            guard let last else { break }
+            after = last
         }
+        return (due, nextDue)
     }
 
     // MARK: - Lease
