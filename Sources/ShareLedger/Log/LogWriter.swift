@@ -403,12 +403,13 @@ extension LogWriter {
         let (version, streamLast) = try store.streamRecord(txn, key: streamKey)
         let position = head.position.rawValue + 1
         let payload = try pending.event.payload()
+        let eventType = pending.event.typeName
         let (stored, hash) = EnvelopeCodec.encode(
             EnvelopeCodec.Fields(
                 position: position, recordedAtMicros: recordedAt, container: metadata.container,
                 actor: metadata.actor, commandID: metadata.commandID, correlationID: metadata.correlationID,
-                causationID: metadata.causationID, schemaVersion: pending.event.schemaVersion, stream: pending.stream,
-                streamVersion: version + 1, streamPreviousPosition: streamLast, eventType: pending.event.typeName,
+                causationID: metadata.causationID, schemaVersion: DomainEvent.currentSchemaVersion(of: eventType),
+                stream: pending.stream, streamVersion: version + 1, streamPreviousPosition: streamLast, eventType: eventType,
                 payload: payload, previousHash: head.hash.bytes))
         try BigEndian.withBytes(of: position) { key in
             try stored.withUnsafeBytes { value in try log.put(key: key, value: value, flags: .append) }
