@@ -308,17 +308,8 @@ extension ShareLedger {
         return out
     }
 
-    /// The stored hash of the event at `position` (its last 32 bytes), or `nil` when there is none.
-    func storedHash(at position: UInt64) throws(LedgerError) -> EventHash? {
-        try read("reading the event at \(position)") { txn in
-            try BigEndian.withBytes(of: position) { key in
-                try txn.withValue(log.store.log, key: key) { value -> EventHash? in
-                    guard EnvelopeCodec.endsWithHashField(value) else { return nil }
-                    return EventHash(bytes: value.suffix(32))
-                }
-            } ?? nil
-        }
-    }
+    /// The hash stored with the event at `position`, or nil when there is none.
+    func storedHash(at position: UInt64) throws(LedgerError) -> EventHash? { try log.storedHash(at: position) }
 
     /// The audit's checks of checkpoints and pinned heads; reports problems through `bad`.
     func auditCheckpoints(

@@ -74,7 +74,7 @@ extension EventLog {
         var lastHash = EventHash.zero.bytes
         if start > 0, start <= last {
             result.headPosition = start
-            lastHash = try storedHashBytes(at: start) ?? EventHash.zero.bytes
+            lastHash = try storedHash(at: start)?.bytes ?? EventHash.zero.bytes
         }
         for index in ranges.indices.isEmpty ? [0] : Array(ranges.indices) {
             guard let outcome = outcomes.withLock({ $0[index] }) else { continue }
@@ -100,14 +100,16 @@ extension EventLog {
         return result
     }
 
-    /// The hash stored with the event at `position`, or nil when there is none (or it is malformed).
-    private func storedHashBytes(at position: UInt64) throws(LedgerError) -> [UInt8]? {
-        try read("reading event \(position)") { txn in
+    /// The hash stored with the event at `position` (its last 32 bytes), or nil when there is none
+    /// or the entry does not end with a hash field.
+    func storedHash(at position: UInt64) throws(LedgerError) -> EventHash? {
+        try read("reading the event at \(position)") { txn in
             try BigEndian.withBytes(of: position) { key in
-                try txn.withValue(store.log, key: key) { value in
-                    EnvelopeCodec.endsWithHashField(value) ? Array(value.suffix(32)) : nil
-                } ?? nil
-            }
+                try txn.withValue(store.log, key: key) { value -> EventHash? in
+                    guard EnvelopeCodec.endsWithHashField(value) else { return nil }
+                    return EventHash(bytes: value.suffix(32))
+                }
+            } ?? nil
         }
     }
 
@@ -128,14 +130,7 @@ extension EventLog {
         // The previous event's hash, overwritten in place for each event (no allocation per event).
         var previous = EventHash.zero.bytes
         if range.lowerBound > 1 {
-            let before = range.lowerBound - 1
-            let stored: [UInt8]? = try read("reading event \(before)") { txn in
-                try BigEndian.withBytes(of: before) { key in
-                    try txn.withValue(store.log, key: key) { value in
-                        EnvelopeCodec.endsWithHashField(value) ? Array(value.suffix(32)) : nil
-                    } ?? nil
-                }
-            }
+            let stored = try storedHash(at: range.lowerBound - 1)?.bytes
             // The range before reports a missing or malformed event itself; this range links to
             // whatever it finds, and a mismatch shows as this range's first problem.
             if let stored { previous = stored }
