@@ -303,8 +303,9 @@ package enum EnvelopeCodec {
         return fields
     }
 
+    /// Reads a base-128 varint at `offset` (advanced past it), or nil when it runs past `limit`.
     @inline(__always)
-    private static func readVarint(_ buffer: UnsafeRawBufferPointer, _ offset: inout Int, limit: Int) -> UInt64? {
+    static func readVarint(_ buffer: UnsafeRawBufferPointer, _ offset: inout Int, limit: Int) -> UInt64? {
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while offset < limit && shift < 64 {

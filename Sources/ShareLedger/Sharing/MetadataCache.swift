@@ -64,18 +64,7 @@ enum ProtobufScan {
     static func varint(field: UInt64, in bytes: UnsafeRawBufferPointer) -> UInt64? {
         var offset = 0
         var found: UInt64 = 0
-        func readVarint() -> UInt64? {
-            var result: UInt64 = 0
-            var shift: UInt64 = 0
-            while offset < bytes.count && shift < 64 {
-                let byte = bytes[offset]
-                offset += 1
-                result |= UInt64(byte & 0x7F) << shift
-                if byte & 0x80 == 0 { return result }
-                shift += 7
-            }
-            return nil
-        }
+        func readVarint() -> UInt64? { EnvelopeCodec.readVarint(bytes, &offset, limit: bytes.count) }
         while offset < bytes.count {
             guard let tag = readVarint() else { return nil }
             switch tag & 7 {
