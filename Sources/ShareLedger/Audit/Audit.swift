@@ -230,13 +230,9 @@ extension ShareLedger {
             try scratch.environment.read { built in
                 for (live, rebuilt) in zip(store.models.all, scratch.models.all) {
                     try txn.clear(live)
-                    let flags: PutFlags = live.flags.contains(.dupSort) ? [] : .append
                     try built.withCursor(rebuilt) { cursor in
                         var entry = try cursor.first()
-                        while let current = entry {
-                            try txn.put(live, key: current.key, value: current.value, flags: flags)
-                            entry = try cursor.next()
-                        }
+                        try ReadModelRebuild.copy(&entry, with: cursor, into: live, in: txn)
                     }
                 }
             }

@@ -43,19 +43,12 @@ extension ShareLedger {
             let head = try source.environment.read { txn -> LogHead in
                 let head = try source.readHead(txn)
                 for (from, to) in zip(source.models.all, target.models.all) {
-                    let append: PutFlags = from.flags.contains(.dupSort) ? [] : .append
                     try txn.withCursor(from) { cursor in
                         var entry = try cursor.first()
                         while entry != nil {
                             // The target is written in bounded transactions; the source view stays the same.
                             try target.environment.write { out in
-                                var written = 0
-                                while let current = entry, written < 100_000 {
-                                    try out.put(to, key: current.key, value: current.value, flags: append)
-                                    written += 1
-                                    entry = try cursor.next()
-                                }
-                                entries += UInt64(written)
+                                entries += UInt64(try ReadModelRebuild.copy(&entry, with: cursor, into: to, in: out, limit: 100_000))
                             }
                         }
                     }

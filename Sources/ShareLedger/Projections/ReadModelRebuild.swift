@@ -98,6 +98,25 @@ enum ReadModelRebuild {
         func get() -> Result<DecodedChunk, any Error> { lock.withLock { result } }
     }
 
+    /// Copies entries in order, from `entry` on, with `cursor` into `db` in `txn`, as sorted appends
+    /// (`MDB_APPEND`; plain puts for dupsort databases); at most `limit`. Leaves `entry` at the first
+    /// entry not copied (nil at the end) and returns how many were copied. `db` must hold nothing
+    /// after the entries copied.
+    @discardableResult
+    static func copy(
+        _ entry: inout Entry?, with cursor: borrowing Cursor, into db: Database, in txn: borrowing Transaction,
+        limit: Int = .max
+    ) throws -> Int {
+        let flags: PutFlags = db.flags.contains(.dupSort) ? [] : .append
+        var copied = 0
+        while let current = entry, copied < limit {
+            try txn.put(db, key: current.key, value: current.value, flags: flags)
+            copied += 1
+            entry = try cursor.next()
+        }
+        return copied
+    }
+
     /// How two sets of read models compare, database by database.
     struct Comparison: Sendable, Hashable {
         /// Databases whose contents differ, with the first key (hex) where they do.
