@@ -44,8 +44,7 @@ struct VerifyCommand: AsyncParsableCommand {
             await log.close()
             throw ExitCode(2)
         }
-        let elapsed = ContinuousClock.now - started
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = (ContinuousClock.now - started).seconds
         await log.close()
         if ledger.json {
             Output.printJSON(Report(result: result, seconds: seconds, threads: threads))

@@ -84,14 +84,8 @@ extension Result where Failure == LedgerError {
 /// on the fixed part alone, so they pass or fail the same way on every run.
 func fixedSequences(count: Int, length: ClosedRange<Int>, values: ClosedRange<Int> = 0...1_000_000) -> [[Int]] {
     (1...count).map { seed in
-        var state = UInt64(seed) &* 0x9E37_79B9_7F4A_7C15
-        func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
+        var generator = SplitMix64(state: UInt64(seed) &* 0x9E37_79B9_7F4A_7C15)
+        func next() -> UInt64 { generator.next() }
         let size = length.lowerBound + Int(next() % UInt64(length.count))
         return (0..<size).map { _ in values.lowerBound + Int(next() % UInt64(values.count)) }
     }
