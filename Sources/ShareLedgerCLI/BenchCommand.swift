@@ -244,17 +244,7 @@ struct AppendBench {
             path: directory.appendingPathComponent("\(name)-raw-same").path, durability: durability,
             sameWrites: true, streams: callers)
         let payload = (0..<200).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }
-        let segments = min(Self.segments, perCaller)
-        var ledgerSeconds = 0.0
-        var rawSeconds = 0.0
-        var rawSameSeconds = 0.0
-        var events = 0
-        var valueSize = 0
-        for segment in 0..<segments {
-            progress(segment + 1, segments)
-            let count = perCaller / segments + (segment < perCaller % segments ? 1 : 0)
-            let commitsBefore = log.commitSizes().count
-            let started = ContinuousClock.now
+        let run = try await interleavedSegments(log, raws: [raw, rawSame], rounds: perCaller, progress: progress) { _, count in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for caller in 0..<callers {
                     group.addTask {
@@ -268,21 +258,14 @@ struct AppendBench {
                 }
                 try await group.waitForAll()
             }
-            ledgerSeconds += (ContinuousClock.now - started).seconds
-            events += callers * count
-            if valueSize == 0 { valueSize = try log.storedSize(at: 1) ?? 0 }
-            let sizes = Array(log.commitSizes()[commitsBefore...])
-            rawSeconds += try raw.replay(sizes, valueSize: valueSize)
-            rawSameSeconds += try rawSame.replay(sizes, valueSize: valueSize)
+            return callers * count
         }
-        let allSizes = log.commitSizes()
         await log.close()
         raw.close()
         rawSame.close()
         return Figures(
-            perSecond: Double(events) / ledgerSeconds, rawPerSecond: Double(events) / rawSeconds,
-            rawSameWritesPerSecond: Double(events) / rawSameSeconds,
-            meanCommitSize: Double(allSizes.reduce(0, +)) / Double(max(1, allSizes.count)), valueSize: valueSize)
+            perSecond: run.perSecond, rawPerSecond: run.rawPerSecond[0], rawSameWritesPerSecond: run.rawPerSecond[1],
+            meanCommitSize: run.meanCommitSize, valueSize: run.valueSize)
     }
 }
 

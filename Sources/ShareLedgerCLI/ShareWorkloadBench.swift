@@ -140,42 +140,55 @@ struct ShareActionBench {
         }
     }
 
-    /// Runs `rounds` rounds of `segment` (given the first round's index and the count; it returns the
-    /// actions done) in ``AppendBench/segments`` segments; after each, replays the segment's commits
-    /// (their sizes, the events' mean stored size) on a bare LMDB environment. Closes the ledger.
+    /// ``interleavedSegments(_:raws:rounds:progress:_:)`` with one raw baseline; closes the ledger.
     private func interleaved(
         _ ledger: ShareLedger, rawName: String, rounds: Int, progress: (Int, Int) -> Void,
         _ segment: (_ first: Int, _ count: Int) async throws -> Int
     ) async throws -> Figures {
         let raw = try RawReplayer(path: directory.appendingPathComponent(rawName).path, durability: durability)
-        let segments = min(AppendBench.segments, rounds)
-        var ledgerSeconds = 0.0
-        var rawSeconds = 0.0
-        var actions = 0
-        var valueSize = 0
-        var next = 0
-        var measuredSizes: [Int] = []
-        for index in 0..<segments {
-            progress(index + 1, segments)
-            let count = rounds / segments + (index < rounds % segments ? 1 : 0)
-            let commitsBefore = ledger.log.commitSizes().count
-            let headBefore = try ledger.log.head().position.rawValue
-            let started = ContinuousClock.now
-            actions += try await segment(next, count)
-            ledgerSeconds += (ContinuousClock.now - started).seconds
-            next += count
-            let head = try ledger.log.head().position.rawValue
-            if valueSize == 0 { valueSize = try meanStoredSize(ledger.log, (headBefore + 1)...head) }
-            let sizes = Array(ledger.log.commitSizes()[commitsBefore...])
-            measuredSizes += sizes
-            rawSeconds += try raw.replay(sizes, valueSize: valueSize)
-        }
+        let run = try await interleavedSegments(ledger.log, raws: [raw], rounds: rounds, progress: progress, segment)
         await ledger.close()
         raw.close()
         return Figures(
-            perSecond: Double(actions) / ledgerSeconds, rawPerSecond: Double(actions) / rawSeconds,
-            meanCommitSize: Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize: valueSize)
+            perSecond: run.perSecond, rawPerSecond: run.rawPerSecond[0], meanCommitSize: run.meanCommitSize,
+            valueSize: run.valueSize)
     }
+}
+
+/// Runs `rounds` rounds of `segment` (given the first round's index and the count; it returns the
+/// actions done) in ``AppendBench/segments`` segments on `log`; after each segment, replays its
+/// commits (their sizes, the events' mean stored size) on each raw baseline. Returns the ledger's
+/// rate, each baseline's rate, the mean commit size and the value size replayed.
+func interleavedSegments(
+    _ log: EventLog, raws: [RawReplayer], rounds: Int, progress: (Int, Int) -> Void,
+    _ segment: (_ first: Int, _ count: Int) async throws -> Int
+) async throws -> (perSecond: Double, rawPerSecond: [Double], meanCommitSize: Double, valueSize: Int) {
+    let segments = min(AppendBench.segments, rounds)
+    var ledgerSeconds = 0.0
+    var rawSeconds = [Double](repeating: 0, count: raws.count)
+    var actions = 0
+    var valueSize = 0
+    var next = 0
+    var measuredSizes: [Int] = []
+    for index in 0..<segments {
+        progress(index + 1, segments)
+        let count = rounds / segments + (index < rounds % segments ? 1 : 0)
+        let commitsBefore = log.commitSizes().count
+        let headBefore = try log.head().position.rawValue
+        let started = ContinuousClock.now
+        actions += try await segment(next, count)
+        ledgerSeconds += (ContinuousClock.now - started).seconds
+        next += count
+        let head = try log.head().position.rawValue
+        if valueSize == 0 { valueSize = try meanStoredSize(log, (headBefore + 1)...head) }
+        let sizes = Array(log.commitSizes()[commitsBefore...])
+        measuredSizes += sizes
+        for (slot, raw) in raws.enumerated() { rawSeconds[slot] += try raw.replay(sizes, valueSize: valueSize) }
+    }
+    return (
+        Double(actions) / ledgerSeconds, rawSeconds.map { Double(actions) / $0 },
+        Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize
+    )
 }
 
 /// Latency percentiles of a closure called `count` times, in microseconds.
