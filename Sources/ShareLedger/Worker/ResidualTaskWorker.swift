@@ -84,6 +84,9 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// Tasks with this id or above were scheduled after this worker took its lease: their first
     /// attempt may run without a commit of its own (see ``runPass(limit:)``).
     private let freshFrom = Mutex<UInt64>(.max)
+    /// While ``run()`` waits between passes: the head it saw before its last pass (any commit after
+    /// it wakes the worker). Nil while a pass runs. Lets tests know the worker is idle without timing it.
+    let idleAfterHead = Mutex<UInt64?>(nil)
     private let latencyTimer: Metrics.Timer
     private let attemptsCounter: Counter
     private let failuresCounter: Counter
@@ -157,6 +160,9 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// or shut down gracefully.
     private func sleepOrWake(after head: UInt64, for duration: Duration) async {
         let notifier = ledger.log.writer.notifier
+        configuration.logger.trace("residual-task worker idle", metadata: ["afterHead": "\(head)", "for": "\(duration)"])
+        idleAfterHead.withLock { $0 = head }
+        defer { idleAfterHead.withLock { $0 = nil } }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await notifier.wait(after: head) }
