@@ -265,7 +265,7 @@ struct WorkerTests {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await worker.run() }
                 try await f.bobAccepts(share)
-                try await f.ledger.waitForResidualTasks(timeout: .seconds(10))
+                try await f.ledger.waitForResidualTasks(timeout: .seconds(60))
                 trigger.triggerGracefulShutdown()
                 try await group.waitForAll()
             }
@@ -281,7 +281,9 @@ struct WorkerTests {
     func twoWorkers() async throws {
         let f = try await SharingFixture()
         let share = try await f.makeHierarchy()
-        let config = ResidualTaskWorker.Configuration(leaseDuration: .seconds(2), pollInterval: .milliseconds(20))
+        // A lease far longer than the test: a stall of the first worker on a busy machine must not let
+        // the second take over by expiry. The hand-over below is by release, on the first's way out.
+        let config = ResidualTaskWorker.Configuration(leaseDuration: .seconds(120), pollInterval: .milliseconds(20))
         let firstExecutor = FlakyExecutor(failures: 0)
         let secondExecutor = FlakyExecutor(failures: 0)
         let first = ResidualTaskWorker(ledger: f.ledger, configuration: config, executor: firstExecutor)
@@ -290,7 +292,7 @@ struct WorkerTests {
         #expect(try await second.runPass(limit: 1).holdsLease == false)
 
         func waitUntilNoTasks() async throws {
-            let deadline = ContinuousClock.now + .seconds(10)
+            let deadline = ContinuousClock.now + .seconds(60)
             while try !f.ledger.residualTasks().isEmpty {
                 guard ContinuousClock.now < deadline else { throw LedgerError(.timedOut, "tasks left") }
                 try await Task.sleep(for: .milliseconds(5))
