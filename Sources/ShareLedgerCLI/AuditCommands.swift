@@ -49,7 +49,7 @@ struct AuditCommand: AsyncParsableCommand {
                 throw ExitCode(2)
             }
         }
-        let shareLedger = try ledger.openWithoutWorker()
+        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
         let scratch = FileManager.default.temporaryDirectory
             .appendingPathComponent("share-ledger-audit-\(ProcessInfo.processInfo.processIdentifier)").path
         let report: AuditReport
@@ -181,7 +181,7 @@ struct HistoryCommand: AsyncParsableCommand {
         } else {
             subject = .container(container ?? "")
         }
-        let shareLedger = try ledger.openWithoutWorker()
+        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
         let entries = try await runReportingErrors(json: ledger.json) {
             do {
                 return try shareLedger.history(
@@ -234,7 +234,7 @@ struct AccessCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let shareLedger = try ledger.openWithoutWorker()
+        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
         let access = try await runReportingErrors(json: ledger.json) {
             do {
                 return try shareLedger.access(to: URL(string: share)!, at: HistoryCommand.bound(at)!)
@@ -279,7 +279,7 @@ struct SnapshotCommand: AsyncParsableCommand {
     var list = false
 
     func run() async throws {
-        let shareLedger = try ledger.openWithoutWorker()
+        let shareLedger = try ledger.openWithoutWorker(readOnly: list)
         let started = ContinuousClock.now
         let result: [ReadModelSnapshotInfo] = try await runReportingErrors(json: ledger.json) {
             do {

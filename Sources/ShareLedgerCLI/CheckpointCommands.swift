@@ -129,7 +129,7 @@ struct ExportCommand: AsyncParsableCommand {
     var since: UInt64 = 0
 
     func run() async throws {
-        let shareLedger = try ledger.openWithoutWorker()
+        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
         let summary: ExportSummary
         do {
             summary = try shareLedger.export(since: LogPosition(since), to: FileHandle.standardOutput) { done, total in

@@ -10,7 +10,7 @@ struct StatsCommand: AsyncParsableCommand {
     @OptionGroup var ledger: LedgerOptions
 
     func run() async throws {
-        let log = try ledger.open(create: false, readOnly: false)
+        let log = try ledger.open(create: false, readOnly: true)
         let stats = try await runReportingErrors(json: ledger.json) { try log.statistics() }
         await log.close()
         if ledger.json {

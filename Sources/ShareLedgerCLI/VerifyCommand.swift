@@ -34,7 +34,7 @@ struct VerifyCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let log = try ledger.open(create: false)
+        let log = try ledger.open(create: false, readOnly: true)
         let result: ChainVerification
         let started = ContinuousClock.now
         do {

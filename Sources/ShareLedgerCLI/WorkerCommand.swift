@@ -8,8 +8,11 @@ import UnixSignals
 extension LedgerOptions {
     /// Opens the sharing ledger with no in-process worker (the command decides who works); exits
     /// with code 2 when it cannot be read.
-    func openWithoutWorker(create: Bool = false) throws -> ShareLedger {
-        var configuration = EventLog.Configuration(path: path, createIfMissing: create, logger: logger)
+    ///
+    /// Commands that only read pass `readOnly: true`: they then never change the ledger, and they
+    /// work on a copy an auditor was given on read-only storage (a read-only mount, a snapshot).
+    func openWithoutWorker(create: Bool = false, readOnly: Bool = false) throws -> ShareLedger {
+        var configuration = EventLog.Configuration(path: path, createIfMissing: create, readOnly: readOnly, logger: logger)
         configuration.residualTaskWorker = nil
         do {
             return try ShareLedger.open(configuration)
@@ -106,7 +109,7 @@ struct TasksCommand: AsyncParsableCommand {
         var parked = false
 
         func run() async throws {
-            let shareLedger = try ledger.openWithoutWorker()
+            let shareLedger = try ledger.openWithoutWorker(readOnly: true)
             let tasks = try await runReportingErrors(json: ledger.json) { try shareLedger.residualTasks(parkedOnly: parked) }
             await shareLedger.close()
             if ledger.json {

@@ -290,9 +290,31 @@ private func runTool(_ tool: String, _ arguments: [String]) -> Int32 {
     return process.terminationStatus
 }
 
+@Suite("Reading commands change nothing")
+struct ReadingCommandTests {
+    @Test("stats, verify, audit, history, access, export, tasks list and snapshot --list leave every file of the ledger as it was")
+    func readingCommandsWriteNothing() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        try await f.bobAccepts(share)
+        await f.ledger.close()
+        let path = f.dir.child("ledger")
+        let before = directoryListing(path)
+        let commands: [[String]] = [
+            ["stats"], ["verify"], ["audit"], ["tasks", "list"], ["history", "--share", share.url.absoluteString],
+            ["access", "--share", share.url.absoluteString, "--at", "5"], ["export"], ["snapshot", "--list"],
+        ]
+        for command in commands {
+            let result = try runProduct("share-ledger", command + ["--path", path, "--json"], input: Data())
+            #expect(result.status == 0, "\(command): \(result.status) \(result.stdout) \(result.stderr)")
+            #expect(directoryListing(path) == before, "\(command) changed the ledger's files")
+        }
+    }
+}
+
 @Suite("Hostile input: a ledger on a read-only file system")
 struct ReadOnlyFileSystemTests {
-    @Test("opening for writing fails with notALedger, a read-only open answers, every command exits 2; nothing changes",
+    @Test("opening for writing fails with notALedger; a read-only open and every reading command answer, every writing command exits 2; nothing changes",
           .enabled(if: canMountReadOnly))
     func readOnlyMount() async throws {
         let dir = TemporaryDirectory()
@@ -320,9 +342,16 @@ struct ReadOnlyFileSystemTests {
         #expect(try readOnly.get() == 20)
         #expect(writable?.code == .notALedger)
         #expect(writable?.message.contains("not writable") == true)
-        for command in [["stats"], ["verify"], ["audit"], ["tasks", "list"]] {
+        // The commands that only read open the ledger read-only: they answer from the mount.
+        for command in [["stats"], ["verify"], ["audit"], ["tasks", "list"], ["history", "--container", "iCloud.com.example.demo"], ["export"], ["snapshot", "--list"]] {
             let result = try runProduct("share-ledger", command + ["--path", mounted, "--json"], input: Data())
-            // The commands open the ledger for writing: exit 2, notALedger, "not writable".
+            #expect(result.status == 0, "\(command): \(result.status) \(result.stdout) \(result.stderr)")
+        }
+        let stats = try runProduct("share-ledger", ["stats", "--path", mounted, "--json"], input: Data())
+        #expect(stats.stdout.contains("\"events\" : 20"), "\(stats.stdout)")
+        // The commands that write open it for writing: exit 2, notALedger, "not writable".
+        for command in [["rebuild"], ["snapshot"], ["tasks", "retry", "--all"], ["worker", "--drain"]] {
+            let result = try runProduct("share-ledger", command + ["--path", mounted, "--json"], input: Data())
             #expect(result.status == 2, "\(command): \(result.status) \(result.stdout) \(result.stderr)")
             #expect(result.stdout.contains("not writable"), "\(command): \(result.stdout)")
         }
