@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""Verifies a ShareLedger hash chain from the LMDB files alone, without ShareLedger.
+"""Verifies a ShareLedger hash chain, and its signed checkpoints, from the LMDB files alone.
 
 An independent implementation of docs/log-format.md in another language: it needs only Python and
-the `lmdb` binding (`pip install lmdb`), no protobuf library. Exit 0 when the chain holds, 1 at the
-first bad position, 2 when the ledger cannot be read.
+the `lmdb` binding (`pip install lmdb`), no protobuf library and no ShareLedger. With
+--trusted-key it also checks every signed checkpoint ("Signed checkpoints" in docs/log-format.md):
+signed by a trusted key (Ed25519, RFC 8032: the `cryptography` package when it is installed, else
+the RFC's own reference arithmetic below; VERIFY_CHAIN_REFERENCE_ED25519=1 forces the latter), not
+beyond the head, and naming the hash the log holds at its position; no checkpoint at all fails too. Exit 0 when everything holds, 1 at the first problem,
+2 when the ledger or a key file cannot be read.
 
-    scripts/verify_chain.py LEDGER_DIR
+    scripts/verify_chain.py LEDGER_DIR [--trusted-key PREFIX.pub ...]
 """
+import base64
 import hashlib
+import os
 import struct
 import sys
 
@@ -51,16 +57,146 @@ def fields(canonical):
     return out
 
 
-def main(path):
+# Ed25519 verification (RFC 8032, section 6: the reference implementation's arithmetic).
+ED_P = 2**255 - 19
+ED_Q = 2**252 + 27742317777372353535851937790883648493
+ED_D = -121665 * pow(121666, ED_P - 2, ED_P) % ED_P
+ED_SQRT_M1 = pow(2, (ED_P - 1) // 4, ED_P)
+
+
+def _ed_add(a, b):
+    x = (a[1] - a[0]) * (b[1] - b[0]) % ED_P
+    y = (a[1] + a[0]) * (b[1] + b[0]) % ED_P
+    c = 2 * a[3] * b[3] * ED_D % ED_P
+    d = 2 * a[2] * b[2] % ED_P
+    e, f, g, h = y - x, d - c, d + c, y + x
+    return (e * f, g * h, f * g, e * h)
+
+
+def _ed_mul(scalar, point):
+    out = (0, 1, 1, 0)
+    while scalar > 0:
+        if scalar & 1:
+            out = _ed_add(out, point)
+        point = _ed_add(point, point)
+        scalar >>= 1
+    return out
+
+
+def _ed_equal(a, b):
+    return (a[0] * b[2] - b[0] * a[2]) % ED_P == 0 and (a[1] * b[2] - b[1] * a[2]) % ED_P == 0
+
+
+def _ed_recover_x(y, sign):
+    if y >= ED_P:
+        return None
+    x2 = (y * y - 1) * pow(ED_D * y * y + 1, ED_P - 2, ED_P)
+    if x2 == 0:
+        return None if sign else 0
+    x = pow(x2, (ED_P + 3) // 8, ED_P)
+    if (x * x - x2) % ED_P != 0:
+        x = x * ED_SQRT_M1 % ED_P
+    if (x * x - x2) % ED_P != 0:
+        return None
+    if (x & 1) != sign:
+        x = ED_P - x
+    return x
+
+
+def _ed_decompress(encoded):
+    y = int.from_bytes(encoded, "little")
+    sign = y >> 255
+    y &= (1 << 255) - 1
+    x = _ed_recover_x(y, sign)
+    return None if x is None else (x, y, 1, x * y % ED_P)
+
+
+_G_Y = 4 * pow(5, ED_P - 2, ED_P) % ED_P
+_G_X = _ed_recover_x(_G_Y, 0)
+ED_BASE = (_G_X, _G_Y, 1, _G_X * _G_Y % ED_P)
+
+
+def ed25519_verify(public, message, signature):
+    """True when `signature` (64 bytes) is `public`'s (32 bytes) signature of `message`."""
+    if len(public) != 32 or len(signature) != 64:
+        return False
+    try:
+        if os.environ.get("VERIFY_CHAIN_REFERENCE_ED25519"):  # tests: use the arithmetic below
+            raise ImportError
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    except ImportError:
+        pass
+    else:
+        try:
+            Ed25519PublicKey.from_public_bytes(public).verify(signature, message)
+            return True
+        except (InvalidSignature, ValueError):
+            return False
+    a = _ed_decompress(public)
+    r = _ed_decompress(signature[:32])
+    s = int.from_bytes(signature[32:], "little")
+    if a is None or r is None or s >= ED_Q:
+        return False
+    h = int.from_bytes(hashlib.sha512(signature[:32] + public + message).digest(), "little") % ED_Q
+    return _ed_equal(_ed_mul(s, ED_BASE), _ed_add(r, _ed_mul(h, a)))
+
+
+CHECKPOINT_DOMAIN = b"shareledger-checkpoint-v1"
+
+
+def check_checkpoints(txn, checkpoints, hashes, head, trusted):
+    """The first problem with the signed checkpoints, or None; and how many were verified."""
+    verified = 0
+    for key, value in txn.cursor(db=checkpoints):
+        key, value = bytes(key), bytes(value)
+        if len(key) != 8 or len(value) != 144:
+            return f"a checkpoint entry has a {len(key)}-byte key and a {len(value)}-byte value (expected 8 and 144)", verified
+        (position,) = struct.unpack(">Q", key)
+        checkpoint_hash, times, public, signature = value[:32], value[32:48], value[48:80], value[80:]
+        fingerprint = public[:8].hex()
+        if public not in trusted:
+            return f"the checkpoint at {position} is signed by key {fingerprint}..., which is not trusted", verified
+        if not ed25519_verify(public, CHECKPOINT_DOMAIN + key + checkpoint_hash + times, signature):
+            return f"the checkpoint at {position} has a signature that does not verify", verified
+        if position > head:
+            return f"the checkpoint at {position} lies beyond the head ({head}): the log was truncated", verified
+        if hashes[position - 1] != checkpoint_hash:
+            return (f"the event at {position} has hash {hashes[position - 1].hex()}, not the signed "
+                    f"{checkpoint_hash.hex()}: the history up to {position} was rewritten"), verified
+        verified += 1
+    if verified == 0:
+        return "no signed checkpoint in the ledger (--trusted-key needs at least one)", verified
+    return None, verified
+
+
+def read_key(path):
+    with open(path, "rb") as handle:
+        key = base64.b64decode(handle.read().strip(), validate=True)
+    if len(key) != 32:
+        raise ValueError(f"{len(key)} bytes, expected 32")
+    return key
+
+
+def main(path, key_paths):
+    trusted = set()
+    for key_path in key_paths:
+        try:
+            trusted.add(read_key(key_path))
+        except (OSError, ValueError) as error:
+            print(f"cannot read the public key {key_path}: {error}", file=sys.stderr)
+            return 2
     try:
         env = lmdb.open(path, readonly=True, lock=False, max_dbs=32, subdir=True)
         log = env.open_db(b"log", create=False)
         meta = env.open_db(b"meta", create=False)
+        checkpoints = env.open_db(b"checkpoints", create=False) if trusted else None
     except lmdb.Error as error:
         print(f"cannot read {path}: {error}", file=sys.stderr)
         return 2
     previous = bytes(32)
     expected = 1
+    hashes = []
     with env.begin() as txn:
         for key, value in txn.cursor(db=log):
             (position,) = struct.unpack(">Q", key)
@@ -87,9 +223,17 @@ def main(path):
                 print(f"chain BROKEN at position {expected}: {problem}")
                 return 1
             previous = value[-32:]
+            if trusted:
+                hashes.append(previous)
             expected += 1
         head = txn.get(b"head", db=meta)
         version = txn.get(b"format_version", db=meta)
+        verified = 0
+        if trusted:
+            problem, verified = check_checkpoints(txn, checkpoints, hashes, expected - 1, trusted)
+            if problem:
+                print(f"checkpoints FAILED: {problem}")
+                return 1
     count = expected - 1
     if version is not None and struct.unpack(">I", version)[0] < 2:
         # Format 1 also kept a head record; it must name the last event.
@@ -101,12 +245,29 @@ def main(path):
             print(f"head record ({head_position}) does not name the last event ({count})")
             return 1
     # Format 2: the head is the last entry of the log.
-    print(f"chain holds: {count} events, head {count} {previous.hex()}")
+    signed = f"; {verified} signed checkpoints verified" if trusted else ""
+    print(f"chain holds: {count} events, head {count} {previous.hex()}{signed}")
     return 0
 
 
+def parse(arguments):
+    path, keys = None, []
+    while arguments:
+        argument = arguments.pop(0)
+        if argument == "--trusted-key" and arguments:
+            keys.append(arguments.pop(0))
+        elif argument.startswith("--trusted-key="):
+            keys.append(argument.split("=", 1)[1])
+        elif path is None and not argument.startswith("-"):
+            path = argument
+        else:
+            return None, None
+    return path, keys
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    ledger, key_files = parse(sys.argv[1:])
+    if ledger is None:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(ledger, key_files))
