@@ -1,5 +1,6 @@
 import Foundation
-import ShareLedger
+@testable import ShareLedger
+import TestSupport
 import Testing
 
 @Suite("Share tokens and URLs")
@@ -20,6 +21,36 @@ struct ShareTokenTests {
         }
         #expect(seen.count == 100_000, "no collisions")
         #expect(lastDigits.count == 62, "every digit occurs in the last place")
+    }
+
+    @Test("participant ids are version-4 UUIDs: 10,000 from the system source all distinct, every random bit seen both ways")
+    func participantIDs() async throws {
+        let dir = TemporaryDirectory()
+        let ledger = try ShareLedger.open(Fixtures.configuration(dir.path))
+        var seen = Set<String>()
+        var ones = [UInt8](repeating: 0, count: 16)
+        var zeros = [UInt8](repeating: 0, count: 16)
+        for _ in 0..<10_000 {
+            let text = ledger.newParticipantID()
+            let id = try #require(UUID(uuidString: text))
+            #expect(id.uuidString == text)
+            let bytes = withUnsafeBytes(of: id.uuid) { Array($0) }
+            #expect(bytes[6] >> 4 == 4, "version 4")
+            #expect(bytes[8] >> 6 == 0b10, "RFC 9562 variant")
+            for index in 0..<16 {
+                ones[index] |= bytes[index]
+                zeros[index] |= ~bytes[index]
+            }
+            seen.insert(text)
+        }
+        #expect(seen.count == 10_000)
+        // The 122 random bits each take both values; the 6 fixed bits do not.
+        var expectedOnes = [UInt8](repeating: 0xFF, count: 16)
+        var expectedZeros = [UInt8](repeating: 0xFF, count: 16)
+        (expectedOnes[6], expectedZeros[6]) = (0x4F, 0xBF)
+        (expectedOnes[8], expectedZeros[8]) = (0xBF, 0x7F)
+        #expect(ones == expectedOnes && zeros == expectedZeros)
+        await ledger.close()
     }
 
     @Test("a seeded generator gives repeatable tokens; distinct seeds give distinct tokens")

@@ -214,13 +214,16 @@ public final class ShareLedger: Sendable {
     var configuration: EventLog.Configuration { log.configuration }
 
     /// A new random participant id (a UUID in its text form).
+    /// A random (version 4) UUID from the ledger's random source: two 64-bit draws (with the system
+    /// source, two `getrandom` calls; one per byte made this a visible share of every accept).
     func newParticipantID() -> String {
-        var generator = RandomSourceGenerator(source: configuration.randomSource)
-        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        bytes[6] = (bytes[6] & 0x0F) | 0x40
-        bytes[8] = (bytes[8] & 0x3F) | 0x80
-        return UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8],
-            bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15])).uuidString
+        let source = configuration.randomSource
+        let high = source.next().bigEndian
+        let low = source.next().bigEndian
+        var uuid = withUnsafeBytes(of: (high, low)) { raw in raw.load(as: uuid_t.self) }
+        uuid.6 = (uuid.6 & 0x0F) | 0x40
+        uuid.8 = (uuid.8 & 0x3F) | 0x80
+        return UUID(uuid: uuid).uuidString
     }
 
     func newToken() -> ShareToken {
