@@ -43,6 +43,21 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option(help: "Attempts before a task is parked.")
     var maxAttempts = 8
 
+    @Option(
+        name: .customLong("snapshot-every"),
+        help: "Save a read-model snapshot whenever the head is this many events past the newest (for fast `access --at`); 0 saves none.")
+    var snapshotEvery: UInt64 = 100_000
+
+    @Option(
+        name: .customLong("keep-snapshots"),
+        help: "Keep only the newest N read-model snapshots when saving one; 0 keeps them all.")
+    var keepSnapshots = 0
+
+    func validate() throws {
+        if keepSnapshots < 0 { throw ValidationError("--keep-snapshots must be 0 or more") }
+        if maxAttempts < 1 { throw ValidationError("--max-attempts must be 1 or more") }
+    }
+
     struct Summary: Encodable {
         var completed: Int
         var pendingResidualTasks: Int
@@ -53,7 +68,9 @@ struct WorkerCommand: AsyncParsableCommand {
         let shareLedger = try ledger.openWithoutWorker()
         let worker = ResidualTaskWorker(
             ledger: shareLedger,
-            configuration: ResidualTaskWorker.Configuration(maxAttempts: maxAttempts, logger: ledger.logger))
+            configuration: ResidualTaskWorker.Configuration(
+                maxAttempts: maxAttempts, logger: ledger.logger, snapshotInterval: snapshotEvery == 0 ? nil : snapshotEvery,
+                snapshotsKept: keepSnapshots))
         var completed = 0
         do {
             if drain {
@@ -65,6 +82,7 @@ struct WorkerCommand: AsyncParsableCommand {
                     try await Task.sleep(for: .milliseconds(200))
                 }
                 Output.endProgress()
+                await worker.saveSnapshotIfDue()
             } else {
                 let group = ServiceGroup(
                     configuration: ServiceGroupConfiguration(

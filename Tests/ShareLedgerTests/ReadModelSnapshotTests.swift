@@ -88,3 +88,106 @@ struct ReadModelSnapshotTests {
         await f.ledger.close()
     }
 }
+
+@Suite("Read-model snapshots saved by the worker")
+struct ScheduledSnapshotTests {
+    /// Appends `count` events (user registrations).
+    private func register(_ f: SharingFixture, _ count: Int, from start: Int) async throws {
+        for index in start..<(start + count) { try await f.ledger.registerUser("_u\(index)", in: SharingFixture.container) }
+    }
+
+    private func positions(_ f: SharingFixture) -> [UInt64] { f.ledger.readModelSnapshots().map(\.position) }
+
+    @Test("every interval of events one snapshot at the head; the oldest beyond the kept number are deleted; a failure waits for another interval")
+    func interval() async throws {
+        let f = try await SharingFixture()
+        let worker = ResidualTaskWorker(
+            ledger: f.ledger, configuration: ResidualTaskWorker.Configuration(snapshotInterval: 20, snapshotsKept: 2))
+        var head: UInt64 { (try? f.ledger.log.head().position.rawValue) ?? 0 }
+        // 3 events so far (the fixture's users): not due.
+        await worker.saveSnapshotIfDue()
+        #expect(positions(f).isEmpty)
+
+        try await register(f, 17, from: 0)
+        #expect(head == 20)
+        await worker.saveSnapshotIfDue()
+        #expect(positions(f) == [20])
+        await worker.saveSnapshotIfDue()
+        #expect(positions(f) == [20], "not due again until 20 more events")
+
+        try await register(f, 19, from: 100)
+        await worker.saveSnapshotIfDue()
+        #expect(positions(f) == [20])
+        try await register(f, 1, from: 200)
+        await worker.saveSnapshotIfDue()
+        #expect(positions(f) == [20, 40])
+        try await register(f, 25, from: 300)
+        await worker.saveSnapshotIfDue()
+        #expect(positions(f) == [40, 65], "two kept: the oldest went")
+
+        // A snapshot directory that cannot be written (a file in its place): logged, nothing saved,
+        // and not tried on every call after that, only after another interval.
+        for info in f.ledger.readModelSnapshots() { try FileManager.default.removeItem(atPath: info.path) }
+        try FileManager.default.removeItem(atPath: f.ledger.readModelSnapshotsDirectory)
+        #expect(FileManager.default.createFile(atPath: f.ledger.readModelSnapshotsDirectory, contents: Data("x".utf8)))
+        try await register(f, 20, from: 400)
+        await worker.saveSnapshotIfDue()
+        try FileManager.default.removeItem(atPath: f.ledger.readModelSnapshotsDirectory)
+        await worker.saveSnapshotIfDue()
+        #expect(positions(f).isEmpty, "the failed attempt at 85 counts: due again at 105")
+        try await register(f, 20, from: 500)
+        await worker.saveSnapshotIfDue()
+        #expect(positions(f) == [105])
+
+        // A view as of 95 (every event so far is a registration: 95 users then).
+        let view = try f.ledger.snapshot(at: .position(LogPosition(95)), path: f.dir.child("view"))
+        #expect(try view.statistics().users == 95)
+        await view.close()
+        await f.ledger.close()
+    }
+
+    @Test("a worker that finds snapshots on disk counts from the newest; run() saves them between batches")
+    func fromDiskAndRun() async throws {
+        let f = try await SharingFixture()
+        try await register(f, 27, from: 0)
+        try f.ledger.saveReadModelSnapshot()
+        #expect(positions(f) == [30])
+        let worker = ResidualTaskWorker(
+            ledger: f.ledger,
+            configuration: ResidualTaskWorker.Configuration(pollInterval: .milliseconds(20), snapshotInterval: 30))
+        try await register(f, 29, from: 100)
+        await worker.saveSnapshotIfDue()
+        #expect(positions(f) == [30], "59 < 30 + 30")
+
+        let running = Task { try await worker.run() }
+        try await register(f, 1, from: 200)
+        let deadline = ContinuousClock.now + .seconds(60)
+        while positions(f) != [30, 60] && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(positions(f) == [30, 60])
+        running.cancel()
+        try await running.value
+        await f.ledger.close()
+    }
+
+    @Test("deleting all but the newest N snapshots, and the folders of saves that crashed")
+    func deleting() async throws {
+        let f = try await SharingFixture()
+        for round in 0..<4 {
+            try await register(f, 1, from: round)
+            try f.ledger.saveReadModelSnapshot()
+        }
+        #expect(positions(f) == [4, 5, 6, 7])
+        let stale = (f.ledger.readModelSnapshotsDirectory as NSString).appendingPathComponent(".tmp-crashed")
+        try FileManager.default.createDirectory(atPath: stale, withIntermediateDirectories: true)
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-7_200)], ofItemAtPath: stale)
+        let fresh = (f.ledger.readModelSnapshotsDirectory as NSString).appendingPathComponent(".tmp-running")
+        try FileManager.default.createDirectory(atPath: fresh, withIntermediateDirectories: true)
+        #expect(f.ledger.deleteReadModelSnapshots(keepingNewest: 3) == 1)
+        #expect(positions(f) == [5, 6, 7])
+        #expect(!FileManager.default.fileExists(atPath: stale))
+        #expect(FileManager.default.fileExists(atPath: fresh), "a save under way is left alone")
+        #expect(f.ledger.deleteReadModelSnapshots(keepingNewest: 0) == 3)
+        #expect(positions(f).isEmpty)
+        await f.ledger.close()
+    }
+}

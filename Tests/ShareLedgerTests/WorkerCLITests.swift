@@ -51,6 +51,30 @@ struct WorkerCLITests {
         #expect(bad.status != 0)
     }
 
+    @Test("worker --drain saves a read-model snapshot when --snapshot-every events have passed, and keeps the newest --keep-snapshots")
+    func drainSavesSnapshots() async throws {
+        let (dir, path) = try await ledgerWithPendingTask()
+        _ = dir
+        func snapshots() throws -> [UInt64] {
+            let listed = try runProduct("share-ledger", ["snapshot", "--list", "--path", path, "--json"])
+            return try #require(try json(listed.stdout) as? [[String: Any]]).compactMap { ($0["position"] as? NSNumber)?.uint64Value }
+        }
+        let head = { () throws -> UInt64 in
+            let stats = try #require(try json(try runProduct("share-ledger", ["stats", "--path", path, "--json"]).stdout) as? [String: Any])
+            return try #require((stats["headPosition"] as? NSNumber)?.uint64Value)
+        }
+        let before = try head()
+        // The default interval (100,000) is far away: nothing saved.
+        #expect(try runProduct("share-ledger", ["worker", "--path", path, "--drain"]).status == 0)
+        #expect(try snapshots().isEmpty)
+        // The drain appended the zone's completion; a short interval is due now.
+        #expect(try runProduct("share-ledger", ["worker", "--path", path, "--drain", "--snapshot-every", "5"]).status == 0)
+        #expect(try snapshots() == [before + 1])
+        #expect(try runProduct("share-ledger", ["worker", "--path", path, "--drain", "--snapshot-every", "1"]).status == 0)
+        #expect(try snapshots() == [before + 1], "no event since: not due")
+        #expect(try runProduct("share-ledger", ["worker", "--path", path, "--keep-snapshots", "-1"]).status != 0)
+    }
+
     @Test("worker runs until SIGTERM, doing the work, and exits 0")
     func untilSIGTERM() async throws {
         let (dir, path) = try await ledgerWithPendingTask()

@@ -86,6 +86,29 @@ extension ShareLedger {
         }.sorted { $0.position < $1.position }
     }
 
+    /// Deletes every saved read-model snapshot but the `count` newest (and folders a crashed save
+    /// left behind). Returns how many snapshots were deleted.
+    @discardableResult
+    public func deleteReadModelSnapshots(keepingNewest count: Int) -> Int {
+        let directory = readModelSnapshotsDirectory
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        for name in names where name.hasPrefix(".tmp-") {
+            let path = (directory as NSString).appendingPathComponent(name)
+            // Over an hour old: not a save running now.
+            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
+                modified < Date().addingTimeInterval(-3_600)
+            {
+                try? FileManager.default.removeItem(atPath: path)
+            }
+        }
+        let saved = readModelSnapshots()
+        var deleted = 0
+        for info in saved.dropLast(max(0, count)) where (try? FileManager.default.removeItem(atPath: info.path)) != nil {
+            deleted += 1
+        }
+        return deleted
+    }
+
     /// The newest snapshot at or before `position` whose event is still in the log with the same hash.
     func usableSnapshot(atOrBefore position: UInt64) throws(LedgerError) -> ReadModelSnapshotInfo? {
         for info in readModelSnapshots().reversed() where info.position <= position && info.position > 0 {

@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import LMDB
 import Logging
@@ -39,12 +40,23 @@ public final class ResidualTaskWorker: Service, Sendable {
         public var pollInterval: Duration
         /// Where the worker logs.
         public var logger: Logger
+        /// Save a read-model snapshot (``ShareLedger/saveReadModelSnapshot()``) whenever the head is
+        /// this many events past the newest one, so that views as of any point
+        /// (``ShareLedger/snapshot(at:path:)``) replay at most this many events. `nil` (the default)
+        /// saves none. Only the worker holding the lease saves them, between batches.
+        public var snapshotInterval: UInt64?
+        /// How many snapshots to keep when the worker saves one: the newest are kept, older ones are
+        /// deleted. 0 (the default) keeps every one (views of old points stay fast; each snapshot
+        /// takes about the read models' size on disk).
+        public var snapshotsKept: Int
 
-        /// The defaults: batches of 256, 8 attempts, backoff from 100 ms to 60 s, 10 s leases, a 1 s poll.
+        /// The defaults: batches of 256, 8 attempts, backoff from 100 ms to 60 s, 10 s leases, a 1 s
+        /// poll, no snapshots.
         public init(
             batchSize: Int = 256, maxAttempts: Int = 8, initialBackoff: Duration = .milliseconds(100),
             maxBackoff: Duration = .seconds(60), leaseDuration: Duration = .seconds(10), pollInterval: Duration = .seconds(1),
-            logger: Logger = Logger(label: "ShareLedger.worker", factory: { _ in SwiftLogNoOpLogHandler() })
+            logger: Logger = Logger(label: "ShareLedger.worker", factory: { _ in SwiftLogNoOpLogHandler() }),
+            snapshotInterval: UInt64? = nil, snapshotsKept: Int = 0
         ) {
             self.batchSize = batchSize
             self.maxAttempts = maxAttempts
@@ -53,6 +65,8 @@ public final class ResidualTaskWorker: Service, Sendable {
             self.leaseDuration = leaseDuration
             self.pollInterval = pollInterval
             self.logger = logger
+            self.snapshotInterval = snapshotInterval
+            self.snapshotsKept = snapshotsKept
         }
     }
 
@@ -87,6 +101,8 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// While ``run()`` waits between passes: the head it saw before its last pass (any commit after
     /// it wakes the worker). Nil while a pass runs. Lets tests know the worker is idle without timing it.
     let idleAfterHead = Mutex<UInt64?>(nil)
+    /// The position of the newest read-model snapshot (or of a failed attempt), read from disk once.
+    private let snapshotDueAfter = Mutex<UInt64?>(nil)
     private let latencyTimer: Metrics.Timer
     private let attemptsCounter: Counter
     private let failuresCounter: Counter
@@ -127,6 +143,7 @@ public final class ResidualTaskWorker: Service, Sendable {
                 await sleepOrWake(after: seenHead, for: configuration.pollInterval)
                 continue
             }
+            if report.holdsLease { await saveSnapshotIfDue() }
             if report.completed + report.failed + report.parked > 0 { continue }
             // Renew the lease well before it expires, and look for a free one as often.
             var wait = min(configuration.pollInterval, configuration.leaseDuration / 3)
@@ -138,6 +155,48 @@ public final class ResidualTaskWorker: Service, Sendable {
         }
         await releaseLease()
         configuration.logger.info("residual-task worker stopped", metadata: ["holder": "\(holderDescription)"])
+    }
+
+    /// Saves a read-model snapshot when ``Configuration/snapshotInterval`` events have been appended
+    /// since the newest one, off the cooperative thread pool (it reads every read model), then deletes
+    /// the oldest beyond ``Configuration/snapshotsKept``. A failure is logged and tried again only
+    /// after another interval (a full disk must not make every pass copy the read models).
+    ///
+    /// ``run()`` calls it between batches while it holds the lease; call it after ``drain(limit:)``
+    /// to do the same in a worker that runs from time to time.
+    public func saveSnapshotIfDue() async {
+        guard let interval = configuration.snapshotInterval, interval > 0 else { return }
+        let ledger = self.ledger
+        let head: UInt64
+        do { head = try ledger.log.head().position.rawValue } catch { return }
+        let newest = snapshotDueAfter.withLock { known -> UInt64 in
+            if let known { return known }
+            let saved = ledger.readModelSnapshots().last?.position ?? 0
+            known = saved
+            return saved
+        }
+        guard head >= newest &+ interval else { return }
+        let kept = configuration.snapshotsKept
+        let result: Result<ReadModelSnapshotInfo, LedgerError> = await withCheckedContinuation { continuation in
+            DispatchQueue.global(qos: .utility).async {
+                continuation.resume(returning: Result { () throws(LedgerError) in
+                    let info = try ledger.saveReadModelSnapshot()
+                    if kept > 0 { ledger.deleteReadModelSnapshots(keepingNewest: kept) }
+                    return info
+                })
+            }
+        }
+        switch result {
+        case .success(let info):
+            snapshotDueAfter.withLock { $0 = info.position }
+            configuration.logger.info(
+                "saved a read-model snapshot", metadata: ["position": "\(info.position)", "entries": "\(info.entries)"])
+        case .failure(let error):
+            snapshotDueAfter.withLock { $0 = head }
+            configuration.logger.error(
+                "saving a read-model snapshot failed; trying again after \(interval) more events",
+                metadata: ["error": "\(error)"])
+        }
     }
 
     /// Runs passes until no task is due now (parked tasks and tasks waiting for a retry stay).
