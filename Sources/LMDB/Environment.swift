@@ -366,6 +366,17 @@ package final class Environment: @unchecked Sendable {
         }
     }
 
+    /// The id of the last committed transaction, by any process (`mdb_env_info`'s `me_last_txnid`,
+    /// read from the meta pages without a transaction); nil once the environment is closed.
+    package func lastCommittedTransactionID() -> UInt64? {
+        resizeLock.withShared { () -> UInt64? in
+            guard !closed else { return nil }
+            var info = MDB_envinfo()
+            guard mdb_env_info(env, &info) == MDB_SUCCESS else { return nil }
+            return UInt64(info.me_last_txnid)
+        }
+    }
+
     /// Flushes buffers to disk (`mdb_env_sync(force: 1)`), for the relaxed and no-sync modes.
     package func sync() throws(LMDBError) {
         try resizeLock.withShared { () throws(LMDBError) in

@@ -30,6 +30,10 @@ package struct Transaction: ~Copyable {
         self.path = path
     }
 
+    /// The transaction's id (`mdb_txn_id`): for a read transaction the id of the committed
+    /// transaction whose snapshot it sees; for a write transaction the id it commits as.
+    package var id: UInt64 { UInt64(mdb_txn_id(handle)) }
+
     @inline(__always)
     func fail(_ rc: Int32, _ operation: String) -> LMDBError {
         state.record(LMDBError(returnCode: rc, operation: operation, path: path))

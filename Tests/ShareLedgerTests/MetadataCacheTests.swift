@@ -1,5 +1,6 @@
 import Foundation
 import PropertyBased
+import Synchronization
 @testable import ShareLedger
 import TestSupport
 import Testing
@@ -49,11 +50,13 @@ struct MetadataCacheTests {
                 // Asked twice through the cache (the second time mostly from it), then fresh.
                 _ = Self.answers(f, urls: sorted, usingCache: true)
                 let before = f.ledger.metadataCache?.count ?? 0
+                let validatedBefore = f.ledger.log.writer.shareTags.hits.load(ordering: .relaxed)
                 let kept = Self.answers(f, urls: sorted, usingCache: true)
+                let validated = f.ledger.log.writer.shareTags.hits.load(ordering: .relaxed) - validatedBefore
                 let fresh = Self.answers(f, urls: sorted, usingCache: false)
                 let first = zip(kept, fresh).first { $0 != $1 }
                 #expect(kept.count == fresh.count && first == nil, "kept: \(first?.0 ?? "-")\nfresh: \(first?.1 ?? "-")")
-                hits.add(["entries": before])
+                hits.add(["entries": before, "inMemory": validated])
             }
             await f.ledger.close()
         }
@@ -61,6 +64,61 @@ struct MetadataCacheTests {
         for numbers in fixedSequences(count: 8, length: 30...120) { try await body(numbers) }
         await propertyCheck(count: 12, input: Gen.int(in: 0...1_000_000).array(of: 30...120)) { numbers in try await body(numbers) }
         #expect((hits.value["entries"] ?? 0) > 100, "the cache was used: \(hits.value)")
+        #expect((hits.value["inMemory"] ?? 0) > 100, "kept answers were validated in memory: \(hits.value)")
+    }
+
+    @Test("a kept answer is validated in memory until a commit about its share; maintenance and other processes' commits make every answer read again")
+    func inMemoryTags() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let tags = f.ledger.log.writer.shareTags
+        func inMemory(_ body: () throws -> Share.Metadata) rethrows -> (Share.Metadata, Bool) {
+            let before = tags.hits.load(ordering: .relaxed)
+            let metadata = try body()
+            return (metadata, tags.hits.load(ordering: .relaxed) > before)
+        }
+        let bob = { try f.bob.shareMetadataWithoutLogging(for: share.url) }
+
+        #expect(try inMemory(bob).1 == false, "the first answer reads")
+        let (kept, fromMemory) = try inMemory(bob)
+        #expect(fromMemory && kept.participantStatus == .pending)
+        #expect(try inMemory { try f.alice.shareMetadataWithoutLogging(for: share.url) }.1, "the tag is the share's, for every viewer")
+
+        // A commit about another share or about no share leaves the tag; one about this share does not.
+        try await f.ledger.registerUser("_dave", in: SharingFixture.container)
+        #expect(try inMemory(bob).1)
+        _ = try await f.alice.setTitle("Errands", for: share.url)
+        let (retitled, stale) = try inMemory(bob)
+        #expect(!stale && retitled.share.title == "Errands")
+        #expect(try inMemory(bob).1)
+
+        // A refused command writes nothing (LMDB commits no transaction): the tags stay usable.
+        await #expect(throws: LedgerError.self) { _ = try await f.bob.setTitle("Mine", for: share.url) }
+        #expect(try inMemory(bob).1)
+
+        // Maintenance work: every tag is forgotten.
+        _ = try await f.ledger.maintain { _ in 0 }
+        #expect(tags.count == 0)
+        #expect(try inMemory(bob).1 == false)
+        #expect(try inMemory(bob).1)
+
+        // Another process accepts for Bob while this one keeps his pending answer.
+        let accept = try runProduct(
+            "share-ledger",
+            ["accept", share.url.absoluteString, "--as", "_bob", "--container", SharingFixture.container, "--path", f.dir.child("ledger"), "--json"],
+            input: Data())
+        #expect(accept.status == 0, "\(accept.stdout) \(accept.stderr)")
+        let (afterOther, memory) = try inMemory(bob)
+        #expect(!memory && afterOther.participantStatus == .accepted, "another process's commit is seen at once")
+        // Until this process's writer commits again, every answer reads; after it, the tags start over.
+        #expect(try inMemory(bob).1 == false)
+        try await f.ledger.registerUser("_erin", in: SharingFixture.container)
+        #expect(tags.count == 0)
+        #expect(try inMemory(bob).1 == false)
+        let (settled, again) = try inMemory(bob)
+        #expect(again && settled.participantStatus == .accepted)
+        await f.ledger.close()
     }
 
     @Test("capacity 0 turns the cache off; a full cache starts over")

@@ -98,6 +98,8 @@ final class LogWriter: @unchecked Sendable {
     /// sleeping thread (on a VM: a halted vCPU) costs tens of microseconds per hand-off; a short poll
     /// keeps a caller that answers quickly from paying it.
     private let spinBeforeSleep: Duration
+    /// Share change tags known in memory; told about every commit (see ``ShareTagTracker``).
+    let shareTags: ShareTagTracker
 
     // Guarded by `lock`: a pause for tests that need to control which commands share a batch.
     private var paused = false
@@ -112,6 +114,7 @@ final class LogWriter: @unchecked Sendable {
         self.spinBeforeSleep = .microseconds(max(0, configuration.writerPollMicroseconds))
         self.notifier = HeadNotifier(head: head.position.rawValue)
         self.commitSizes = configuration.recordsCommitSizes ? CommitSizeRecorder() : nil
+        self.shareTags = ShareTagTracker(environment: store.environment, capacity: max(1, configuration.metadataCacheCapacity))
     }
 
     /// Starts the writer thread.
@@ -242,7 +245,11 @@ final class LogWriter: @unchecked Sendable {
 
     private func process(_ batch: [Submission]) {
         do {
-            let (outcomes, startHead, newHead) = try store.environment.write { txn -> ([JobOutcome], LogHead, LogHead) in
+            var changedShares: [String] = []
+            var touchedEverything = false
+            let (outcomes, startHead, newHead, txnID) = try store.environment.write {
+                txn -> ([JobOutcome], LogHead, LogHead, UInt64) in
+                changedShares.removeAll()
                 // The head is read inside the transaction, not cached: another process may have
                 // appended since this thread's last commit (LMDB serializes writers across processes).
                 let startHead = try store.readHead(txn)
@@ -260,8 +267,11 @@ final class LogWriter: @unchecked Sendable {
                         case .domain(let command):
                             outcomes.append(
                                 .domain(
-                                    try apply(command, txn: txn, log: logCursor, head: &cursorHead, recordedAt: recordedAt)))
+                                    try apply(
+                                        command, txn: txn, log: logCursor, head: &cursorHead, recordedAt: recordedAt,
+                                        changedShares: &changedShares)))
                         case .maintenance(let work):
+                            touchedEverything = true
                             // A maintenance job that throws aborts the transaction (it may have
                             // written); the batch is then run again job by job, so only it fails.
                             // Maintenance may read or move the head (an import writes events): it
@@ -272,8 +282,11 @@ final class LogWriter: @unchecked Sendable {
                         }
                     }
                 }
-                return (outcomes, startHead, cursorHead)
+                return (outcomes, startHead, cursorHead, txn.id)
             }
+            // Before any caller hears of the commit (see ShareTagTracker).
+            shareTags.committed(
+                txnID, appended: newHead != startHead, tokens: changedShares, everything: touchedEverything)
             if newHead != startHead {
                 commitSizes?.record(Int(newHead.position.rawValue - startHead.position.rawValue))
                 notifier.publish(newHead.position.rawValue)
@@ -355,7 +368,7 @@ extension LogWriter {
     /// Refused steps write nothing; throws only for storage errors, which abort the whole transaction.
     fileprivate func apply(
         _ command: DomainCommand, txn: borrowing Transaction, log: borrowing Cursor, head: inout LogHead,
-        recordedAt: Int64
+        recordedAt: Int64, changedShares: inout [String]
     ) throws -> Result<DomainOutcome, LedgerError> {
         let metadata = command.metadata
         let commandKey = LogStore.commandKey(container: metadata.container, commandID: metadata.commandID)
@@ -377,12 +390,13 @@ extension LogWriter {
             for pending in decision.events {
                 let position = try appendDomainEvent(
                     pending, metadata: metadata, txn: txn, log: log, head: &head, recordedAt: recordedAt)
-                try projector.apply(
-                    pending.event,
-                    Projector.Context(
-                        position: position, recordedAtMicros: recordedAt, container: metadata.container,
-                        actor: metadata.actor),
-                    txn)
+                changedShares.append(
+                    contentsOf: try projector.apply(
+                        pending.event,
+                        Projector.Context(
+                            position: position, recordedAtMicros: recordedAt, container: metadata.container,
+                            actor: metadata.actor),
+                        txn))
             }
             switch decision.outcome {
             case .failed(let error): results.append(.failure(error))

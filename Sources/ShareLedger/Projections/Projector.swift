@@ -30,7 +30,10 @@ struct Projector {
         if count > 0 { count -= 1 }
     }
 
-    func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws {
+    /// Applies `event`; returns the shares (tokens) it is about: every share whose row it may have
+    /// changed is among them.
+    @discardableResult
+    func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws -> Set<String> {
         // Who and what the event is about, read before it changes the read models.
         let (tokens, users) = try subjects(of: event, context, txn)
         try project(event, context, txn)
@@ -40,6 +43,7 @@ struct Projector {
             try txn.put(models.userHistory, key: ReadModels.userKey(context.container, user), value: position)
         }
         try txn.put(models.containerHistory, key: Array(context.container.utf8), value: position)
+        return tokens
     }
 
     /// The shares (tokens) and users an event is about, for the history indexes.

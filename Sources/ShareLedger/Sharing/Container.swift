@@ -468,8 +468,9 @@ public struct Container: Sendable {
     /// (the same rules as ``shareMetadata(for:)``).
     ///
     /// An answer is kept (``EventLog/Configuration/metadataCacheCapacity``) and given again while the
-    /// share's change tag is the same, which is checked in the same read transaction, so a kept
-    /// answer is always the one the read models give.
+    /// share's change tag is the same, so a kept answer is always the one the read models give. The
+    /// tag is checked in memory when nothing was committed since this process's writer last
+    /// committed (no read transaction at all), else in a read transaction.
     public func shareMetadataWithoutLogging(for url: URL) throws(LedgerError) -> Share.Metadata {
         try shareMetadataWithoutLogging(for: url, usingCache: true)
     }
@@ -482,9 +483,14 @@ public struct Container: Sendable {
         let container = containerIdentifier
         let cache = usingCache ? ledger.metadataCache : nil
         let key = MetadataCache.Key(token: token, container: container, viewer: user)
+        let tags = ledger.log.writer.shareTags
+        // Users are never deleted, so a kept answer's viewer still has an account.
+        if let cache, let tag = tags.currentTag(token), let hit = cache.entry(key), hit.validator == tag {
+            return hit.metadata
+        }
         return try ledger.read("reading share metadata") { txn in
-            // Users are never deleted, so a kept answer's viewer still has an account.
             let validator = try cache == nil ? nil : ledger.models.shareChangeTag(txn, token: token)
+            if let validator { tags.remember(token, tag: validator, snapshot: txn.id) }
             if let cache, let validator, let hit = cache.entry(key), hit.validator == validator {
                 return hit.metadata
             }

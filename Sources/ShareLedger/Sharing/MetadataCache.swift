@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import Synchronization
 
 /// Share metadata already presented to a viewer, reused while the share is unchanged
 /// (``Container/shareMetadataWithoutLogging(for:)``).
@@ -82,4 +83,97 @@ enum ProtobufScan {
         }
         return found
     }
+}
+
+/// Share change tags kept in memory, so that a kept metadata answer can be validated without a read
+/// transaction or a B-tree lookup (``Container/shareMetadataWithoutLogging(for:)``).
+///
+/// A tag is only ever given out while no transaction has been committed since the last one this
+/// process's writer committed (checked against LMDB's last committed transaction id, which covers
+/// other processes and any other writer): then the tags known are exactly what the read models say.
+///
+/// - Readers add a tag they read from the share's row, and only when their read transaction saw the
+///   snapshot of that last commit (an older snapshot may hold an older tag).
+/// - The writer, after each commit and before it answers the commit's callers, forgets the tags of
+///   every share its events were about (a superset of the shares whose row changed). After a commit
+///   that holds maintenance work (an import, a rebuild, worker bookkeeping), or when transactions
+///   were committed by anyone else since its previous commit, it forgets every tag.
+///
+/// Between a commit and the writer's call, the last committed id is ahead of the writer's, so every
+/// reader takes the read-transaction path: a tag given out is never older than a commit a caller was
+/// told about.
+final class ShareTagTracker: Sendable {
+    private struct State {
+        /// The id of the last transaction this process's writer committed (at first: the last one
+        /// committed before the ledger was opened).
+        var lastCommitted: UInt64
+        var tags: [String: UInt64] = [:]
+    }
+
+    private let state: Mutex<State>
+    private let environment: Environment
+    private let capacity: Int
+    /// Tags given out (for tests: kept answers validated without a read transaction).
+    let hits = Atomic<Int>(0)
+
+    init(environment: Environment, capacity: Int) {
+        self.environment = environment
+        self.capacity = max(1, capacity)
+        state = Mutex(State(lastCommitted: environment.lastCommittedTransactionID() ?? 0))
+    }
+
+    /// The change tag of `token`'s share when it is known to be current; nil when the caller must
+    /// read it.
+    func currentTag(_ token: String) -> UInt64? {
+        let environment = self.environment
+        let tag = state.withLock { state -> UInt64? in
+            guard let tag = state.tags[token], environment.lastCommittedTransactionID() == state.lastCommitted else {
+                return nil
+            }
+            return tag
+        }
+        if tag != nil { hits.add(1, ordering: .relaxed) }
+        return tag
+    }
+
+    /// Keeps `tag`, read from `token`'s row in a read transaction that saw the snapshot of
+    /// transaction `snapshot`, when that is the latest commit.
+    func remember(_ token: String, tag: UInt64, snapshot: UInt64) {
+        let environment = self.environment
+        state.withLock { state in
+            guard snapshot == state.lastCommitted, environment.lastCommittedTransactionID() == snapshot else { return }
+            // Bounded: when full, start over (a missing tag only costs a read transaction).
+            if state.tags.count >= capacity, state.tags[token] == nil { state.tags.removeAll(keepingCapacity: true) }
+            state.tags[token] = tag
+        }
+    }
+
+    /// The writer's transaction `id` committed. `appended`: it appended events (so it was a real
+    /// commit, with that id), which were about the shares `tokens`. `everything`: it held work whose
+    /// effect on shares is not known (and which may have written nothing, in which case LMDB commits
+    /// no transaction and `id` is not used).
+    func committed(_ id: UInt64, appended: Bool, tokens: [String], everything: Bool) {
+        let environment = self.environment
+        state.withLock { state in
+            if everything {
+                // Forget every tag and start from whatever is committed now: a tag is only ever
+                // added from a snapshot of exactly that transaction, so it is right whoever wrote it.
+                state.tags.removeAll(keepingCapacity: true)
+                state.lastCommitted = environment.lastCommittedTransactionID() ?? 0
+                return
+            }
+            // Nothing written: LMDB committed no transaction.
+            guard appended else { return }
+            if id != state.lastCommitted &+ 1 {
+                // Someone else committed since this writer's last commit: any tag may be old.
+                state.tags.removeAll(keepingCapacity: true)
+            } else {
+                for token in tokens { state.tags.removeValue(forKey: token) }
+            }
+            state.lastCommitted = id
+        }
+    }
+
+    /// How many tags are kept (for tests).
+    var count: Int { state.withLock { $0.tags.count } }
 }
