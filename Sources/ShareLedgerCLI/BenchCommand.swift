@@ -40,12 +40,17 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale (default: all).")
     var only: String?
 
+    @Option(
+        help: "Concurrent callers in the share-action part (figures append.concurrentN.*; the issue's figures are for 64).")
+    var callers = 64
+
     @Option(help: "Accepts per second offered in the residual-task latency part.")
     var acceptRate = 5_000
 
     func validate() throws {
         guard (1...50).contains(repeats) else { throw ValidationError("--repeats must be 1...50") }
         guard (100...50_000).contains(acceptRate) else { throw ValidationError("--accept-rate must be 100...50000") }
+        guard (1...1_024).contains(callers) else { throw ValidationError("--callers must be 1...1024") }
         for part in parts where !Self.allParts.contains(part) {
             throw ValidationError("unknown part \(part); the parts are \(Self.allParts.joined(separator: ", "))")
         }
@@ -76,18 +81,21 @@ struct BenchCommand: AsyncParsableCommand {
             var figures: [String: Double] = [:]
             if parts.contains("append") {
                 let actions = ShareActionBench(directory: bench.directory, durability: durability, writerPoll: writerPoll)
-                let concurrent = try await actions.mixed(name: "actions-concurrent", callers: 64, cycles: quick ? 4 : 16) {
-                    Output.progress("round \(round)/\(repeats): share actions, 64 concurrent callers, segment \($0)/\($1)")
+                // The same number of actions whatever the callers: 64 × 16 cycles in all.
+                let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
+                let concurrent = try await actions.mixed(name: "actions-concurrent", callers: callers, cycles: cycles) {
+                    Output.progress("round \(round)/\(repeats): share actions, \(callers) concurrent callers, segment \($0)/\($1)")
                 }
                 let single = try await actions.mixed(name: "actions-single", callers: 1, cycles: quick ? 60 : 300) {
                     Output.progress("round \(round)/\(repeats): share actions, one caller, segment \($0)/\($1)")
                 }
                 Output.endProgress()
+                let name = "append.concurrent\(callers)"
                 figures.merge([
-                    "append.concurrent64.perSecond": concurrent.perSecond,
-                    "append.concurrent64.rawPerSecond": concurrent.rawPerSecond,
-                    "append.concurrent64.ratio": concurrent.perSecond / concurrent.rawPerSecond,
-                    "append.concurrent64.meanCommitSize": concurrent.meanCommitSize,
+                    "\(name).perSecond": concurrent.perSecond,
+                    "\(name).rawPerSecond": concurrent.rawPerSecond,
+                    "\(name).ratio": concurrent.perSecond / concurrent.rawPerSecond,
+                    "\(name).meanCommitSize": concurrent.meanCommitSize,
                     "append.single.perSecond": single.perSecond,
                     "append.single.rawPerSecond": single.rawPerSecond,
                     "append.single.ratio": single.perSecond / single.rawPerSecond,
