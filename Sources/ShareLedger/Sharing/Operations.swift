@@ -91,6 +91,31 @@ public class LedgerOperation: @unchecked Sendable {
     /// The operation's work; subclasses override it.
     func main(in container: Container) async {}
 
+    /// The run every operation shares: `items` (the container's implementation, which reports each
+    /// distinct item once) runs; each item's result goes to `perItem` on the callback queue before the
+    /// next items are submitted; then `completion` gets success, `partialFailure` with the error of
+    /// each failed item (keyed by `key`), or the error that failed the whole request.
+    func run<Item: Sendable, Value: Sendable>(
+        what: String, key: @escaping @Sendable (Item) -> String,
+        perItem: @escaping @Sendable (Item, Result<Value, LedgerError>) -> Void,
+        completion: @escaping @Sendable (Result<Void, LedgerError>) -> Void,
+        items: ((Item, Result<Value, LedgerError>) async -> Void) async throws(LedgerError) -> Void
+    ) async {
+        let queue = callbackQueue
+        let failures = Mutex<[String: LedgerError]>([:])
+        let outcome: Result<Void, LedgerError>
+        do {
+            try await items { item, result in
+                if case .failure(let error) = result { failures.withLock { $0[key(item)] = error } }
+                await LedgerOperation.deliver(on: queue) { perItem(item, result) }
+            }
+            outcome = LedgerOperation.overall(failures.withLock { $0 }, what: what)
+        } catch {
+            outcome = .failure(error)
+        }
+        finish { completion(outcome) }
+    }
+
     /// The overall result: success, or `partialFailure` with the error of every failed item.
     static func overall(_ failures: [String: LedgerError], what: String) -> Result<Void, LedgerError> {
         guard !failures.isEmpty else { return .success(()) }
@@ -178,35 +203,21 @@ public final class FetchShareMetadataOperation: LedgerOperation, @unchecked Send
 
     override func main(in container: Container) async {
         let config = configuration.withLock { $0 }
-        let queue = callbackQueue
-        let failures = Mutex<[String: LedgerError]>([:])
-        let outcome: Result<Void, LedgerError>
-        do {
+        await run(
+            what: "share URLs", key: { (url: URL) in url.absoluteString },
+            perItem: { (url: URL, result: Result<Share.Metadata, LedgerError>) in
+                config.perShareMetadataResultBlock?(url, result)
+                config.perShareMetadataBlock?(url, try? result.get(), result.failure)
+            },
+            completion: { outcome in
+                config.fetchShareMetadataResultBlock?(outcome)
+                config.fetchShareMetadataCompletionBlock?(outcome.failure)
+            }
+        ) { report throws(LedgerError) in
             try await container.fetchMetadata(
                 config.shareURLs ?? [], shouldFetchRootRecord: config.shouldFetchRootRecord,
                 desiredKeys: config.rootRecordDesiredKeys, chunkSize: LedgerOperationLimits.chunk,
-                isCancelled: { [self] in self.isCancelled }
-            ) { url, result in
-                if case .failure(let error) = result { failures.withLock { $0[url.absoluteString] = error } }
-                await LedgerOperation.deliver(on: queue) {
-                    config.perShareMetadataResultBlock?(url, result)
-                    switch result {
-                    case .success(let metadata): config.perShareMetadataBlock?(url, metadata, nil)
-                    case .failure(let error): config.perShareMetadataBlock?(url, nil, error)
-                    }
-                }
-            }
-            outcome = LedgerOperation.overall(failures.withLock { $0 }, what: "share URLs")
-        } catch {
-            outcome = .failure(error)
-        }
-        finish {
-            config.fetchShareMetadataResultBlock?(outcome)
-            if case .failure(let error) = outcome {
-                config.fetchShareMetadataCompletionBlock?(error)
-            } else {
-                config.fetchShareMetadataCompletionBlock?(nil)
-            }
+                isCancelled: { [self] in self.isCancelled }, perURL: report)
         }
     }
 }
@@ -268,37 +279,29 @@ public final class AcceptSharesOperation: LedgerOperation, @unchecked Sendable {
 
     override func main(in container: Container) async {
         let config = configuration.withLock { $0 }
-        let queue = callbackQueue
-        let failures = Mutex<[String: LedgerError]>([:])
-        let outcome: Result<Void, LedgerError>
-        do {
+        await run(
+            what: "shares", key: { (metadata: Share.Metadata) in metadata.share.url.absoluteString },
+            perItem: { (metadata: Share.Metadata, result: Result<Share, LedgerError>) in
+                config.perShareResultBlock?(metadata, result)
+                config.perShareCompletionBlock?(metadata, try? result.get(), result.failure)
+            },
+            completion: { outcome in
+                config.acceptSharesResultBlock?(outcome)
+                config.acceptSharesCompletionBlock?(outcome.failure)
+            }
+        ) { report throws(LedgerError) in
             try await container.acceptShares(
                 config.shareMetadatas ?? [], chunkSize: LedgerOperationLimits.chunk,
-                isCancelled: { [self] in self.isCancelled }
-            ) { metadata, result in
-                if case .failure(let error) = result {
-                    failures.withLock { $0[metadata.share.url.absoluteString] = error }
-                }
-                await LedgerOperation.deliver(on: queue) {
-                    config.perShareResultBlock?(metadata, result)
-                    switch result {
-                    case .success(let share): config.perShareCompletionBlock?(metadata, share, nil)
-                    case .failure(let error): config.perShareCompletionBlock?(metadata, nil, error)
-                    }
-                }
-            }
-            outcome = LedgerOperation.overall(failures.withLock { $0 }, what: "shares")
-        } catch {
-            outcome = .failure(error)
+                isCancelled: { [self] in self.isCancelled }, perShare: report)
         }
-        finish {
-            config.acceptSharesResultBlock?(outcome)
-            if case .failure(let error) = outcome {
-                config.acceptSharesCompletionBlock?(error)
-            } else {
-                config.acceptSharesCompletionBlock?(nil)
-            }
-        }
+    }
+}
+
+extension Result {
+    /// The error of a failure, nil for a success (for CloudKit's deprecated optional-error blocks).
+    var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
     }
 }
 
