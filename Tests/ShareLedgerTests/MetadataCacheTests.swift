@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 import PropertyBased
 import Synchronization
 @testable import ShareLedger
@@ -118,6 +119,65 @@ struct MetadataCacheTests {
         #expect(try inMemory(bob).1 == false)
         let (settled, again) = try inMemory(bob)
         #expect(again && settled.participantStatus == .accepted)
+        await f.ledger.close()
+    }
+
+    @Test("keeping a tag inside a read transaction never waits for the environment's resize lock: no deadlock with a close (or a map resize) waiting for its exclusive side")
+    func noDeadlockWithResize() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let token = try #require(ShareURL.token(in: share.url)).text
+        let environment = f.ledger.log.store.environment
+        let tags = f.ledger.log.writer.shareTags
+        let closed = Counter()
+        let readDone = Counter()
+        // On threads of their own, so that a deadlock fails this test instead of hanging the run.
+        let reader = Thread {
+            try? environment.read { txn in
+                // Another thread asks for the exclusive side and waits for this transaction to end.
+                let closer = Thread {
+                    environment.close()
+                    closed.increment()
+                }
+                closer.start()
+                // Give it time to queue. (If it has not queued yet, nothing is proved, and nothing fails.)
+                usleep(200_000)
+                tags.remember(token, tag: 1, snapshot: txn.id)
+            }
+            readDone.increment()
+        }
+        reader.start()
+        let deadline = ContinuousClock.now + .seconds(30)
+        while (closed.value == 0 || readDone.value == 0) && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        guard closed.value == 1 && readDone.value == 1 else {
+            // Left open: its threads are stuck.
+            Issue.record("deadlock: the read transaction or the close did not finish in 30 s")
+            return
+        }
+        await f.ledger.close()
+    }
+
+    @Test("an answer kept from rows that a rebuild then repaired (tag unchanged) is not given again")
+    func rebuildRepairsKeptAnswers() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let token = try #require(ShareURL.token(in: share.url)).text
+        let store = f.ledger.log.store
+        // Damage the share row's title, leaving its change tag (as a stray write could).
+        try store.environment.write { txn in
+            var row = try #require(try store.models.share(txn, token))
+            row.title = "Damaged"
+            try store.models.put(txn, store.models.shares, Array(token.utf8), row)
+        }
+        f.ledger.metadataCache?.removeAll()
+        #expect(try f.bob.shareMetadataWithoutLogging(for: share.url).share.title == "Damaged")
+        #expect(try f.bob.shareMetadataWithoutLogging(for: share.url).share.title == "Damaged", "kept")
+        try await f.ledger.rebuildReadModels()
+        #expect(try f.bob.shareMetadataWithoutLogging(for: share.url).share.title == "Groceries")
+        #expect(try f.bob.shareMetadataWithoutLogging(for: share.url).share.title == "Groceries")
         await f.ledger.close()
     }
 

@@ -485,13 +485,17 @@ public struct Container: Sendable {
         let key = MetadataCache.Key(token: token, container: container, viewer: user)
         let tags = ledger.log.writer.shareTags
         // Users are never deleted, so a kept answer's viewer still has an account.
-        if let cache, let tag = tags.currentTag(token), let hit = cache.entry(key), hit.validator == tag {
+        if let cache, let current = tags.currentTag(token), let hit = cache.entry(key),
+            hit.validator == current.tag, hit.generation == current.generation
+        {
             return hit.metadata
         }
+        // Read before the transaction: an answer built from rows a later swap replaced is never used.
+        let generation = tags.generation
         return try ledger.read("reading share metadata") { txn in
             let validator = try cache == nil ? nil : ledger.models.shareChangeTag(txn, token: token)
             if let validator { tags.remember(token, tag: validator, snapshot: txn.id) }
-            if let cache, let validator, let hit = cache.entry(key), hit.validator == validator {
+            if let cache, let validator, let hit = cache.entry(key), hit.validator == validator, hit.generation == generation {
                 return hit.metadata
             }
             let decider = Decider(
@@ -503,7 +507,9 @@ public struct Container: Sendable {
             case .failed(let error): throw error
             case .present(let present):
                 guard case .metadata(let metadata) = try present(txn) else { throw LedgerError.unexpectedOutput("metadata") }
-                if let cache, let validator { cache.store(key, MetadataCache.Entry(validator: validator, metadata: metadata)) }
+                if let cache, let validator {
+                    cache.store(key, MetadataCache.Entry(validator: validator, generation: generation, metadata: metadata))
+                }
                 return metadata
             }
         }

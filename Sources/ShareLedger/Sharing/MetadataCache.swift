@@ -29,6 +29,8 @@ final class MetadataCache: @unchecked Sendable {
     struct Entry: Sendable {
         /// The share's change tag when the metadata was built.
         var validator: UInt64
+        /// ``ShareTagTracker/generation`` before the metadata was read.
+        var generation: UInt64 = 0
         var metadata: Share.Metadata
     }
 
@@ -45,6 +47,9 @@ final class MetadataCache: @unchecked Sendable {
     }
 
     var count: Int { lock.withLock { entries.count } }
+
+    /// Forgets every kept answer.
+    func removeAll() { lock.withLock { entries.removeAll() } }
 }
 
 extension ReadModels {
@@ -102,6 +107,11 @@ enum ProtobufScan {
 /// Between a commit and the writer's call, the last committed id is ahead of the writer's, so every
 /// reader takes the read-transaction path: a tag given out is never older than a commit a caller was
 /// told about.
+///
+/// Lock order: `lock` is never held while the environment's resize lock is requested (LMDB's last
+/// committed id is read before taking it), because ``remember(_:tag:snapshot:)`` runs inside a read
+/// transaction, which holds the resize lock shared; asking for it again there, or waiting for it under
+/// `lock`, would deadlock against a map resize or `close()` waiting for the exclusive side.
 final class ShareTagTracker: @unchecked Sendable {
     // @unchecked: `state` is only touched under `lock`. An NSLock (a pthread mutex), not a `Mutex`:
     // ThreadSanitizer sees a pthread mutex's ordering, but not that of a contended `Mutex` on Linux
@@ -111,6 +121,9 @@ final class ShareTagTracker: @unchecked Sendable {
         /// committed before the ledger was opened).
         var lastCommitted: UInt64
         var tags: [String: UInt64] = [:]
+        /// Moved on by every commit that held maintenance work: the rebuild's swap can repair rows
+        /// without changing their tags, so an answer kept from before it must not be used after it.
+        var generation: UInt64 = 0
     }
 
     private let lock = NSLock()
@@ -128,24 +141,29 @@ final class ShareTagTracker: @unchecked Sendable {
 
     /// The change tag of `token`'s share when it is known to be current; nil when the caller must
     /// read it.
-    func currentTag(_ token: String) -> UInt64? {
-        let environment = self.environment
-        let tag = lock.withLock { () -> UInt64? in
-            guard let tag = state.tags[token], environment.lastCommittedTransactionID() == state.lastCommitted else {
-                return nil
-            }
-            return tag
+    /// Call it outside any transaction. Also returns the current ``generation``.
+    func currentTag(_ token: String) -> (tag: UInt64, generation: UInt64)? {
+        // Read first, then compare under the lock: a commit after this read is newer than this call.
+        guard let committed = environment.lastCommittedTransactionID() else { return nil }
+        let found = lock.withLock { () -> (tag: UInt64, generation: UInt64)? in
+            guard let tag = state.tags[token], committed == state.lastCommitted else { return nil }
+            return (tag, state.generation)
         }
-        if tag != nil { hits.add(1, ordering: .relaxed) }
-        return tag
+        if found != nil { hits.add(1, ordering: .relaxed) }
+        return found
     }
 
+    /// The generation kept answers must have been built in (see `State.generation`).
+    var generation: UInt64 { lock.withLock { state.generation } }
+
     /// Keeps `tag`, read from `token`'s row in a read transaction that saw the snapshot of
-    /// transaction `snapshot`, when that is the latest commit.
+    /// transaction `snapshot`, when that is the writer's last commit. (Commits after it are covered:
+    /// this writer's forget the tags they change, and anyone else's fail ``currentTag(_:)``'s check
+    /// until this writer's next commit forgets every tag.) Called inside the read transaction: it
+    /// must not touch the environment.
     func remember(_ token: String, tag: UInt64, snapshot: UInt64) {
-        let environment = self.environment
         lock.withLock {
-            guard snapshot == state.lastCommitted, environment.lastCommittedTransactionID() == snapshot else { return }
+            guard snapshot == state.lastCommitted else { return }
             // Bounded: when full, start over (a missing tag only costs a read transaction).
             if state.tags.count >= capacity, state.tags[token] == nil { state.tags.removeAll(keepingCapacity: true) }
             state.tags[token] = tag
@@ -157,13 +175,16 @@ final class ShareTagTracker: @unchecked Sendable {
     /// effect on shares is not known (and which may have written nothing, in which case LMDB commits
     /// no transaction and `id` is not used).
     func committed(_ id: UInt64, appended: Bool, tokens: [String], everything: Bool) {
-        let environment = self.environment
+        // Read before taking the lock (see the lock order above); a commit by someone else after
+        // this read only makes the ids differ, which sends readers to their transactions.
+        let now = everything ? environment.lastCommittedTransactionID() ?? 0 : 0
         lock.withLock {
             if everything {
-                // Forget every tag and start from whatever is committed now: a tag is only ever
-                // added from a snapshot of exactly that transaction, so it is right whoever wrote it.
+                // Forget every tag and start from what was committed then: a tag is only ever added
+                // from a snapshot of exactly that transaction, so it is right whoever wrote it.
                 state.tags.removeAll(keepingCapacity: true)
-                state.lastCommitted = environment.lastCommittedTransactionID() ?? 0
+                state.generation &+= 1
+                state.lastCommitted = now
                 return
             }
             // Nothing written: LMDB committed no transaction.
