@@ -153,6 +153,8 @@ def check_checkpoints(txn, checkpoints, hashes, head, trusted):
         if len(key) != 8 or len(value) != 144:
             return f"a checkpoint entry has a {len(key)}-byte key and a {len(value)}-byte value (expected 8 and 144)", verified
         (position,) = struct.unpack(">Q", key)
+        if position < 1:
+            return "a checkpoint at position 0 (there is no event 0)", verified
         checkpoint_hash, times, public, signature = value[:32], value[32:48], value[48:80], value[80:]
         fingerprint = public[:8].hex()
         if public not in trusted:
@@ -190,7 +192,6 @@ def main(path, key_paths):
         env = lmdb.open(path, readonly=True, lock=False, max_dbs=32, subdir=True)
         log = env.open_db(b"log", create=False)
         meta = env.open_db(b"meta", create=False)
-        checkpoints = env.open_db(b"checkpoints", create=False) if trusted else None
     except lmdb.Error as error:
         print(f"cannot read {path}: {error}", file=sys.stderr)
         return 2
@@ -230,6 +231,11 @@ def main(path, key_paths):
         version = txn.get(b"format_version", db=meta)
         verified = 0
         if trusted:
+            try:
+                checkpoints = env.open_db(b"checkpoints", txn=txn, create=False)
+            except lmdb.NotFoundError:
+                print("checkpoints FAILED: the ledger has no checkpoints database (no checkpoint was ever signed)")
+                return 1
             problem, verified = check_checkpoints(txn, checkpoints, hashes, expected - 1, trusted)
             if problem:
                 print(f"checkpoints FAILED: {problem}")

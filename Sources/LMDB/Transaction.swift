@@ -116,6 +116,13 @@ package struct Transaction: ~Copyable {
         }
     }
 
+    /// Deletes `db` itself from the environment (`mdb_drop` with `del` 1); its handle is closed.
+    package func dropDatabase(_ db: Database) throws {
+        precondition(isWritable, "dropDatabase in a read-only transaction")
+        let rc = mdb_drop(handle, db.dbi, 1)
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name), delete)") }
+    }
+
     /// Deletes every entry of `db`, keeping the database itself (`mdb_drop` with `del` 0).
     package func clear(_ db: Database) throws {
         precondition(isWritable, "clear in a read-only transaction")

@@ -26,12 +26,27 @@ struct LedgerOptions: ParsableArguments {
     /// Opens the ledger; exits with code 2 (and a clear message) when it cannot be read.
     func open(create: Bool, readOnly: Bool = false, durability: Durability = .durable) throws -> EventLog {
         do {
-            return try EventLog.open(
-                EventLog.Configuration(
-                    path: path, createIfMissing: create, readOnly: readOnly, durability: durability, logger: logger))
+            return try withUpgradeFallback(readOnly) { readOnly throws(LedgerError) in
+                try EventLog.open(
+                    EventLog.Configuration(
+                        path: path, createIfMissing: create, readOnly: readOnly, durability: durability, logger: logger))
+            }
         } catch {
             Output.failure(error, json: json)
             throw ExitCode(2)
+        }
+    }
+
+    /// Runs `open` read-only when asked; when the ledger needs the databases a later release added
+    /// (``LedgerError/Code/readOnly`` from a read-only open) and its directory is writable, opens it
+    /// for writing instead, which adds them, as every command did before reading commands opened
+    /// ledgers read-only.
+    func withUpgradeFallback<T>(_ readOnly: Bool, _ open: (Bool) throws(LedgerError) -> T) throws(LedgerError) -> T {
+        do {
+            return try open(readOnly)
+        } catch where readOnly && error.code == .readOnly && FileManager.default.isWritableFile(atPath: path) {
+            logger.notice("opening the ledger for writing once to add the databases it lacks", metadata: ["path": "\(path)"])
+            return try open(false)
         }
     }
 }

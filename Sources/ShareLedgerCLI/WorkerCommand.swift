@@ -12,10 +12,12 @@ extension LedgerOptions {
     /// Commands that only read pass `readOnly: true`: they then never change the ledger, and they
     /// work on a copy an auditor was given on read-only storage (a read-only mount, a snapshot).
     func openWithoutWorker(create: Bool = false, readOnly: Bool = false) throws -> ShareLedger {
-        var configuration = EventLog.Configuration(path: path, createIfMissing: create, readOnly: readOnly, logger: logger)
-        configuration.residualTaskWorker = nil
         do {
-            return try ShareLedger.open(configuration)
+            return try withUpgradeFallback(readOnly) { readOnly throws(LedgerError) in
+                var configuration = EventLog.Configuration(path: path, createIfMissing: create, readOnly: readOnly, logger: logger)
+                configuration.residualTaskWorker = nil
+                return try ShareLedger.open(configuration)
+            }
         } catch {
             Output.failure(error, json: json)
             throw ExitCode(2)
@@ -50,8 +52,8 @@ struct WorkerCommand: AsyncParsableCommand {
 
     @Option(
         name: .customLong("keep-snapshots"),
-        help: "Keep only the newest N read-model snapshots when saving one; 0 keeps them all.")
-    var keepSnapshots = 0
+        help: "Keep only the newest N read-model snapshots when saving one (views before the oldest replay from the start); 0 keeps them all.")
+    var keepSnapshots = 10
 
     func validate() throws {
         if keepSnapshots < 0 { throw ValidationError("--keep-snapshots must be 0 or more") }
@@ -83,6 +85,8 @@ struct WorkerCommand: AsyncParsableCommand {
                 }
                 Output.endProgress()
                 await worker.saveSnapshotIfDue()
+                // The next worker need not wait for the lease to expire.
+                await worker.releaseLease()
             } else {
                 let group = ServiceGroup(
                     configuration: ServiceGroupConfiguration(

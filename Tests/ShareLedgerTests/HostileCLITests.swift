@@ -312,6 +312,36 @@ struct ReadingCommandTests {
     }
 }
 
+@Suite("Ledgers written by an earlier release")
+struct EarlierReleaseTests {
+    @Test("a ledger without a database a later release added: a read-only open says what to do; the reading commands open it for writing once, which adds it")
+    func missingDatabase() async throws {
+        let f = try await SharingFixture()
+        _ = try await f.makeHierarchy()
+        await f.ledger.close()
+        let path = f.dir.child("ledger")
+        // `checkpoints` arrived after the first releases, without a format change.
+        do {
+            let environment = try Environment(options: EnvironmentOptions(path: path, mapSize: 64 << 20, maxDatabases: 32))
+            let checkpoints = try environment.openDatabases([("checkpoints", [])])[0]
+            try environment.write { txn in try txn.dropDatabase(checkpoints) }
+            #expect(try !environment.databaseNames().contains("checkpoints"))
+            environment.close()
+        }
+        var configuration = Fixtures.configuration(path)
+        configuration.readOnly = true
+        let error = #expect(throws: LedgerError.self) { try EventLog.open(configuration) }
+        #expect(error?.code == .readOnly)
+        #expect(error?.message.contains("lacks the databases checkpoints") == true, "\(String(describing: error))")
+
+        let stats = try runProduct("share-ledger", ["stats", "--path", path, "--json"], input: Data())
+        #expect(stats.status == 0, "\(stats.stdout) \(stats.stderr)")
+        let log = try EventLog.open(configuration)
+        #expect(try log.verifyChain().isValid)
+        await log.close()
+    }
+}
+
 @Suite("Hostile input: a ledger on a read-only file system")
 struct ReadOnlyFileSystemTests {
     @Test("opening for writing fails with notALedger; a read-only open and every reading command answer, every writing command exits 2; nothing changes",

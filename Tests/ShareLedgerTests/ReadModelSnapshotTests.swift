@@ -98,6 +98,33 @@ struct ScheduledSnapshotTests {
 
     private func positions(_ f: SharingFixture) -> [UInt64] { f.ledger.readModelSnapshots().map(\.position) }
 
+    /// What the worker does between batches: a pass (which takes or renews the lease), then the check.
+    private func betweenBatches(_ worker: ResidualTaskWorker) async throws {
+        #expect(try await worker.runPass(limit: 1).holdsLease)
+        await worker.saveSnapshotIfDue()
+    }
+
+    @Test("only the worker holding the lease saves snapshots")
+    func leaseHolderOnly() async throws {
+        let f = try await SharingFixture()
+        let configuration = ResidualTaskWorker.Configuration(snapshotInterval: 2)
+        let holder = ResidualTaskWorker(ledger: f.ledger, configuration: configuration)
+        let other = ResidualTaskWorker(ledger: f.ledger, configuration: configuration)
+        #expect(try await holder.runPass(limit: 1).holdsLease)
+        #expect(try await other.runPass(limit: 1).holdsLease == false)
+        await other.saveSnapshotIfDue()
+        #expect(positions(f).isEmpty)
+        await holder.saveSnapshotIfDue()
+        #expect(positions(f) == [3])
+        await holder.releaseLease()
+        try await register(f, 2, from: 0)
+        await holder.saveSnapshotIfDue()
+        #expect(positions(f) == [3], "released: not the holder any more")
+        try await betweenBatches(other)
+        #expect(positions(f) == [3, 5])
+        await f.ledger.close()
+    }
+
     @Test("every interval of events one snapshot at the head; the oldest beyond the kept number are deleted; a failure waits for another interval")
     func interval() async throws {
         let f = try await SharingFixture()
@@ -105,24 +132,24 @@ struct ScheduledSnapshotTests {
             ledger: f.ledger, configuration: ResidualTaskWorker.Configuration(snapshotInterval: 20, snapshotsKept: 2))
         var head: UInt64 { (try? f.ledger.log.head().position.rawValue) ?? 0 }
         // 3 events so far (the fixture's users): not due.
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         #expect(positions(f).isEmpty)
 
         try await register(f, 17, from: 0)
         #expect(head == 20)
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         #expect(positions(f) == [20])
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         #expect(positions(f) == [20], "not due again until 20 more events")
 
         try await register(f, 19, from: 100)
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         #expect(positions(f) == [20])
         try await register(f, 1, from: 200)
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         #expect(positions(f) == [20, 40])
         try await register(f, 25, from: 300)
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         #expect(positions(f) == [40, 65], "two kept: the oldest went")
 
         // A snapshot directory that cannot be written (a file in its place): logged, nothing saved,
@@ -131,12 +158,12 @@ struct ScheduledSnapshotTests {
         try FileManager.default.removeItem(atPath: f.ledger.readModelSnapshotsDirectory)
         #expect(FileManager.default.createFile(atPath: f.ledger.readModelSnapshotsDirectory, contents: Data("x".utf8)))
         try await register(f, 20, from: 400)
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         try FileManager.default.removeItem(atPath: f.ledger.readModelSnapshotsDirectory)
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         #expect(positions(f).isEmpty, "the failed attempt at 85 counts: due again at 105")
         try await register(f, 20, from: 500)
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         #expect(positions(f) == [105])
 
         // A view as of 95 (every event so far is a registration: 95 users then).
@@ -156,7 +183,7 @@ struct ScheduledSnapshotTests {
             ledger: f.ledger,
             configuration: ResidualTaskWorker.Configuration(pollInterval: .milliseconds(20), snapshotInterval: 30))
         try await register(f, 29, from: 100)
-        await worker.saveSnapshotIfDue()
+        try await betweenBatches(worker)
         #expect(positions(f) == [30], "59 < 30 + 30")
 
         let running = Task { try await worker.run() }

@@ -171,10 +171,14 @@ struct StorageFullTests {
         defer { Tmpfs.unmount(mountPoint) }
         let path = mountPoint + "/ledger"
         // No maximum map size: the map (64 MiB) is far larger than the file system, so it is the
-        // disk that fills up, not the map. The in-process worker runs meanwhile.
+        // disk that fills up, not the map. A worker runs meanwhile (its own task, so that it can be
+        // stopped before the audit: an audit of a ledger that is being written can see changes
+        // between its read transactions, and with the disk full the worker keeps retrying).
         var configuration = EventLog.Configuration(path: path, durability: .durable)
-        configuration.residualTaskWorker = ResidualTaskWorker.Configuration(pollInterval: .milliseconds(50))
+        configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
+        let worker = ResidualTaskWorker(ledger: ledger, configuration: ResidualTaskWorker.Configuration(pollInterval: .milliseconds(50)))
+        let working = Task { try await worker.run() }
         let owner = ledger.container(Self.container, userRecordName: "_owner")
         try await ledger.registerUser("_owner", in: Self.container)
         _ = try await owner.save(RecordZone(zoneID: Self.zone))
@@ -222,12 +226,15 @@ struct StorageFullTests {
         for name in accepted {
             #expect(try ledger.container(Self.container, userRecordName: name).participatingShares(status: [.accepted]).count == 1)
         }
+        working.cancel()
+        try? await working.value
         let report = try ledger.audit(scratchPath: dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         await ledger.close()
 
-        // More room: the ledger takes writes again and the worker completes every zone.
+        // More room: the ledger takes writes again and the (in-process) worker completes every zone.
         try Tmpfs.remount(mountPoint, size: "16m")
+        configuration.residualTaskWorker = ResidualTaskWorker.Configuration(pollInterval: .milliseconds(50))
         let reopened = try ShareLedger.open(configuration)
         let owner2 = reopened.container(Self.container, userRecordName: "_owner")
         _ = try await owner2.save(Record(recordType: "Note", recordID: Self.recordID("after")))

@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import Logging
 
 /// Who could access a share at a past point, and how (``ShareLedger/access(to:at:)``).
 public struct ShareAccess: Sendable, Hashable, Codable {
@@ -132,12 +133,20 @@ extension ShareLedger {
                 throw LedgerError(.invalidArguments, "the snapshot directory \(path) is not empty; choose a new one")
             }
             var start: UInt64 = 0
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             if let saved = try usableSnapshot(atOrBefore: last) {
-                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-                try FileManager.default.copyItem(
-                    atPath: (saved.path as NSString).appendingPathComponent("data.mdb"),
-                    toPath: (path as NSString).appendingPathComponent("data.mdb"))
-                start = saved.position
+                let copy = (path as NSString).appendingPathComponent("data.mdb")
+                do {
+                    try FileManager.default.copyItem(
+                        atPath: (saved.path as NSString).appendingPathComponent("data.mdb"), toPath: copy)
+                    start = saved.position
+                } catch {
+                    // Deleted meanwhile (pruned by a worker): replay from the start instead.
+                    try? FileManager.default.removeItem(atPath: copy)
+                    configuration.logger.warning(
+                        "read-model snapshot \(saved.path) could not be copied; replaying from the start",
+                        metadata: ["error": "\(error)"])
+                }
             }
             let target = try LogStore.open(
                 EventLog.Configuration(path: path, durability: .unsafeNoSync, logger: configuration.logger))

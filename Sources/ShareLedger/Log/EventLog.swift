@@ -45,7 +45,9 @@ public final class EventLog: Sendable {
     ///
     /// - Throws: ``LedgerError`` with ``LedgerError/Code/notALedger`` when the path holds no ledger
     ///   (or something else), ``LedgerError/Code/formatTooNew`` when a newer ShareLedger wrote it,
-    ///   ``LedgerError/Code/corruptedData`` when its head record and its log disagree.
+    ///   ``LedgerError/Code/corruptedData`` when its head record and its log disagree,
+    ///   ``LedgerError/Code/readOnly`` when opened read-only but an earlier release wrote it and opening
+    ///   it for writing once must add databases first.
     public static func open(_ configuration: Configuration) throws(LedgerError) -> EventLog {
         let store = try LogStore.open(configuration)
         let head: LogHead

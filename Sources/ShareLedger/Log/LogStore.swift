@@ -130,6 +130,15 @@ final class LogStore: Sendable {
                     + "\(existing.prefix(5).joined(separator: ", ")))")
         }
 
+        // Databases added by later releases are created by the first open for writing; read-only,
+        // they cannot be, so say what to do instead of failing on the first one missing.
+        let missing = databaseSpecs.map(\.name).filter { !existing.contains($0) }
+        if configuration.readOnly && !missing.isEmpty {
+            throw LedgerError(
+                .readOnly, "the ledger at \(path) was written by an earlier ShareLedger and lacks the databases "
+                    + "\(missing.joined(separator: ", ")), which opening it read-only cannot add; open it once for "
+                    + "writing (any command that writes, e.g. `share-ledger worker --drain`), or work on a writable copy")
+        }
         let databases: [Database]
         do {
             databases = try environment.openDatabases(databaseSpecs)

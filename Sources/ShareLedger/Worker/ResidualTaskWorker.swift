@@ -46,17 +46,18 @@ public final class ResidualTaskWorker: Service, Sendable {
         /// saves none. Only the worker holding the lease saves them, between batches.
         public var snapshotInterval: UInt64?
         /// How many snapshots to keep when the worker saves one: the newest are kept, older ones are
-        /// deleted. 0 (the default) keeps every one (views of old points stay fast; each snapshot
-        /// takes about the read models' size on disk).
+        /// deleted (views of points before the oldest kept one replay from the start). 0 keeps every
+        /// one. Each snapshot takes about the read models' size on disk at its point, so keeping all
+        /// of them grows faster than the log.
         public var snapshotsKept: Int
 
         /// The defaults: batches of 256, 8 attempts, backoff from 100 ms to 60 s, 10 s leases, a 1 s
-        /// poll, no snapshots.
+        /// poll, no snapshots (and 10 kept when an interval is set).
         public init(
             batchSize: Int = 256, maxAttempts: Int = 8, initialBackoff: Duration = .milliseconds(100),
             maxBackoff: Duration = .seconds(60), leaseDuration: Duration = .seconds(10), pollInterval: Duration = .seconds(1),
             logger: Logger = Logger(label: "ShareLedger.worker", factory: { _ in SwiftLogNoOpLogHandler() }),
-            snapshotInterval: UInt64? = nil, snapshotsKept: Int = 0
+            snapshotInterval: UInt64? = nil, snapshotsKept: Int = 10
         ) {
             self.batchSize = batchSize
             self.maxAttempts = maxAttempts
@@ -166,6 +167,8 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// to do the same in a worker that runs from time to time.
     public func saveSnapshotIfDue() async {
         guard let interval = configuration.snapshotInterval, interval > 0 else { return }
+        // Only the lease holder: two workers must not both copy the read models.
+        guard leaseHeldUntil.withLock({ $0 }) > ledger.configuration.clock.nowMicros() else { return }
         let ledger = self.ledger
         let head: UInt64
         do { head = try ledger.log.head().position.rawValue } catch { return }
@@ -436,8 +439,10 @@ public final class ResidualTaskWorker: Service, Sendable {
         return acquired
     }
 
-    /// Gives the lease up, if this worker holds it, so another can take over at once.
-    func releaseLease() async {
+    /// Gives the lease up, if this worker holds it, so another can take over at once. ``run()`` does
+    /// it when it stops; call it when done with ``drain(limit:)``, or the next worker waits for the
+    /// lease to expire.
+    public func releaseLease() async {
         leaseHeldUntil.withLock { $0 = 0 }
         freshFrom.withLock { $0 = .max }
         let holder = self.holder
