@@ -355,11 +355,7 @@ struct NDJSONFormatTests {
         let envelope = try stored.withUnsafeBytes { raw throws(LedgerError) in try EnvelopeCodec.decode(raw, key: 1) }
         let line = LogNDJSON.line(envelope)
         #expect(line.hasSuffix("\"hash\":\"3222a59519d1838db829d7db233bd604a9409cf1c84200cd394d62940dd67d60\"}"))
-        var root = URL(fileURLWithPath: #filePath)
-        while !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
-            root = root.deletingLastPathComponent()
-        }
-        let page = try String(contentsOf: root.appendingPathComponent("docs/log-format.md"), encoding: .utf8)
+        let page = try String(contentsOf: packageRoot.appendingPathComponent("docs/log-format.md"), encoding: .utf8)
         #expect(page.contains("\n" + line + "\n"))
         // And it parses back to the same fields.
         guard case .success(let parsed) = LogNDJSON.parse(ArraySlice(line.utf8)) else {
@@ -453,14 +449,10 @@ private let pythonWithLMDB: String? = {
 @Suite("The independent verifier: scripts/verify_chain.py")
 struct IndependentVerifierTests {
     private func verify(_ ledger: String, keys: [String], reference: Bool = false) throws -> (status: Int32, output: String) {
-        var root = URL(fileURLWithPath: #filePath)
-        while !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
-            root = root.deletingLastPathComponent()
-        }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = (reference ? ["VERIFY_CHAIN_REFERENCE_ED25519=1"] : [])
-            + [try #require(pythonWithLMDB), root.appendingPathComponent("scripts/verify_chain.py").path, ledger]
+            + [try #require(pythonWithLMDB), packageRoot.appendingPathComponent("scripts/verify_chain.py").path, ledger]
             + keys.flatMap { ["--trusted-key", $0] }
         let out = Pipe()
         process.standardOutput = out

@@ -6,13 +6,7 @@ import Testing
 /// through the same entry points the libFuzzer targets call, in every test run.
 @Suite("Fuzz corpus replay")
 struct FuzzCorpusTests {
-    static let corpus: URL = {
-        var root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        while root.path != "/" && !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
-            root = root.deletingLastPathComponent()
-        }
-        return root.appendingPathComponent("Fuzz/corpus")
-    }()
+    static let corpus = packageRoot.appendingPathComponent("Fuzz/corpus")
 
     static func inputs(_ target: String) throws -> [(String, Data)] {
         let folder = corpus.appendingPathComponent(target)

@@ -49,6 +49,15 @@ enum Fixtures {
     }
 }
 
+/// The package's root directory (the one holding Package.swift), found from this file's path.
+let packageRoot: URL = {
+    var root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    while root.path != "/" && !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
+        root = root.deletingLastPathComponent()
+    }
+    return root
+}()
+
 /// Finds an executable this package builds (the tests depend on its target, so `swift test` builds it).
 func builtProduct(_ name: String) -> URL {
     let fileManager = FileManager.default
@@ -61,12 +70,8 @@ func builtProduct(_ name: String) -> URL {
         directory = directory.deletingLastPathComponent()
     }
     // Fall back to the package's .build directory.
-    var root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-    while root.path != "/" && !fileManager.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
-        root = root.deletingLastPathComponent()
-    }
     for configuration in ["debug", "release"] {
-        candidates.append(root.appendingPathComponent(".build/\(configuration)/\(name)"))
+        candidates.append(packageRoot.appendingPathComponent(".build/\(configuration)/\(name)"))
     }
     for candidate in candidates where fileManager.isExecutableFile(atPath: candidate.path) {
         return candidate
