@@ -204,15 +204,8 @@ extension ShareLedger {
         let head = try log.head().position.rawValue
         let scratchPath = (configuration.path as NSString).appendingPathComponent(".rebuild-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
-        // Scratch folders a crashed rebuild left (over an hour old: not one running now) go first.
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: configuration.path)) ?? [] where name.hasPrefix(".rebuild-") {
-            let path = (configuration.path as NSString).appendingPathComponent(name)
-            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
-                modified < Date().addingTimeInterval(-3_600)
-            {
-                try? FileManager.default.removeItem(atPath: path)
-            }
-        }
+        // Scratch folders a crashed rebuild left go first.
+        ShareLedger.removeAbandonedFolders(in: configuration.path, prefix: ".rebuild-")
         let scratch: LogStore
         let replayed: UInt64
         do {

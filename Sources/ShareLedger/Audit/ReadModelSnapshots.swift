@@ -90,17 +90,7 @@ extension ShareLedger {
     /// left behind). Returns how many snapshots were deleted.
     @discardableResult
     public func deleteReadModelSnapshots(keepingNewest count: Int) -> Int {
-        let directory = readModelSnapshotsDirectory
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        for name in names where name.hasPrefix(".tmp-") {
-            let path = (directory as NSString).appendingPathComponent(name)
-            // Over an hour old: not a save running now.
-            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
-                modified < Date().addingTimeInterval(-3_600)
-            {
-                try? FileManager.default.removeItem(atPath: path)
-            }
-        }
+        ShareLedger.removeAbandonedFolders(in: readModelSnapshotsDirectory, prefix: ".tmp-")
         let saved = readModelSnapshots()
         var deleted = 0
         for info in saved.dropLast(max(0, count)) where (try? FileManager.default.removeItem(atPath: info.path)) != nil {
@@ -117,6 +107,21 @@ extension ShareLedger {
                 "ignoring read-model snapshot \(info.path): the log holds another event at \(info.position)")
         }
         return nil
+    }
+
+    /// Removes the folders in `directory` whose names start with `prefix` and that were last modified
+    /// over an hour ago: scratch folders of a rebuild or a snapshot save that crashed (one running
+    /// now is younger).
+    static func removeAbandonedFolders(in directory: String, prefix: String) {
+        let fileManager = FileManager.default
+        for name in (try? fileManager.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix) {
+            let path = (directory as NSString).appendingPathComponent(name)
+            if let modified = (try? fileManager.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
+                modified < Date().addingTimeInterval(-3_600)
+            {
+                try? fileManager.removeItem(atPath: path)
+            }
+        }
     }
 
     static func snapshotFolderName(_ position: UInt64) -> String {
