@@ -14,6 +14,8 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "ShareLedger", targets: ["ShareLedger"]),
+        // The generic, hash-chained event log alone (ShareLedger re-exports it).
+        .library(name: "EventLog", targets: ["EventLog"]),
         .executable(name: "share-ledger", targets: ["ShareLedgerCLI"]),
     ],
     dependencies: [
@@ -42,9 +44,26 @@ let package = Package(
             dependencies: ["CLMDB"],
             swiftSettings: strictSettings
         ),
+        // The event log: envelope, codec, hash chain, group-commit writer that runs injected commit
+        // steps, subscriptions, verification. Knows nothing about sharing.
+        .target(
+            name: "EventLog",
+            dependencies: [
+                "LMDB",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            exclude: ["Generated/README.md"],
+            swiftSettings: strictSettings
+        ),
+        // The sharing domain, its projections and read models, the worker and the audit tools, on
+        // the event log.
         .target(
             name: "ShareLedger",
             dependencies: [
+                "EventLog",
                 "LMDB",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Crypto", package: "swift-crypto"),

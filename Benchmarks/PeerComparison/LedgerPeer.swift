@@ -10,7 +10,7 @@ struct LedgerPeer: PeerStore {
 
     init(path: String, durability: Durability) throws {
         try? FileManager.default.removeItem(atPath: path)
-        var configuration = EventLog.Configuration(path: path, durability: durability, initialMapSize: 1 << 30)
+        var configuration = ShareLedger.Configuration(path: path, durability: durability, initialMapSize: 1 << 30)
         configuration.residualTaskWorker = nil
         configuration.benchmarkRecordsCommitSizes = true
         ledger = try ShareLedger.open(configuration)

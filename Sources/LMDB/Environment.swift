@@ -144,11 +144,13 @@ package final class Environment: @unchecked Sendable {
 
     // MARK: - Databases
 
-    /// Opens (creating where missing, unless read-only) the named databases in one transaction.
+    /// Opens (creating where missing, unless read-only or `create` is false) the named databases in
+    /// one transaction. Without `create`, a missing database fails with ``LMDBError/Code/notFound``
+    /// and nothing is written.
     ///
     /// Call once at start-up with every database the program uses (`lmdb-notes.md`, rule 7).
-    package func openDatabases(_ specs: [(name: String, flags: DatabaseFlags)]) throws(LMDBError) -> [Database] {
-        let readOnly = options.readOnly
+    package func openDatabases(_ specs: [(name: String, flags: DatabaseFlags)], create: Bool = true) throws(LMDBError) -> [Database] {
+        let readOnly = options.readOnly || !create
         let body = { (txn: borrowing Transaction) throws -> [Database] in
             var opened: [Database] = []
             for spec in specs {

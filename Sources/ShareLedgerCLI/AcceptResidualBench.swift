@@ -26,7 +26,7 @@ struct AcceptResidualBench {
     func run(progress: (String) -> Void) async throws -> Figures {
         let container = "iCloud.com.example.bench"
         let total = Int(Double(rate) * seconds)
-        var configuration = EventLog.Configuration(
+        var configuration = ShareLedger.Configuration(
             path: directory.appendingPathComponent("accept-residual").path, durability: durability, initialMapSize: 1 << 30)
         configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
         configuration.recordsCommitSizes = true

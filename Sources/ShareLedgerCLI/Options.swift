@@ -27,7 +27,7 @@ struct LedgerOptions: ParsableArguments {
     func open(create: Bool, readOnly: Bool = false, durability: Durability = .durable) throws -> EventLog {
         do {
             return try withUpgradeFallback(readOnly) { readOnly throws(LedgerError) in
-                try EventLog.open(
+                try ShareLedger.openLog(
                     EventLog.Configuration(
                         path: path, createIfMissing: create, readOnly: readOnly, durability: durability, logger: logger))
             }
@@ -54,10 +54,13 @@ struct LedgerOptions: ParsableArguments {
 extension LedgerOptions {
     /// Opens the ledger for the sharing commands, configured as ``open(create:readOnly:durability:)``
     /// configures the log; exits with code 2 (and a clear message) when it cannot be read.
-    func openSharing(create: Bool, durability: Durability = .durable) throws -> ShareLedger {
+    func openSharing(create: Bool, readOnly: Bool = false, durability: Durability = .durable) throws -> ShareLedger {
         do {
-            return try ShareLedger.open(
-                EventLog.Configuration(path: path, createIfMissing: create, durability: durability, logger: logger))
+            return try withUpgradeFallback(readOnly) { readOnly throws(LedgerError) in
+                try ShareLedger.open(
+                    ShareLedger.Configuration(
+                        path: path, createIfMissing: create, readOnly: readOnly, durability: durability, logger: logger))
+            }
         } catch {
             Output.failure(error, json: json)
             throw ExitCode(2)

@@ -91,7 +91,7 @@ struct ShareActionBench {
     }
 
     private func openLedger(_ name: String) throws -> ShareLedger {
-        var configuration = EventLog.Configuration(
+        var configuration = ShareLedger.Configuration(
             path: directory.appendingPathComponent("\(name)-ledger").path, durability: durability, initialMapSize: 1 << 30)
         configuration.recordsCommitSizes = true
         configuration.writerPollMicroseconds = writerPoll
@@ -239,7 +239,7 @@ struct ScaleBench {
     /// and the rebuild's peak anonymous memory.
     func run(sizes: [UInt64], queries: Int, snapshotInterval: UInt64, progress: (String) -> Void) async throws -> Figures {
         let path = directory.appendingPathComponent("scale-ledger").path
-        var configuration = EventLog.Configuration(path: path, durability: .unsafeNoSync, initialMapSize: 1 << 30)
+        var configuration = ShareLedger.Configuration(path: path, durability: .unsafeNoSync, initialMapSize: 1 << 30)
         configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
         var ledger = try ShareLedger.open(configuration)
         let callers = 64

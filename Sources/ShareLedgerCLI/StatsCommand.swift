@@ -10,9 +10,9 @@ struct StatsCommand: AsyncParsableCommand {
     @OptionGroup var ledger: LedgerOptions
 
     func run() async throws {
-        let log = try ledger.open(create: false, readOnly: true)
-        let stats = try await runReportingErrors(json: ledger.json) { try log.statistics() }
-        await log.close()
+        let sharing = try ledger.openSharing(create: false, readOnly: true)
+        let stats = try await runReportingErrors(json: ledger.json) { try sharing.statistics() }
+        await sharing.close()
         if ledger.json {
             Output.printJSON(stats)
         } else {

@@ -14,7 +14,7 @@ extension LedgerOptions {
     func openWithoutWorker(create: Bool = false, readOnly: Bool = false) throws -> ShareLedger {
         do {
             return try withUpgradeFallback(readOnly) { readOnly throws(LedgerError) in
-                var configuration = EventLog.Configuration(path: path, createIfMissing: create, readOnly: readOnly, logger: logger)
+                var configuration = ShareLedger.Configuration(path: path, createIfMissing: create, readOnly: readOnly, logger: logger)
                 configuration.residualTaskWorker = nil
                 return try ShareLedger.open(configuration)
             }

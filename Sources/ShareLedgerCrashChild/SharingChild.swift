@@ -20,7 +20,7 @@ func runSharingChild(_ arguments: [String]) async {
     let container = "iCloud.com.example.crash"
     let ackFD = open(ackPath, O_WRONLY | O_APPEND | O_CREAT, 0o644)
     guard ackFD >= 0 else { exit(66) }
-    var configuration = EventLog.Configuration(path: ledgerPath, durability: .durable)
+    var configuration = ShareLedger.Configuration(path: ledgerPath, durability: .durable)
     configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 64, leaseDuration: .milliseconds(500))
     do {
         // The executor is the slow one: run the worker ourselves, in process.

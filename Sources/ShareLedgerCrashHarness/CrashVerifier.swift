@@ -66,7 +66,7 @@ public enum CrashVerifier {
         -> Result
     {
         var result = Result()
-        var configuration = EventLog.Configuration(path: ledgerPath, createIfMissing: false, durability: .durable)
+        var configuration = ShareLedger.Configuration(path: ledgerPath, createIfMissing: false, durability: .durable)
         configuration.residualTaskWorker = nil
         let ledger: ShareLedger
         do {

@@ -34,7 +34,7 @@ public enum CrashWorkload {
         let ledger: ShareLedger
         do {
             acks = try AckLog.Writer(path: ackPath)
-            var configuration = EventLog.Configuration(path: ledgerPath, durability: durability)
+            var configuration = ShareLedger.Configuration(path: ledgerPath, durability: durability)
             configuration.residualTaskWorker = workerConfiguration
             ledger = try ShareLedger.open(configuration)
         } catch {

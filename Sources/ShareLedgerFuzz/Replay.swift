@@ -82,7 +82,7 @@ enum Seeds {
     static func write(to directory: String) async throws {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("shareledger-seeds-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: scratch) }
-        var configuration = EventLog.Configuration(path: scratch, durability: .unsafeNoSync, clock: Clock())
+        var configuration = ShareLedger.Configuration(path: scratch, durability: .unsafeNoSync, clock: Clock())
         configuration.randomSource = Random()
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)

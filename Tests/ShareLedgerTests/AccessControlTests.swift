@@ -242,7 +242,7 @@ struct AccessControlTests {
 
     @Test("share tokens come from the system CSPRNG by default: 10,000 ledger-issued-shaped tokens are uniform over the alphabet")
     func tokensAreUniform() throws {
-        #expect(EventLog.Configuration(path: "/nonexistent").randomSource is SystemRandomSource)
+        #expect(ShareLedger.Configuration(path: "/nonexistent").randomSource is SystemRandomSource)
         // Chi-squared over the 25 random places of 10,000 tokens: 250,000 characters in 62 bins. With 61
         // degrees of freedom the statistic averages 61; 150 is beyond p = 1e-9 for a uniform source.
         var counts = [Character: Int]()

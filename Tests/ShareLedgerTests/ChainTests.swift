@@ -10,7 +10,7 @@ import Testing
 struct ChainTests {
     /// Makes a ledger of `count` events and closes it.
     private func makeLedger(_ path: String, count: Int) async throws {
-        let log = try EventLog.open(Fixtures.configuration(path))
+        let log = try EventLog.open(Fixtures.configuration(path).log)
         for index in 1...count {
             try await log.append([Fixtures.draft("event \(index)")], to: "s\(index % 3)", metadata: Fixtures.metadata())
         }
@@ -28,7 +28,7 @@ struct ChainTests {
     private func verify(_ path: String) throws -> ChainVerification {
         var configuration = Fixtures.configuration(path)
         configuration.createIfMissing = false
-        let log = try EventLog.open(configuration)
+        let log = try EventLog.open(configuration.log)
         defer { Task { await log.close() } }
         // One pass, and the parallel check split into 2, 3 and 4 ranges: the same answer every way.
         let single = try log.verifyChain(chunkSize: 7, parallelism: 1)
@@ -100,7 +100,7 @@ struct ChainTests {
         let dir = TemporaryDirectory()
         try await makeLedger(dir.path, count: 10)
         let pinned = try {
-            let log = try EventLog.open(Fixtures.configuration(dir.path))
+            let log = try EventLog.open(Fixtures.configuration(dir.path).log)
             defer { Task { await log.close() } }
             return try log.head()
         }()
@@ -135,7 +135,7 @@ struct ChainTests {
         // Reading it through the API is a typed error, not a crash.
         var configuration = Fixtures.configuration(dir.path)
         configuration.createIfMissing = false
-        let log = try EventLog.open(configuration)
+        let log = try EventLog.open(configuration.log)
         let error = #expect(throws: LedgerError.self) { try log.event(at: 3) }
         #expect(error?.code == .corruptedData)
         await log.close()

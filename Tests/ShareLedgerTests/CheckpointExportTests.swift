@@ -206,7 +206,7 @@ struct ExportImportTests {
     }
 
     private func openLedger(_ path: String) throws -> ShareLedger {
-        var configuration = EventLog.Configuration(path: path, durability: .unsafeNoSync)
+        var configuration = ShareLedger.Configuration(path: path, durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         return try ShareLedger.open(configuration)
     }
@@ -405,7 +405,7 @@ struct MaintenanceHeadTests {
         try out.close()
         await f.ledger.close()
 
-        var configuration = EventLog.Configuration(path: f.dir.child("copy"), durability: .unsafeNoSync)
+        var configuration = ShareLedger.Configuration(path: f.dir.child("copy"), durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let copy = try ShareLedger.open(configuration)
         let log = copy.log

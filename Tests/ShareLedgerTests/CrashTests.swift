@@ -64,7 +64,7 @@ struct CrashTests {
 
         var configuration = Fixtures.configuration(ledger)
         configuration.createIfMissing = false
-        let log = try EventLog.open(configuration)
+        let log = try EventLog.open(configuration.log)
         let verification = try log.verifyChain()
         #expect(verification.isValid, "\(verification.problem ?? "")")
         var occurrences: [UUID: Int] = [:]
@@ -117,7 +117,7 @@ struct MixedCrashTests {
     func verifierCatchesLostCommands() async throws {
         let dir = TemporaryDirectory()
         let path = dir.child("ledger")
-        var configuration = EventLog.Configuration(path: path, durability: .unsafeNoSync)
+        var configuration = ShareLedger.Configuration(path: path, durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
         try await ledger.registerUser("_owner", in: CrashWorkload.container)

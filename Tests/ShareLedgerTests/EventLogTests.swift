@@ -33,7 +33,7 @@ struct EventLogTests {
     func appendAndRead() async throws {
         let dir = TemporaryDirectory()
         let clock = FixedClock(micros: 1_700_000_000_123_456)
-        let log = try EventLog.open(Fixtures.configuration(dir.path, clock: clock))
+        let log = try EventLog.open(Fixtures.configuration(dir.path, clock: clock).log)
         let correlation = UUID()
         let metadata = CommandMetadata(
             container: Fixtures.container, actor: "_alice", correlationID: correlation, causationID: nil)
@@ -75,7 +75,7 @@ struct EventLogTests {
     @Test("64 concurrent appenders get gapless positions, each its own", .timeLimit(.minutes(2)))
     func concurrentAppendersGetGaplessPositions() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable))
+        let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable).log)
         let perCaller = 40
         let results = try await withThrowingTaskGroup(of: [(UUID, LogPosition)].self) { group in
             for caller in 0..<64 {
@@ -108,7 +108,7 @@ struct EventLogTests {
     @Test("a retried command id appends nothing and returns the first outcome")
     func idempotentRetry() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path))
+        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
         let metadata = Fixtures.metadata()
         let first = try await log.append([Fixtures.draft("a"), Fixtures.draft("b")], to: "s", metadata: metadata)
         try await log.append([Fixtures.draft("other")], to: "s", metadata: Fixtures.metadata())
@@ -147,7 +147,7 @@ struct EventLogTests {
     @Test("expected versions: any, noStream, exists, exact; a conflict is a typed error that writes nothing")
     func expectedVersions() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path))
+        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
         let stream = "share/x"
         await #expect(throws: LedgerError.self) {
             try await log.append([Fixtures.draft("a")], to: stream, expectedVersion: .exists, metadata: Fixtures.metadata())
@@ -203,7 +203,7 @@ struct EventLogTests {
     @Test("input outside the limits is refused with a typed error and changes nothing")
     func validation() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path))
+        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
         let cases: [([EventDraft], String, CommandMetadata, LedgerError.Code)] = [
             ([], "s", Fixtures.metadata(), .invalidArguments),
             ([Fixtures.draft("a")], "", Fixtures.metadata(), .invalidArguments),
@@ -236,7 +236,7 @@ struct EventLogTests {
         let metadata = Fixtures.metadata()
         let head: LogHead
         do {
-            let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable))
+            let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable).log)
             try await log.append([Fixtures.draft("a"), Fixtures.draft("b")], to: "s", metadata: metadata)
             try await log.append([Fixtures.draft("c")], to: "t", metadata: Fixtures.metadata())
             head = try log.head()
@@ -245,7 +245,7 @@ struct EventLogTests {
                 try await log.append([Fixtures.draft("late")], to: "s", metadata: Fixtures.metadata())
             }
         }
-        let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable))
+        let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable).log)
         #expect(try log.head() == head)
         #expect(try log.streamVersion("s", container: Fixtures.container) == 2)
         let retry = try await log.append([Fixtures.draft("a")], to: "s", metadata: metadata)
@@ -261,11 +261,11 @@ struct EventLogTests {
     func recordedTimesAreMonotonic() async throws {
         let dir = TemporaryDirectory()
         do {
-            let log = try EventLog.open(Fixtures.configuration(dir.path, clock: FixedClock(micros: 2_000_000)))
+            let log = try EventLog.open(Fixtures.configuration(dir.path, clock: FixedClock(micros: 2_000_000)).log)
             try await log.append([Fixtures.draft("a")], to: "s", metadata: Fixtures.metadata())
             await log.close()
         }
-        let log = try EventLog.open(Fixtures.configuration(dir.path, clock: FixedClock(micros: 1_000_000)))
+        let log = try EventLog.open(Fixtures.configuration(dir.path, clock: FixedClock(micros: 1_000_000)).log)
         try await log.append([Fixtures.draft("b")], to: "s", metadata: Fixtures.metadata())
         #expect(try log.event(at: 2)?.recordedAtMicros == 2_000_000)
         await log.close()
@@ -276,7 +276,7 @@ struct EventLogTests {
         let dir = TemporaryDirectory()
         var configuration = Fixtures.configuration(dir.path)
         configuration.initialMapSize = 64 << 10
-        let log = try EventLog.open(configuration)
+        let log = try EventLog.open(configuration.log)
         let initial = try log.statistics().mapSizeBytes
         let payload = [UInt8](repeating: 0x5A, count: 200)
         let batch = Array(repeating: EventDraft(type: "shareledger.test.Bulk", payload: payload), count: 1_000)
@@ -309,7 +309,7 @@ struct EventLogTests {
         configuration.maximumMapSize = 512 << 10
         let big = EventDraft(type: "shareledger.test.Big", payload: [UInt8](repeating: 1, count: 64 << 10))
         do {
-            let log = try EventLog.open(configuration)
+            let log = try EventLog.open(configuration.log)
             var stored = 0
             var failure: LedgerError?
             while failure == nil && stored < 100 {
@@ -329,7 +329,7 @@ struct EventLogTests {
             await log.close()
         }
         configuration.maximumMapSize = 16 << 20
-        let log = try EventLog.open(configuration)
+        let log = try EventLog.open(configuration.log)
         try await log.append([big], to: "s", metadata: Fixtures.metadata())
         #expect(try log.verifyChain().isValid)
         await log.close()
@@ -339,13 +339,13 @@ struct EventLogTests {
     func readOnly() async throws {
         let dir = TemporaryDirectory()
         do {
-            let log = try EventLog.open(Fixtures.configuration(dir.path))
+            let log = try EventLog.open(Fixtures.configuration(dir.path).log)
             try await log.append([Fixtures.draft("a")], to: "s", metadata: Fixtures.metadata())
             await log.close()
         }
         var configuration = Fixtures.configuration(dir.path)
         configuration.readOnly = true
-        let log = try EventLog.open(configuration)
+        let log = try EventLog.open(configuration.log)
         #expect(try log.head().position == 1)
         let error = await #expect(throws: LedgerError.self) {
             try await log.append([Fixtures.draft("b")], to: "s", metadata: Fixtures.metadata())
@@ -359,7 +359,7 @@ struct EventLogTests {
         let dir = TemporaryDirectory()
         var configuration = Fixtures.configuration(dir.path)
         configuration.initialMapSize = 64 << 10
-        let log = try EventLog.open(configuration)
+        let log = try EventLog.open(configuration.log)
         try await log.append([Fixtures.draft("before")], to: "s", metadata: Fixtures.metadata())
         // The CLI opens the same ledger with a 64 MiB map: LMDB records the larger size, and this
         // process's next transaction meets MDB_MAP_RESIZED.

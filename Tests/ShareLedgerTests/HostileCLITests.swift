@@ -74,7 +74,7 @@ struct HostileCLITests {
         _ = FileManager.default.createFile(atPath: garbage + "/data.mdb", contents: Data(repeating: 0x42, count: 32_768))
         let newer = dir.child("newer")
         do {
-            let log = try EventLog.open(Fixtures.configuration(newer))
+            let log = try EventLog.open(Fixtures.configuration(newer).log)
             try await log.append([Fixtures.draft("a")], to: "s", metadata: Fixtures.metadata())
             await log.close()
             let env = try Environment(options: EnvironmentOptions(path: newer))
@@ -153,7 +153,7 @@ struct HostileCLITests {
             "share-ledger", ["access", "--path", path, "--share", "https://share.localhost/share/0AAAAAAAAAAAAAAAAAAAAAAAAA", "--at", "5", "--json"], input: Data())
         #expect(unknownShare.status == 0 || unknownShare.status == 1, "\(unknownShare.stdout) \(unknownShare.stderr)")
 
-        let ledger = try ShareLedger.open(EventLog.Configuration(path: path, createIfMissing: false, durability: .unsafeNoSync))
+        let ledger = try ShareLedger.open(ShareLedger.Configuration(path: path, createIfMissing: false, durability: .unsafeNoSync))
         let after = try ledger.statistics()
         // Only failed fetches were logged: no share, participant or record changed.
         #expect(after.shares == before.shares)
@@ -192,7 +192,7 @@ struct HostileCLITests {
             ("a line from the middle missing", file(Array(lines[..<3]) + lines[4...]), 4),
         ]
         let dir = TemporaryDirectory()
-        var configuration = EventLog.Configuration(path: dir.child("target"), durability: .unsafeNoSync)
+        var configuration = ShareLedger.Configuration(path: dir.child("target"), durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let target = try ShareLedger.open(configuration)
         let empty = try target.snapshot()
@@ -232,7 +232,7 @@ struct HostileCLITests {
         let f = try await SharingFixture()
         let share = try await f.makeHierarchy()
         await f.ledger.close()
-        var configuration = EventLog.Configuration(path: f.dir.child("ledger"), createIfMissing: false, readOnly: true, durability: .unsafeNoSync)
+        var configuration = ShareLedger.Configuration(path: f.dir.child("ledger"), createIfMissing: false, readOnly: true, durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
         let before = try ledger.snapshot()
@@ -330,13 +330,13 @@ struct EarlierReleaseTests {
         }
         var configuration = Fixtures.configuration(path)
         configuration.readOnly = true
-        let error = #expect(throws: LedgerError.self) { try EventLog.open(configuration) }
+        let error = #expect(throws: LedgerError.self) { try EventLog.open(configuration.log) }
         #expect(error?.code == .readOnly)
         #expect(error?.message.contains("lacks the databases checkpoints") == true, "\(String(describing: error))")
 
         let stats = try runProduct("share-ledger", ["stats", "--path", path, "--json"], input: Data())
         #expect(stats.status == 0, "\(stats.stdout) \(stats.stderr)")
-        let log = try EventLog.open(configuration)
+        let log = try EventLog.open(configuration.log)
         #expect(try log.verifyChain().isValid)
         await log.close()
     }
@@ -357,12 +357,12 @@ struct ReadOnlyFileSystemTests {
         #expect(runTool("mount", ["-o", "remount,ro,bind", mounted]) == 0)
         let before = directoryListing(source)
 
-        let writable = #expect(throws: LedgerError.self) { try EventLog.open(Fixtures.configuration(mounted)) }
+        let writable = #expect(throws: LedgerError.self) { try EventLog.open(Fixtures.configuration(mounted).log) }
         var configuration = Fixtures.configuration(mounted)
         configuration.readOnly = true
         let readOnly: Result<UInt64, LedgerError>
         do throws(LedgerError) {
-            let log = try EventLog.open(configuration)
+            let log = try EventLog.open(configuration.log)
             readOnly = .success(try log.head().position.rawValue)
             await log.close()
         } catch {

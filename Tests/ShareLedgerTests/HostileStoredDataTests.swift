@@ -10,7 +10,7 @@ import Testing
 struct HostileStoredDataTests {
     /// Five raw events in one stream.
     static func rawLog(_ dir: TemporaryDirectory) async throws -> EventLog {
-        let log = try EventLog.open(Fixtures.configuration(dir.path))
+        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
         for index in 0..<5 { try await log.append([Fixtures.draft("event \(index)")], to: "s", metadata: Fixtures.metadata()) }
         return log
     }
@@ -180,7 +180,7 @@ struct HostileStoredDataTests {
 
         // The target must be empty: a fresh directory.
         let dir = TemporaryDirectory()
-        var configuration = EventLog.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
+        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
         let summary = try await Self.importing(file, into: ledger, dir, "file.ndjson")
@@ -232,7 +232,7 @@ struct HostileStoredDataTests {
             .shareAccepted(ghost), .participantRemoved(removed),
         ]))
         let dir = TemporaryDirectory()
-        var configuration = EventLog.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
+        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
         let outcome = await errorCode { try await Self.importing(file, into: ledger, dir, "file.ndjson") }

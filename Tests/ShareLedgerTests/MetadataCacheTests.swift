@@ -51,9 +51,9 @@ struct MetadataCacheTests {
                 // Asked twice through the cache (the second time mostly from it), then fresh.
                 _ = Self.answers(f, urls: sorted, usingCache: true)
                 let before = f.ledger.metadataCache?.count ?? 0
-                let validatedBefore = f.ledger.log.writer.shareTags.hits.load(ordering: .relaxed)
+                let validatedBefore = f.ledger.shareTags.hits.load(ordering: .relaxed)
                 let kept = Self.answers(f, urls: sorted, usingCache: true)
-                let validated = f.ledger.log.writer.shareTags.hits.load(ordering: .relaxed) - validatedBefore
+                let validated = f.ledger.shareTags.hits.load(ordering: .relaxed) - validatedBefore
                 let fresh = Self.answers(f, urls: sorted, usingCache: false)
                 let first = zip(kept, fresh).first { $0 != $1 }
                 #expect(kept.count == fresh.count && first == nil, "kept: \(first?.0 ?? "-")\nfresh: \(first?.1 ?? "-")")
@@ -73,7 +73,7 @@ struct MetadataCacheTests {
         let f = try await SharingFixture()
         let share = try await f.makeHierarchy()
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
-        let tags = f.ledger.log.writer.shareTags
+        let tags = f.ledger.shareTags
         func inMemory(_ body: () throws -> Share.Metadata) rethrows -> (Share.Metadata, Bool) {
             let before = tags.hits.load(ordering: .relaxed)
             let metadata = try body()
@@ -128,7 +128,7 @@ struct MetadataCacheTests {
         let share = try await f.makeHierarchy()
         let token = try #require(ShareURL.token(in: share.url)).text
         let environment = f.ledger.log.store.environment
-        let tags = f.ledger.log.writer.shareTags
+        let tags = f.ledger.shareTags
         let closed = Counter()
         let readDone = Counter()
         // On threads of their own, so that a deadlock fails this test instead of hanging the run.

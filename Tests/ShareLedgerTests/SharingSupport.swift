@@ -32,7 +32,7 @@ struct SharingFixture {
         worker: ResidualTaskWorker.Configuration? = nil
     ) async throws {
         dir = TemporaryDirectory(label)
-        var configuration = EventLog.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync, clock: clock)
+        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync, clock: clock)
         configuration.randomSource = SeededRandom(seed: seed)
         configuration.residualTaskWorker = worker
         ledger = try ShareLedger.open(configuration)

@@ -17,8 +17,8 @@ struct StorageFullTests {
     static let zone = RecordZoneID(zoneName: "Notes")
     static func recordID(_ name: String) -> RecordID { RecordID(recordName: name, zoneID: zone) }
 
-    static func configuration(_ path: String, maximum: Int?, worker: Bool = false, seed: UInt64 = 7) -> EventLog.Configuration {
-        var configuration = EventLog.Configuration(
+    static func configuration(_ path: String, maximum: Int?, worker: Bool = false, seed: UInt64 = 7) -> ShareLedger.Configuration {
+        var configuration = ShareLedger.Configuration(
             path: path, durability: .unsafeNoSync, initialMapSize: 256 << 10, maximumMapSize: maximum)
         // A new seed per opening: the same seed would draw the same share tokens again.
         configuration.randomSource = SeededRandom(seed: seed)
@@ -174,7 +174,7 @@ struct StorageFullTests {
         // disk that fills up, not the map. A worker runs meanwhile (its own task, so that it can be
         // stopped before the audit: an audit of a ledger that is being written can see changes
         // between its read transactions, and with the disk full the worker keeps retrying).
-        var configuration = EventLog.Configuration(path: path, durability: .durable)
+        var configuration = ShareLedger.Configuration(path: path, durability: .durable)
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
         let worker = ResidualTaskWorker(ledger: ledger, configuration: ResidualTaskWorker.Configuration(pollInterval: .milliseconds(50)))

@@ -9,7 +9,7 @@ struct SubscriptionTests {
           .timeLimit(.minutes(1)))
     func catchUpThenFollow() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path))
+        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
         for index in 1...100 {
             try await log.append([Fixtures.draft("early \(index)")], to: "s", metadata: Fixtures.metadata())
         }
@@ -45,7 +45,7 @@ struct SubscriptionTests {
     @Test("a waiting subscription ends when its task is cancelled or the log closes", .timeLimit(.minutes(1)))
     func endsOnCancelAndClose() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path))
+        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
         try await log.append([Fixtures.draft("a")], to: "s", metadata: Fixtures.metadata())
         let cancelledSeen = Counter()
         let cancelled = Task {

@@ -36,8 +36,8 @@ enum Fixtures {
 
     static func configuration(
         _ path: String, durability: Durability = .unsafeNoSync, clock: any LedgerClock = SteppingClock()
-    ) -> EventLog.Configuration {
-        EventLog.Configuration(path: path, durability: durability, clock: clock)
+    ) -> ShareLedger.Configuration {
+        ShareLedger.Configuration(path: path, durability: durability, clock: clock)
     }
 
     static func draft(_ text: String, type: String = "shareledger.test.Note") -> EventDraft {
@@ -100,7 +100,7 @@ extension Fixtures {
     static func batchingLog(_ path: String) throws -> EventLog {
         var configuration = configuration(path)
         configuration.recordsCommitSizes = true
-        return try EventLog.open(configuration)
+        return try EventLog.open(configuration.log)
     }
 }
 

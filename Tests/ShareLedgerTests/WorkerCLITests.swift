@@ -86,7 +86,7 @@ struct WorkerCLITests {
         process.standardOutput = out
         try process.run()
         // Wait until the task is done (read-only look through the library), then stop the worker.
-        var configuration = EventLog.Configuration(path: path, createIfMissing: false, readOnly: true)
+        var configuration = ShareLedger.Configuration(path: path, createIfMissing: false, readOnly: true)
         configuration.residualTaskWorker = nil
         let deadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < deadline {

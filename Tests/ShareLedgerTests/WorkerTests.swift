@@ -340,7 +340,7 @@ struct WorkerTests {
         let accepted = try String(contentsOfFile: acks, encoding: .utf8).split(separator: "\n").map(String.init)
         #expect(accepted.count > 10, "the child acknowledged \(accepted.count) accepts")
 
-        var configuration = EventLog.Configuration(path: ledgerPath, createIfMissing: false, durability: .unsafeNoSync)
+        var configuration = ShareLedger.Configuration(path: ledgerPath, createIfMissing: false, durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
         #expect(try ledger.log.verifyChain().isValid)

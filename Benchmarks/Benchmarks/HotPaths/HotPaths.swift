@@ -18,7 +18,7 @@ struct Fixture {
     static func make() async throws -> Fixture {
         let directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("shareledger-hotpaths-\(UUID().uuidString)")
-        var configuration = EventLog.Configuration(path: directory.path, durability: .unsafeNoSync, initialMapSize: 1 << 28)
+        var configuration = ShareLedger.Configuration(path: directory.path, durability: .unsafeNoSync, initialMapSize: 1 << 28)
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
         try await ledger.registerUser("_owner", in: container, emailAddress: "owner@example.com")

@@ -148,7 +148,7 @@ extension ShareLedger {
                         metadata: ["error": "\(error)"])
                 }
             }
-            let target = try LogStore.open(
+            let target = try LogStore.openLedger(
                 EventLog.Configuration(path: path, durability: .unsafeNoSync, logger: configuration.logger))
             try ReadModelRebuild.replay(from: log.store, into: target, after: start, through: last)
             try target.environment.sync()
@@ -156,7 +156,7 @@ extension ShareLedger {
         } catch {
             throw LedgerError.wrap(error, while: "replaying the log into the snapshot at \(path)")
         }
-        var view = EventLog.Configuration(path: path, createIfMissing: false, readOnly: true, logger: configuration.logger)
+        var view = ShareLedger.Configuration(path: path, createIfMissing: false, readOnly: true, logger: configuration.logger)
         view.residualTaskWorker = nil
         view.shareURLHost = configuration.shareURLHost
         return try ShareLedger.open(view)

@@ -210,7 +210,7 @@ extension ShareLedger {
         let replayed: UInt64
         do {
             try FileManager.default.createDirectory(atPath: scratchPath, withIntermediateDirectories: true)
-            scratch = try LogStore.open(
+            scratch = try LogStore.openLedger(
                 EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
             replayed = try ReadModelRebuild.replay(from: store, into: scratch) { progress?($0, head) }
         } catch {

@@ -37,7 +37,7 @@ extension ShareLedger {
         let source = log.store
         do {
             try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
-            let target = try LogStore.open(
+            let target = try LogStore.openLedger(
                 EventLog.Configuration(path: temporary, durability: .unsafeNoSync, logger: configuration.logger))
             var entries: UInt64 = 0
             let head = try source.environment.read { txn -> LogHead in

@@ -177,7 +177,7 @@ extension ShareLedger {
     ///   key) and a digest per database.
     func verifyReadModels(scratchPath: String) throws(LedgerError) -> ReadModelRebuild.Comparison {
         do {
-            let scratch = try LogStore.open(
+            let scratch = try LogStore.openLedger(
                 EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
             defer { scratch.environment.close() }
             try ReadModelRebuild.replay(from: log.store, into: scratch)

@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 import LMDB
 import SwiftProtobuf
@@ -55,29 +56,31 @@ struct ReadModels: Sendable {
     /// task id → WorkerTaskState: the worker's bookkeeping (not a read model: not rebuilt or compared).
     let workerTasks: Database
 
-    static let specs: [(name: String, flags: DatabaseFlags)] = [
-        ("rm_users", []),
-        ("rm_user_lookup", []),
-        ("rm_zones", []),
-        ("rm_records", []),
-        ("rm_record_children", [.dupSort]),
-        ("rm_shares", []),
-        ("rm_participants", []),
-        ("rm_shares_by_owner", []),
-        ("rm_shares_by_user", []),
-        ("rm_shared_zones", []),
-        ("rm_outbox", []),
-        ("rm_verifications", []),
-        ("rm_counters", []),
-        ("idx_share_history", [.dupSort, .dupFixed]),
-        ("idx_user_history", [.dupSort, .dupFixed]),
-        ("idx_container_history", [.dupSort, .dupFixed]),
-        ("worker_tasks", []),
+    /// The databases the sharing layer adds to the log's environment (``EventLog/Configuration/databases``).
+    static let specs: [DatabaseSpec] = [
+        DatabaseSpec("rm_users"),
+        DatabaseSpec("rm_user_lookup"),
+        DatabaseSpec("rm_zones"),
+        DatabaseSpec("rm_records"),
+        DatabaseSpec("rm_record_children", [.dupSort]),
+        DatabaseSpec("rm_shares"),
+        DatabaseSpec("rm_participants"),
+        DatabaseSpec("rm_shares_by_owner"),
+        DatabaseSpec("rm_shares_by_user"),
+        DatabaseSpec("rm_shared_zones"),
+        DatabaseSpec("rm_outbox"),
+        DatabaseSpec("rm_verifications"),
+        DatabaseSpec("rm_counters"),
+        DatabaseSpec("idx_share_history", [.dupSort, .dupFixed]),
+        DatabaseSpec("idx_user_history", [.dupSort, .dupFixed]),
+        DatabaseSpec("idx_container_history", [.dupSort, .dupFixed]),
+        DatabaseSpec("worker_tasks"),
     ]
 
-    init(_ databases: ArraySlice<Database>) {
-        let byName = Dictionary(uniqueKeysWithValues: databases.map { ($0.name, $0) })
-        precondition(byName.count == ReadModels.specs.count)
+    /// The read models of a log opened with ``specs`` among its databases.
+    init(_ store: LogStore) {
+        let byName = store.extensionDatabases
+        precondition(ReadModels.specs.allSatisfy { byName[$0.name] != nil }, "the log was opened without the read models' databases")
         users = byName["rm_users"]!
         userLookup = byName["rm_user_lookup"]!
         zones = byName["rm_zones"]!
@@ -244,3 +247,17 @@ extension Character {
 
 typealias WorkerTaskState = Shareledger_Readmodels_V1_WorkerTaskState
 typealias WorkerLease = Shareledger_Readmodels_V1_WorkerLease
+
+extension LogStore {
+    /// The read models of a store opened with their databases (``openLedger(_:)``, or a log opened by
+    /// ``ShareLedger/open(_:)``).
+    var models: ReadModels { ReadModels(self) }
+
+    /// Opens a ledger's databases, the read models' included, without a writer thread: scratch
+    /// ledgers of rebuilds and snapshots, and copies read by the audit.
+    static func openLedger(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
+        var configuration = configuration
+        configuration.databases = ReadModels.specs
+        return try open(configuration)
+    }
+}

@@ -483,7 +483,7 @@ public struct Container: Sendable {
         let container = containerIdentifier
         let cache = usingCache ? ledger.metadataCache : nil
         let key = MetadataCache.Key(token: token, container: container, viewer: user)
-        let tags = ledger.log.writer.shareTags
+        let tags = ledger.shareTags
         // Users are never deleted, so a kept answer's viewer still has an account.
         if let cache, let current = tags.currentTag(token), let hit = cache.entry(key),
             hit.validator == current.tag, hit.generation == current.generation

@@ -202,3 +202,12 @@ final class ShareTagTracker: @unchecked Sendable {
     /// How many tags are kept (for tests).
     var count: Int { lock.withLock { state.tags.count } }
 }
+
+extension ShareTagTracker: CommitObserver {
+    /// The log's writer committed: the keys its steps invalidated are share tokens.
+    func committed(_ notice: CommitNotice) {
+        committed(
+            notice.transactionID, appended: notice.appended, tokens: notice.invalidatedKeys,
+            everything: notice.invalidatedEverything)
+    }
+}

@@ -1,4 +1,5 @@
 import Crypto
+import EventLog
 import Foundation
 import LMDB
 import SwiftProtobuf
@@ -21,17 +22,28 @@ import Synchronization
 public final class ShareLedger: Sendable {
     /// The event log underneath (for reads, subscriptions and chain verification).
     public let log: EventLog
+    /// The configuration the ledger was opened with.
+    public let configuration: Configuration
+    /// The read models' databases, in the log's environment.
+    let models: ReadModels
+    /// Share change tags known in memory; told about every commit by the log's writer.
+    let shareTags: ShareTagTracker
     /// The in-process residual-task worker and the task running it, when the configuration asks for one.
     private let workerState = Mutex<(worker: ResidualTaskWorker?, task: Task<Void, Never>?)>((nil, nil))
     var inProcessWorker: ResidualTaskWorker? { workerState.withLock { $0.worker } }
     /// Presented metadata, reused while its share is unchanged (nil when the configuration turns it off).
     let metadataCache: MetadataCache?
 
-    private init(log: EventLog) {
+    private init(log: EventLog, configuration: Configuration) {
         self.log = log
-        let capacity = log.configuration.metadataCacheCapacity
+        self.configuration = configuration
+        self.models = log.store.models
+        self.shareTags = ShareTagTracker(
+            environment: log.store.environment, capacity: max(1, configuration.metadataCacheCapacity))
+        log.writer.setCommitObserver(shareTags)
+        let capacity = configuration.metadataCacheCapacity
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
-        if let workerConfiguration = log.configuration.residualTaskWorker, !log.configuration.readOnly {
+        if let workerConfiguration = configuration.residualTaskWorker, !configuration.readOnly {
             let worker = ResidualTaskWorker(ledger: self, configuration: workerConfiguration)
             // The worker lives exactly as long as the open ledger: started here, cancelled and awaited
             // in close(). An unstructured task is that lifetime; to put the worker under your own
@@ -48,9 +60,19 @@ public final class ShareLedger: Sendable {
     /// - Throws: ``LedgerError`` as ``EventLog/open(_:)`` does, and
     ///   ``LedgerError/Code/invalidArguments`` (before anything is opened or created) when
     ///   `configuration.shareURLHost` cannot be the host of a URL.
-    public static func open(_ configuration: EventLog.Configuration) throws(LedgerError) -> ShareLedger {
+    public static func open(_ configuration: Configuration) throws(LedgerError) -> ShareLedger {
         try checkShareURLHost(configuration.shareURLHost)
-        return ShareLedger(log: try EventLog.open(configuration))
+        return ShareLedger(log: try openLog(configuration.log), configuration: configuration)
+    }
+
+    /// Opens only the event log of the ledger at `configuration.path`, without the sharing layer:
+    /// for reading, verifying and raw appends. Unlike ``EventLog/open(_:)``, it opens (and, for a
+    /// new or older ledger opened for writing, creates) the read models' databases too, so that the
+    /// directory can later be opened as a ``ShareLedger``, read-only included.
+    public static func openLog(_ configuration: EventLog.Configuration) throws(LedgerError) -> EventLog {
+        var configuration = configuration
+        configuration.databases = ReadModels.specs
+        return try EventLog.open(configuration)
     }
 
     /// Share URLs are made with this host for every share the ledger presents: a host no URL can
@@ -108,9 +130,23 @@ public final class ShareLedger: Sendable {
 
     // MARK: - Statistics
 
-    /// Counters of the ledger and its read models, read in one transaction.
-    public func statistics() throws(LedgerError) -> EventLog.Statistics {
-        try log.statistics()
+    /// Counters of the ledger and its read models, the read models' read in one transaction.
+    public func statistics() throws(LedgerError) -> Statistics {
+        let log = try self.log.statistics()
+        return try read("reading statistics") { txn in
+            Statistics(
+                log: log,
+                users: try models.counter(txn, .users),
+                zones: try models.counter(txn, .zones),
+                records: try models.counter(txn, .records),
+                shares: try models.counter(txn, .shares),
+                participants: try models.counter(txn, .participants),
+                acceptedParticipants: try models.counter(txn, .acceptedParticipants),
+                pendingResidualTasks: try txn.statistics(models.outbox).entries,
+                parkedResidualTasks: try models.parkedTaskCount(txn),
+                oldestPendingTaskAgeSeconds: try models.oldestTaskAge(txn, now: configuration.clock.nowMicros()),
+                participantZones: try models.counter(txn, .participantZones))
+        }
     }
 
     // MARK: - Residual tasks
@@ -141,10 +177,10 @@ public final class ShareLedger: Sendable {
             guard ContinuousClock.now < deadline else {
                 throw LedgerError(.timedOut, "residual tasks are still due after \(timeout); is a worker running?")
             }
-            let head = log.writer.notifier.currentHead
-            let notifier = log.writer.notifier
+            let head = log.publishedHead
+            let log = self.log
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await notifier.wait(after: head) }
+                group.addTask { await log.waitForCommit(after: head) }
                 group.addTask { try? await Task.sleep(for: .milliseconds(5)) }
                 await group.next()
                 group.cancelAll()
@@ -201,17 +237,24 @@ public final class ShareLedger: Sendable {
         }
     }
 
-    /// Runs bookkeeping in the writer's next transaction (no event is appended).
+    /// Runs bookkeeping in the writer's next transaction and returns its count. It may write
+    /// anything (the read models are told to forget what they keep in memory); an error it throws
+    /// aborts the transaction, and only it fails.
     func maintain(_ work: @escaping MaintenanceWork) async throws(LedgerError) -> Int {
         guard !configuration.readOnly else {
             throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
         }
-        return try await log.writer.submit(maintenance: work).get()
+        return try await log.writer.submit(bytes: 256) { txn, _, scope in
+            scope.invalidateEverything()
+            let count = try work(txn)
+            // Maintenance may move the head (an import writes events): later steps of the batch
+            // append after what it wrote.
+            try scope.reloadHead(txn)
+            return count
+        }.get()
     }
 
     // MARK: - Internals shared by the containers
-
-    var configuration: EventLog.Configuration { log.configuration }
 
     /// A new random participant id (a UUID in its text form).
     /// A random (version 4) UUID from the ledger's random source: two 64-bit draws (with the system
@@ -249,7 +292,13 @@ public final class ShareLedger: Sendable {
         if Task.isCancelled {
             throw LedgerError(.operationCancelled, "the task was cancelled before the command was submitted")
         }
-        return try await log.writer.submit(command).get()
+        return try await commit(command)
+    }
+
+    /// Submits `command` to the log's writer and returns its outcome once committed, without the
+    /// caller-side checks of ``submit(_:)`` (the worker completes its tasks even while cancelled).
+    func commit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
+        try await log.writer.submit(bytes: command.bytes, command.commitStep(models: models, presenter: presenter)).get().get()
     }
 
     /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``.
@@ -257,8 +306,7 @@ public final class ShareLedger: Sendable {
         try log.read(doing(), body)
     }
 
-    var models: ReadModels { log.store.models }
-    var presenter: Presenter { Presenter(models: log.store.models, urlHost: configuration.shareURLHost) }
+    var presenter: Presenter { Presenter(models: models, urlHost: configuration.shareURLHost) }
 }
 
 extension LedgerError {
@@ -266,3 +314,6 @@ extension LedgerError {
         LedgerError(.storageFailure, "\(call) returned an unexpected result; this is a bug in ShareLedger")
     }
 }
+
+/// Bookkeeping the writer runs in its transaction (see ``ShareLedger/maintain(_:)``).
+typealias MaintenanceWork = @Sendable (borrowing Transaction) throws -> Int

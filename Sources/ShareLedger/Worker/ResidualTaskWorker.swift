@@ -133,8 +133,8 @@ public final class ResidualTaskWorker: Service, Sendable {
     public func run() async throws {
         let log = ledger.log
         configuration.logger.info("residual-task worker started", metadata: ["holder": "\(holderDescription)"])
-        while !Task.isCancelled && !Task.isShuttingDownGracefully && !log.writer.notifier.isClosed {
-            let seenHead = log.writer.notifier.currentHead
+        while !Task.isCancelled && !Task.isShuttingDownGracefully && !log.isClosed {
+            let seenHead = log.publishedHead
             let report: PassReport
             do {
                 report = try await runPass(limit: configuration.batchSize)
@@ -221,13 +221,13 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// Waits until a commit moves the head past `head`, `duration` passes, or the task is cancelled
     /// or shut down gracefully.
     private func sleepOrWake(after head: UInt64, for duration: Duration) async {
-        let notifier = ledger.log.writer.notifier
+        let log = ledger.log
         configuration.logger.trace("residual-task worker idle", metadata: ["afterHead": "\(head)", "for": "\(duration)"])
         idleAfterHead.withLock { $0 = head }
         defer { idleAfterHead.withLock { $0 = nil } }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await notifier.wait(after: head) }
+                group.addTask { await log.waitForCommit(after: head) }
                 group.addTask { try? await Task.sleep(for: duration) }
                 await group.next()
                 group.cancelAll()
@@ -300,7 +300,7 @@ public final class ResidualTaskWorker: Service, Sendable {
             let command = DomainCommand(
                 metadata: CommandMetadata(container: container, actor: "system"), signedIn: false,
                 steps: tasks.map { .completeTask(taskID: $0.id) }, bytes: tasks.count * 64)
-            for result in try await ledger.log.writer.submit(command).get().results { _ = try result.get() }
+            for result in try await ledger.commit(command).results { _ = try result.get() }
         }
         let completedAt = ledger.configuration.clock.nowMicros()
         for task in succeeded {
@@ -410,7 +410,7 @@ public final class ResidualTaskWorker: Service, Sendable {
         let heldUntil = leaseHeldUntil.withLock { $0 }
         let renewAfter = heldUntil - configuration.leaseDuration.microseconds * 2 / 3
         if now < renewAfter { return true }
-        let headBefore = ledger.log.writer.notifier.currentHead
+        let headBefore = ledger.log.publishedHead
         let holder = self.holder
         let description = holderDescription
         let expires = now + configuration.leaseDuration.microseconds

@@ -123,7 +123,7 @@ struct ExpectedCounts: Sendable, Encodable {
     }
 
     /// The counters that differ from `before` + self in `after`, described.
-    func differences(before: EventLog.Statistics, after: EventLog.Statistics) -> [String] {
+    func differences(before: ShareLedger.Statistics, after: ShareLedger.Statistics) -> [String] {
         let pairs: [(String, UInt64, UInt64, UInt64)] = [
             ("users", users, before.users, after.users),
             ("zones", zones, before.zones, after.zones),

@@ -72,7 +72,7 @@ public struct EventHash: Sendable, Hashable, Codable, CustomStringConvertible {
     /// The 64 lowercase hexadecimal digits.
     public var description: String { hex }
 
-    static func hex(_ bytes: some Collection<UInt8>) -> String {
+    package static func hex(_ bytes: some Collection<UInt8>) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var out = [UInt8]()
         out.reserveCapacity(bytes.count * 2)

@@ -6,7 +6,7 @@ import Synchronization
 /// wake. A waiter registers with the position it has read up to; if the head is already past it,
 /// the wait returns at once. Both happen under one mutex, so no wake-up is lost between a reader
 /// finding nothing new and its registration.
-final class HeadNotifier: Sendable {
+package final class HeadNotifier: Sendable {
     private struct State {
         var head: UInt64
         var closed = false
@@ -18,12 +18,12 @@ final class HeadNotifier: Sendable {
 
     private let state: Mutex<State>
 
-    init(head: UInt64) {
+    package init(head: UInt64) {
         state = Mutex(State(head: head))
     }
 
     /// Records a new head and wakes every waiter it satisfies.
-    func publish(_ head: UInt64) {
+    package func publish(_ head: UInt64) {
         let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.head = head
             var ready: [CheckedContinuation<Void, Never>] = []
@@ -37,7 +37,7 @@ final class HeadNotifier: Sendable {
     }
 
     /// Wakes every waiter for good: the log is closing.
-    func close() {
+    package func close() {
         let all = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.closed = true
             let all = state.waiters.values.map(\.continuation)
@@ -48,13 +48,13 @@ final class HeadNotifier: Sendable {
     }
 
     /// The last head published.
-    var currentHead: UInt64 { state.withLock { $0.head } }
+    package var currentHead: UInt64 { state.withLock { $0.head } }
 
     /// Whether ``close()`` was called.
-    var isClosed: Bool { state.withLock { $0.closed } }
+    package var isClosed: Bool { state.withLock { $0.closed } }
 
     /// Returns once the head is past `position`, the log closes, or the task is cancelled.
-    func wait(after position: UInt64) async {
+    package func wait(after position: UInt64) async {
         let id = state.withLock { state -> Int in
             state.nextID += 1
             return state.nextID

@@ -102,7 +102,7 @@ extension EventLog {
 
     /// The hash stored with the event at `position` (its last 32 bytes), or nil when there is none
     /// or the entry does not end with a hash field.
-    func storedHash(at position: UInt64) throws(LedgerError) -> EventHash? {
+    package func storedHash(at position: UInt64) throws(LedgerError) -> EventHash? {
         try read("reading the event at \(position)") { txn in
             try BigEndian.withBytes(of: position) { key in
                 try txn.withValue(store.log, key: key) { value -> EventHash? in
@@ -114,7 +114,7 @@ extension EventLog {
     }
 
     /// What one thread found in its range of positions.
-    struct RangeOutcome: Sendable {
+    package struct RangeOutcome: Sendable {
         var checked: UInt64 = 0
         var lastGood: UInt64 = 0
         var lastHash: [UInt8] = EventHash.zero.bytes
@@ -172,7 +172,7 @@ extension EventLog {
     }
 
     /// Checks one stored entry; returns what is wrong, or `nil`.
-    static func check(_ entry: Entry, expected: UInt64, previous: [UInt8]) -> String? {
+    package static func check(_ entry: Entry, expected: UInt64, previous: [UInt8]) -> String? {
         guard let key = BigEndian.uint64(entry.key), entry.key.count == 8 else {
             return "a log key is \(entry.key.count) bytes, expected 8"
         }
@@ -205,7 +205,7 @@ private final class RangeOutcomes: @unchecked Sendable {
     private let lock = NSLock()
     private var values: [Int: Result<EventLog.RangeOutcome, LedgerError>] = [:]
 
-    func withLock<R>(_ body: (inout [Int: Result<EventLog.RangeOutcome, LedgerError>]) -> R) -> R {
+    package func withLock<R>(_ body: (inout [Int: Result<EventLog.RangeOutcome, LedgerError>]) -> R) -> R {
         lock.withLock { body(&values) }
     }
 }

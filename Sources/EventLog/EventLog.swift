@@ -22,8 +22,8 @@ import Logging
 /// await log.close()
 /// ```
 public final class EventLog: Sendable {
-    let store: LogStore
-    let writer: LogWriter
+    package let store: LogStore
+    package let writer: LogWriter
     private let logger: Logger
     /// The configuration the log was opened with.
     public let configuration: Configuration
@@ -112,7 +112,7 @@ public final class EventLog: Sendable {
     }
 
     /// Checks an append against the limits; returns its payload bytes.
-    static func validate(_ events: [EventDraft], stream: String, metadata: CommandMetadata) throws(LedgerError) -> Int {
+    package static func validate(_ events: [EventDraft], stream: String, metadata: CommandMetadata) throws(LedgerError) -> Int {
         guard !events.isEmpty else {
             throw LedgerError(.invalidArguments, "an append needs at least one event")
         }
@@ -244,7 +244,7 @@ public final class EventLog: Sendable {
     }
 
     /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``.
-    func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
+    package func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
         do {
             return try store.environment.read(body)
         } catch {
@@ -254,7 +254,7 @@ public final class EventLog: Sendable {
 
     // MARK: - Statistics
 
-    /// Counters of the ledger.
+    /// Counters of the log.
     public struct Statistics: Sendable, Hashable, Codable {
         /// Number of events in the log.
         public var events: UInt64
@@ -274,29 +274,9 @@ public final class EventLog: Sendable {
         public var formatVersion: UInt32
         /// The durability mode this process opened it with.
         public var durability: String
-        /// Registered users.
-        public var users: UInt64
-        /// Record zones in private databases.
-        public var zones: UInt64
-        /// Records.
-        public var records: UInt64
-        /// Live shares.
-        public var shares: UInt64
-        /// Participants of live shares that are not removed, owners not counted.
-        public var participants: UInt64
-        /// Participants of live shares that accepted, owners not counted.
-        public var acceptedParticipants: UInt64
-        /// Residual tasks (zone creation or removal after an accept or a removal) not done yet.
-        public var pendingResidualTasks: Int
-        /// Residual tasks parked after failing too often (`share-ledger tasks` lists them).
-        public var parkedResidualTasks: Int
-        /// Seconds since the oldest pending residual task was scheduled (0 when none is pending).
-        public var oldestPendingTaskAgeSeconds: Double
-        /// Zones in participants' shared databases.
-        public var participantZones: UInt64
     }
 
-    /// Counters of the ledger, read in one transaction.
+    /// Counters of the log, read in one transaction.
     public func statistics() throws(LedgerError) -> Statistics {
         let info: EnvironmentInfo
         do {
@@ -315,19 +295,20 @@ public final class EventLog: Sendable {
                 mapSizeBytes: info.mapSize,
                 usedBytes: info.usedBytes,
                 formatVersion: LogStore.formatVersion,
-                durability: configuration.durability.rawValue,
-                users: try store.models.counter(txn, .users),
-                zones: try store.models.counter(txn, .zones),
-                records: try store.models.counter(txn, .records),
-                shares: try store.models.counter(txn, .shares),
-                participants: try store.models.counter(txn, .participants),
-                acceptedParticipants: try store.models.counter(txn, .acceptedParticipants),
-                pendingResidualTasks: try txn.statistics(store.models.outbox).entries,
-                parkedResidualTasks: try store.models.parkedTaskCount(txn),
-                oldestPendingTaskAgeSeconds: try store.models.oldestTaskAge(txn, now: configuration.clock.nowMicros()),
-                participantZones: try store.models.counter(txn, .participantZones))
+                durability: configuration.durability.rawValue)
         }
     }
+
+    /// The head position this process's writer last published (after its commit), without a read
+    /// transaction. Commits by other processes are not seen here.
+    package var publishedHead: UInt64 { writer.notifier.currentHead }
+
+    /// Returns once this process's writer has published a head after `position`, or the log closed,
+    /// or the task was cancelled.
+    package func waitForCommit(after position: UInt64) async { await writer.notifier.wait(after: position) }
+
+    /// Whether the log was closed.
+    package var isClosed: Bool { writer.notifier.isClosed }
 
     /// Holds the writer before its next batch (`true`) or lets it go (`false`); for tests that need
     /// several commands committed in one batch.

@@ -28,7 +28,8 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
             self.name = Code.names[rawValue] ?? "code\(rawValue)"
         }
 
-        private init(_ rawValue: Int, _ name: String) {
+        /// A code of a layer built on the log (the sharing layer declares CloudKit's other codes).
+        package init(_ rawValue: Int, _ name: String) {
             self.rawValue = rawValue
             self.name = name
         }
@@ -46,42 +47,12 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
         /// Hashes the number.
         public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 
-        // MARK: CloudKit's codes (CKError.Code numbers)
+        // MARK: CloudKit's codes the log itself uses (CKError.Code numbers)
 
-        /// Some items of a batch failed; ``LedgerError/partialErrors`` has the error of each.
-        public static let partialFailure = Code(2, "partialFailure")
-        /// The container is unknown or not allowed.
-        public static let badContainer = Code(5, "badContainer")
-        /// The acting user has no account.
-        public static let notAuthenticated = Code(9, "notAuthenticated")
-        /// The acting user may not do this.
-        public static let permissionFailure = Code(10, "permissionFailure")
-        /// The item (share, record, zone, URL) does not exist.
-        public static let unknownItem = Code(11, "unknownItem")
         /// The request is malformed or breaks a rule.
         public static let invalidArguments = Code(12, "invalidArguments")
-        /// The item changed since it was read (a stale change tag, an expected version that does not hold).
-        public static let serverRecordChanged = Code(14, "serverRecordChanged")
-        /// The server refused the request.
-        public static let serverRejectedRequest = Code(15, "serverRejectedRequest")
-        /// Another item of an atomic batch failed.
-        public static let batchRequestFailed = Code(22, "batchRequestFailed")
-        /// The operation does not fit the database it targets.
-        public static let badDatabase = Code(24, "badDatabase")
-        /// The owner's storage quota is exhausted.
-        public static let quotaExceeded = Code(25, "quotaExceeded")
-        /// The zone does not exist.
-        public static let zoneNotFound = Code(26, "zoneNotFound")
         /// The request is too large (too many items or bytes); split it.
         public static let limitExceeded = Code(27, "limitExceeded")
-        /// The share would have more than 100 participants.
-        public static let tooManyParticipants = Code(29, "tooManyParticipants")
-        /// The record already belongs to a share.
-        public static let alreadyShared = Code(30, "alreadyShared")
-        /// A reference points at a record that does not exist.
-        public static let referenceViolation = Code(31, "referenceViolation")
-        /// The caller may be an invited participant who still has to verify an email or phone.
-        public static let participantMayNeedVerification = Code(33, "participantMayNeedVerification")
         /// The operation was cancelled.
         public static let operationCancelled = Code(20, "operationCancelled")
 
@@ -106,14 +77,22 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
         /// A wait ended before what it waited for happened.
         public static let timedOut = Code(1008, "timedOut")
 
-        private static let all: [Code] = [
-            partialFailure, badContainer, notAuthenticated, permissionFailure, unknownItem, invalidArguments,
-            serverRecordChanged, serverRejectedRequest, batchRequestFailed, badDatabase, quotaExceeded,
-            zoneNotFound, limitExceeded, tooManyParticipants, alreadyShared, referenceViolation,
-            participantMayNeedVerification, operationCancelled, wrongExpectedVersion, storageFull,
-            storageFailure, notALedger, formatTooNew, corruptedData, closed, readOnly, timedOut,
+        /// Names by number: the ledger's own codes, and CloudKit's `CKError.Code` numbering, which the
+        /// ledger's codes share (a layer above declares the CloudKit codes it uses as members).
+        private static let names: [Int: String] = [
+            1: "internalError", 2: "partialFailure", 3: "networkUnavailable", 4: "networkFailure",
+            5: "badContainer", 6: "serviceUnavailable", 7: "requestRateLimited", 8: "missingEntitlement",
+            9: "notAuthenticated", 10: "permissionFailure", 11: "unknownItem", 12: "invalidArguments",
+            13: "resultsTruncated", 14: "serverRecordChanged", 15: "serverRejectedRequest",
+            16: "assetFileNotFound", 17: "assetFileModified", 18: "incompatibleVersion", 19: "constraintViolation",
+            20: "operationCancelled", 21: "changeTokenExpired", 22: "batchRequestFailed", 23: "zoneBusy",
+            24: "badDatabase", 25: "quotaExceeded", 26: "zoneNotFound", 27: "limitExceeded",
+            28: "userDeletedZone", 29: "tooManyParticipants", 30: "alreadyShared", 31: "referenceViolation",
+            32: "managedAccountRestricted", 33: "participantMayNeedVerification", 34: "serverResponseLost",
+            35: "assetNotAvailable", 36: "accountTemporarilyUnavailable", 37: "participantAlreadyInvited",
+            1000: "wrongExpectedVersion", 1001: "storageFull", 1002: "storageFailure", 1003: "notALedger",
+            1004: "formatTooNew", 1005: "corruptedData", 1006: "closed", 1007: "readOnly", 1008: "timedOut",
         ]
-        private static let names: [Int: String] = Dictionary(uniqueKeysWithValues: all.map { ($0.rawValue, $0.name) })
     }
 
     /// What kind of failure.
@@ -144,7 +123,7 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
 
 extension LedgerError {
     /// Maps a storage-layer error to the ledger's codes, keeping the LMDB text as ``underlying``.
-    init(_ error: LMDBError, while doing: String) {
+    package init(_ error: LMDBError, while doing: String) {
         let code: Code
         let advice: String
         switch error.code {
@@ -174,7 +153,7 @@ extension LedgerError {
     }
 
     /// Wraps any error from below the public API.
-    static func wrap(_ error: any Error, while doing: String) -> LedgerError {
+    package static func wrap(_ error: any Error, while doing: String) -> LedgerError {
         if let ledger = error as? LedgerError { return ledger }
         if let lmdb = error as? LMDBError { return LedgerError(lmdb, while: doing) }
         return LedgerError(.storageFailure, "\(doing) failed: \(error)", underlying: "\(error)")

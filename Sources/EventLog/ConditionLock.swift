@@ -8,11 +8,11 @@ import Darwin
 ///
 /// `@unchecked Sendable`: it holds only the pthread objects, allocated once and never moved; they are
 /// made to be shared between threads.
-final class ConditionLock: @unchecked Sendable {
+package final class ConditionLock: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let condition: UnsafeMutablePointer<pthread_cond_t>
 
-    init() {
+    package init() {
         mutex = .allocate(capacity: 1)
         condition = .allocate(capacity: 1)
         pthread_mutex_init(mutex, nil)
@@ -28,19 +28,19 @@ final class ConditionLock: @unchecked Sendable {
 
     /// Runs `body` with the mutex held.
     @inline(__always)
-    func withLock<R>(_ body: () throws -> R) rethrows -> R {
+    package func withLock<R>(_ body: () throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body()
     }
 
     /// Waits for ``signal()``; call only with the mutex held (inside ``withLock(_:)``).
-    func wait() {
+    package func wait() {
         pthread_cond_wait(condition, mutex)
     }
 
     /// Wakes one waiter.
-    func signal() {
+    package func signal() {
         pthread_cond_signal(condition)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 import Logging
 
 /// Where the ledger's "now" comes from. Inject a fixed or stepping clock in tests.
@@ -17,30 +18,6 @@ public struct SystemClock: LedgerClock {
         clock_gettime(CLOCK_REALTIME, &spec)
         return Int64(spec.tv_sec) * 1_000_000 + Int64(spec.tv_nsec) / 1_000
     }
-}
-
-/// Where the ledger's randomness comes from. Production code keeps the default, the system's
-/// cryptographically secure generator; tests inject a seeded source for repeatable runs.
-public protocol LedgerRandomSource: Sendable {
-    /// 64 random bits.
-    func next() -> UInt64
-}
-
-/// The system's cryptographically secure random generator (`getrandom` on Linux).
-public struct SystemRandomSource: LedgerRandomSource {
-    /// Makes the source.
-    public init() {}
-    /// 64 random bits from the system CSPRNG.
-    public func next() -> UInt64 {
-        var generator = SystemRandomNumberGenerator()
-        return generator.next()
-    }
-}
-
-/// Adapts a ``LedgerRandomSource`` to `RandomNumberGenerator`.
-struct RandomSourceGenerator: RandomNumberGenerator {
-    let source: any LedgerRandomSource
-    mutating func next() -> UInt64 { source.next() }
 }
 
 extension EventLog {
@@ -70,19 +47,6 @@ extension EventLog {
         /// Waking a sleeping thread costs tens of microseconds on a VM; polling spends CPU instead.
         /// 0 never polls.
         public var writerPollMicroseconds: Int = 50
-        /// The host name in share URLs (`https://<host>/share/<token>`), like CloudKit's displayed host.
-        public var shareURLHost: String = "share.localhost"
-        /// How many (share, container, viewer) answers ``Container/shareMetadataWithoutLogging(for:)``
-        /// keeps, each reused only while no event about its share has happened since (checked in the
-        /// same read transaction). 0 turns the cache off.
-        public var metadataCacheCapacity: Int = 4_096
-        /// Where share tokens, participant ids and verification codes get their randomness: the
-        /// system's cryptographically secure generator unless a test injects a seeded one.
-        public var randomSource: any LedgerRandomSource = SystemRandomSource()
-        /// The residual-task worker ``ShareLedger/open(_:)`` runs in the process (the default), or
-        /// `nil` to run none: then run a ``ResidualTaskWorker`` yourself (as a Service, or
-        /// `share-ledger worker`) or call ``ShareLedger/completeResidualTasks(limit:)``.
-        public var residualTaskWorker: ResidualTaskWorker.Configuration? = ResidualTaskWorker.Configuration()
         /// Where event times come from.
         public var clock: any LedgerClock
         /// Where the ledger logs; it never prints.
@@ -90,6 +54,10 @@ extension EventLog {
         /// Record the number of events of every group commit (for `share-ledger bench`, which replays
         /// the same commit pattern against raw LMDB). Off by default.
         package var recordsCommitSizes = false
+        /// Named databases a layer built on the log keeps in the same environment (read models,
+        /// outboxes), opened (and created when missing) with the log's, so that a ``CommitStep``
+        /// writes them in the transaction that appends its events.
+        package var databases: [DatabaseSpec] = []
 
         /// A configuration with the defaults: created when missing, durable, 64 MiB to start, no
         /// maximum size, 1,024 commands or 8 MiB per group commit.
@@ -128,5 +96,18 @@ extension EventLog {
         public static let maxEventsPerCommand = 10_000
         /// The longest stream name, container or actor, in UTF-8 bytes.
         public static let maxNameBytes = 200
+    }
+}
+
+/// A named database of a layer built on the log (see ``EventLog/Configuration/databases``).
+package struct DatabaseSpec: Sendable, Hashable {
+    /// Its name in the LMDB environment.
+    package var name: String
+    /// Its LMDB flags (sorted duplicates, fixed-size duplicates).
+    package var flags: DatabaseFlags
+
+    package init(_ name: String, _ flags: DatabaseFlags = []) {
+        self.name = name
+        self.flags = flags
     }
 }

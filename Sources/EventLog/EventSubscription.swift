@@ -12,12 +12,12 @@ public struct EventSubscription: AsyncSequence, Sendable {
     /// Each element is one event.
     public typealias Element = EventEnvelope
 
-    let log: EventLog
-    let start: LogPosition
+    package let log: EventLog
+    package let start: LogPosition
     /// Events read per read transaction while catching up.
     public var chunkSize = 512
 
-    init(log: EventLog, after position: LogPosition) {
+    package init(log: EventLog, after position: LogPosition) {
         self.log = log
         self.start = position
     }

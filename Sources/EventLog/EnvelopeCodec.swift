@@ -9,9 +9,9 @@ import SwiftProtobuf
 /// hash = SHA-256(previous hash ‖ canonical bytes).
 package enum EnvelopeCodec {
     /// The tag byte of field 15 (`hash`, wire type 2): (15 << 3) | 2.
-    static let hashTag: UInt8 = 0x7A
+    package static let hashTag: UInt8 = 0x7A
     /// Bytes after the canonical bytes: tag, length (32), hash.
-    static let hashSuffixLength = 34
+    package static let hashSuffixLength = 34
 
     /// The fields of a new entry, before it has a hash.
     package struct Fields {
@@ -153,7 +153,7 @@ package enum EnvelopeCodec {
 
     /// SHA-256(previous ‖ canonical): the chain's one hash recipe.
     @inline(__always)
-    static func chainDigest(previous: UnsafeRawBufferPointer, canonical: UnsafeRawBufferPointer) -> SHA256Digest {
+    package static func chainDigest(previous: UnsafeRawBufferPointer, canonical: UnsafeRawBufferPointer) -> SHA256Digest {
         var hasher = SHA256()
         hasher.update(bufferPointer: previous)
         hasher.update(bufferPointer: canonical)
@@ -162,14 +162,14 @@ package enum EnvelopeCodec {
 
     /// ``chainDigest(previous:canonical:)`` as bytes.
     @inline(__always)
-    static func chainHash(previous: UnsafeRawBufferPointer, canonical: UnsafeRawBufferPointer) -> [UInt8] {
+    package static func chainHash(previous: UnsafeRawBufferPointer, canonical: UnsafeRawBufferPointer) -> [UInt8] {
         Array(chainDigest(previous: previous, canonical: canonical))
     }
 
     /// Decodes a stored entry found under `key`. Checks the hash suffix's shape, not the chain.
     /// Whether `stored` ends with the 34-byte hash field (tag, length 32, hash).
     @inline(__always)
-    static func endsWithHashField(_ stored: UnsafeRawBufferPointer) -> Bool {
+    package static func endsWithHashField(_ stored: UnsafeRawBufferPointer) -> Bool {
         stored.count >= hashSuffixLength
             && stored[stored.count - hashSuffixLength] == hashTag
             && stored[stored.count - hashSuffixLength + 1] == 32
@@ -178,7 +178,7 @@ package enum EnvelopeCodec {
     /// The `recorded_at_micros` (field 2) of a stored entry, read without decoding the rest: the
     /// canonical bytes start with field 1 (position) and field 2 (omitted when 0). 0 when absent or
     /// malformed.
-    static func recordedAtMicros(_ stored: UnsafeRawBufferPointer) -> Int64 {
+    package static func recordedAtMicros(_ stored: UnsafeRawBufferPointer) -> Int64 {
         var index = 0
         if index < stored.count && stored[index] == 0x08 {
             index += 1
@@ -189,7 +189,7 @@ package enum EnvelopeCodec {
         return readVarint(stored, &index, limit: stored.count).map { Int64(bitPattern: $0) } ?? 0
     }
 
-    static func decode(_ stored: UnsafeRawBufferPointer, key: UInt64) throws(LedgerError) -> EventEnvelope {
+    package static func decode(_ stored: UnsafeRawBufferPointer, key: UInt64) throws(LedgerError) -> EventEnvelope {
         guard endsWithHashField(stored) else {
             throw LedgerError(.corruptedData, "the event at position \(key) does not end with its 32-byte hash field")
         }
@@ -231,15 +231,15 @@ package enum EnvelopeCodec {
             hash: hash)
     }
 
-    static func data(_ id: UUID) -> Data {
+    package static func data(_ id: UUID) -> Data {
         withUnsafeBytes(of: id.uuid) { Data($0) }
     }
 
-    static func bytes(_ id: UUID) -> [UInt8] {
+    package static func bytes(_ id: UUID) -> [UInt8] {
         withUnsafeBytes(of: id.uuid) { Array($0) }
     }
 
-    static func uuid(_ data: Data) -> UUID? {
+    package static func uuid(_ data: Data) -> UUID? {
         guard data.count == 16 else { return nil }
         return data.withUnsafeBytes { raw in
             UUID(uuid: raw.loadUnaligned(as: uuid_t.self))
@@ -249,19 +249,19 @@ package enum EnvelopeCodec {
     // MARK: - Fast scanning for chain verification
 
     /// What chain verification and stream walks need of a stored entry, read without a full decode.
-    struct ChainFields {
-        var position: UInt64?
-        var streamPreviousPosition: UInt64 = 0
-        var previousHash: UnsafeRawBufferPointer?
-        var canonical: UnsafeRawBufferPointer
-        var hash: UnsafeRawBufferPointer
+    package struct ChainFields {
+        package var position: UInt64?
+        package var streamPreviousPosition: UInt64 = 0
+        package var previousHash: UnsafeRawBufferPointer?
+        package var canonical: UnsafeRawBufferPointer
+        package var hash: UnsafeRawBufferPointer
     }
 
     /// Walks the protobuf fields of `stored` to find `position` (1), `stream_previous_position` (11) and
     /// `previous_hash` (14), and splits
     /// off the hash suffix. Returns `nil` when the bytes are not well-formed protobuf or the hash field
     /// is not last.
-    static func scanChainFields(_ stored: UnsafeRawBufferPointer) -> ChainFields? {
+    package static func scanChainFields(_ stored: UnsafeRawBufferPointer) -> ChainFields? {
         let count = stored.count
         guard endsWithHashField(stored) else { return nil }
         let canonicalCount = count - hashSuffixLength
@@ -305,7 +305,7 @@ package enum EnvelopeCodec {
 
     /// Reads a base-128 varint at `offset` (advanced past it), or nil when it runs past `limit`.
     @inline(__always)
-    static func readVarint(_ buffer: UnsafeRawBufferPointer, _ offset: inout Int, limit: Int) -> UInt64? {
+    package static func readVarint(_ buffer: UnsafeRawBufferPointer, _ offset: inout Int, limit: Int) -> UInt64? {
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while offset < limit && shift < 64 {

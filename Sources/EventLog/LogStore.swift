@@ -5,40 +5,41 @@ import LMDB
 ///
 /// Everything here runs inside a transaction lent by the caller; `LogStore` itself holds only
 /// immutable handles, so it is `Sendable`.
-final class LogStore: Sendable {
+package final class LogStore: Sendable {
     /// The format this code writes. Ledgers with a higher number are refused.
     ///
     /// - 1: the head (position, hash, time of the last event) kept in `meta`/`head`, written by every commit.
     /// - 2: the head is the last entry of `log` itself; `meta`/`head` is gone (one B-tree fewer per
     ///   commit). A version 1 ledger is upgraded in place when opened for writing.
-    static let formatVersion: UInt32 = 2
+    package static let formatVersion: UInt32 = 2
 
-    let environment: Environment
+    package let environment: Environment
     /// position (8-byte big-endian) → stored envelope bytes.
-    let log: Database
+    package let log: Database
     /// ASCII key → value: `format_version` (4 bytes), `head` (48 bytes).
-    let meta: Database
+    package let meta: Database
     /// container ‖ 0x00 ‖ command id (16 bytes) → first position (8) ‖ event count (4) ‖ stream version (8).
-    let commands: Database
+    package let commands: Database
     /// container ‖ 0x00 ‖ stream name → stream version (8) ‖ position of its last event (8), big-endian.
     /// Older events of a stream are found through each envelope's `stream_previous_position`.
-    let streams: Database
+    package let streams: Database
     /// position (8-byte big-endian) → a signed checkpoint of the head at that position
     /// (``Checkpoint``; layout in `docs/log-format.md`). Not a read model: it cannot be rebuilt from the log.
-    let checkpoints: Database
-    /// The read models of the sharing domain.
-    let models: ReadModels
+    package let checkpoints: Database
+    /// The databases of the layers built on the log (``EventLog/Configuration/databases``), by name.
+    package let extensionDatabases: [String: Database]
 
-    static let databaseSpecs: [(name: String, flags: DatabaseFlags)] = [
-        ("log", []),
-        ("meta", []),
-        ("commands", []),
-        ("streams", []),
-        ("checkpoints", []),
-    ] + ReadModels.specs
+    /// The log's own named databases.
+    package static let databaseSpecs: [DatabaseSpec] = [
+        DatabaseSpec("log"),
+        DatabaseSpec("meta"),
+        DatabaseSpec("commands"),
+        DatabaseSpec("streams"),
+        DatabaseSpec("checkpoints"),
+    ]
 
-    static let formatKey = Array("format_version".utf8)
-    static let headKey = Array("head".utf8)
+    package static let formatKey = Array("format_version".utf8)
+    package static let headKey = Array("head".utf8)
 
     private init(environment: Environment, databases: [Database]) {
         self.environment = environment
@@ -47,14 +48,17 @@ final class LogStore: Sendable {
         self.commands = databases[2]
         self.streams = databases[3]
         self.checkpoints = databases[4]
-        self.models = ReadModels(databases[5...])
+        self.extensionDatabases = Dictionary(uniqueKeysWithValues: databases[5...].map { ($0.name, $0) })
     }
+
+    /// The database named `name` among the ones the configuration added.
+    package func database(_ name: String) -> Database? { extensionDatabases[name] }
 
     // MARK: - Opening
 
     /// Opens the ledger at `configuration.path`, creating it when allowed, and checks that it is a
     /// ledger this code can read.
-    static func open(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
+    package static func open(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
         let path = configuration.path
         let fileManager = FileManager.default
         var isDirectory: ObjCBool = false
@@ -128,11 +132,15 @@ final class LogStore: Sendable {
             throw LedgerError(
                 .notALedger, "\(path) is an LMDB environment but not a ShareLedger ledger (it has databases "
                     + "\(existing.prefix(5).joined(separator: ", ")))")
+        } else {
+            // Before anything is created: a newer release's ledger is refused untouched.
+            try refuseNewerFormat(environment, path: path)
         }
 
         // Databases added by later releases are created by the first open for writing; read-only,
         // they cannot be, so say what to do instead of failing on the first one missing.
-        let missing = databaseSpecs.map(\.name).filter { !existing.contains($0) }
+        let specs = databaseSpecs + configuration.databases
+        let missing = specs.map(\.name).filter { !existing.contains($0) }
         if configuration.readOnly && !missing.isEmpty {
             throw LedgerError(
                 .readOnly, "the ledger at \(path) was written by an earlier ShareLedger and lacks the databases "
@@ -141,13 +149,34 @@ final class LogStore: Sendable {
         }
         let databases: [Database]
         do {
-            databases = try environment.openDatabases(databaseSpecs)
+            databases = try environment.openDatabases(specs.map { ($0.name, $0.flags) })
         } catch {
             throw LedgerError(error, while: "opening the ledger's databases at \(path)")
         }
         let store = LogStore(environment: environment, databases: databases)
         try store.checkFormat(initialize: !configuration.readOnly)
         return store
+    }
+
+    /// Throws ``LedgerError/Code/formatTooNew`` when the ledger's format version is above this code's,
+    /// reading `meta` without creating or writing anything.
+    private static func refuseNewerFormat(_ environment: Environment, path: String) throws(LedgerError) {
+        let stored: UInt32?
+        do {
+            let meta = try environment.openDatabases([("meta", [])], create: false)[0]
+            stored = try environment.read { txn in
+                try txn.get(meta, key: formatKey).flatMap { bytes in bytes.withUnsafeBytes { BigEndian.uint32($0) } }
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "reading the format version of \(path)")
+        }
+        if let stored, stored > formatVersion { throw tooNew(stored, path: path) }
+    }
+
+    private static func tooNew(_ stored: UInt32, path: String) -> LedgerError {
+        LedgerError(
+            .formatTooNew, "the ledger at \(path) has format version \(stored); this version of "
+                + "ShareLedger reads up to \(formatVersion). Upgrade ShareLedger to open it")
     }
 
     /// Writes the format version of a new ledger, or checks that of an existing one, and checks that
@@ -168,11 +197,7 @@ final class LogStore: Sendable {
             throw LedgerError.wrap(error, while: "reading the format version of \(path)")
         }
         if let stored {
-            guard stored <= LogStore.formatVersion else {
-                throw LedgerError(
-                    .formatTooNew, "the ledger at \(path) has format version \(stored); this version of "
-                        + "ShareLedger reads up to \(LogStore.formatVersion). Upgrade ShareLedger to open it")
-            }
+            guard stored <= LogStore.formatVersion else { throw LogStore.tooNew(stored, path: path) }
             if stored < 2 {
                 try upgradeFromVersion1(initialize: initialize)
             }
@@ -228,7 +253,7 @@ final class LogStore: Sendable {
 
     /// The head: the last log entry's position, hash and recorded time (the log's zero head when it
     /// is empty). The entry's last 32 bytes are its hash; its recorded time is the envelope's field 2.
-    func readHead(_ txn: borrowing Transaction) throws -> LogHead {
+    package func readHead(_ txn: borrowing Transaction) throws -> LogHead {
         try txn.withCursor(log) { cursor in
             guard let entry = try cursor.last() else { return LogHead(position: .start, hash: .zero) }
             guard let position = BigEndian.uint64(entry.key), entry.value.count >= EnvelopeCodec.hashSuffixLength,
@@ -244,7 +269,7 @@ final class LogStore: Sendable {
     // MARK: - Keys
 
     /// container ‖ 0x00 ‖ name.
-    static func scopedKey(container: String, _ name: some Collection<UInt8>) -> [UInt8] {
+    package static func scopedKey(container: String, _ name: some Collection<UInt8>) -> [UInt8] {
         var key = [UInt8]()
         key.reserveCapacity(container.utf8.count + 1 + name.count)
         key.append(contentsOf: container.utf8)
@@ -253,18 +278,18 @@ final class LogStore: Sendable {
         return key
     }
 
-    static func streamKey(container: String, stream: String) -> [UInt8] {
+    package static func streamKey(container: String, stream: String) -> [UInt8] {
         scopedKey(container: container, stream.utf8)
     }
 
-    static func commandKey(container: String, commandID: UUID) -> [UInt8] {
+    package static func commandKey(container: String, commandID: UUID) -> [UInt8] {
         scopedKey(container: container, EnvelopeCodec.bytes(commandID))
     }
 
     // MARK: - Streams and commands
 
     /// A stream's version and the position of its last event; (0, 0) for a stream with no events.
-    func streamRecord(_ txn: borrowing Transaction, key: [UInt8]) throws -> (version: UInt64, last: UInt64) {
+    package func streamRecord(_ txn: borrowing Transaction, key: [UInt8]) throws -> (version: UInt64, last: UInt64) {
         let record = try key.withUnsafeBytes { k in
             try txn.withValue(streams, key: k) { value -> (UInt64, UInt64) in
                 guard value.count == 16, let version = BigEndian.uint64(value), let last = BigEndian.uint64(value, at: 8)
@@ -277,7 +302,7 @@ final class LogStore: Sendable {
         return record ?? (0, 0)
     }
 
-    func writeStreamRecord(_ txn: borrowing Transaction, key: [UInt8], version: UInt64, last: UInt64) throws {
+    package func writeStreamRecord(_ txn: borrowing Transaction, key: [UInt8], version: UInt64, last: UInt64) throws {
         var record = (version.bigEndian, last.bigEndian)
         try withUnsafeBytes(of: &record) { value in
             try key.withUnsafeBytes { k in try txn.put(streams, key: k, value: value) }
@@ -285,7 +310,7 @@ final class LogStore: Sendable {
     }
 
     /// The recorded outcome of a command id, if the ledger has seen it.
-    func commandRecord(_ txn: borrowing Transaction, key: [UInt8]) throws -> (first: UInt64, count: UInt32, streamVersion: UInt64)? {
+    package func commandRecord(_ txn: borrowing Transaction, key: [UInt8]) throws -> (first: UInt64, count: UInt32, streamVersion: UInt64)? {
         try key.withUnsafeBytes { k in
             try txn.withValue(commands, key: k) { raw in
                 guard raw.count == 20, let first = BigEndian.uint64(raw), let count = BigEndian.uint32(raw, at: 8),
@@ -298,7 +323,7 @@ final class LogStore: Sendable {
         }
     }
 
-    func writeCommandRecord(_ txn: borrowing Transaction, key: [UInt8], first: UInt64, count: UInt32, streamVersion: UInt64) throws {
+    package func writeCommandRecord(_ txn: borrowing Transaction, key: [UInt8], first: UInt64, count: UInt32, streamVersion: UInt64) throws {
         try withUnsafeTemporaryAllocation(byteCount: 20, alignment: 8) { buffer in
             buffer.storeBytes(of: first.bigEndian, toByteOffset: 0, as: UInt64.self)
             buffer.storeBytes(of: count.bigEndian, toByteOffset: 8, as: UInt32.self)

@@ -1,0 +1,428 @@
+import DequeModule
+import Foundation
+import LMDB
+import Logging
+import Synchronization
+
+/// An append waiting for the writer thread.
+package struct AppendCommand: Sendable {
+    package var metadata: CommandMetadata
+    package var stream: String
+    package var expectedVersion: ExpectedVersion
+    package var events: [EventDraft]
+    /// Payload bytes, for bounding a batch.
+    package var bytes: Int
+}
+
+/// Work the writer runs inside its write transaction, for a layer built on the log (the sharing
+/// domain's commands, the worker's bookkeeping, an import) or for a raw append.
+///
+/// The step gets the transaction, a cursor on the `log` database and the batch's ``CommitScope``,
+/// through which it appends events (positions, hash chain and stream records are the log's). It
+/// returns its caller's result, which the writer hands over only after the commit. A step that
+/// throws aborts the whole transaction: the writer then runs the batch's steps again one by one, so
+/// only the failing one fails. A step must not block or `await` (it cannot: it is synchronous).
+package typealias CommitStep<Output: Sendable> =
+    @Sendable (borrowing Transaction, borrowing Cursor, inout CommitScope) throws -> Output
+
+/// A queued step with its caller's continuation, type-erased for the writer's queue.
+private struct WriterJob: @unchecked Sendable {
+    // @unchecked: `run` and `fail` capture only the (Sendable) step and the caller's continuation;
+    // the writer calls them on its own thread, and exactly one of the resumers they return or call
+    // resumes the continuation, once.
+    package var bytes: Int
+    /// Runs the step; returns what resumes the caller once the transaction has committed.
+    package var run: (borrowing Transaction, borrowing Cursor, inout CommitScope) throws -> () -> Void
+    /// Resumes the caller with an error (the step failed alone, or the writer no longer takes work).
+    package var fail: (LedgerError) -> Void
+}
+
+/// What a committed transaction did, for observers that keep state derived from the ledger in
+/// memory (caches that must forget what a commit changed before any caller hears of it).
+package struct CommitNotice: Sendable {
+    /// LMDB's id of the committed transaction.
+    package var transactionID: UInt64
+    /// Whether the head moved (events were appended).
+    package var appended: Bool
+    /// The keys the steps declared changed (``CommitScope/invalidate(_:)``).
+    package var invalidatedKeys: [String]
+    /// Whether a step declared that it may have changed anything (``CommitScope/invalidateEverything()``).
+    package var invalidatedEverything: Bool
+}
+
+/// Told about every commit of the writer, on the writer's thread, after the commit and before any
+/// caller of that commit is resumed.
+package protocol CommitObserver: Sendable {
+    /// Called once per committed write transaction.
+    func committed(_ notice: CommitNotice)
+}
+
+/// The writer's state inside one write transaction, lent to each ``CommitStep`` of the batch.
+package struct CommitScope {
+    /// The log's databases.
+    package let store: LogStore
+    /// The time every event of this transaction records, in microseconds since 1970.
+    package let recordedAt: Int64
+    /// The head as the transaction sees it so far: the last event appended (by this batch or before it).
+    package private(set) var head: LogHead
+    fileprivate var invalidatedKeys: [String] = []
+    fileprivate var invalidatedEverything = false
+
+    /// Declares that the step changed state about `key`, for the writer's ``CommitObserver``.
+    package mutating func invalidate(_ key: String) { invalidatedKeys.append(key) }
+
+    /// Declares that the step may have changed anything the observer keeps (maintenance, imports).
+    package mutating func invalidateEverything() { invalidatedEverything = true }
+
+    /// Reads the head again after a step wrote events itself (an import) without ``append(_:)``.
+    package mutating func reloadHead(_ txn: borrowing Transaction) throws {
+        head = try store.readHead(txn)
+    }
+
+    /// One event to append, with everything its envelope holds but the log's own fields.
+    package struct NewEvent {
+        package var metadata: CommandMetadata
+        package var stream: String
+        package var eventType: String
+        package var schemaVersion: UInt32
+        package var payload: [UInt8]
+
+        package init(metadata: CommandMetadata, stream: String, eventType: String, schemaVersion: UInt32, payload: [UInt8]) {
+            self.metadata = metadata
+            self.stream = stream
+            self.eventType = eventType
+            self.schemaVersion = schemaVersion
+            self.payload = payload
+        }
+    }
+
+    /// Appends one event after the head: its position, stream version, stream back-link and hash
+    /// chain come from the transaction's state; it updates the stream record. Returns its position.
+    @discardableResult
+    package mutating func append(_ event: NewEvent, txn: borrowing Transaction, log: borrowing Cursor) throws -> UInt64 {
+        let streamKey = LogStore.streamKey(container: event.metadata.container, stream: event.stream)
+        let (version, streamLast) = try store.streamRecord(txn, key: streamKey)
+        let position = head.position.rawValue + 1
+        try appendEnvelope(
+            event.metadata, stream: event.stream, streamVersion: version + 1, streamPrevious: streamLast,
+            eventType: event.eventType, schemaVersion: event.schemaVersion, payload: event.payload, log: log)
+        try store.writeStreamRecord(txn, key: streamKey, version: version + 1, last: position)
+        return position
+    }
+
+    /// Encodes, chains and appends one envelope at `head + 1` and moves the head; the caller keeps
+    /// the stream record.
+    fileprivate mutating func appendEnvelope(
+        _ metadata: CommandMetadata, stream: String, streamVersion: UInt64, streamPrevious: UInt64, eventType: String,
+        schemaVersion: UInt32, payload: [UInt8], log: borrowing Cursor
+    ) throws {
+        let position = head.position.rawValue + 1
+        let (stored, hash) = EnvelopeCodec.encode(
+            EnvelopeCodec.Fields(
+                position: position, recordedAtMicros: recordedAt, container: metadata.container,
+                actor: metadata.actor, commandID: metadata.commandID, correlationID: metadata.correlationID,
+                causationID: metadata.causationID, schemaVersion: schemaVersion, stream: stream,
+                streamVersion: streamVersion, streamPreviousPosition: streamPrevious, eventType: eventType,
+                payload: payload, previousHash: head.hash.bytes))
+        try BigEndian.withBytes(of: position) { key in
+            try stored.withUnsafeBytes { value in try log.put(key: key, value: value, flags: .append) }
+        }
+        head = LogHead(position: LogPosition(position), hash: EventHash(bytes: hash)!, recordedAtMicros: recordedAt)
+    }
+
+    /// The recorded outcome of a command id in a container, if the ledger has seen it.
+    package func commandRecord(_ txn: borrowing Transaction, _ metadata: CommandMetadata) throws
+        -> (first: UInt64, count: UInt32, streamVersion: UInt64)?
+    {
+        try store.commandRecord(txn, key: LogStore.commandKey(container: metadata.container, commandID: metadata.commandID))
+    }
+
+    /// Records that a command appended `count` events from `first` (idempotency: the id is then refused
+    /// or answered from this record).
+    package func recordCommand(
+        _ txn: borrowing Transaction, _ metadata: CommandMetadata, first: UInt64, count: UInt32, streamVersion: UInt64
+    ) throws {
+        try store.writeCommandRecord(
+            txn, key: LogStore.commandKey(container: metadata.container, commandID: metadata.commandID), first: first,
+            count: count, streamVersion: streamVersion)
+    }
+}
+
+/// The single writer: one dedicated thread that takes the commands callers submit, runs as many as
+/// fit in one write transaction (group commit), commits, and then resumes each caller with its own
+/// outcome.
+///
+/// It knows nothing of what the steps it runs mean: a raw append is a step defined here; the sharing
+/// domain submits its own steps (``CommitStep``).
+///
+/// Rules it keeps (`design.md`, `lmdb-notes.md`):
+/// - Every write transaction begins and ends on this thread, inside one synchronous call.
+/// - Positions are assigned inside the transaction, from the head read in that same
+///   transaction, and become visible only with the commit. Subscribers hear of a new head only after
+///   the commit succeeded.
+/// - A command that fails validation returns its error and writes nothing; the others of its batch
+///   commit. If the batch's transaction fails as a whole (a storage error), each command is run again
+///   alone, so one bad command cannot fail the others.
+///
+/// `@unchecked Sendable`: the queue, flags and observer are guarded by `lock`; everything else is
+/// immutable or itself thread-safe.
+package final class LogWriter: @unchecked Sendable {
+    package typealias Outcome = Result<AppendResult, LedgerError>
+
+    private let store: LogStore
+    private let clock: any LedgerClock
+    private let logger: Logger
+    private let maxBatchCommands: Int
+    private let maxBatchBytes: Int
+    package let notifier: HeadNotifier
+
+    private let lock = ConditionLock()
+    // Guarded by `lock`.
+    private var queue = Deque<WriterJob>()
+    private var stopping = false
+    private var finished = false
+    private var finishWaiters: [CheckedContinuation<Void, Never>] = []
+    private var observer: (any CommitObserver)?
+
+    /// When set, the size (in events) of every committed group, for replaying the same commit pattern
+    /// in a baseline benchmark.
+    package let commitSizes: CommitSizeRecorder?
+
+    /// Commands in `queue`, readable without the lock so the writer can poll briefly before it sleeps.
+    private let pending = Atomic<Int>(0)
+    /// How long the writer polls for new work before it sleeps on the condition variable. Waking a
+    /// sleeping thread (on a VM: a halted vCPU) costs tens of microseconds per hand-off; a short poll
+    /// keeps a caller that answers quickly from paying it.
+    private let spinBeforeSleep: Duration
+
+    // Guarded by `lock`: a pause for tests that need to control which commands share a batch.
+    private var paused = false
+
+    package init(store: LogStore, configuration: EventLog.Configuration, head: LogHead) {
+        self.store = store
+        self.clock = configuration.clock
+        self.logger = configuration.logger
+        self.maxBatchCommands = max(1, configuration.maxBatchCommands)
+        self.maxBatchBytes = max(1, configuration.maxBatchBytes)
+        self.spinBeforeSleep = .microseconds(max(0, configuration.writerPollMicroseconds))
+        self.notifier = HeadNotifier(head: head.position.rawValue)
+        self.commitSizes = configuration.recordsCommitSizes ? CommitSizeRecorder() : nil
+    }
+
+    /// Starts the writer thread.
+    package func start() {
+        let thread = Thread { [self] in self.run() }
+        thread.name = "ShareLedger.writer"
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    /// Sets the observer told about every later commit (before that commit's callers are resumed).
+    package func setCommitObserver(_ observer: any CommitObserver) {
+        lock.withLock { self.observer = observer }
+    }
+
+    /// Queues `command` and returns its outcome once the commit that holds it is durable (per the
+    /// ledger's durability mode).
+    package func submit(_ command: AppendCommand) async -> Outcome {
+        switch await submit(bytes: command.bytes, { [store] txn, log, scope in try LogWriter.apply(command, store: store, txn: txn, log: log, scope: &scope) }) {
+        case .success(let outcome): return outcome
+        case .failure(let error): return .failure(error)
+        }
+    }
+
+    /// Queues `step` for the writer's next transaction and returns its output once the commit that
+    /// holds it is durable, or the error that made it fail alone (a storage error, or a thrown
+    /// ``LedgerError``), or ``LedgerError/Code/closed``.
+    package func submit<Output: Sendable>(bytes: Int, _ step: @escaping CommitStep<Output>) async -> Result<Output, LedgerError> {
+        // Unsafe (unchecked) continuation: each is resumed exactly once, by the writer after the commit
+        // that holds its step (or when the step failed alone), or right here when the writer no
+        // longer takes work.
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Output, LedgerError>, Never>) in
+            let job = WriterJob(
+                bytes: bytes,
+                run: { txn, log, scope in
+                    let output = try step(txn, log, &scope)
+                    return { continuation.resume(returning: .success(output)) }
+                },
+                fail: { error in continuation.resume(returning: .failure(error)) })
+            let accepted = lock.withLock { () -> Bool in
+                guard !stopping else { return false }
+                queue.append(job)
+                pending.add(1, ordering: .releasing)
+                if queue.count == 1 { lock.signal() }
+                return true
+            }
+            if !accepted {
+                job.fail(LedgerError(.closed, "the ledger is closed; open it again to write"))
+            }
+        }
+    }
+
+    /// Stops taking commands, lets the thread commit what is queued, and returns when it has exited.
+    package func stop() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = lock.withLock { () -> Bool in
+                stopping = true
+                lock.signal()
+                if finished { return true }
+                finishWaiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    /// Holds (`true`) or releases (`false`) the writer before its next batch, so that a test can queue
+    /// several commands and have them committed together.
+    package func setPaused(_ value: Bool) {
+        lock.withLock {
+            paused = value
+            lock.signal()
+        }
+    }
+
+    /// Commands waiting for the writer.
+    package var queuedCommands: Int { lock.withLock { queue.count } }
+
+    /// Asks the thread to stop without waiting (used when the log is dropped without `close`).
+    package func requestStop() {
+        lock.withLock {
+            stopping = true
+            lock.signal()
+        }
+    }
+
+    // MARK: - The thread
+
+    private func run() {
+        while let batch = nextBatch() {
+            process(batch)
+        }
+        let waiters = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            finished = true
+            defer { finishWaiters.removeAll() }
+            return finishWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Waits for work and takes one batch, bounded by count and bytes; `nil` when stopping with an
+    /// empty queue.
+    private func nextBatch() -> [WriterJob]? {
+        if pending.load(ordering: .acquiring) == 0 {
+            let deadline = ContinuousClock.now + spinBeforeSleep
+            var spins = 0
+            while pending.load(ordering: .acquiring) == 0 {
+                spins &+= 1
+                if spins & 63 == 0 && ContinuousClock.now >= deadline { break }
+            }
+        }
+        return lock.withLock { () -> [WriterJob]? in
+            while (queue.isEmpty || paused) && !stopping { lock.wait() }
+            guard !queue.isEmpty else { return nil }
+            var batch: [WriterJob] = []
+            batch.reserveCapacity(min(queue.count, maxBatchCommands))
+            var bytes = 0
+            while let next = queue.first, batch.count < maxBatchCommands {
+                if !batch.isEmpty && bytes + next.bytes > maxBatchBytes { break }
+                bytes += next.bytes
+                batch.append(queue.removeFirst())
+            }
+            pending.subtract(batch.count, ordering: .relaxed)
+            return batch
+        }
+    }
+
+    private func process(_ batch: [WriterJob]) {
+        do {
+            let (resumers, startHead, scope, txnID) = try store.environment.write {
+                txn -> ([() -> Void], LogHead, CommitScope, UInt64) in
+                // The head is read inside the transaction, not cached: another process may have
+                // appended since this thread's last commit (LMDB serializes writers across processes).
+                let startHead = try store.readHead(txn)
+                var scope = CommitScope(
+                    store: store, recordedAt: max(startHead.recordedAtMicros, clock.nowMicros()), head: startHead)
+                var resumers: [() -> Void] = []
+                resumers.reserveCapacity(batch.count)
+                try txn.withCursor(store.log) { logCursor in
+                    for job in batch {
+                        resumers.append(try job.run(txn, logCursor, &scope))
+                    }
+                }
+                return (resumers, startHead, scope, txn.id)
+            }
+            let newHead = scope.head
+            // Before any caller hears of the commit (see CommitObserver).
+            if let observer = lock.withLock({ self.observer }) {
+                observer.committed(
+                    CommitNotice(
+                        transactionID: txnID, appended: newHead != startHead, invalidatedKeys: scope.invalidatedKeys,
+                        invalidatedEverything: scope.invalidatedEverything))
+            }
+            if newHead != startHead {
+                commitSizes?.record(Int(newHead.position.rawValue - startHead.position.rawValue))
+                notifier.publish(newHead.position.rawValue)
+            }
+            for resume in resumers { resume() }
+        } catch {
+            if batch.count > 1 {
+                logger.warning(
+                    "group commit failed; running its commands one by one",
+                    metadata: ["commands": "\(batch.count)", "error": "\(error)"])
+                for job in batch { process([job]) }
+            } else {
+                let ledgerError = LedgerError.wrap(error, while: "appending to the log")
+                logger.error("append failed", metadata: ["error": "\(ledgerError)"])
+                batch[0].fail(ledgerError)
+            }
+        }
+    }
+
+    /// Validates one raw append against the state the transaction sees and appends its events.
+    /// Returns a failure (and writes nothing) when the command is refused; throws only for storage
+    /// errors, which abort the whole transaction.
+    private static func apply(
+        _ command: AppendCommand, store: LogStore, txn: borrowing Transaction, log: borrowing Cursor,
+        scope: inout CommitScope
+    ) throws -> Outcome {
+        let metadata = command.metadata
+        if let record = try scope.commandRecord(txn, metadata) {
+            let first = LogPosition(record.first)
+            let last = LogPosition(record.first + UInt64(record.count) - 1)
+            return .success(AppendResult(positions: first...last, streamVersion: record.streamVersion, wasAlreadyApplied: true))
+        }
+        let streamKey = LogStore.streamKey(container: metadata.container, stream: command.stream)
+        let (current, streamLast) = try store.streamRecord(txn, key: streamKey)
+        guard command.expectedVersion.isSatisfied(by: current) else {
+            return .failure(
+                LedgerError(
+                    .wrongExpectedVersion,
+                    "stream \"\(command.stream)\" is at version \(current), the append expected \(command.expectedVersion); "
+                        + "read the stream again and decide anew"))
+        }
+        let first = scope.head.position.rawValue + 1
+        var version = current
+        var streamPrevious = streamLast
+        for draft in command.events {
+            version += 1
+            try scope.appendEnvelope(
+                metadata, stream: command.stream, streamVersion: version, streamPrevious: streamPrevious,
+                eventType: draft.type, schemaVersion: draft.schemaVersion, payload: draft.payload, log: log)
+            streamPrevious = scope.head.position.rawValue
+        }
+        let last = scope.head.position.rawValue
+        try store.writeStreamRecord(txn, key: streamKey, version: version, last: last)
+        try scope.recordCommand(txn, metadata, first: first, count: UInt32(command.events.count), streamVersion: version)
+        return .success(
+            AppendResult(positions: LogPosition(first)...LogPosition(last), streamVersion: version, wasAlreadyApplied: false))
+    }
+}
+
+/// The sizes of group commits, recorded for benchmarks.
+package final class CommitSizeRecorder: Sendable {
+    private let sizes = Mutex<[Int]>([])
+
+    package func record(_ size: Int) { sizes.withLock { $0.append(size) } }
+    package var all: [Int] { sizes.withLock { $0 } }
+}
