@@ -109,7 +109,14 @@ let package = Package(
         // supplies `main`. A plain build makes a replayer that runs corpus files once. Not a product.
         .executableTarget(
             name: "ShareLedgerFuzz",
-            dependencies: ["ShareLedger"],
+            dependencies: ["ShareLedger", "ShareLedgerFuzzSupport"],
+            swiftSettings: strictSettings
+        ),
+        // The fuzz entry points (decode, apply, parse, round-trip), shared by the fuzz targets and the
+        // corpus tests. Not a product: `package` access into ShareLedger.
+        .target(
+            name: "ShareLedgerFuzzSupport",
+            dependencies: ["ShareLedger", .product(name: "SwiftProtobuf", package: "swift-protobuf")],
             swiftSettings: strictSettings
         ),
         // Helpers the test targets share (a temporary directory per test).
@@ -127,6 +134,7 @@ let package = Package(
             name: "ShareLedgerTests",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerFuzzSupport",
                 "LMDB",
                 "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),

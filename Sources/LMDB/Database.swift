@@ -18,6 +18,12 @@ package struct Database: Sendable, Hashable {
     let dbi: MDB_dbi
     /// The flags it was opened with.
     package let flags: DatabaseFlags
+
+    /// A handle that names a table of a store that is not LMDB (an in-memory stand-in). LMDB
+    /// refuses it (`EINVAL`): it belongs to no environment.
+    package static func unattached(name: String, flags: DatabaseFlags = []) -> Database {
+        Database(name: name, dbi: MDB_dbi.max, flags: flags)
+    }
 }
 
 /// Flags for a put.

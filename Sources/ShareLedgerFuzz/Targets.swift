@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerFuzzSupport
 
 /// The fuzz targets. One binary holds them all; `SHARELEDGER_FUZZ_TARGET` (or the replayer's first
 /// argument) picks one.

@@ -1,5 +1,6 @@
 import Foundation
 @testable import ShareLedger
+import ShareLedgerFuzzSupport
 import Testing
 
 /// The committed fuzz corpus (`Fuzz/corpus`, seeds and every input a fuzzer crashed on) replayed

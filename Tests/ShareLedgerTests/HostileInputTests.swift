@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import LMDB
 @testable import ShareLedger
+import ShareLedgerFuzzSupport
 import TestSupport
 import Testing
 

@@ -45,7 +45,7 @@ public enum LogNDJSON {
     }
 
     /// What is wrong with a line.
-    struct LineProblem: Error {
+    package struct LineProblem: Error {
         var text: String
         init(_ text: String) { self.text = text }
     }
@@ -70,7 +70,7 @@ public enum LogNDJSON {
 
     /// Parses one line (without its newline) into the fields to encode and the hash the line claims.
     /// Returns what is wrong instead when the line is not the canonical form of an event.
-    static func parse(_ bytes: ArraySlice<UInt8>) -> Result<(EnvelopeCodec.Fields, EventHash), LineProblem> {
+    package static func parse(_ bytes: ArraySlice<UInt8>) -> Result<(EnvelopeCodec.Fields, EventHash), LineProblem> {
         let line: Line
         do {
             line = try JSONDecoder().decode(Line.self, from: Data(bytes))

@@ -59,9 +59,21 @@ enum StepOutput: Sendable {
     case participantID(String)
 }
 
-/// Builds a step's answer from the read models. It runs after the commit, in the caller's own read
-/// transaction, not on the writer thread: the writer's time goes to deciding and applying only.
-typealias Presentation = @Sendable (borrowing Transaction) throws -> StepOutput
+/// What a step gives its caller, as data: either complete now, or which read-model row to present
+/// after the commit (``Presenter/present(_:container:viewer:_:)``, in the caller's own read
+/// transaction, not on the writer thread: the writer's time goes to deciding and applying only).
+enum StepAnswer: Sendable {
+    /// The answer itself (no row to read).
+    case output(StepOutput)
+    /// The identity of a user of the command's container.
+    case user(name: String)
+    /// A zone of the command's container.
+    case zone(owner: String, zoneName: String)
+    /// A record, by its zone's key and its name; `id` is how the caller named it.
+    case record(zoneKey: UInt64, name: String, id: RecordID)
+    /// A share, as the command's actor may see it.
+    case share(token: String)
+}
 
 /// The outcome of deciding a step: the events to append and, once they are applied, what to return.
 struct Decision {
@@ -69,28 +81,26 @@ struct Decision {
     var outcome: Outcome
 
     enum Outcome {
-        /// Builds the caller's answer from the read models, after the commit.
-        case present(Presentation)
+        /// What to answer the caller, after the commit.
+        case answer(StepAnswer)
         /// The step failed (its events, if any, still record the attempt: a failed metadata fetch).
         case failed(LedgerError)
     }
 
-    static func output(_ events: [PendingEvent], _ present: @escaping Presentation)
-        -> Decision
-    {
-        Decision(events: events, outcome: .present(present))
+    static func output(_ events: [PendingEvent], _ answer: StepAnswer) -> Decision {
+        Decision(events: events, outcome: .answer(answer))
     }
 
-    static func output(_ present: @escaping Presentation) -> Decision {
-        Decision(events: [], outcome: .present(present))
+    static func output(_ answer: StepAnswer) -> Decision {
+        Decision(events: [], outcome: .answer(answer))
     }
 
     static func output(_ events: [PendingEvent], _ value: StepOutput) -> Decision {
-        Decision(events: events, outcome: .present({ _ in value }))
+        Decision(events: events, outcome: .answer(.output(value)))
     }
 
     static func output(_ value: StepOutput) -> Decision {
-        Decision(events: [], outcome: .present({ _ in value }))
+        Decision(events: [], outcome: .answer(.output(value)))
     }
 }
 
@@ -105,7 +115,7 @@ struct DomainCommand: Sendable {
 
 /// What a domain command did: one result per step, in order.
 struct DomainOutcome: Sendable {
-    var results: [Result<Presentation, LedgerError>]
+    var results: [Result<StepAnswer, LedgerError>]
     /// The positions of the events the command appended (nil when it appended none).
     var positions: ClosedRange<LogPosition>?
 }

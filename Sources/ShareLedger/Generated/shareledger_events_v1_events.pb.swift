@@ -37,19 +37,19 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
 }
 
 /// CloudKit's CKShare.ParticipantPermission raw values.
-nonisolated enum Shareledger_Events_V1_Permission: SwiftProtobuf.Enum, Swift.CaseIterable {
-  typealias RawValue = Int
+package nonisolated enum Shareledger_Events_V1_Permission: SwiftProtobuf.Enum, Swift.CaseIterable {
+  package typealias RawValue = Int
   case unknown // = 0
   case none // = 1
   case readOnly // = 2
   case readWrite // = 3
   case UNRECOGNIZED(Int)
 
-  init() {
+  package init() {
     self = .unknown
   }
 
-  init?(rawValue: Int) {
+  package init?(rawValue: Int) {
     switch rawValue {
     case 0: self = .unknown
     case 1: self = .none
@@ -59,7 +59,7 @@ nonisolated enum Shareledger_Events_V1_Permission: SwiftProtobuf.Enum, Swift.Cas
     }
   }
 
-  var rawValue: Int {
+  package var rawValue: Int {
     switch self {
     case .unknown: return 0
     case .none: return 1
@@ -70,7 +70,7 @@ nonisolated enum Shareledger_Events_V1_Permission: SwiftProtobuf.Enum, Swift.Cas
   }
 
   // The compiler won't synthesize support with the UNRECOGNIZED case.
-  static let allCases: [Shareledger_Events_V1_Permission] = [
+  package static let allCases: [Shareledger_Events_V1_Permission] = [
     .unknown,
     .none,
     .readOnly,
@@ -80,8 +80,8 @@ nonisolated enum Shareledger_Events_V1_Permission: SwiftProtobuf.Enum, Swift.Cas
 }
 
 /// CloudKit's CKShare.ParticipantRole raw values.
-nonisolated enum Shareledger_Events_V1_Role: SwiftProtobuf.Enum, Swift.CaseIterable {
-  typealias RawValue = Int
+package nonisolated enum Shareledger_Events_V1_Role: SwiftProtobuf.Enum, Swift.CaseIterable {
+  package typealias RawValue = Int
   case unknown // = 0
   case owner // = 1
   case administrator // = 2
@@ -89,11 +89,11 @@ nonisolated enum Shareledger_Events_V1_Role: SwiftProtobuf.Enum, Swift.CaseItera
   case publicUser // = 4
   case UNRECOGNIZED(Int)
 
-  init() {
+  package init() {
     self = .unknown
   }
 
-  init?(rawValue: Int) {
+  package init?(rawValue: Int) {
     switch rawValue {
     case 0: self = .unknown
     case 1: self = .owner
@@ -104,7 +104,7 @@ nonisolated enum Shareledger_Events_V1_Role: SwiftProtobuf.Enum, Swift.CaseItera
     }
   }
 
-  var rawValue: Int {
+  package var rawValue: Int {
     switch self {
     case .unknown: return 0
     case .owner: return 1
@@ -116,7 +116,7 @@ nonisolated enum Shareledger_Events_V1_Role: SwiftProtobuf.Enum, Swift.CaseItera
   }
 
   // The compiler won't synthesize support with the UNRECOGNIZED case.
-  static let allCases: [Shareledger_Events_V1_Role] = [
+  package static let allCases: [Shareledger_Events_V1_Role] = [
     .unknown,
     .owner,
     .administrator,
@@ -127,19 +127,19 @@ nonisolated enum Shareledger_Events_V1_Role: SwiftProtobuf.Enum, Swift.CaseItera
 }
 
 /// CloudKit's CKShare.ParticipantAcceptanceStatus raw values.
-nonisolated enum Shareledger_Events_V1_AcceptanceStatus: SwiftProtobuf.Enum, Swift.CaseIterable {
-  typealias RawValue = Int
+package nonisolated enum Shareledger_Events_V1_AcceptanceStatus: SwiftProtobuf.Enum, Swift.CaseIterable {
+  package typealias RawValue = Int
   case statusUnknown // = 0
   case statusPending // = 1
   case statusAccepted // = 2
   case statusRemoved // = 3
   case UNRECOGNIZED(Int)
 
-  init() {
+  package init() {
     self = .statusUnknown
   }
 
-  init?(rawValue: Int) {
+  package init?(rawValue: Int) {
     switch rawValue {
     case 0: self = .statusUnknown
     case 1: self = .statusPending
@@ -149,7 +149,7 @@ nonisolated enum Shareledger_Events_V1_AcceptanceStatus: SwiftProtobuf.Enum, Swi
     }
   }
 
-  var rawValue: Int {
+  package var rawValue: Int {
     switch self {
     case .statusUnknown: return 0
     case .statusPending: return 1
@@ -160,7 +160,7 @@ nonisolated enum Shareledger_Events_V1_AcceptanceStatus: SwiftProtobuf.Enum, Swi
   }
 
   // The compiler won't synthesize support with the UNRECOGNIZED case.
-  static let allCases: [Shareledger_Events_V1_AcceptanceStatus] = [
+  package static let allCases: [Shareledger_Events_V1_AcceptanceStatus] = [
     .statusUnknown,
     .statusPending,
     .statusAccepted,
@@ -170,140 +170,140 @@ nonisolated enum Shareledger_Events_V1_AcceptanceStatus: SwiftProtobuf.Enum, Swi
 }
 
 /// How a user is looked up: exactly one of the three is set.
-nonisolated struct Shareledger_Events_V1_LookupInfo: Sendable {
+package nonisolated struct Shareledger_Events_V1_LookupInfo: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var emailAddress: String = String()
+  package var emailAddress: String = String()
 
-  var phoneNumber: String = String()
+  package var phoneNumber: String = String()
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A person's name, the parts of Foundation's PersonNameComponents a CloudKit user identity shows.
-nonisolated struct Shareledger_Events_V1_PersonName: Sendable {
+package nonisolated struct Shareledger_Events_V1_PersonName: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var givenName: String = String()
+  package var givenName: String = String()
 
-  var familyName: String = String()
+  package var familyName: String = String()
 
-  var middleName: String = String()
+  package var middleName: String = String()
 
-  var nickname: String = String()
+  package var nickname: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A user registered an account in the container (envelope.container). Stream "user/<name>".
 ///
 /// Schema version 2. Version 1 (UserRegisteredV1 in legacy.proto) had given_name = 4 and
 /// family_name = 5 at the top level and no middle name or nickname; DomainEvent upcasts it on read.
-nonisolated struct Shareledger_Events_V1_UserRegistered: Sendable {
+package nonisolated struct Shareledger_Events_V1_UserRegistered: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var emailAddress: String = String()
+  package var emailAddress: String = String()
 
-  var phoneNumber: String = String()
+  package var phoneNumber: String = String()
 
-  var name: Shareledger_Events_V1_PersonName {
+  package var name: Shareledger_Events_V1_PersonName {
     get {_name ?? Shareledger_Events_V1_PersonName()}
     set {_name = newValue}
   }
   /// Returns true if `name` has been explicitly set.
-  var hasName: Bool {self._name != nil}
+  package var hasName: Bool {self._name != nil}
   /// Clears the value of `name`. Subsequent reads from it will return its default value.
-  mutating func clearName() {self._name = nil}
+  package mutating func clearName() {self._name = nil}
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 
   fileprivate var _name: Shareledger_Events_V1_PersonName? = nil
 }
 
 /// A record zone was created in the owner's private database. Stream "zone/<owner>/<zone>".
-nonisolated struct Shareledger_Events_V1_ZoneCreated: Sendable {
+package nonisolated struct Shareledger_Events_V1_ZoneCreated: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
   /// CloudKit's capability bits: fetchChanges 1, atomic 2, sharing 4, zoneWideSharing 8.
-  var capabilities: UInt32 = 0
+  package var capabilities: UInt32 = 0
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A record zone and everything in it were deleted. Its shares get ShareDeleted events of their own
 /// (cause ZONE_DELETED) in the same command, before this one.
-nonisolated struct Shareledger_Events_V1_ZoneDeleted: Sendable {
+package nonisolated struct Shareledger_Events_V1_ZoneDeleted: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A reference to a record in the same zone.
-nonisolated struct Shareledger_Events_V1_Reference: Sendable {
+package nonisolated struct Shareledger_Events_V1_Reference: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var recordName: String = String()
+  package var recordName: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
-nonisolated struct Shareledger_Events_V1_FieldValueList: Sendable {
+package nonisolated struct Shareledger_Events_V1_FieldValueList: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var values: [Shareledger_Events_V1_FieldValue] = []
+  package var values: [Shareledger_Events_V1_FieldValue] = []
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A typed field value of a record.
-nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
+package nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var value: Shareledger_Events_V1_FieldValue.OneOf_Value? = nil
+  package var value: Shareledger_Events_V1_FieldValue.OneOf_Value? = nil
 
-  var stringValue: String {
+  package var stringValue: String {
     get {
       if case .stringValue(let v)? = value {return v}
       return String()
@@ -311,7 +311,7 @@ nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
     set {value = .stringValue(newValue)}
   }
 
-  var int64Value: Int64 {
+  package var int64Value: Int64 {
     get {
       if case .int64Value(let v)? = value {return v}
       return 0
@@ -319,7 +319,7 @@ nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
     set {value = .int64Value(newValue)}
   }
 
-  var doubleValue: Double {
+  package var doubleValue: Double {
     get {
       if case .doubleValue(let v)? = value {return v}
       return 0
@@ -328,7 +328,7 @@ nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
   }
 
   /// Microseconds since 1970-01-01T00:00:00Z.
-  var dateMicros: Int64 {
+  package var dateMicros: Int64 {
     get {
       if case .dateMicros(let v)? = value {return v}
       return 0
@@ -336,7 +336,7 @@ nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
     set {value = .dateMicros(newValue)}
   }
 
-  var bytesValue: Data {
+  package var bytesValue: Data {
     get {
       if case .bytesValue(let v)? = value {return v}
       return Data()
@@ -344,7 +344,7 @@ nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
     set {value = .bytesValue(newValue)}
   }
 
-  var reference: Shareledger_Events_V1_Reference {
+  package var reference: Shareledger_Events_V1_Reference {
     get {
       if case .reference(let v)? = value {return v}
       return Shareledger_Events_V1_Reference()
@@ -352,7 +352,7 @@ nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
     set {value = .reference(newValue)}
   }
 
-  var list: Shareledger_Events_V1_FieldValueList {
+  package var list: Shareledger_Events_V1_FieldValueList {
     get {
       if case .list(let v)? = value {return v}
       return Shareledger_Events_V1_FieldValueList()
@@ -360,9 +360,9 @@ nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
     set {value = .list(newValue)}
   }
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  nonisolated enum OneOf_Value: Equatable, Sendable {
+  package nonisolated enum OneOf_Value: Equatable, Sendable {
     case stringValue(String)
     case int64Value(Int64)
     case doubleValue(Double)
@@ -374,133 +374,133 @@ nonisolated struct Shareledger_Events_V1_FieldValue: Sendable {
 
   }
 
-  init() {}
+  package init() {}
 }
 
-nonisolated struct Shareledger_Events_V1_Field: Sendable {
+package nonisolated struct Shareledger_Events_V1_Field: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var key: String = String()
+  package var key: String = String()
 
-  var value: Shareledger_Events_V1_FieldValue {
+  package var value: Shareledger_Events_V1_FieldValue {
     get {_value ?? Shareledger_Events_V1_FieldValue()}
     set {_value = newValue}
   }
   /// Returns true if `value` has been explicitly set.
-  var hasValue: Bool {self._value != nil}
+  package var hasValue: Bool {self._value != nil}
   /// Clears the value of `value`. Subsequent reads from it will return its default value.
-  mutating func clearValue() {self._value = nil}
+  package mutating func clearValue() {self._value = nil}
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 
   fileprivate var _value: Shareledger_Events_V1_FieldValue? = nil
 }
 
 /// A record was created or changed: the whole record as saved (fields sorted by key). Stream of its zone.
-nonisolated struct Shareledger_Events_V1_RecordSaved: Sendable {
+package nonisolated struct Shareledger_Events_V1_RecordSaved: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
-  var recordName: String = String()
+  package var recordName: String = String()
 
-  var recordType: String = String()
+  package var recordType: String = String()
 
-  var fields: [Shareledger_Events_V1_Field] = []
+  package var fields: [Shareledger_Events_V1_Field] = []
 
   /// The record's parent (same zone); empty for none.
-  var parentRecordName: String = String()
+  package var parentRecordName: String = String()
 
   /// The change tag the record has after this save.
-  var changeTag: UInt64 = 0
+  package var changeTag: UInt64 = 0
 
   /// True when the record did not exist before.
-  var created: Bool = false
+  package var created: Bool = false
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A record was deleted. If it was the root of a share, a ShareDeleted (cause ROOT_DELETED) precedes it.
-nonisolated struct Shareledger_Events_V1_RecordDeleted: Sendable {
+package nonisolated struct Shareledger_Events_V1_RecordDeleted: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
-  var recordName: String = String()
+  package var recordName: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A share was created (or an old share's URL token was reused for a new share of the same root).
 /// Stream "share/<token>". The owner becomes participant `owner_participant_id`, accepted.
-nonisolated struct Shareledger_Events_V1_ShareCreated: Sendable {
+package nonisolated struct Shareledger_Events_V1_ShareCreated: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
   /// "cloudkit.zoneshare" for a zone-wide share.
-  var shareRecordName: String = String()
+  package var shareRecordName: String = String()
 
   /// The root record of a hierarchy share; empty for a zone-wide share.
-  var rootRecordName: String = String()
+  package var rootRecordName: String = String()
 
-  var title: String = String()
+  package var title: String = String()
 
-  var publicPermission: Shareledger_Events_V1_Permission = .unknown
+  package var publicPermission: Shareledger_Events_V1_Permission = .unknown
 
-  var ownerParticipantID: String = String()
+  package var ownerParticipantID: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A share was deleted: by its owner, by deleting its root record, or with its zone.
-nonisolated struct Shareledger_Events_V1_ShareDeleted: Sendable {
+package nonisolated struct Shareledger_Events_V1_ShareDeleted: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var cause: Shareledger_Events_V1_ShareDeleted.Cause = .ownerDeletedShare
+  package var cause: Shareledger_Events_V1_ShareDeleted.Cause = .ownerDeletedShare
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  nonisolated enum Cause: SwiftProtobuf.Enum, Swift.CaseIterable {
-    typealias RawValue = Int
+  package nonisolated enum Cause: SwiftProtobuf.Enum, Swift.CaseIterable {
+    package typealias RawValue = Int
     case ownerDeletedShare // = 0
     case rootDeleted // = 1
     case zoneDeleted // = 2
     case UNRECOGNIZED(Int)
 
-    init() {
+    package init() {
       self = .ownerDeletedShare
     }
 
-    init?(rawValue: Int) {
+    package init?(rawValue: Int) {
       switch rawValue {
       case 0: self = .ownerDeletedShare
       case 1: self = .rootDeleted
@@ -509,7 +509,7 @@ nonisolated struct Shareledger_Events_V1_ShareDeleted: Sendable {
       }
     }
 
-    var rawValue: Int {
+    package var rawValue: Int {
       switch self {
       case .ownerDeletedShare: return 0
       case .rootDeleted: return 1
@@ -519,7 +519,7 @@ nonisolated struct Shareledger_Events_V1_ShareDeleted: Sendable {
     }
 
     // The compiler won't synthesize support with the UNRECOGNIZED case.
-    static let allCases: [Shareledger_Events_V1_ShareDeleted.Cause] = [
+    package static let allCases: [Shareledger_Events_V1_ShareDeleted.Cause] = [
       .ownerDeletedShare,
       .rootDeleted,
       .zoneDeleted,
@@ -527,121 +527,121 @@ nonisolated struct Shareledger_Events_V1_ShareDeleted: Sendable {
 
   }
 
-  init() {}
+  package init() {}
 }
 
 /// The share's title changed.
-nonisolated struct Shareledger_Events_V1_ShareTitleChanged: Sendable {
+package nonisolated struct Shareledger_Events_V1_ShareTitleChanged: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var title: String = String()
+  package var title: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// The public permission changed. Participants dropped by the change get ParticipantRemoved events
 /// (reason PUBLIC_PERMISSION_CHANGED) in the same command, after this one.
-nonisolated struct Shareledger_Events_V1_PublicPermissionChanged: Sendable {
+package nonisolated struct Shareledger_Events_V1_PublicPermissionChanged: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var oldPermission: Shareledger_Events_V1_Permission = .unknown
+  package var oldPermission: Shareledger_Events_V1_Permission = .unknown
 
-  var newPermission: Shareledger_Events_V1_Permission = .unknown
+  package var newPermission: Shareledger_Events_V1_Permission = .unknown
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A participant was invited (status pending), or a removed participant invited again (same id).
-nonisolated struct Shareledger_Events_V1_ParticipantAdded: Sendable {
+package nonisolated struct Shareledger_Events_V1_ParticipantAdded: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var participantID: String = String()
+  package var participantID: String = String()
 
   /// The matched account; empty for an identity with no account (hasiCloudAccount == false).
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
   /// How the participant was looked up (what the invitation was addressed to).
-  var lookupInfo: Shareledger_Events_V1_LookupInfo {
+  package var lookupInfo: Shareledger_Events_V1_LookupInfo {
     get {_lookupInfo ?? Shareledger_Events_V1_LookupInfo()}
     set {_lookupInfo = newValue}
   }
   /// Returns true if `lookupInfo` has been explicitly set.
-  var hasLookupInfo: Bool {self._lookupInfo != nil}
+  package var hasLookupInfo: Bool {self._lookupInfo != nil}
   /// Clears the value of `lookupInfo`. Subsequent reads from it will return its default value.
-  mutating func clearLookupInfo() {self._lookupInfo = nil}
+  package mutating func clearLookupInfo() {self._lookupInfo = nil}
 
-  var role: Shareledger_Events_V1_Role = .unknown
+  package var role: Shareledger_Events_V1_Role = .unknown
 
-  var permission: Shareledger_Events_V1_Permission = .unknown
+  package var permission: Shareledger_Events_V1_Permission = .unknown
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 
   fileprivate var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
 }
 
 /// A participant's permission or role changed.
-nonisolated struct Shareledger_Events_V1_ParticipantUpdated: Sendable {
+package nonisolated struct Shareledger_Events_V1_ParticipantUpdated: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var participantID: String = String()
+  package var participantID: String = String()
 
-  var role: Shareledger_Events_V1_Role = .unknown
+  package var role: Shareledger_Events_V1_Role = .unknown
 
-  var permission: Shareledger_Events_V1_Permission = .unknown
+  package var permission: Shareledger_Events_V1_Permission = .unknown
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A participant left or was removed (status removed).
-nonisolated struct Shareledger_Events_V1_ParticipantRemoved: Sendable {
+package nonisolated struct Shareledger_Events_V1_ParticipantRemoved: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var participantID: String = String()
+  package var participantID: String = String()
 
-  var reason: Shareledger_Events_V1_ParticipantRemoved.Reason = .removed
+  package var reason: Shareledger_Events_V1_ParticipantRemoved.Reason = .removed
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  nonisolated enum Reason: SwiftProtobuf.Enum, Swift.CaseIterable {
-    typealias RawValue = Int
+  package nonisolated enum Reason: SwiftProtobuf.Enum, Swift.CaseIterable {
+    package typealias RawValue = Int
     case removed // = 0
     case left // = 1
     case publicPermissionChanged // = 2
     case UNRECOGNIZED(Int)
 
-    init() {
+    package init() {
       self = .removed
     }
 
-    init?(rawValue: Int) {
+    package init?(rawValue: Int) {
       switch rawValue {
       case 0: self = .removed
       case 1: self = .left
@@ -650,7 +650,7 @@ nonisolated struct Shareledger_Events_V1_ParticipantRemoved: Sendable {
       }
     }
 
-    var rawValue: Int {
+    package var rawValue: Int {
       switch self {
       case .removed: return 0
       case .left: return 1
@@ -660,7 +660,7 @@ nonisolated struct Shareledger_Events_V1_ParticipantRemoved: Sendable {
     }
 
     // The compiler won't synthesize support with the UNRECOGNIZED case.
-    static let allCases: [Shareledger_Events_V1_ParticipantRemoved.Reason] = [
+    package static let allCases: [Shareledger_Events_V1_ParticipantRemoved.Reason] = [
       .removed,
       .left,
       .publicPermissionChanged,
@@ -668,138 +668,138 @@ nonisolated struct Shareledger_Events_V1_ParticipantRemoved: Sendable {
 
   }
 
-  init() {}
+  package init() {}
 }
 
 /// A signed-in user asked to prove an email or phone of a pending participant with no account. The
 /// ledger keeps only the SHA-256 of the one-time code it handed to the host application.
-nonisolated struct Shareledger_Events_V1_VerificationRequested: Sendable {
+package nonisolated struct Shareledger_Events_V1_VerificationRequested: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var participantID: String = String()
+  package var participantID: String = String()
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var codeSha256: Data = Data()
+  package var codeSha256: Data = Data()
 
-  var expiresAtMicros: Int64 = 0
+  package var expiresAtMicros: Int64 = 0
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// The user proved the participant's email or phone: the participant is now that user's.
-nonisolated struct Shareledger_Events_V1_ParticipantVerified: Sendable {
+package nonisolated struct Shareledger_Events_V1_ParticipantVerified: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var participantID: String = String()
+  package var participantID: String = String()
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A user accepted a share (status accepted). For a public share the user is first added as a
 /// public user (a ParticipantAdded in the same command). Schedules the residual task that creates
 /// the zone in the user's shared database.
-nonisolated struct Shareledger_Events_V1_ShareAccepted: Sendable {
+package nonisolated struct Shareledger_Events_V1_ShareAccepted: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var token: String = String()
+  package var token: String = String()
 
-  var participantID: String = String()
+  package var participantID: String = String()
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// A user (envelope.actor) fetched the metadata of a share URL, with the outcome. Stream
 /// "user/<caller>" (or "anonymous" without an account).
-nonisolated struct Shareledger_Events_V1_ShareMetadataFetched: Sendable {
+package nonisolated struct Shareledger_Events_V1_ShareMetadataFetched: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   /// The token of the URL, as given (it may not be a valid token).
-  var token: String = String()
+  package var token: String = String()
 
   /// 0 on success, else the LedgerError code number of the outcome.
-  var errorCode: Int32 = 0
+  package var errorCode: Int32 = 0
 
   /// On success: what the metadata said of the caller.
-  var participantRole: Shareledger_Events_V1_Role = .unknown
+  package var participantRole: Shareledger_Events_V1_Role = .unknown
 
-  var participantStatus: Shareledger_Events_V1_AcceptanceStatus = .statusUnknown
+  package var participantStatus: Shareledger_Events_V1_AcceptanceStatus = .statusUnknown
 
-  var participantPermission: Shareledger_Events_V1_Permission = .unknown
+  package var participantPermission: Shareledger_Events_V1_Permission = .unknown
 
-  var rootRecordFetched: Bool = false
+  package var rootRecordFetched: Bool = false
 
   /// The container the share belongs to (empty when the share was not found).
-  var shareContainer: String = String()
+  package var shareContainer: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// The residual task of an acceptance is done: the owner's zone now appears in the participant's
 /// shared database.
-nonisolated struct Shareledger_Events_V1_ParticipantZoneCreated: Sendable {
+package nonisolated struct Shareledger_Events_V1_ParticipantZoneCreated: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
   /// The outbox entry this completes.
-  var taskID: UInt64 = 0
+  package var taskID: UInt64 = 0
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// The residual task of a removal is done: the zone left the participant's shared database, unless
 /// the user still has an accepted share in that zone (zone_kept).
-nonisolated struct Shareledger_Events_V1_ParticipantZoneRemoved: Sendable {
+package nonisolated struct Shareledger_Events_V1_ParticipantZoneRemoved: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
-  var taskID: UInt64 = 0
+  package var taskID: UInt64 = 0
 
-  var zoneKept: Bool = false
+  package var zoneKept: Bool = false
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
@@ -807,22 +807,22 @@ nonisolated struct Shareledger_Events_V1_ParticipantZoneRemoved: Sendable {
 fileprivate nonisolated let _protobuf_package = "shareledger.events.v1"
 
 nonisolated extension Shareledger_Events_V1_Permission: SwiftProtobuf._ProtoNameProviding {
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PERMISSION_UNKNOWN\0\u{1}PERMISSION_NONE\0\u{1}PERMISSION_READ_ONLY\0\u{1}PERMISSION_READ_WRITE\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PERMISSION_UNKNOWN\0\u{1}PERMISSION_NONE\0\u{1}PERMISSION_READ_ONLY\0\u{1}PERMISSION_READ_WRITE\0")
 }
 
 nonisolated extension Shareledger_Events_V1_Role: SwiftProtobuf._ProtoNameProviding {
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ROLE_UNKNOWN\0\u{1}ROLE_OWNER\0\u{1}ROLE_ADMINISTRATOR\0\u{1}ROLE_PRIVATE_USER\0\u{1}ROLE_PUBLIC_USER\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ROLE_UNKNOWN\0\u{1}ROLE_OWNER\0\u{1}ROLE_ADMINISTRATOR\0\u{1}ROLE_PRIVATE_USER\0\u{1}ROLE_PUBLIC_USER\0")
 }
 
 nonisolated extension Shareledger_Events_V1_AcceptanceStatus: SwiftProtobuf._ProtoNameProviding {
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STATUS_UNKNOWN\0\u{1}STATUS_PENDING\0\u{1}STATUS_ACCEPTED\0\u{1}STATUS_REMOVED\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STATUS_UNKNOWN\0\u{1}STATUS_PENDING\0\u{1}STATUS_ACCEPTED\0\u{1}STATUS_REMOVED\0")
 }
 
 nonisolated extension Shareledger_Events_V1_LookupInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".LookupInfo"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}user_record_name\0")
+  package static let protoMessageName: String = _protobuf_package + ".LookupInfo"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}user_record_name\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -836,7 +836,7 @@ nonisolated extension Shareledger_Events_V1_LookupInfo: SwiftProtobuf.Message, S
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.emailAddress.isEmpty {
       try visitor.visitSingularStringField(value: self.emailAddress, fieldNumber: 1)
     }
@@ -849,7 +849,7 @@ nonisolated extension Shareledger_Events_V1_LookupInfo: SwiftProtobuf.Message, S
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_LookupInfo, rhs: Shareledger_Events_V1_LookupInfo) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_LookupInfo, rhs: Shareledger_Events_V1_LookupInfo) -> Bool {
     if lhs.emailAddress != rhs.emailAddress {return false}
     if lhs.phoneNumber != rhs.phoneNumber {return false}
     if lhs.userRecordName != rhs.userRecordName {return false}
@@ -859,10 +859,10 @@ nonisolated extension Shareledger_Events_V1_LookupInfo: SwiftProtobuf.Message, S
 }
 
 nonisolated extension Shareledger_Events_V1_PersonName: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".PersonName"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}given_name\0\u{3}family_name\0\u{3}middle_name\0\u{1}nickname\0")
+  package static let protoMessageName: String = _protobuf_package + ".PersonName"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}given_name\0\u{3}family_name\0\u{3}middle_name\0\u{1}nickname\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -877,7 +877,7 @@ nonisolated extension Shareledger_Events_V1_PersonName: SwiftProtobuf.Message, S
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.givenName.isEmpty {
       try visitor.visitSingularStringField(value: self.givenName, fieldNumber: 1)
     }
@@ -893,7 +893,7 @@ nonisolated extension Shareledger_Events_V1_PersonName: SwiftProtobuf.Message, S
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_PersonName, rhs: Shareledger_Events_V1_PersonName) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_PersonName, rhs: Shareledger_Events_V1_PersonName) -> Bool {
     if lhs.givenName != rhs.givenName {return false}
     if lhs.familyName != rhs.familyName {return false}
     if lhs.middleName != rhs.middleName {return false}
@@ -904,10 +904,10 @@ nonisolated extension Shareledger_Events_V1_PersonName: SwiftProtobuf.Message, S
 }
 
 nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".UserRegistered"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}email_address\0\u{3}phone_number\0\u{2}\u{3}name\0\u{b}given_name\0\u{b}family_name\0\u{c}\u{4}\u{1}\u{c}\u{5}\u{1}")
+  package static let protoMessageName: String = _protobuf_package + ".UserRegistered"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}email_address\0\u{3}phone_number\0\u{2}\u{3}name\0\u{b}given_name\0\u{b}family_name\0\u{c}\u{4}\u{1}\u{c}\u{5}\u{1}")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -922,7 +922,7 @@ nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Messag
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     // The use of inline closures is to circumvent an issue where the compiler
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
@@ -942,7 +942,7 @@ nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Messag
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_UserRegistered, rhs: Shareledger_Events_V1_UserRegistered) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_UserRegistered, rhs: Shareledger_Events_V1_UserRegistered) -> Bool {
     if lhs.userRecordName != rhs.userRecordName {return false}
     if lhs.emailAddress != rhs.emailAddress {return false}
     if lhs.phoneNumber != rhs.phoneNumber {return false}
@@ -953,10 +953,10 @@ nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Messag
 }
 
 nonisolated extension Shareledger_Events_V1_ZoneCreated: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ZoneCreated"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{1}capabilities\0")
+  package static let protoMessageName: String = _protobuf_package + ".ZoneCreated"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{1}capabilities\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -970,7 +970,7 @@ nonisolated extension Shareledger_Events_V1_ZoneCreated: SwiftProtobuf.Message, 
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.ownerName.isEmpty {
       try visitor.visitSingularStringField(value: self.ownerName, fieldNumber: 1)
     }
@@ -983,7 +983,7 @@ nonisolated extension Shareledger_Events_V1_ZoneCreated: SwiftProtobuf.Message, 
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ZoneCreated, rhs: Shareledger_Events_V1_ZoneCreated) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ZoneCreated, rhs: Shareledger_Events_V1_ZoneCreated) -> Bool {
     if lhs.ownerName != rhs.ownerName {return false}
     if lhs.zoneName != rhs.zoneName {return false}
     if lhs.capabilities != rhs.capabilities {return false}
@@ -993,10 +993,10 @@ nonisolated extension Shareledger_Events_V1_ZoneCreated: SwiftProtobuf.Message, 
 }
 
 nonisolated extension Shareledger_Events_V1_ZoneDeleted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ZoneDeleted"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0")
+  package static let protoMessageName: String = _protobuf_package + ".ZoneDeleted"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1009,7 +1009,7 @@ nonisolated extension Shareledger_Events_V1_ZoneDeleted: SwiftProtobuf.Message, 
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.ownerName.isEmpty {
       try visitor.visitSingularStringField(value: self.ownerName, fieldNumber: 1)
     }
@@ -1019,7 +1019,7 @@ nonisolated extension Shareledger_Events_V1_ZoneDeleted: SwiftProtobuf.Message, 
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ZoneDeleted, rhs: Shareledger_Events_V1_ZoneDeleted) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ZoneDeleted, rhs: Shareledger_Events_V1_ZoneDeleted) -> Bool {
     if lhs.ownerName != rhs.ownerName {return false}
     if lhs.zoneName != rhs.zoneName {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
@@ -1028,10 +1028,10 @@ nonisolated extension Shareledger_Events_V1_ZoneDeleted: SwiftProtobuf.Message, 
 }
 
 nonisolated extension Shareledger_Events_V1_Reference: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".Reference"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}record_name\0")
+  package static let protoMessageName: String = _protobuf_package + ".Reference"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}record_name\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1043,14 +1043,14 @@ nonisolated extension Shareledger_Events_V1_Reference: SwiftProtobuf.Message, Sw
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.recordName.isEmpty {
       try visitor.visitSingularStringField(value: self.recordName, fieldNumber: 1)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_Reference, rhs: Shareledger_Events_V1_Reference) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_Reference, rhs: Shareledger_Events_V1_Reference) -> Bool {
     if lhs.recordName != rhs.recordName {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
@@ -1058,10 +1058,10 @@ nonisolated extension Shareledger_Events_V1_Reference: SwiftProtobuf.Message, Sw
 }
 
 nonisolated extension Shareledger_Events_V1_FieldValueList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".FieldValueList"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}values\0")
+  package static let protoMessageName: String = _protobuf_package + ".FieldValueList"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}values\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1073,14 +1073,14 @@ nonisolated extension Shareledger_Events_V1_FieldValueList: SwiftProtobuf.Messag
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.values.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.values, fieldNumber: 1)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_FieldValueList, rhs: Shareledger_Events_V1_FieldValueList) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_FieldValueList, rhs: Shareledger_Events_V1_FieldValueList) -> Bool {
     if lhs.values != rhs.values {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
@@ -1088,10 +1088,10 @@ nonisolated extension Shareledger_Events_V1_FieldValueList: SwiftProtobuf.Messag
 }
 
 nonisolated extension Shareledger_Events_V1_FieldValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".FieldValue"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}string_value\0\u{3}int64_value\0\u{3}double_value\0\u{3}date_micros\0\u{3}bytes_value\0\u{1}reference\0\u{1}list\0")
+  package static let protoMessageName: String = _protobuf_package + ".FieldValue"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}string_value\0\u{3}int64_value\0\u{3}double_value\0\u{3}date_micros\0\u{3}bytes_value\0\u{1}reference\0\u{1}list\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1168,7 +1168,7 @@ nonisolated extension Shareledger_Events_V1_FieldValue: SwiftProtobuf.Message, S
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     // The use of inline closures is to circumvent an issue where the compiler
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
@@ -1207,7 +1207,7 @@ nonisolated extension Shareledger_Events_V1_FieldValue: SwiftProtobuf.Message, S
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_FieldValue, rhs: Shareledger_Events_V1_FieldValue) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_FieldValue, rhs: Shareledger_Events_V1_FieldValue) -> Bool {
     if lhs.value != rhs.value {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
@@ -1215,10 +1215,10 @@ nonisolated extension Shareledger_Events_V1_FieldValue: SwiftProtobuf.Message, S
 }
 
 nonisolated extension Shareledger_Events_V1_Field: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".Field"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}value\0")
+  package static let protoMessageName: String = _protobuf_package + ".Field"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}value\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1231,7 +1231,7 @@ nonisolated extension Shareledger_Events_V1_Field: SwiftProtobuf.Message, SwiftP
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     // The use of inline closures is to circumvent an issue where the compiler
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
@@ -1245,7 +1245,7 @@ nonisolated extension Shareledger_Events_V1_Field: SwiftProtobuf.Message, SwiftP
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_Field, rhs: Shareledger_Events_V1_Field) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_Field, rhs: Shareledger_Events_V1_Field) -> Bool {
     if lhs.key != rhs.key {return false}
     if lhs._value != rhs._value {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
@@ -1254,10 +1254,10 @@ nonisolated extension Shareledger_Events_V1_Field: SwiftProtobuf.Message, SwiftP
 }
 
 nonisolated extension Shareledger_Events_V1_RecordSaved: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".RecordSaved"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{3}record_name\0\u{3}record_type\0\u{1}fields\0\u{3}parent_record_name\0\u{3}change_tag\0\u{1}created\0")
+  package static let protoMessageName: String = _protobuf_package + ".RecordSaved"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{3}record_name\0\u{3}record_type\0\u{1}fields\0\u{3}parent_record_name\0\u{3}change_tag\0\u{1}created\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1276,7 +1276,7 @@ nonisolated extension Shareledger_Events_V1_RecordSaved: SwiftProtobuf.Message, 
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.ownerName.isEmpty {
       try visitor.visitSingularStringField(value: self.ownerName, fieldNumber: 1)
     }
@@ -1304,7 +1304,7 @@ nonisolated extension Shareledger_Events_V1_RecordSaved: SwiftProtobuf.Message, 
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_RecordSaved, rhs: Shareledger_Events_V1_RecordSaved) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_RecordSaved, rhs: Shareledger_Events_V1_RecordSaved) -> Bool {
     if lhs.ownerName != rhs.ownerName {return false}
     if lhs.zoneName != rhs.zoneName {return false}
     if lhs.recordName != rhs.recordName {return false}
@@ -1319,10 +1319,10 @@ nonisolated extension Shareledger_Events_V1_RecordSaved: SwiftProtobuf.Message, 
 }
 
 nonisolated extension Shareledger_Events_V1_RecordDeleted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".RecordDeleted"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{3}record_name\0")
+  package static let protoMessageName: String = _protobuf_package + ".RecordDeleted"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{3}record_name\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1336,7 +1336,7 @@ nonisolated extension Shareledger_Events_V1_RecordDeleted: SwiftProtobuf.Message
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.ownerName.isEmpty {
       try visitor.visitSingularStringField(value: self.ownerName, fieldNumber: 1)
     }
@@ -1349,7 +1349,7 @@ nonisolated extension Shareledger_Events_V1_RecordDeleted: SwiftProtobuf.Message
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_RecordDeleted, rhs: Shareledger_Events_V1_RecordDeleted) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_RecordDeleted, rhs: Shareledger_Events_V1_RecordDeleted) -> Bool {
     if lhs.ownerName != rhs.ownerName {return false}
     if lhs.zoneName != rhs.zoneName {return false}
     if lhs.recordName != rhs.recordName {return false}
@@ -1359,10 +1359,10 @@ nonisolated extension Shareledger_Events_V1_RecordDeleted: SwiftProtobuf.Message
 }
 
 nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ShareCreated"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}owner_name\0\u{3}zone_name\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}owner_participant_id\0")
+  package static let protoMessageName: String = _protobuf_package + ".ShareCreated"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}owner_name\0\u{3}zone_name\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}owner_participant_id\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1381,7 +1381,7 @@ nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message,
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1409,7 +1409,7 @@ nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message,
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ShareCreated, rhs: Shareledger_Events_V1_ShareCreated) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ShareCreated, rhs: Shareledger_Events_V1_ShareCreated) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.ownerName != rhs.ownerName {return false}
     if lhs.zoneName != rhs.zoneName {return false}
@@ -1424,10 +1424,10 @@ nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message,
 }
 
 nonisolated extension Shareledger_Events_V1_ShareDeleted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ShareDeleted"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}cause\0")
+  package static let protoMessageName: String = _protobuf_package + ".ShareDeleted"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}cause\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1440,7 +1440,7 @@ nonisolated extension Shareledger_Events_V1_ShareDeleted: SwiftProtobuf.Message,
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1450,7 +1450,7 @@ nonisolated extension Shareledger_Events_V1_ShareDeleted: SwiftProtobuf.Message,
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ShareDeleted, rhs: Shareledger_Events_V1_ShareDeleted) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ShareDeleted, rhs: Shareledger_Events_V1_ShareDeleted) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.cause != rhs.cause {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
@@ -1459,14 +1459,14 @@ nonisolated extension Shareledger_Events_V1_ShareDeleted: SwiftProtobuf.Message,
 }
 
 nonisolated extension Shareledger_Events_V1_ShareDeleted.Cause: SwiftProtobuf._ProtoNameProviding {
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0CAUSE_OWNER_DELETED_SHARE\0\u{1}CAUSE_ROOT_DELETED\0\u{1}CAUSE_ZONE_DELETED\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0CAUSE_OWNER_DELETED_SHARE\0\u{1}CAUSE_ROOT_DELETED\0\u{1}CAUSE_ZONE_DELETED\0")
 }
 
 nonisolated extension Shareledger_Events_V1_ShareTitleChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ShareTitleChanged"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}title\0")
+  package static let protoMessageName: String = _protobuf_package + ".ShareTitleChanged"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}title\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1479,7 +1479,7 @@ nonisolated extension Shareledger_Events_V1_ShareTitleChanged: SwiftProtobuf.Mes
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1489,7 +1489,7 @@ nonisolated extension Shareledger_Events_V1_ShareTitleChanged: SwiftProtobuf.Mes
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ShareTitleChanged, rhs: Shareledger_Events_V1_ShareTitleChanged) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ShareTitleChanged, rhs: Shareledger_Events_V1_ShareTitleChanged) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.title != rhs.title {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
@@ -1498,10 +1498,10 @@ nonisolated extension Shareledger_Events_V1_ShareTitleChanged: SwiftProtobuf.Mes
 }
 
 nonisolated extension Shareledger_Events_V1_PublicPermissionChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".PublicPermissionChanged"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}old_permission\0\u{3}new_permission\0")
+  package static let protoMessageName: String = _protobuf_package + ".PublicPermissionChanged"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}old_permission\0\u{3}new_permission\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1515,7 +1515,7 @@ nonisolated extension Shareledger_Events_V1_PublicPermissionChanged: SwiftProtob
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1528,7 +1528,7 @@ nonisolated extension Shareledger_Events_V1_PublicPermissionChanged: SwiftProtob
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_PublicPermissionChanged, rhs: Shareledger_Events_V1_PublicPermissionChanged) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_PublicPermissionChanged, rhs: Shareledger_Events_V1_PublicPermissionChanged) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.oldPermission != rhs.oldPermission {return false}
     if lhs.newPermission != rhs.newPermission {return false}
@@ -1538,10 +1538,10 @@ nonisolated extension Shareledger_Events_V1_PublicPermissionChanged: SwiftProtob
 }
 
 nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ParticipantAdded"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0")
+  package static let protoMessageName: String = _protobuf_package + ".ParticipantAdded"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1558,7 +1558,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     // The use of inline closures is to circumvent an issue where the compiler
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
@@ -1584,7 +1584,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ParticipantAdded, rhs: Shareledger_Events_V1_ParticipantAdded) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ParticipantAdded, rhs: Shareledger_Events_V1_ParticipantAdded) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.participantID != rhs.participantID {return false}
     if lhs.userRecordName != rhs.userRecordName {return false}
@@ -1597,10 +1597,10 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
 }
 
 nonisolated extension Shareledger_Events_V1_ParticipantUpdated: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ParticipantUpdated"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{1}role\0\u{1}permission\0")
+  package static let protoMessageName: String = _protobuf_package + ".ParticipantUpdated"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{1}role\0\u{1}permission\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1615,7 +1615,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantUpdated: SwiftProtobuf.Me
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1631,7 +1631,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantUpdated: SwiftProtobuf.Me
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ParticipantUpdated, rhs: Shareledger_Events_V1_ParticipantUpdated) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ParticipantUpdated, rhs: Shareledger_Events_V1_ParticipantUpdated) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.participantID != rhs.participantID {return false}
     if lhs.role != rhs.role {return false}
@@ -1642,10 +1642,10 @@ nonisolated extension Shareledger_Events_V1_ParticipantUpdated: SwiftProtobuf.Me
 }
 
 nonisolated extension Shareledger_Events_V1_ParticipantRemoved: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ParticipantRemoved"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{1}reason\0")
+  package static let protoMessageName: String = _protobuf_package + ".ParticipantRemoved"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{1}reason\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1659,7 +1659,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantRemoved: SwiftProtobuf.Me
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1672,7 +1672,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantRemoved: SwiftProtobuf.Me
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ParticipantRemoved, rhs: Shareledger_Events_V1_ParticipantRemoved) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ParticipantRemoved, rhs: Shareledger_Events_V1_ParticipantRemoved) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.participantID != rhs.participantID {return false}
     if lhs.reason != rhs.reason {return false}
@@ -1682,14 +1682,14 @@ nonisolated extension Shareledger_Events_V1_ParticipantRemoved: SwiftProtobuf.Me
 }
 
 nonisolated extension Shareledger_Events_V1_ParticipantRemoved.Reason: SwiftProtobuf._ProtoNameProviding {
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0REASON_REMOVED\0\u{1}REASON_LEFT\0\u{1}REASON_PUBLIC_PERMISSION_CHANGED\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0REASON_REMOVED\0\u{1}REASON_LEFT\0\u{1}REASON_PUBLIC_PERMISSION_CHANGED\0")
 }
 
 nonisolated extension Shareledger_Events_V1_VerificationRequested: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".VerificationRequested"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}code_sha256\0\u{3}expires_at_micros\0")
+  package static let protoMessageName: String = _protobuf_package + ".VerificationRequested"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}code_sha256\0\u{3}expires_at_micros\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1705,7 +1705,7 @@ nonisolated extension Shareledger_Events_V1_VerificationRequested: SwiftProtobuf
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1724,7 +1724,7 @@ nonisolated extension Shareledger_Events_V1_VerificationRequested: SwiftProtobuf
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_VerificationRequested, rhs: Shareledger_Events_V1_VerificationRequested) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_VerificationRequested, rhs: Shareledger_Events_V1_VerificationRequested) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.participantID != rhs.participantID {return false}
     if lhs.userRecordName != rhs.userRecordName {return false}
@@ -1736,10 +1736,10 @@ nonisolated extension Shareledger_Events_V1_VerificationRequested: SwiftProtobuf
 }
 
 nonisolated extension Shareledger_Events_V1_ParticipantVerified: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ParticipantVerified"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0")
+  package static let protoMessageName: String = _protobuf_package + ".ParticipantVerified"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1753,7 +1753,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantVerified: SwiftProtobuf.M
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1766,7 +1766,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantVerified: SwiftProtobuf.M
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ParticipantVerified, rhs: Shareledger_Events_V1_ParticipantVerified) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ParticipantVerified, rhs: Shareledger_Events_V1_ParticipantVerified) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.participantID != rhs.participantID {return false}
     if lhs.userRecordName != rhs.userRecordName {return false}
@@ -1776,10 +1776,10 @@ nonisolated extension Shareledger_Events_V1_ParticipantVerified: SwiftProtobuf.M
 }
 
 nonisolated extension Shareledger_Events_V1_ShareAccepted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ShareAccepted"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0")
+  package static let protoMessageName: String = _protobuf_package + ".ShareAccepted"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1793,7 +1793,7 @@ nonisolated extension Shareledger_Events_V1_ShareAccepted: SwiftProtobuf.Message
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1806,7 +1806,7 @@ nonisolated extension Shareledger_Events_V1_ShareAccepted: SwiftProtobuf.Message
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ShareAccepted, rhs: Shareledger_Events_V1_ShareAccepted) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ShareAccepted, rhs: Shareledger_Events_V1_ShareAccepted) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.participantID != rhs.participantID {return false}
     if lhs.userRecordName != rhs.userRecordName {return false}
@@ -1816,10 +1816,10 @@ nonisolated extension Shareledger_Events_V1_ShareAccepted: SwiftProtobuf.Message
 }
 
 nonisolated extension Shareledger_Events_V1_ShareMetadataFetched: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ShareMetadataFetched"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}error_code\0\u{3}participant_role\0\u{3}participant_status\0\u{3}participant_permission\0\u{3}root_record_fetched\0\u{3}share_container\0")
+  package static let protoMessageName: String = _protobuf_package + ".ShareMetadataFetched"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}error_code\0\u{3}participant_role\0\u{3}participant_status\0\u{3}participant_permission\0\u{3}root_record_fetched\0\u{3}share_container\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1837,7 +1837,7 @@ nonisolated extension Shareledger_Events_V1_ShareMetadataFetched: SwiftProtobuf.
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1862,7 +1862,7 @@ nonisolated extension Shareledger_Events_V1_ShareMetadataFetched: SwiftProtobuf.
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ShareMetadataFetched, rhs: Shareledger_Events_V1_ShareMetadataFetched) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ShareMetadataFetched, rhs: Shareledger_Events_V1_ShareMetadataFetched) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.errorCode != rhs.errorCode {return false}
     if lhs.participantRole != rhs.participantRole {return false}
@@ -1876,10 +1876,10 @@ nonisolated extension Shareledger_Events_V1_ShareMetadataFetched: SwiftProtobuf.
 }
 
 nonisolated extension Shareledger_Events_V1_ParticipantZoneCreated: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ParticipantZoneCreated"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}owner_name\0\u{3}zone_name\0\u{3}task_id\0")
+  package static let protoMessageName: String = _protobuf_package + ".ParticipantZoneCreated"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}owner_name\0\u{3}zone_name\0\u{3}task_id\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1894,7 +1894,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantZoneCreated: SwiftProtobu
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.userRecordName.isEmpty {
       try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 1)
     }
@@ -1910,7 +1910,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantZoneCreated: SwiftProtobu
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ParticipantZoneCreated, rhs: Shareledger_Events_V1_ParticipantZoneCreated) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ParticipantZoneCreated, rhs: Shareledger_Events_V1_ParticipantZoneCreated) -> Bool {
     if lhs.userRecordName != rhs.userRecordName {return false}
     if lhs.ownerName != rhs.ownerName {return false}
     if lhs.zoneName != rhs.zoneName {return false}
@@ -1921,10 +1921,10 @@ nonisolated extension Shareledger_Events_V1_ParticipantZoneCreated: SwiftProtobu
 }
 
 nonisolated extension Shareledger_Events_V1_ParticipantZoneRemoved: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ParticipantZoneRemoved"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}owner_name\0\u{3}zone_name\0\u{3}task_id\0\u{3}zone_kept\0")
+  package static let protoMessageName: String = _protobuf_package + ".ParticipantZoneRemoved"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}owner_name\0\u{3}zone_name\0\u{3}task_id\0\u{3}zone_kept\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -1940,7 +1940,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantZoneRemoved: SwiftProtobu
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.userRecordName.isEmpty {
       try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 1)
     }
@@ -1959,7 +1959,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantZoneRemoved: SwiftProtobu
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_ParticipantZoneRemoved, rhs: Shareledger_Events_V1_ParticipantZoneRemoved) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_ParticipantZoneRemoved, rhs: Shareledger_Events_V1_ParticipantZoneRemoved) -> Bool {
     if lhs.userRecordName != rhs.userRecordName {return false}
     if lhs.ownerName != rhs.ownerName {return false}
     if lhs.zoneName != rhs.zoneName {return false}

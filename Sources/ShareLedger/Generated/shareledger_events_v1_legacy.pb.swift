@@ -26,24 +26,24 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
 }
 
 /// UserRegistered, schema version 1 (until ShareLedger format 2's second release).
-nonisolated struct Shareledger_Events_V1_UserRegisteredV1: Sendable {
+package nonisolated struct Shareledger_Events_V1_UserRegisteredV1: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var emailAddress: String = String()
+  package var emailAddress: String = String()
 
-  var phoneNumber: String = String()
+  package var phoneNumber: String = String()
 
-  var givenName: String = String()
+  package var givenName: String = String()
 
-  var familyName: String = String()
+  package var familyName: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
@@ -51,10 +51,10 @@ nonisolated struct Shareledger_Events_V1_UserRegisteredV1: Sendable {
 fileprivate nonisolated let _protobuf_package = "shareledger.events.v1"
 
 nonisolated extension Shareledger_Events_V1_UserRegisteredV1: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".UserRegisteredV1"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0")
+  package static let protoMessageName: String = _protobuf_package + ".UserRegisteredV1"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -70,7 +70,7 @@ nonisolated extension Shareledger_Events_V1_UserRegisteredV1: SwiftProtobuf.Mess
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.userRecordName.isEmpty {
       try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 1)
     }
@@ -89,7 +89,7 @@ nonisolated extension Shareledger_Events_V1_UserRegisteredV1: SwiftProtobuf.Mess
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Events_V1_UserRegisteredV1, rhs: Shareledger_Events_V1_UserRegisteredV1) -> Bool {
+  package static func ==(lhs: Shareledger_Events_V1_UserRegisteredV1, rhs: Shareledger_Events_V1_UserRegisteredV1) -> Bool {
     if lhs.userRecordName != rhs.userRecordName {return false}
     if lhs.emailAddress != rhs.emailAddress {return false}
     if lhs.phoneNumber != rhs.phoneNumber {return false}

@@ -32,205 +32,205 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
 }
 
 /// users: container 0x00 user_record_name
-nonisolated struct Shareledger_Readmodels_V1_UserState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_UserState: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var emailAddress: String = String()
+  package var emailAddress: String = String()
 
-  var phoneNumber: String = String()
+  package var phoneNumber: String = String()
 
-  var givenName: String = String()
+  package var givenName: String = String()
 
-  var familyName: String = String()
+  package var familyName: String = String()
 
-  var registeredAtMicros: Int64 = 0
+  package var registeredAtMicros: Int64 = 0
 
-  var middleName: String = String()
+  package var middleName: String = String()
 
-  var nickname: String = String()
+  package var nickname: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// zones: container 0x00 owner 0x00 zone_name
-nonisolated struct Shareledger_Readmodels_V1_ZoneState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_ZoneState: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   /// The zone's internal id: the log position of its ZoneCreated event. Keys of its records start with it.
-  var zoneID: UInt64 = 0
+  package var zoneID: UInt64 = 0
 
-  var capabilities: UInt32 = 0
+  package var capabilities: UInt32 = 0
 
   /// The live zone-wide share's token, if any.
-  var zoneShareToken: String = String()
+  package var zoneShareToken: String = String()
 
   /// The token of the last zone-wide share, reused when the zone is shared again (stable URL).
-  var lastZoneShareToken: String = String()
+  package var lastZoneShareToken: String = String()
 
   /// Live hierarchy shares in the zone.
-  var hierarchyShareCount: UInt32 = 0
+  package var hierarchyShareCount: UInt32 = 0
 
-  var createdAtMicros: Int64 = 0
+  package var createdAtMicros: Int64 = 0
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// records: zone_id (8, big-endian) record_name
-nonisolated struct Shareledger_Readmodels_V1_RecordState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_RecordState: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var recordType: String = String()
+  package var recordType: String = String()
 
-  var fields: [Shareledger_Events_V1_Field] = []
+  package var fields: [Shareledger_Events_V1_Field] = []
 
-  var parentRecordName: String = String()
+  package var parentRecordName: String = String()
 
-  var changeTag: UInt64 = 0
+  package var changeTag: UInt64 = 0
 
   /// The live share rooted at this record, if any.
-  var shareToken: String = String()
+  package var shareToken: String = String()
 
   /// The token of the last share rooted here, reused when the record is shared again (stable URL).
-  var lastShareToken: String = String()
+  package var lastShareToken: String = String()
 
-  var createdAtMicros: Int64 = 0
+  package var createdAtMicros: Int64 = 0
 
-  var modifiedAtMicros: Int64 = 0
+  package var modifiedAtMicros: Int64 = 0
 
-  var lastModifiedBy: String = String()
+  package var lastModifiedBy: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// shares: token
-nonisolated struct Shareledger_Readmodels_V1_ShareState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_ShareState: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var container: String = String()
+  package var container: String = String()
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
-  var zoneID: UInt64 = 0
+  package var zoneID: UInt64 = 0
 
-  var shareRecordName: String = String()
+  package var shareRecordName: String = String()
 
   /// Empty for a zone-wide share.
-  var rootRecordName: String = String()
+  package var rootRecordName: String = String()
 
-  var title: String = String()
+  package var title: String = String()
 
-  var publicPermission: Shareledger_Events_V1_Permission = .unknown
+  package var publicPermission: Shareledger_Events_V1_Permission = .unknown
 
   /// Starts at 1, +1 on every change of the share or its participant list.
-  var changeTag: UInt64 = 0
+  package var changeTag: UInt64 = 0
 
-  var createdAtMicros: Int64 = 0
+  package var createdAtMicros: Int64 = 0
 
-  var ownerParticipantID: String = String()
+  package var ownerParticipantID: String = String()
 
   /// Participants that are not removed, the owner included (at most 100).
-  var activeParticipantCount: UInt32 = 0
+  package var activeParticipantCount: UInt32 = 0
 
   /// Pending participants without an account (they make participantMayNeedVerification possible).
-  var unmatchedPendingCount: UInt32 = 0
+  package var unmatchedPendingCount: UInt32 = 0
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// participants: token participant_id
-nonisolated struct Shareledger_Readmodels_V1_ParticipantState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_ParticipantState: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var lookupInfo: Shareledger_Events_V1_LookupInfo {
+  package var lookupInfo: Shareledger_Events_V1_LookupInfo {
     get {_lookupInfo ?? Shareledger_Events_V1_LookupInfo()}
     set {_lookupInfo = newValue}
   }
   /// Returns true if `lookupInfo` has been explicitly set.
-  var hasLookupInfo: Bool {self._lookupInfo != nil}
+  package var hasLookupInfo: Bool {self._lookupInfo != nil}
   /// Clears the value of `lookupInfo`. Subsequent reads from it will return its default value.
-  mutating func clearLookupInfo() {self._lookupInfo = nil}
+  package mutating func clearLookupInfo() {self._lookupInfo = nil}
 
-  var role: Shareledger_Events_V1_Role = .unknown
+  package var role: Shareledger_Events_V1_Role = .unknown
 
-  var permission: Shareledger_Events_V1_Permission = .unknown
+  package var permission: Shareledger_Events_V1_Permission = .unknown
 
-  var status: Shareledger_Events_V1_AcceptanceStatus = .statusUnknown
+  package var status: Shareledger_Events_V1_AcceptanceStatus = .statusUnknown
 
-  var addedAtMicros: Int64 = 0
+  package var addedAtMicros: Int64 = 0
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 
   fileprivate var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
 }
 
 /// outbox: task_id (8, big-endian) = (log position of the event that scheduled it) << 12 | index of
 /// the task within that event.
-nonisolated struct Shareledger_Readmodels_V1_ResidualTask: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_ResidualTask: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var kind: Shareledger_Readmodels_V1_ResidualTask.Kind = .createZone
+  package var kind: Shareledger_Readmodels_V1_ResidualTask.Kind = .createZone
 
-  var container: String = String()
+  package var container: String = String()
 
-  var userRecordName: String = String()
+  package var userRecordName: String = String()
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
-  var zoneID: UInt64 = 0
+  package var zoneID: UInt64 = 0
 
-  var token: String = String()
+  package var token: String = String()
 
-  var attempts: UInt32 = 0
+  package var attempts: UInt32 = 0
 
-  var dueAtMicros: Int64 = 0
+  package var dueAtMicros: Int64 = 0
 
-  var lastError: String = String()
+  package var lastError: String = String()
 
-  var scheduledAtMicros: Int64 = 0
+  package var scheduledAtMicros: Int64 = 0
 
-  var parked: Bool = false
+  package var parked: Bool = false
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  nonisolated enum Kind: SwiftProtobuf.Enum, Swift.CaseIterable {
-    typealias RawValue = Int
+  package nonisolated enum Kind: SwiftProtobuf.Enum, Swift.CaseIterable {
+    package typealias RawValue = Int
     case createZone // = 0
     case removeZone // = 1
     case UNRECOGNIZED(Int)
 
-    init() {
+    package init() {
       self = .createZone
     }
 
-    init?(rawValue: Int) {
+    package init?(rawValue: Int) {
       switch rawValue {
       case 0: self = .createZone
       case 1: self = .removeZone
@@ -238,7 +238,7 @@ nonisolated struct Shareledger_Readmodels_V1_ResidualTask: Sendable {
       }
     }
 
-    var rawValue: Int {
+    package var rawValue: Int {
       switch self {
       case .createZone: return 0
       case .removeZone: return 1
@@ -247,87 +247,87 @@ nonisolated struct Shareledger_Readmodels_V1_ResidualTask: Sendable {
     }
 
     // The compiler won't synthesize support with the UNRECOGNIZED case.
-    static let allCases: [Shareledger_Readmodels_V1_ResidualTask.Kind] = [
+    package static let allCases: [Shareledger_Readmodels_V1_ResidualTask.Kind] = [
       .createZone,
       .removeZone,
     ]
 
   }
 
-  init() {}
+  package init() {}
 }
 
 /// shared_zones: container 0x00 user 0x00 zone_id (8, big-endian)
-nonisolated struct Shareledger_Readmodels_V1_SharedZoneState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_SharedZoneState: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var ownerName: String = String()
+  package var ownerName: String = String()
 
-  var zoneName: String = String()
+  package var zoneName: String = String()
 
-  var createdAtMicros: Int64 = 0
+  package var createdAtMicros: Int64 = 0
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// verifications: token participant_id 0x00 user_record_name
-nonisolated struct Shareledger_Readmodels_V1_VerificationState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_VerificationState: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var codeSha256: Data = Data()
+  package var codeSha256: Data = Data()
 
-  var expiresAtMicros: Int64 = 0
+  package var expiresAtMicros: Int64 = 0
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// worker_tasks: task_id (8, big-endian) → the residual-task worker's bookkeeping for a task:
 /// attempts, when it is due again, its last error, whether it is parked. Operational state, not a
 /// read model: it is not derived from the log and a rebuild leaves it alone (an attempt is recorded
 /// durably before the task runs, so a crash during an attempt still counts as one).
-nonisolated struct Shareledger_Readmodels_V1_WorkerTaskState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_WorkerTaskState: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var attempts: UInt32 = 0
+  package var attempts: UInt32 = 0
 
-  var dueAtMicros: Int64 = 0
+  package var dueAtMicros: Int64 = 0
 
-  var lastError: String = String()
+  package var lastError: String = String()
 
-  var parked: Bool = false
+  package var parked: Bool = false
 
-  var lastAttemptAtMicros: Int64 = 0
+  package var lastAttemptAtMicros: Int64 = 0
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 /// meta "worker_lease": which worker may take tasks, until when.
-nonisolated struct Shareledger_Readmodels_V1_WorkerLease: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_WorkerLease: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  var holder: Data = Data()
+  package var holder: Data = Data()
 
-  var expiresAtMicros: Int64 = 0
+  package var expiresAtMicros: Int64 = 0
 
-  var description_p: String = String()
+  package var description_p: String = String()
 
-  var unknownFields = SwiftProtobuf.UnknownStorage()
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
 
-  init() {}
+  package init() {}
 }
 
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
@@ -335,10 +335,10 @@ nonisolated struct Shareledger_Readmodels_V1_WorkerLease: Sendable {
 fileprivate nonisolated let _protobuf_package = "shareledger.readmodels.v1"
 
 nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".UserState"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0\u{3}registered_at_micros\0\u{3}middle_name\0\u{1}nickname\0")
+  package static let protoMessageName: String = _protobuf_package + ".UserState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0\u{3}registered_at_micros\0\u{3}middle_name\0\u{1}nickname\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -356,7 +356,7 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.emailAddress.isEmpty {
       try visitor.visitSingularStringField(value: self.emailAddress, fieldNumber: 1)
     }
@@ -381,7 +381,7 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_UserState, rhs: Shareledger_Readmodels_V1_UserState) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_UserState, rhs: Shareledger_Readmodels_V1_UserState) -> Bool {
     if lhs.emailAddress != rhs.emailAddress {return false}
     if lhs.phoneNumber != rhs.phoneNumber {return false}
     if lhs.givenName != rhs.givenName {return false}
@@ -395,10 +395,10 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
 }
 
 nonisolated extension Shareledger_Readmodels_V1_ZoneState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ZoneState"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}zone_id\0\u{1}capabilities\0\u{3}zone_share_token\0\u{3}last_zone_share_token\0\u{3}hierarchy_share_count\0\u{3}created_at_micros\0")
+  package static let protoMessageName: String = _protobuf_package + ".ZoneState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}zone_id\0\u{1}capabilities\0\u{3}zone_share_token\0\u{3}last_zone_share_token\0\u{3}hierarchy_share_count\0\u{3}created_at_micros\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -415,7 +415,7 @@ nonisolated extension Shareledger_Readmodels_V1_ZoneState: SwiftProtobuf.Message
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if self.zoneID != 0 {
       try visitor.visitSingularUInt64Field(value: self.zoneID, fieldNumber: 1)
     }
@@ -437,7 +437,7 @@ nonisolated extension Shareledger_Readmodels_V1_ZoneState: SwiftProtobuf.Message
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_ZoneState, rhs: Shareledger_Readmodels_V1_ZoneState) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_ZoneState, rhs: Shareledger_Readmodels_V1_ZoneState) -> Bool {
     if lhs.zoneID != rhs.zoneID {return false}
     if lhs.capabilities != rhs.capabilities {return false}
     if lhs.zoneShareToken != rhs.zoneShareToken {return false}
@@ -450,10 +450,10 @@ nonisolated extension Shareledger_Readmodels_V1_ZoneState: SwiftProtobuf.Message
 }
 
 nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".RecordState"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}record_type\0\u{1}fields\0\u{3}parent_record_name\0\u{3}change_tag\0\u{3}share_token\0\u{3}last_share_token\0\u{3}created_at_micros\0\u{3}modified_at_micros\0\u{3}last_modified_by\0")
+  package static let protoMessageName: String = _protobuf_package + ".RecordState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}record_type\0\u{1}fields\0\u{3}parent_record_name\0\u{3}change_tag\0\u{3}share_token\0\u{3}last_share_token\0\u{3}created_at_micros\0\u{3}modified_at_micros\0\u{3}last_modified_by\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -473,7 +473,7 @@ nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Messa
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.recordType.isEmpty {
       try visitor.visitSingularStringField(value: self.recordType, fieldNumber: 1)
     }
@@ -504,7 +504,7 @@ nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Messa
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_RecordState, rhs: Shareledger_Readmodels_V1_RecordState) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_RecordState, rhs: Shareledger_Readmodels_V1_RecordState) -> Bool {
     if lhs.recordType != rhs.recordType {return false}
     if lhs.fields != rhs.fields {return false}
     if lhs.parentRecordName != rhs.parentRecordName {return false}
@@ -520,10 +520,10 @@ nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Messa
 }
 
 nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ShareState"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}container\0\u{3}owner_name\0\u{3}zone_name\0\u{3}zone_id\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}change_tag\0\u{3}created_at_micros\0\u{3}owner_participant_id\0\u{3}active_participant_count\0\u{3}unmatched_pending_count\0")
+  package static let protoMessageName: String = _protobuf_package + ".ShareState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}container\0\u{3}owner_name\0\u{3}zone_name\0\u{3}zone_id\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}change_tag\0\u{3}created_at_micros\0\u{3}owner_participant_id\0\u{3}active_participant_count\0\u{3}unmatched_pending_count\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -547,7 +547,7 @@ nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Messag
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.container.isEmpty {
       try visitor.visitSingularStringField(value: self.container, fieldNumber: 1)
     }
@@ -590,7 +590,7 @@ nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Messag
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_ShareState, rhs: Shareledger_Readmodels_V1_ShareState) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_ShareState, rhs: Shareledger_Readmodels_V1_ShareState) -> Bool {
     if lhs.container != rhs.container {return false}
     if lhs.ownerName != rhs.ownerName {return false}
     if lhs.zoneName != rhs.zoneName {return false}
@@ -610,10 +610,10 @@ nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Messag
 }
 
 nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ParticipantState"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{1}status\0\u{3}added_at_micros\0")
+  package static let protoMessageName: String = _protobuf_package + ".ParticipantState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{1}status\0\u{3}added_at_micros\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -630,7 +630,7 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     // The use of inline closures is to circumvent an issue where the compiler
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
@@ -656,7 +656,7 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_ParticipantState, rhs: Shareledger_Readmodels_V1_ParticipantState) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_ParticipantState, rhs: Shareledger_Readmodels_V1_ParticipantState) -> Bool {
     if lhs.userRecordName != rhs.userRecordName {return false}
     if lhs._lookupInfo != rhs._lookupInfo {return false}
     if lhs.role != rhs.role {return false}
@@ -669,10 +669,10 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
 }
 
 nonisolated extension Shareledger_Readmodels_V1_ResidualTask: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".ResidualTask"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}kind\0\u{1}container\0\u{3}user_record_name\0\u{3}owner_name\0\u{3}zone_name\0\u{3}zone_id\0\u{1}token\0\u{1}attempts\0\u{3}due_at_micros\0\u{3}last_error\0\u{3}scheduled_at_micros\0\u{1}parked\0")
+  package static let protoMessageName: String = _protobuf_package + ".ResidualTask"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}kind\0\u{1}container\0\u{3}user_record_name\0\u{3}owner_name\0\u{3}zone_name\0\u{3}zone_id\0\u{1}token\0\u{1}attempts\0\u{3}due_at_micros\0\u{3}last_error\0\u{3}scheduled_at_micros\0\u{1}parked\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -695,7 +695,7 @@ nonisolated extension Shareledger_Readmodels_V1_ResidualTask: SwiftProtobuf.Mess
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if self.kind != .createZone {
       try visitor.visitSingularEnumField(value: self.kind, fieldNumber: 1)
     }
@@ -735,7 +735,7 @@ nonisolated extension Shareledger_Readmodels_V1_ResidualTask: SwiftProtobuf.Mess
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_ResidualTask, rhs: Shareledger_Readmodels_V1_ResidualTask) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_ResidualTask, rhs: Shareledger_Readmodels_V1_ResidualTask) -> Bool {
     if lhs.kind != rhs.kind {return false}
     if lhs.container != rhs.container {return false}
     if lhs.userRecordName != rhs.userRecordName {return false}
@@ -754,14 +754,14 @@ nonisolated extension Shareledger_Readmodels_V1_ResidualTask: SwiftProtobuf.Mess
 }
 
 nonisolated extension Shareledger_Readmodels_V1_ResidualTask.Kind: SwiftProtobuf._ProtoNameProviding {
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0KIND_CREATE_ZONE\0\u{1}KIND_REMOVE_ZONE\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0KIND_CREATE_ZONE\0\u{1}KIND_REMOVE_ZONE\0")
 }
 
 nonisolated extension Shareledger_Readmodels_V1_SharedZoneState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".SharedZoneState"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{3}created_at_micros\0")
+  package static let protoMessageName: String = _protobuf_package + ".SharedZoneState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{3}created_at_micros\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -775,7 +775,7 @@ nonisolated extension Shareledger_Readmodels_V1_SharedZoneState: SwiftProtobuf.M
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.ownerName.isEmpty {
       try visitor.visitSingularStringField(value: self.ownerName, fieldNumber: 1)
     }
@@ -788,7 +788,7 @@ nonisolated extension Shareledger_Readmodels_V1_SharedZoneState: SwiftProtobuf.M
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_SharedZoneState, rhs: Shareledger_Readmodels_V1_SharedZoneState) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_SharedZoneState, rhs: Shareledger_Readmodels_V1_SharedZoneState) -> Bool {
     if lhs.ownerName != rhs.ownerName {return false}
     if lhs.zoneName != rhs.zoneName {return false}
     if lhs.createdAtMicros != rhs.createdAtMicros {return false}
@@ -798,10 +798,10 @@ nonisolated extension Shareledger_Readmodels_V1_SharedZoneState: SwiftProtobuf.M
 }
 
 nonisolated extension Shareledger_Readmodels_V1_VerificationState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".VerificationState"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}code_sha256\0\u{3}expires_at_micros\0")
+  package static let protoMessageName: String = _protobuf_package + ".VerificationState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}code_sha256\0\u{3}expires_at_micros\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -814,7 +814,7 @@ nonisolated extension Shareledger_Readmodels_V1_VerificationState: SwiftProtobuf
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.codeSha256.isEmpty {
       try visitor.visitSingularBytesField(value: self.codeSha256, fieldNumber: 1)
     }
@@ -824,7 +824,7 @@ nonisolated extension Shareledger_Readmodels_V1_VerificationState: SwiftProtobuf
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_VerificationState, rhs: Shareledger_Readmodels_V1_VerificationState) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_VerificationState, rhs: Shareledger_Readmodels_V1_VerificationState) -> Bool {
     if lhs.codeSha256 != rhs.codeSha256 {return false}
     if lhs.expiresAtMicros != rhs.expiresAtMicros {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
@@ -833,10 +833,10 @@ nonisolated extension Shareledger_Readmodels_V1_VerificationState: SwiftProtobuf
 }
 
 nonisolated extension Shareledger_Readmodels_V1_WorkerTaskState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".WorkerTaskState"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}attempts\0\u{3}due_at_micros\0\u{3}last_error\0\u{1}parked\0\u{3}last_attempt_at_micros\0")
+  package static let protoMessageName: String = _protobuf_package + ".WorkerTaskState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}attempts\0\u{3}due_at_micros\0\u{3}last_error\0\u{1}parked\0\u{3}last_attempt_at_micros\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -852,7 +852,7 @@ nonisolated extension Shareledger_Readmodels_V1_WorkerTaskState: SwiftProtobuf.M
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if self.attempts != 0 {
       try visitor.visitSingularUInt32Field(value: self.attempts, fieldNumber: 1)
     }
@@ -871,7 +871,7 @@ nonisolated extension Shareledger_Readmodels_V1_WorkerTaskState: SwiftProtobuf.M
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_WorkerTaskState, rhs: Shareledger_Readmodels_V1_WorkerTaskState) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_WorkerTaskState, rhs: Shareledger_Readmodels_V1_WorkerTaskState) -> Bool {
     if lhs.attempts != rhs.attempts {return false}
     if lhs.dueAtMicros != rhs.dueAtMicros {return false}
     if lhs.lastError != rhs.lastError {return false}
@@ -883,10 +883,10 @@ nonisolated extension Shareledger_Readmodels_V1_WorkerTaskState: SwiftProtobuf.M
 }
 
 nonisolated extension Shareledger_Readmodels_V1_WorkerLease: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  static let protoMessageName: String = _protobuf_package + ".WorkerLease"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}holder\0\u{3}expires_at_micros\0\u{1}description\0")
+  package static let protoMessageName: String = _protobuf_package + ".WorkerLease"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}holder\0\u{3}expires_at_micros\0\u{1}description\0")
 
-  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
       // The use of inline closures is to circumvent an issue where the compiler
       // allocates stack space for every case branch when no optimizations are
@@ -900,7 +900,7 @@ nonisolated extension Shareledger_Readmodels_V1_WorkerLease: SwiftProtobuf.Messa
     }
   }
 
-  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
     if !self.holder.isEmpty {
       try visitor.visitSingularBytesField(value: self.holder, fieldNumber: 1)
     }
@@ -913,7 +913,7 @@ nonisolated extension Shareledger_Readmodels_V1_WorkerLease: SwiftProtobuf.Messa
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  static func ==(lhs: Shareledger_Readmodels_V1_WorkerLease, rhs: Shareledger_Readmodels_V1_WorkerLease) -> Bool {
+  package static func ==(lhs: Shareledger_Readmodels_V1_WorkerLease, rhs: Shareledger_Readmodels_V1_WorkerLease) -> Bool {
     if lhs.holder != rhs.holder {return false}
     if lhs.expiresAtMicros != rhs.expiresAtMicros {return false}
     if lhs.description_p != rhs.description_p {return false}

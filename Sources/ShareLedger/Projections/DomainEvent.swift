@@ -13,7 +13,7 @@ typealias PBField = Shareledger_Events_V1_Field
 /// schema version (``schemaVersion``). Payloads of earlier versions are upcast on read to the current
 /// message (``decode(type:schemaVersion:payload:position:)``), so projections only see current
 /// messages (`docs/events.md` has the catalogue and the policy).
-enum DomainEvent: Sendable, Equatable {
+package enum DomainEvent: Sendable, Equatable {
     case userRegistered(Shareledger_Events_V1_UserRegistered)
     case zoneCreated(Shareledger_Events_V1_ZoneCreated)
     case zoneDeleted(Shareledger_Events_V1_ZoneDeleted)
@@ -42,7 +42,7 @@ enum DomainEvent: Sendable, Equatable {
     static func currentSchemaVersion(of typeName: String) -> UInt32 { currentVersions[typeName] ?? 1 }
 
     /// The schema version of this event as this code writes it.
-    var schemaVersion: UInt32 { DomainEvent.currentSchemaVersion(of: typeName) }
+    package var schemaVersion: UInt32 { DomainEvent.currentSchemaVersion(of: typeName) }
 
     /// Decoders of payloads written with an earlier schema version, by type and version: each reads
     /// the old message (`Protos/shareledger/events/v1/legacy.proto`) and upcasts it to the current one.
@@ -79,11 +79,33 @@ enum DomainEvent: Sendable, Equatable {
     var typeName: String { Swift.type(of: message).protoMessageName }
 
     /// The payload bytes (deterministic serialization).
-    func payload() throws -> [UInt8] {
+    package func payload() throws -> [UInt8] {
         var options = BinaryEncodingOptions()
         options.useDeterministicOrdering = true
         return try message.serializedBytes(options: options)
     }
+
+    /// The type names of the domain events, in a fixed order (fuzz inputs pick one by index).
+    package static let typeNames: [String] = [
+        Shareledger_Events_V1_UserRegistered.protoMessageName,
+        Shareledger_Events_V1_ZoneCreated.protoMessageName,
+        Shareledger_Events_V1_ZoneDeleted.protoMessageName,
+        Shareledger_Events_V1_RecordSaved.protoMessageName,
+        Shareledger_Events_V1_RecordDeleted.protoMessageName,
+        Shareledger_Events_V1_ShareCreated.protoMessageName,
+        Shareledger_Events_V1_ShareDeleted.protoMessageName,
+        Shareledger_Events_V1_ShareTitleChanged.protoMessageName,
+        Shareledger_Events_V1_PublicPermissionChanged.protoMessageName,
+        Shareledger_Events_V1_ParticipantAdded.protoMessageName,
+        Shareledger_Events_V1_ParticipantUpdated.protoMessageName,
+        Shareledger_Events_V1_ParticipantRemoved.protoMessageName,
+        Shareledger_Events_V1_VerificationRequested.protoMessageName,
+        Shareledger_Events_V1_ParticipantVerified.protoMessageName,
+        Shareledger_Events_V1_ShareAccepted.protoMessageName,
+        Shareledger_Events_V1_ShareMetadataFetched.protoMessageName,
+        Shareledger_Events_V1_ParticipantZoneCreated.protoMessageName,
+        Shareledger_Events_V1_ParticipantZoneRemoved.protoMessageName,
+    ]
 
     private static let decoders: [String: @Sendable ([UInt8]) throws -> DomainEvent] = {
         func entry<M: SwiftProtobuf.Message>(_ type: M.Type, _ wrap: @escaping @Sendable (M) -> DomainEvent)
@@ -114,12 +136,12 @@ enum DomainEvent: Sendable, Equatable {
     }()
 
     /// Whether `typeName` is a domain event type.
-    static func isDomainEvent(_ typeName: String) -> Bool { decoders[typeName] != nil }
+    package static func isDomainEvent(_ typeName: String) -> Bool { decoders[typeName] != nil }
 
     /// Decodes a payload. Returns `nil` for event types that are not domain events (raw appends);
     /// throws ``LedgerError/Code/corruptedData`` for a domain event that does not decode, or for a
     /// schema version newer than this code knows.
-    static func decode(type typeName: String, schemaVersion: UInt32, payload: [UInt8], position: UInt64) throws(LedgerError)
+    package static func decode(type typeName: String, schemaVersion: UInt32, payload: [UInt8], position: UInt64) throws(LedgerError)
         -> DomainEvent?
     {
         guard let current = decoders[typeName] else { return nil }

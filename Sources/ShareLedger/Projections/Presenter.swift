@@ -10,7 +10,36 @@ struct Presenter: Sendable {
 
     static func date(_ micros: Int64) -> Date { Date(timeIntervalSince1970: Double(micros) / 1_000_000) }
 
-    func identity(_ txn: borrowing Transaction, _ container: String, user: String) throws -> UserIdentity {
+    /// Builds a step's answer (``StepAnswer``) from the read models as `txn` sees them, for the
+    /// caller `viewer` in `container`. A row the step wrote but a later command of the same commit
+    /// deleted answers with the error of a missing item.
+    func present(
+        _ answer: StepAnswer, container: String, viewer: String, _ txn: borrowing some ReadModelStore & ~Copyable
+    ) throws -> StepOutput {
+        switch answer {
+        case .output(let output):
+            return output
+        case .user(let name):
+            return .user(try identity(txn, container, user: name))
+        case .zone(let owner, let zoneName):
+            guard let state = try models.zone(txn, container, owner: owner, zone: zoneName) else {
+                throw LedgerError(.zoneNotFound, "the zone was saved, but deleted right after")
+            }
+            return .zone(zone(state, id: RecordZoneID(zoneName: zoneName, ownerName: owner)))
+        case .record(let zoneKey, let name, let id):
+            guard let state = try models.record(txn, zoneID: zoneKey, name) else {
+                throw LedgerError(.unknownItem, "record \(name) was saved, but deleted right after")
+            }
+            return .record(try record(txn, state, id: id))
+        case .share(let token):
+            guard let share = try share(txn, token: token, viewer: viewer) else {
+                throw LedgerError(.unknownItem, "your change was committed, but the share was deleted right after it")
+            }
+            return .share(share)
+        }
+    }
+
+    func identity(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String) throws -> UserIdentity {
         let state = try models.user(txn, container, user)
         var names: PersonNameComponents?
         if let state, !(state.givenName.isEmpty && state.familyName.isEmpty && state.middleName.isEmpty && state.nickname.isEmpty) {
@@ -26,7 +55,7 @@ struct Presenter: Sendable {
             nameComponents: names, hasiCloudAccount: true)
     }
 
-    func participant(_ txn: borrowing Transaction, _ container: String, id: String, _ state: ParticipantState) throws
+    func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, id: String, _ state: ParticipantState) throws
         -> Share.Participant
     {
         var identity: UserIdentity
@@ -44,12 +73,12 @@ struct Presenter: Sendable {
 
     /// The share as `viewer` may see it: the owner and accepted administrators see every participant;
     /// everyone else sees the owner, the accepted participants and themselves.
-    func share(_ txn: borrowing Transaction, token: String, viewer: String?) throws -> Share? {
+    func share(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, viewer: String?) throws -> Share? {
         guard let state = try models.share(txn, token) else { return nil }
         return try share(txn, token: token, state: state, viewer: viewer)
     }
 
-    func share(_ txn: borrowing Transaction, token: String, state: ShareState, viewer: String?) throws -> Share {
+    func share(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, state: ShareState, viewer: String?) throws -> Share {
         let all = try models.participants(txn, token)
         var viewerEntry: (id: String, state: ParticipantState)?
         if let viewer { viewerEntry = try models.participant(txn, of: viewer, in: state, token: token) }
@@ -88,7 +117,7 @@ struct Presenter: Sendable {
     }
 
     func record(
-        _ txn: borrowing Transaction, _ state: RecordState, id: RecordID, desiredKeys: [String]? = nil
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ state: RecordState, id: RecordID, desiredKeys: [String]? = nil
     ) throws -> Record {
         var record = Record(recordType: state.recordType, recordID: id)
         let wanted = desiredKeys.map(Set.init)

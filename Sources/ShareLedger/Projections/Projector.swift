@@ -33,7 +33,7 @@ struct Projector {
     /// Applies `event`; returns the shares (tokens) it is about: every share whose row it may have
     /// changed is among them.
     @discardableResult
-    func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws -> Set<String> {
+    func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws -> Set<String> {
         // Who and what the event is about, read before it changes the read models.
         let (tokens, users) = try subjects(of: event, context, txn)
         try project(event, context, txn)
@@ -47,7 +47,7 @@ struct Projector {
     }
 
     /// The shares (tokens) and users an event is about, for the history indexes.
-    private func subjects(of event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws
+    private func subjects(of event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws
         -> (tokens: Set<String>, users: Set<String>)
     {
         var users: Set<String> = [context.actor]
@@ -85,7 +85,7 @@ struct Projector {
         return (tokens, users)
     }
 
-    private func project(_ event: DomainEvent, _ context: Context, _ txn: borrowing Transaction) throws {
+    private func project(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws {
         let m = models
         switch event {
         case .userRegistered(let e):
@@ -394,14 +394,14 @@ struct Projector {
         }
     }
 
-    private func updateShare(_ token: String, _ txn: borrowing Transaction, _ change: (inout ShareState) -> Void) throws {
+    private func updateShare(_ token: String, _ txn: borrowing some ReadModelStore & ~Copyable, _ change: (inout ShareState) -> Void) throws {
         guard var share = try models.share(txn, token) else { return }
         change(&share)
         share.changeTag += 1
         try models.put(txn, models.shares, Array(token.utf8), share)
     }
 
-    private func deleteVerifications(token: String, participantID: String, _ txn: borrowing Transaction) throws {
+    private func deleteVerifications(token: String, participantID: String, _ txn: borrowing some ReadModelStore & ~Copyable) throws {
         let prefix = ReadModels.participantKey(token, participantID) + [0]
         for entry in try models.scan(txn, models.verifications, prefix: prefix) {
             try txn.delete(models.verifications, key: prefix + entry.suffix)
@@ -410,7 +410,7 @@ struct Projector {
 
     private func scheduleZoneTask(
         _ kind: ResidualTaskState.Kind, share: ShareState, token: String, user: String, id: UInt64, _ context: Context,
-        _ txn: borrowing Transaction
+        _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws {
         guard !user.isEmpty else { return }
         var task = ResidualTaskState()

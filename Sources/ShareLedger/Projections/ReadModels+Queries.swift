@@ -5,28 +5,28 @@ import SwiftProtobuf
 /// Typed reads of the read models, shared by the decider (inside the writer's transaction) and the
 /// query API (inside short read transactions).
 extension ReadModels {
-    func user(_ txn: borrowing Transaction, _ container: String, _ name: String) throws -> UserState? {
+    func user(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, _ name: String) throws -> UserState? {
         try message(UserState.self, txn, users, ReadModels.userKey(container, name))
     }
 
-    func zone(_ txn: borrowing Transaction, _ container: String, owner: String, zone: String) throws -> ZoneState? {
+    func zone(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, owner: String, zone: String) throws -> ZoneState? {
         try message(ZoneState.self, txn, zones, ReadModels.zoneKey(container, owner: owner, zone: zone))
     }
 
-    func record(_ txn: borrowing Transaction, zoneID: UInt64, _ name: String) throws -> RecordState? {
+    func record(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ name: String) throws -> RecordState? {
         try message(RecordState.self, txn, records, ReadModels.recordKey(zoneID: zoneID, name))
     }
 
-    func share(_ txn: borrowing Transaction, _ token: String) throws -> ShareState? {
+    func share(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> ShareState? {
         try message(ShareState.self, txn, shares, Array(token.utf8))
     }
 
-    func participant(_ txn: borrowing Transaction, _ token: String, _ participantID: String) throws -> ParticipantState? {
+    func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ participantID: String) throws -> ParticipantState? {
         try message(ParticipantState.self, txn, participants, ReadModels.participantKey(token, participantID))
     }
 
     /// Every participant of a share (removed ones included), by participant id.
-    func participants(_ txn: borrowing Transaction, _ token: String) throws -> [(id: String, state: ParticipantState)] {
+    func participants(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> [(id: String, state: ParticipantState)] {
         try scan(txn, participants, prefix: Array(token.utf8)).map { entry in
             do {
                 return (String(decoding: entry.suffix, as: UTF8.self), try ParticipantState(serializedBytes: entry.value))
@@ -37,12 +37,12 @@ extension ReadModels {
     }
 
     /// The participant id `user` has (or had) in share `token`.
-    func participantID(_ txn: borrowing Transaction, _ container: String, user: String, token: String) throws -> String? {
+    func participantID(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, token: String) throws -> String? {
         try string(txn, sharesByUser, ReadModels.key(container, user, token))
     }
 
     /// The user's participant entry in the share, if any (any status).
-    func participant(_ txn: borrowing Transaction, of user: String, in share: ShareState, token: String) throws
+    func participant(_ txn: borrowing some ReadModelStore & ~Copyable, of user: String, in share: ShareState, token: String) throws
         -> (id: String, state: ParticipantState)?
     {
         guard let id = try participantID(txn, share.container, user: user, token: token),
@@ -51,23 +51,23 @@ extension ReadModels {
         return (id, state)
     }
 
-    func userName(_ txn: borrowing Transaction, _ container: String, email: String) throws -> String? {
+    func userName(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, email: String) throws -> String? {
         try string(txn, userLookup, ReadModels.lookupKey(container, email: email))
     }
 
-    func userName(_ txn: borrowing Transaction, _ container: String, phone: String) throws -> String? {
+    func userName(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, phone: String) throws -> String? {
         try string(txn, userLookup, ReadModels.lookupKey(container, phone: phone))
     }
 
     /// The tokens of the live shares `owner` owns in `container`.
-    func shareTokens(_ txn: borrowing Transaction, _ container: String, owner: String) throws -> [String] {
+    func shareTokens(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, owner: String) throws -> [String] {
         try scan(txn, sharesByOwner, prefix: ReadModels.key(container, owner) + [0]).map {
             String(decoding: $0.suffix, as: UTF8.self)
         }
     }
 
     /// (token, participant id) of every share `user` is or was a participant of in `container`.
-    func participations(_ txn: borrowing Transaction, _ container: String, user: String) throws
+    func participations(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String) throws
         -> [(token: String, participantID: String)]
     {
         try scan(txn, sharesByUser, prefix: ReadModels.key(container, user) + [0]).map {
@@ -75,19 +75,20 @@ extension ReadModels {
         }
     }
 
+    /// The residual task `id` of the outbox, if it is not done yet.
+    func residualTask(_ txn: borrowing some ReadModelStore & ~Copyable, id: UInt64) throws -> ResidualTaskState? {
+        try message(ResidualTaskState.self, txn, outbox, BigEndian.bytes(of: id))
+    }
+
     /// The names of the records whose parent is `parent`.
-    func children(_ txn: borrowing Transaction, zoneID: UInt64, of parent: String) throws -> [String] {
+    func children(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, of parent: String) throws -> [String] {
         let key = ReadModels.recordKey(zoneID: zoneID, parent)
         guard ReadModels.isStorable(key) else { return [] }
-        return try txn.withCursor(recordChildren) { cursor in
-            var out: [String] = []
-            var entry = try key.withUnsafeBytes { try cursor.seek(exactly: $0) }
-            while let current = entry {
-                out.append(String(decoding: current.value, as: UTF8.self))
-                entry = try cursor.nextDuplicate()
-            }
-            return out
+        var out: [String] = []
+        try key.withUnsafeBytes { k in
+            try txn.visitDuplicates(recordChildren, key: k) { out.append(String(decoding: $0, as: UTF8.self)) }
         }
+        return out
     }
 
     /// Parked residual tasks: a walk of `worker_tasks` (tasks that have had an attempt), counted in
@@ -113,7 +114,7 @@ extension ReadModels {
 
     /// The token of the share that covers a record: the live share of the first record up its
     /// parent chain (from `name`, itself included) that is a share root, else the zone's zone-wide share.
-    func coveringShare(_ txn: borrowing Transaction, zone: ZoneState, from name: String?) throws -> String? {
+    func coveringShare(_ txn: borrowing some ReadModelStore & ~Copyable, zone: ZoneState, from name: String?) throws -> String? {
         var current = name
         var seen = Set<String>()
         while let next = current, !next.isEmpty, seen.insert(next).inserted {

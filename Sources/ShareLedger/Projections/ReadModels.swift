@@ -55,6 +55,9 @@ struct ReadModels: Sendable {
     let containerHistory: Database
     /// task id → WorkerTaskState: the worker's bookkeeping (not a read model: not rebuilt or compared).
     let workerTasks: Database
+    /// `worker_lease` → WorkerLease: which residual-task worker may take tasks, until when (not a read
+    /// model). Until format 2's databases gained it, the lease lived in the log's `meta`.
+    let workerState: Database
 
     /// The databases the sharing layer adds to the log's environment (``EventLog/Configuration/databases``).
     static let specs: [DatabaseSpec] = [
@@ -75,11 +78,19 @@ struct ReadModels: Sendable {
         DatabaseSpec("idx_user_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_container_history", [.dupSort, .dupFixed]),
         DatabaseSpec("worker_tasks"),
+        DatabaseSpec("worker_state"),
     ]
 
     /// The read models of a log opened with ``specs`` among its databases.
     init(_ store: LogStore) {
-        let byName = store.extensionDatabases
+        self.init(byName: store.extensionDatabases)
+    }
+
+    /// The read models' tables in a store that is not LMDB (``InMemoryReadModelStore``).
+    static let unattached = ReadModels(
+        byName: Dictionary(uniqueKeysWithValues: specs.map { ($0.name, Database.unattached(name: $0.name, flags: $0.flags)) }))
+
+    private init(byName: [String: Database]) {
         precondition(ReadModels.specs.allSatisfy { byName[$0.name] != nil }, "the log was opened without the read models' databases")
         users = byName["rm_users"]!
         userLookup = byName["rm_user_lookup"]!
@@ -98,16 +109,16 @@ struct ReadModels: Sendable {
         userHistory = byName["idx_user_history"]!
         containerHistory = byName["idx_container_history"]!
         workerTasks = byName["worker_tasks"]!
+        workerState = byName["worker_state"]!
     }
 
     /// Every read-model database, in `specs` order: every database of `specs` but the worker's
-    /// bookkeeping, which is not derived from the log.
+    /// bookkeeping and lease, which are not derived from the log.
     var all: [Database] {
-        let byName = [
+        [
             users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
-            sharedZones, outbox, verifications, counters, shareHistory, userHistory, containerHistory, workerTasks,
-        ].reduce(into: [String: Database]()) { $0[$1.name] = $1 }
-        return ReadModels.specs.map(\.name).filter { $0 != workerTasks.name }.map { byName[$0]! }
+            sharedZones, outbox, verifications, counters, shareHistory, userHistory, containerHistory,
+        ]
     }
 
     // MARK: - Keys
@@ -170,7 +181,7 @@ struct ReadModels: Sendable {
     static func isStorable(_ key: [UInt8]) -> Bool { !key.isEmpty && key.count <= maxKeyBytes }
 
     func message<M: SwiftProtobuf.Message>(
-        _ type: M.Type, _ txn: borrowing Transaction, _ db: Database, _ key: [UInt8]
+        _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8]
     ) throws -> M? {
         guard ReadModels.isStorable(key) else { return nil }
         return try key.withUnsafeBytes { k in
@@ -185,18 +196,18 @@ struct ReadModels: Sendable {
         }
     }
 
-    func put(_ txn: borrowing Transaction, _ db: Database, _ key: [UInt8], _ message: some SwiftProtobuf.Message) throws {
+    func put(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8], _ message: some SwiftProtobuf.Message) throws {
         var options = BinaryEncodingOptions()
         options.useDeterministicOrdering = true
         let bytes: [UInt8] = try message.serializedBytes(options: options)
         try txn.put(db, key: key, value: bytes)
     }
 
-    func putRaw(_ txn: borrowing Transaction, _ db: Database, _ key: [UInt8], _ value: [UInt8]) throws {
+    func putRaw(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8], _ value: [UInt8]) throws {
         try txn.put(db, key: key, value: value)
     }
 
-    func string(_ txn: borrowing Transaction, _ db: Database, _ key: [UInt8]) throws -> String? {
+    func string(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8]) throws -> String? {
         guard ReadModels.isStorable(key) else { return nil }
         return try key.withUnsafeBytes { k in
             try txn.withValue(db, key: k) { String(decoding: $0, as: UTF8.self) }
@@ -204,23 +215,21 @@ struct ReadModels: Sendable {
     }
 
     /// Every entry of `db` whose key starts with `prefix`, in key order: (key suffix after the prefix, value).
-    func scan(_ txn: borrowing Transaction, _ db: Database, prefix: [UInt8], limit: Int = .max)
+    func scan(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, prefix: [UInt8], limit: Int = .max)
         throws -> [(suffix: [UInt8], value: [UInt8])]
     {
         guard prefix.count <= ReadModels.maxKeyBytes else { return [] }
-        return try txn.withCursor(db) { cursor in
-            var out: [(suffix: [UInt8], value: [UInt8])] = []
-            var entry = prefix.isEmpty ? try cursor.first() : try prefix.withUnsafeBytes { try cursor.seek(atLeast: $0) }
-            while let current = entry, out.count < limit {
-                guard prefix.isEmpty
-                    || (current.key.count >= prefix.count
-                        && prefix.withUnsafeBytes({ p in memcmp(p.baseAddress!, current.key.baseAddress!, prefix.count) == 0 }))
-                else { break }
-                out.append((Array(current.key[prefix.count...]), Array(current.value)))
-                entry = try cursor.next()
+        var out: [(suffix: [UInt8], value: [UInt8])] = []
+        try prefix.withUnsafeBytes { p in
+            try txn.visit(db, from: prefix.isEmpty ? nil : p) { key, value in
+                guard out.count < limit else { return false }
+                guard prefix.isEmpty || (key.count >= prefix.count && memcmp(p.baseAddress!, key.baseAddress!, prefix.count) == 0)
+                else { return false }
+                out.append((Array(key[prefix.count...]), Array(value)))
+                return true
             }
-            return out
         }
+        return out
     }
 
     // MARK: - Counters
@@ -229,11 +238,11 @@ struct ReadModels: Sendable {
         case shares, participants, acceptedParticipants, users, zones, records, participantZones
     }
 
-    func counter(_ txn: borrowing Transaction, _ counter: Counter) throws -> UInt64 {
+    func counter(_ txn: borrowing some ReadModelStore & ~Copyable, _ counter: Counter) throws -> UInt64 {
         try txn.get(counters, key: Array(counter.rawValue.utf8)).flatMap { BigEndian.uint64($0) } ?? 0
     }
 
-    func add(_ txn: borrowing Transaction, _ counter: Counter, _ delta: Int64) throws {
+    func add(_ txn: borrowing some ReadModelStore & ~Copyable, _ counter: Counter, _ delta: Int64) throws {
         guard delta != 0 else { return }
         let current = try self.counter(txn, counter)
         let next = delta < 0 ? current &- UInt64(-delta) : current &+ UInt64(delta)

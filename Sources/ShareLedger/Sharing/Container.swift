@@ -38,11 +38,13 @@ public struct Container: Sendable {
             bytes: steps.reduce(0) { $0 + $1.approximateBytes })
         let results = try await ledger.submit(command).results
         // The answers are built here, after the commit, in one short read transaction.
+        let presenter = ledger.presenter
+        let container = containerIdentifier
         return try ledger.read("reading the results") { txn in
             results.map { result in
-                result.flatMap { present in
+                result.flatMap { answer in
                     do {
-                        return .success(try present(txn))
+                        return .success(try presenter.present(answer, container: container, viewer: metadata.actor, txn))
                     } catch let error as LedgerError {
                         return .failure(error)
                     } catch {
@@ -505,8 +507,8 @@ public struct Container: Sendable {
                 .fetchMetadata(tokenText: token, shouldFetchRootRecord: false, desiredKeys: nil), txn)
             switch decision.outcome {
             case .failed(let error): throw error
-            case .present(let present):
-                guard case .metadata(let metadata) = try present(txn) else { throw LedgerError.unexpectedOutput("metadata") }
+            case .answer(let answer):
+                guard case .output(.metadata(let metadata)) = answer else { throw LedgerError.unexpectedOutput("metadata") }
                 if let cache, let validator {
                     cache.store(key, MetadataCache.Entry(validator: validator, generation: generation, metadata: metadata))
                 }

@@ -414,9 +414,9 @@ public final class ResidualTaskWorker: Service, Sendable {
         let holder = self.holder
         let description = holderDescription
         let expires = now + configuration.leaseDuration.microseconds
-        let meta = ledger.log.store.meta
+        let leases = ledger.models.workerState
         let acquired = try await ledger.maintain { txn in
-            if let bytes = try txn.get(meta, key: ResidualTaskWorker.leaseKey),
+            if let bytes = try txn.get(leases, key: ResidualTaskWorker.leaseKey),
                 let lease = try? WorkerLease(serializedBytes: bytes),
                 Array(lease.holder) != holder, lease.expiresAtMicros > now
             {
@@ -426,7 +426,7 @@ public final class ResidualTaskWorker: Service, Sendable {
             lease.holder = Data(holder)
             lease.expiresAtMicros = expires
             lease.description_p = description
-            try txn.put(meta, key: ResidualTaskWorker.leaseKey, value: try lease.serializedBytes() as [UInt8])
+            try txn.put(leases, key: ResidualTaskWorker.leaseKey, value: try lease.serializedBytes() as [UInt8])
             return 1
         } == 1
         leaseHeldUntil.withLock { $0 = acquired ? expires : 0 }
@@ -446,12 +446,12 @@ public final class ResidualTaskWorker: Service, Sendable {
         leaseHeldUntil.withLock { $0 = 0 }
         freshFrom.withLock { $0 = .max }
         let holder = self.holder
-        let meta = ledger.log.store.meta
+        let leases = ledger.models.workerState
         _ = try? await ledger.maintain { txn in
-            guard let bytes = try txn.get(meta, key: ResidualTaskWorker.leaseKey),
+            guard let bytes = try txn.get(leases, key: ResidualTaskWorker.leaseKey),
                 let lease = try? WorkerLease(serializedBytes: bytes), Array(lease.holder) == holder
             else { return 0 }
-            try txn.delete(meta, key: ResidualTaskWorker.leaseKey)
+            try txn.delete(leases, key: ResidualTaskWorker.leaseKey)
             return 1
         }
     }

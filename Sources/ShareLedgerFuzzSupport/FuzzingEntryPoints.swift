@@ -1,4 +1,5 @@
 import Foundation
+import ShareLedger
 import SwiftProtobuf
 
 /// What the fuzz targets of `Sources/ShareLedgerFuzz` call: the parsers that read bytes from outside
@@ -10,26 +11,7 @@ import SwiftProtobuf
 package enum FuzzingEntryPoints {
     /// The type names of the domain events, in a fixed order, so that a fuzz input can pick one by
     /// its first byte and reach every payload decoder.
-    package static let domainEventTypes: [String] = [
-        Shareledger_Events_V1_UserRegistered.protoMessageName,
-        Shareledger_Events_V1_ZoneCreated.protoMessageName,
-        Shareledger_Events_V1_ZoneDeleted.protoMessageName,
-        Shareledger_Events_V1_RecordSaved.protoMessageName,
-        Shareledger_Events_V1_RecordDeleted.protoMessageName,
-        Shareledger_Events_V1_ShareCreated.protoMessageName,
-        Shareledger_Events_V1_ShareDeleted.protoMessageName,
-        Shareledger_Events_V1_ShareTitleChanged.protoMessageName,
-        Shareledger_Events_V1_PublicPermissionChanged.protoMessageName,
-        Shareledger_Events_V1_ParticipantAdded.protoMessageName,
-        Shareledger_Events_V1_ParticipantUpdated.protoMessageName,
-        Shareledger_Events_V1_ParticipantRemoved.protoMessageName,
-        Shareledger_Events_V1_VerificationRequested.protoMessageName,
-        Shareledger_Events_V1_ParticipantVerified.protoMessageName,
-        Shareledger_Events_V1_ShareAccepted.protoMessageName,
-        Shareledger_Events_V1_ShareMetadataFetched.protoMessageName,
-        Shareledger_Events_V1_ParticipantZoneCreated.protoMessageName,
-        Shareledger_Events_V1_ParticipantZoneRemoved.protoMessageName,
-    ]
+    package static let domainEventTypes: [String] = DomainEvent.typeNames
 
     /// Reads `stored` as a stored log entry, under the key it claims (field 1) and under key 1: the
     /// full decode (``EnvelopeCodec/decode(_:key:)``), the fast scanners chain verification and the

@@ -1,0 +1,138 @@
+import Foundation
+import SwiftProtobuf
+
+/// Share metadata and accepting a share.
+extension Decider {
+    // MARK: - Metadata
+
+    /// What the caller is to the share: the role, status and permission the metadata reports.
+    enum Standing {
+        case participant(role: PBRole, status: PBStatus, permission: PBPermission)
+        case prospectivePublicUser(PBPermission)
+    }
+
+    /// How the share looks to the caller, or the error CloudKit gives.
+    func standing(_ txn: borrowing some ReadModelStore & ~Copyable, _ share: ShareState, token: String) throws -> Standing {
+        // User record names are per container (as in CloudKit): the caller is a participant only when
+        // fetching in the share's own container. From another container, the same name is nobody
+        // the share knows.
+        let sameContainer = share.container == container
+        if sameContainer, let entry = try models.participant(txn, of: actor, in: share, token: token),
+            entry.state.status != .statusRemoved
+        {
+            return .participant(role: entry.state.role, status: entry.state.status, permission: entry.state.permission)
+        }
+        if Decider.isPublic(share.publicPermission) {
+            return .prospectivePublicUser(share.publicPermission)
+        }
+        if share.unmatchedPendingCount > 0 {
+            throw LedgerError(
+                .participantMayNeedVerification, "you are not a participant of this share yet, but it has invitations "
+                    + "to email addresses or phone numbers not tied to an account: if one was sent to you, verify it "
+                    + "(requestParticipantVerification) and fetch again")
+        }
+        throw LedgerError(.unknownItem, Decider.shareNotFound)
+    }
+
+    func fetchMetadata(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, fetchRoot: Bool, keys: [String]?) throws
+        -> Decision
+    {
+        var e = Shareledger_Events_V1_ShareMetadataFetched()
+        e.token = String(tokenText.prefix(64))
+        let stream = signedIn ? Streams.user(actor) : Streams.anonymous
+        func failed(_ error: LedgerError) -> Decision {
+            e.errorCode = Int32(error.code.rawValue)
+            return Decision(events: [event(stream, .shareMetadataFetched(e))], outcome: .failed(error))
+        }
+        guard signedIn, try models.user(txn, container, actor) != nil else {
+            return failed(
+                LedgerError(.notAuthenticated, "fetching share metadata needs a signed-in user; register the user and act as them"))
+        }
+        guard ShareToken(tokenText) != nil, let share = try models.share(txn, tokenText) else {
+            return failed(LedgerError(.unknownItem, Decider.shareNotFound))
+        }
+        e.shareContainer = share.container
+        let standing: Standing
+        do {
+            standing = try self.standing(txn, share, token: tokenText)
+        } catch let error as LedgerError {
+            return failed(error)
+        }
+        let (role, status, permission): (PBRole, PBStatus, PBPermission)
+        switch standing {
+        case .participant(let r, let s, let p): (role, status, permission) = (r, s, p)
+        case .prospectivePublicUser(let p): (role, status, permission) = (.publicUser, .statusPending, p)
+        }
+        let viewer = share.container == container ? actor : nil
+        let shareValue = try presenter.share(txn, token: tokenText, state: share, viewer: viewer)
+        let zoneID = RecordZoneID(zoneName: share.zoneName, ownerName: share.ownerName)
+        var rootRecord: Record?
+        let rootID = share.rootRecordName.isEmpty ? nil : RecordID(recordName: share.rootRecordName, zoneID: zoneID)
+        if fetchRoot, let rootID, let state = try models.record(txn, zoneID: share.zoneID, share.rootRecordName) {
+            rootRecord = try presenter.record(txn, state, id: rootID, desiredKeys: keys)
+            e.rootRecordFetched = true
+        }
+        let metadata = Share.Metadata(
+            share: shareValue, containerIdentifier: share.container,
+            ownerIdentity: try presenter.identity(txn, share.container, user: share.ownerName),
+            hierarchicalRootRecordID: rootID, rootRecord: rootRecord, participantRole: role.role,
+            participantStatus: status.status, participantPermission: permission.permission)
+        e.participantRole = role
+        e.participantStatus = status
+        e.participantPermission = permission
+        return .output([event(stream, .shareMetadataFetched(e))], .metadata(metadata))
+    }
+
+    // MARK: - Accepting
+
+    func accept(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, metadataContainer: String, newID: String) throws
+        -> Decision
+    {
+        try requireSignedIn(txn)
+        guard metadataContainer == container else {
+            throw LedgerError(
+                .badContainer, "this share belongs to container \(metadataContainer); accept it in that container, "
+                    + "not in \(container)")
+        }
+        let share = try liveShare(txn, token)
+        let entry = try models.participant(txn, of: actor, in: share, token: token)
+        if let entry, entry.state.role == .owner || entry.state.status == .statusAccepted {
+            // The owner, or accepted already: success, nothing new.
+            return .output(shareOutput(token))
+        }
+        let isPublic = Decider.isPublic(share.publicPermission)
+        if let entry, entry.state.status == .statusPending {
+            var e = Shareledger_Events_V1_ShareAccepted()
+            e.token = token
+            e.participantID = entry.id
+            e.userRecordName = actor
+            return .output([event(Streams.share(token), .shareAccepted(e))], shareOutput(token))
+        }
+        guard isPublic else {
+            if entry?.state.status == .statusRemoved {
+                throw LedgerError(.permissionFailure, "you were removed from this share; the owner must invite you again")
+            }
+            throw LedgerError(
+                .permissionFailure, "you have no invitation to this share (if one went to your email or phone, "
+                    + "verify it first)")
+        }
+        guard share.activeParticipantCount < Limits.maxParticipants else {
+            throw LedgerError(.tooManyParticipants, "the share has reached \(Limits.maxParticipants) participants")
+        }
+        // A public share: join as a public user (again, with the same participant id, after a removal).
+        var added = Shareledger_Events_V1_ParticipantAdded()
+        added.token = token
+        added.participantID = entry?.id ?? newID
+        added.userRecordName = actor
+        added.lookupInfo.userRecordName = actor
+        added.role = .publicUser
+        added.permission = share.publicPermission
+        var accepted = Shareledger_Events_V1_ShareAccepted()
+        accepted.token = token
+        accepted.participantID = added.participantID
+        accepted.userRecordName = actor
+        return .output(
+            [event(Streams.share(token), .participantAdded(added)), event(Streams.share(token), .shareAccepted(accepted))],
+            shareOutput(token))
+    }
+}

@@ -1,0 +1,225 @@
+import Foundation
+import SwiftProtobuf
+
+/// Zones and records in an owner's private database, and writes by participants.
+extension Decider {
+    // MARK: - Zones and records
+
+    func saveZone(_ txn: borrowing some ReadModelStore & ~Copyable, _ id: RecordZoneID, capabilities: UInt32) throws -> Decision {
+        try requireSignedIn(txn)
+        let owner = owner(of: id)
+        guard owner == actor else {
+            throw LedgerError(.badDatabase, "zones can be created only in your own private database, not in \(owner)'s")
+        }
+        try Decider.checkName(id.zoneName, "zone name", max: Limits.maxZoneNameBytes)
+        guard id.zoneName != RecordZoneID.defaultZoneName else {
+            throw LedgerError(.invalidArguments, "the default zone cannot be saved; create a custom zone for shared records")
+        }
+        let zoneID = RecordZoneID(zoneName: id.zoneName, ownerName: owner)
+        if let existing = try models.zone(txn, container, owner: owner, zone: id.zoneName) {
+            return .output(.zone(presenter.zone(existing, id: zoneID)))
+        }
+        var e = Shareledger_Events_V1_ZoneCreated()
+        e.ownerName = owner
+        e.zoneName = id.zoneName
+        e.capabilities = capabilities & 0xF
+        return .output(
+            [event(Streams.zone(owner: owner, zone: id.zoneName), .zoneCreated(e))], .zone(owner: owner, zoneName: id.zoneName))
+    }
+
+    func deleteZone(_ txn: borrowing some ReadModelStore & ~Copyable, _ id: RecordZoneID) throws -> Decision {
+        try requireSignedIn(txn)
+        let owner = owner(of: id)
+        guard owner == actor else {
+            throw LedgerError(.badDatabase, "only the owner deletes a zone; to stop seeing a shared zone, leave its share")
+        }
+        guard let zone = try models.zone(txn, container, owner: owner, zone: id.zoneName) else {
+            throw LedgerError(.zoneNotFound, "zone \(id.zoneName) does not exist")
+        }
+        var events: [PendingEvent] = []
+        for token in try models.shareTokens(txn, container, owner: owner) {
+            guard let share = try models.share(txn, token), share.zoneID == zone.zoneID else { continue }
+            var deleted = Shareledger_Events_V1_ShareDeleted()
+            deleted.token = token
+            deleted.cause = .zoneDeleted
+            events.append(event(Streams.share(token), .shareDeleted(deleted)))
+        }
+        var e = Shareledger_Events_V1_ZoneDeleted()
+        e.ownerName = owner
+        e.zoneName = id.zoneName
+        events.append(event(Streams.zone(owner: owner, zone: id.zoneName), .zoneDeleted(e)))
+        return .output(events, .none)
+    }
+
+    /// Whether `name` or any record below it is the root of a live share.
+    func subtreeHasShare(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ name: String) throws -> Bool {
+        var stack = [name]
+        var seen = Set<String>()
+        while let next = stack.popLast() {
+            guard seen.insert(next).inserted else { continue }
+            if let state = try models.record(txn, zoneID: zoneID, next), !state.shareToken.isEmpty { return true }
+            stack.append(contentsOf: try models.children(txn, zoneID: zoneID, of: next))
+        }
+        return false
+    }
+
+    /// Whether a record up the chain from `name` (itself included) is the root of a live share.
+    func ancestorHasShare(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ name: String) throws -> Bool {
+        var current: String? = name
+        var seen = Set<String>()
+        while let next = current, !next.isEmpty, seen.insert(next).inserted {
+            guard let state = try models.record(txn, zoneID: zoneID, next) else { return false }
+            if !state.shareToken.isEmpty { return true }
+            current = state.parentRecordName
+        }
+        return false
+    }
+
+    /// For a write by someone other than the zone's owner: the writer must be an accepted participant
+    /// with read-write permission of the share that covers the record.
+    func requireWriteAccess(_ txn: borrowing some ReadModelStore & ~Copyable, zone: ZoneState, coveringFrom name: String?) throws {
+        guard let token = try models.coveringShare(txn, zone: zone, from: name), let share = try models.share(txn, token),
+            let entry = try models.participant(txn, of: actor, in: share, token: token),
+            entry.state.status == .statusAccepted
+        else {
+            throw LedgerError(.unknownItem, Decider.recordNotShared)
+        }
+        guard entry.state.permission == .readWrite else {
+            throw LedgerError(.permissionFailure, "your permission on this share is \(entry.state.permission.permission); "
+                + "changing shared records needs readWrite")
+        }
+    }
+
+    func saveRecord(_ txn: borrowing some ReadModelStore & ~Copyable, _ record: Record) throws -> Decision {
+        try requireSignedIn(txn)
+        let owner = owner(of: record.recordID.zoneID)
+        let zoneName = record.recordID.zoneID.zoneName
+        let name = record.recordID.recordName
+        try Decider.checkName(name, "record name", max: Limits.maxRecordNameBytes)
+        try Decider.checkName(record.recordType, "record type", max: Limits.maxRecordTypeBytes)
+        guard record.recordType != Share.recordType else {
+            throw LedgerError(.invalidArguments, "shares are created with the share calls, not saved as records")
+        }
+        guard let zone = try models.zone(txn, container, owner: owner, zone: zoneName) else {
+            throw LedgerError(.zoneNotFound, "zone \(zoneName) of \(owner) does not exist; save the zone first")
+        }
+        let existing = try models.record(txn, zoneID: zone.zoneID, name)
+        if owner != actor {
+            let current = existing != nil ? name : record.parent?.recordName
+            try requireWriteAccess(txn, zone: zone, coveringFrom: current)
+            // The record must stay in the share the participant may write: no moving it out (or in).
+            let before = try models.coveringShare(txn, zone: zone, from: current)
+            let after: String?
+            if let existing, !existing.shareToken.isEmpty {
+                after = existing.shareToken
+            } else {
+                after = try models.coveringShare(txn, zone: zone, from: record.parent?.recordName)
+            }
+            guard before == after else {
+                throw LedgerError(.permissionFailure, "a participant cannot move a record out of the share it belongs to")
+            }
+        }
+        if let existing {
+            guard let tag = record.recordChangeTag, tag == String(existing.changeTag) else {
+                throw LedgerError(
+                    .serverRecordChanged, "record \(name) changed on the server (change tag \(existing.changeTag), yours "
+                        + "\(record.recordChangeTag ?? "none")); fetch it, apply your change, and save again")
+            }
+            guard existing.recordType == record.recordType else {
+                throw LedgerError(.invalidArguments, "record \(name) is a \(existing.recordType); its type cannot change")
+            }
+        } else if record.recordChangeTag != nil {
+            throw LedgerError(.unknownItem, "record \(name) does not exist (it may have been deleted); save it without a change tag")
+        }
+        var bytes = 0
+        for (key, value) in record.fields {
+            try Decider.checkName(key, "field key", max: Limits.maxFieldKeyBytes)
+            bytes += key.utf8.count + value.approximateBytes
+            if case .reference(let target) = value, target.zoneID.zoneName != zoneName {
+                throw LedgerError(.invalidArguments, "field \(key) refers to a record in another zone")
+            }
+        }
+        guard bytes <= Record.maxFieldBytes else {
+            throw LedgerError(.limitExceeded, "record \(name) holds \(bytes) bytes of fields; the limit is \(Record.maxFieldBytes)")
+        }
+        var parentName = ""
+        if let parent = record.parent {
+            guard parent.zoneID.zoneName == zoneName, self.owner(of: parent.zoneID) == owner else {
+                throw LedgerError(.invalidArguments, "the parent of \(name) must be in the same zone")
+            }
+            guard parent.recordName != name else {
+                throw LedgerError(.invalidArguments, "record \(name) cannot be its own parent")
+            }
+            guard try models.record(txn, zoneID: zone.zoneID, parent.recordName) != nil else {
+                throw LedgerError(.referenceViolation, "the parent record \(parent.recordName) does not exist; save it first")
+            }
+            // No cycles: the parent's chain must not lead back to this record.
+            var current: String? = parent.recordName
+            var seen = Set<String>()
+            while let next = current, !next.isEmpty, seen.insert(next).inserted {
+                guard next != name else {
+                    throw LedgerError(.invalidArguments, "making \(parent.recordName) the parent of \(name) would form a cycle")
+                }
+                current = try models.record(txn, zoneID: zone.zoneID, next)?.parentRecordName
+            }
+            parentName = parent.recordName
+            if parentName != existing?.parentRecordName,
+                try ancestorHasShare(txn, zoneID: zone.zoneID, parentName),
+                try subtreeHasShare(txn, zoneID: zone.zoneID, name)
+            {
+                throw LedgerError(
+                    .alreadyShared, "record \(name) (or a record below it) is shared already, and \(parentName) is in "
+                        + "another share; a record belongs to at most one share")
+            }
+        }
+        var e = Shareledger_Events_V1_RecordSaved()
+        e.ownerName = owner
+        e.zoneName = zoneName
+        e.recordName = name
+        e.recordType = record.recordType
+        e.fields = record.fields.sorted { $0.key < $1.key }.map { key, value in
+            var field = PBField()
+            field.key = key
+            field.value = value.message
+            return field
+        }
+        e.parentRecordName = parentName
+        e.changeTag = (existing?.changeTag ?? 0) + 1
+        e.created = existing == nil
+        let id = RecordID(recordName: name, zoneID: RecordZoneID(zoneName: zoneName, ownerName: owner))
+        return .output(
+            [event(Streams.zone(owner: owner, zone: zoneName), .recordSaved(e))],
+            .record(zoneKey: zone.zoneID, name: name, id: id))
+    }
+
+    func deleteRecord(_ txn: borrowing some ReadModelStore & ~Copyable, _ id: RecordID) throws -> Decision {
+        try requireSignedIn(txn)
+        let owner = owner(of: id.zoneID)
+        guard let zone = try models.zone(txn, container, owner: owner, zone: id.zoneID.zoneName) else {
+            throw LedgerError(.zoneNotFound, "zone \(id.zoneID.zoneName) of \(owner) does not exist")
+        }
+        guard let state = try models.record(txn, zoneID: zone.zoneID, id.recordName) else {
+            // In another user's zone, a missing record answers as one not shared with the caller.
+            throw LedgerError(.unknownItem, owner == actor ? "record \(id.recordName) does not exist" : Decider.recordNotShared)
+        }
+        if owner != actor {
+            try requireWriteAccess(txn, zone: zone, coveringFrom: id.recordName)
+            guard state.shareToken.isEmpty else {
+                throw LedgerError(.permissionFailure, "only the owner may delete the root record of a share")
+            }
+        }
+        var events: [PendingEvent] = []
+        if !state.shareToken.isEmpty {
+            var deleted = Shareledger_Events_V1_ShareDeleted()
+            deleted.token = state.shareToken
+            deleted.cause = .rootDeleted
+            events.append(event(Streams.share(state.shareToken), .shareDeleted(deleted)))
+        }
+        var e = Shareledger_Events_V1_RecordDeleted()
+        e.ownerName = owner
+        e.zoneName = id.zoneID.zoneName
+        e.recordName = id.recordName
+        events.append(event(Streams.zone(owner: owner, zone: id.zoneID.zoneName), .recordDeleted(e)))
+        return .output(events, .none)
+    }
+}

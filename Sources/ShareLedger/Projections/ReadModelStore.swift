@@ -1,0 +1,185 @@
+import Foundation
+import LMDB
+
+/// Where the read models live, as the rules (``Decider``), the projections (``Projector``) and the
+/// queries see them: named, sorted key-value tables, some with sorted duplicate values.
+///
+/// Two implementations: the writer's (or a reader's) LMDB ``Transaction``, and
+/// ``InMemoryReadModelStore``, which runs the same rules and projections without LMDB (domain tests,
+/// and the property test that holds both to the same answers). Nothing in the domain knows which.
+protocol ReadModelStore: ~Copyable {
+    /// Calls `body` with the value stored under `key` in `db`, or returns `nil` when there is none.
+    /// The buffer is valid only inside `body`.
+    func withValue<R>(_ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R) throws
+        -> R?
+    /// Stores `value` under `key` (for a database with sorted duplicates: adds it to the key's values).
+    func put(_ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: PutFlags) throws
+    /// Deletes `key` (with sorted duplicates: every value, or only `value` when given); returns
+    /// whether anything was deleted.
+    @discardableResult
+    func delete(_ db: Database, key: some Collection<UInt8>, value: (some Collection<UInt8>)?) throws -> Bool
+    /// Visits the entries of `db` in key order (sorted duplicates each as an entry of their own) from
+    /// the first key at or after `start` (the first key when `nil`) while `body` returns true.
+    func visit(
+        _ db: Database, from start: UnsafeRawBufferPointer?,
+        _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+    ) throws
+    /// Visits the values of `key` in a database with sorted duplicates, in order.
+    func visitDuplicates(_ db: Database, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
+        throws
+}
+
+extension ReadModelStore where Self: ~Copyable {
+    /// Stores `value` under `key`.
+    func put(_ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>) throws {
+        try put(db, key: key, value: value, flags: [])
+    }
+
+    /// Deletes `key` and all its values; returns whether anything was deleted.
+    @discardableResult
+    func delete(_ db: Database, key: some Collection<UInt8>) throws -> Bool {
+        try delete(db, key: key, value: [UInt8]?.none)
+    }
+
+    /// The value stored under `key`, copied; `nil` when there is none.
+    func get(_ db: Database, key: some Collection<UInt8>) throws -> [UInt8]? {
+        try withBytes(key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
+    }
+}
+
+extension Transaction: ReadModelStore {
+    func visit(
+        _ db: Database, from start: UnsafeRawBufferPointer?,
+        _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
+        try withCursor(db) { cursor in
+            var entry = try start.map { try cursor.seek(atLeast: $0) } ?? cursor.first()
+            while let current = entry, try body(current.key, current.value) {
+                entry = try cursor.next()
+            }
+        }
+    }
+
+    func visitDuplicates(_ db: Database, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
+        throws
+    {
+        try withCursor(db) { cursor in
+            var entry = try cursor.seek(exactly: key)
+            while let current = entry {
+                try body(current.value)
+                entry = try cursor.nextDuplicate()
+            }
+        }
+    }
+}
+
+/// The read models in memory: one sorted array of entries per database, kept in LMDB's order
+/// (keys compared byte-wise, then sorted duplicates by value). For running the sharing rules and
+/// projections without LMDB; not for production sizes (an insert is linear).
+///
+/// A class with reference semantics, like a transaction: writes through any copy are seen by all.
+/// Not thread-safe: use it from one task at a time.
+final class InMemoryReadModelStore: ReadModelStore {
+    private struct Entry {
+        var key: [UInt8]
+        var value: [UInt8]
+    }
+
+    private var tables: [String: [Entry]] = [:]
+
+    init() {}
+
+    /// Every (key, value) of `db`, in order.
+    func entries(_ db: Database) -> [([UInt8], [UInt8])] { (tables[db.name] ?? []).map { ($0.key, $0.value) } }
+
+    /// The index of the first entry not ordered before (key, value) (value nil: before any value of key).
+    private func lowerBound(_ table: [Entry], key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) -> Int {
+        var low = 0
+        var high = table.count
+        while low < high {
+            let middle = (low + high) / 2
+            let entry = table[middle]
+            var order = InMemoryReadModelStore.compare(entry.key, key)
+            if order == 0, let value { order = InMemoryReadModelStore.compare(entry.value, value) }
+            if order < 0 { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    private static func compare(_ a: [UInt8], _ b: UnsafeRawBufferPointer) -> Int {
+        a.withUnsafeBytes { a in
+            let common = min(a.count, b.count)
+            if common > 0 {
+                let order = memcmp(a.baseAddress!, b.baseAddress!, common)
+                if order != 0 { return order < 0 ? -1 : 1 }
+            }
+            return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+        }
+    }
+
+    func withValue<R>(_ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R) throws
+        -> R?
+    {
+        guard let table = tables[db.name] else { return nil }
+        let index = lowerBound(table, key: key, value: nil)
+        guard index < table.count, InMemoryReadModelStore.compare(table[index].key, key) == 0 else { return nil }
+        return try table[index].value.withUnsafeBytes(body)
+    }
+
+    func put(_ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: PutFlags) throws {
+        let key = Array(key)
+        let value = Array(value)
+        var table = tables[db.name] ?? []
+        tables[db.name] = nil
+        defer { tables[db.name] = table }
+        let sorted = db.flags.contains(.dupSort)
+        let index = key.withUnsafeBytes { k in
+            value.withUnsafeBytes { v in lowerBound(table, key: k, value: sorted ? v : nil) }
+        }
+        let sameKey = index < table.count && table[index].key == key
+        if sorted {
+            if sameKey && table[index].value == value { return }
+            table.insert(Entry(key: key, value: value), at: index)
+        } else if sameKey {
+            table[index].value = value
+        } else {
+            table.insert(Entry(key: key, value: value), at: index)
+        }
+    }
+
+    @discardableResult
+    func delete(_ db: Database, key: some Collection<UInt8>, value: (some Collection<UInt8>)?) throws -> Bool {
+        guard var table = tables[db.name] else { return false }
+        let key = Array(key)
+        let value = value.map { Array($0) }
+        let before = table.count
+        table.removeAll { $0.key == key && (value == nil || $0.value == value) }
+        tables[db.name] = table
+        return table.count != before
+    }
+
+    func visit(
+        _ db: Database, from start: UnsafeRawBufferPointer?,
+        _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
+        let table = tables[db.name] ?? []
+        var index = start.map { lowerBound(table, key: $0, value: nil) } ?? 0
+        while index < table.count {
+            let entry = table[index]
+            let more = try entry.key.withUnsafeBytes { k in try entry.value.withUnsafeBytes { v in try body(k, v) } }
+            guard more else { return }
+            index += 1
+        }
+    }
+
+    func visitDuplicates(_ db: Database, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
+        throws
+    {
+        let table = tables[db.name] ?? []
+        var index = lowerBound(table, key: key, value: nil)
+        while index < table.count, InMemoryReadModelStore.compare(table[index].key, key) == 0 {
+            try table[index].value.withUnsafeBytes(body)
+            index += 1
+        }
+    }
+}

@@ -1,0 +1,280 @@
+import Foundation
+import LMDB
+import PropertyBased
+@testable import ShareLedger
+import TestSupport
+import Testing
+
+/// The sharing domain is pure: the same rules and projections run on the LMDB writer's transaction
+/// and on ``InMemorySharingDomain``. Random commands (valid and invalid, built from what the state
+/// holds) go to both; every step must get the same decision (the same answer, or the same error
+/// code and message), the logs the same events, and the read models the same bytes.
+@Suite("The sharing domain without LMDB")
+struct InMemoryDomainTests {
+    static let container = "iCloud.com.example.pure"
+    static let users = ["_alice", "_bob", "_carol", "_dave"]
+    static let emails = ["alice@example.com", "bob@example.com", "nobody@example.org"]
+    static let zones = ["Z0", "Z1"]
+    static let records = ["r0", "r1", "r2", "r3"]
+    static let now: Int64 = 1_800_000_000_000_000
+
+    /// Both sides, driven by one command at a time.
+    struct Pair {
+        let ledger: ShareLedger
+        let memory = InMemorySharingDomain()
+
+        /// Runs `steps` as `actor` on both sides and checks they agree step by step.
+        func run(_ actor: String, signedIn: Bool = true, _ steps: [DomainAction]) async throws -> [Result<StepOutput, LedgerError>] {
+            let command = DomainCommand(
+                metadata: CommandMetadata(container: InMemoryDomainTests.container, actor: actor), signedIn: signedIn,
+                steps: steps, bytes: 256 * steps.count)
+            let expected = try memory.run(command, recordedAt: InMemoryDomainTests.now)
+            let answers = try await ledger.submit(command).results
+            let actual = try ledger.read("presenting") { txn in
+                answers.map { result in
+                    result.flatMap { answer in
+                        Result { () throws(LedgerError) -> StepOutput in
+                            do {
+                                return try ledger.presenter.present(answer, container: InMemoryDomainTests.container, viewer: actor, txn)
+                            } catch {
+                                throw LedgerError.wrap(error, while: "presenting")
+                            }
+                        }
+                    }
+                }
+            }
+            #expect(actual.count == expected.count)
+            for (lmdb, memory) in zip(actual, expected) {
+                switch (lmdb, memory) {
+                case (.success(let a), .success(let b)):
+                    #expect("\(a)" == "\(b)", "\(steps): answers differ")
+                case (.failure(let a), .failure(let b)):
+                    #expect(a.code == b.code && a.message == b.message, "\(steps): \(a) vs \(b)")
+                default:
+                    Issue.record("\(steps): LMDB \(lmdb), in memory \(memory)")
+                }
+            }
+            return expected
+        }
+
+        /// Every read model's entries and every event, on both sides, must be the same bytes.
+        func expectSameState() throws {
+            let models = ledger.models
+            for (live, memory) in zip(models.all, ReadModels.unattached.all) {
+                let lmdb = try ReadModelRebuild.dump(ledger.log.store.environment, live)
+                let mem = self.memory.store.entries(memory)
+                #expect(lmdb.count == mem.count, "\(live.name): \(lmdb.count) vs \(mem.count) entries")
+                #expect(zip(lmdb, mem).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }, "\(live.name) differs")
+            }
+            let events = try ledger.log.events(after: .start, limit: .max)
+            #expect(events.count == memory.events.count)
+            for (stored, (position, stream, event)) in zip(events, memory.events) {
+                #expect(stored.position.rawValue == position && stored.stream == stream && stored.eventType == event.typeName)
+                #expect(stored.payload == (try event.payload()), "event \(position) \(event.typeName)")
+            }
+        }
+    }
+
+    static func makePair(_ dir: TemporaryDirectory) async throws -> Pair {
+        var configuration = ShareLedger.Configuration(
+            path: dir.child("ledger"), durability: .unsafeNoSync, clock: FixedClock(micros: now))
+        configuration.residualTaskWorker = nil
+        return Pair(ledger: try ShareLedger.open(configuration))
+    }
+
+    /// One random action from three numbers, its references drawn from what the in-memory state holds.
+    static func action(_ pair: Pair, _ op: Int, _ a: Int, _ b: Int, random: inout SplitMix64) throws -> (String, DomainAction) {
+        let user = a % 17 == 0 ? "_dave" : users[a % 3]
+        let owner = users[b % 3]
+        let zoneName = zones[b % zones.count]
+        let zone = RecordZoneID(zoneName: zoneName, ownerName: b % 5 == 0 ? owner : RecordZoneID.defaultOwnerName)
+        let recordName = records[a % records.count]
+        let store = pair.memory.store
+        let models = pair.memory.models
+        // A live share's token (from the state), now and then an unknown one.
+        let live = store.entries(models.shares).map { String(decoding: $0.0, as: UTF8.self) }
+        let token = live.isEmpty || b % 9 == 8 ? ShareToken.generate(using: &random).text : live[b % live.count]
+        let permission: Share.Participant.Permission = [.none, .readOnly, .readWrite, .unknown][(a / 3) % 4]
+        let participants = ((try? models.participants(store, token)) ?? []).filter { $0.state.role != .owner }
+        let participantID = participants.isEmpty ? UUID().uuidString : participants[a % participants.count].id
+        // Most of the time the share's real owner manages it and one of its participants acts on it.
+        let share = try models.share(store, token)
+        let manager = a % 4 == 0 ? owner : share?.ownerName ?? owner
+        let member = participants.isEmpty || a % 4 == 0 ? user : participants[b % participants.count].state.userRecordName
+        let tag: String? = a % 4 == 0 ? "999" : (try? models.share(store, token)).flatMap { $0.map { String($0.changeTag) } }
+        switch op % 15 {
+        case 0: return (user, .saveZone(zone, capabilities: b % 4 == 0 ? 1 : 15))
+        case 1, 2:
+            let zoneState = try models.zone(store, container, owner: zone.ownerName == RecordZoneID.defaultOwnerName ? user : owner, zone: zoneName)
+            let existing = try zoneState.flatMap { try models.record(store, zoneID: $0.zoneID, recordName) }
+            var record = Record(recordType: "Item", recordID: RecordID(recordName: recordName, zoneID: zone), fields: ["n": .int64(Int64(a))])
+            if b % 3 != 0 { record.parent = RecordID(recordName: records[b % records.count], zoneID: zone) }
+            if let existing, a % 7 != 0 { record.recordChangeTag = String(existing.changeTag) }
+            return (user, .saveRecord(record))
+        case 3: return (user, .deleteRecord(RecordID(recordName: recordName, zoneID: zone)))
+        case 4:
+            let candidate = ShareToken.generate(using: &random).text
+            return (user, .createShare(ShareCreation(
+                zoneID: zone, rootRecordName: b % 4 == 0 ? nil : recordName, title: "t\(a)",
+                publicPermission: a % 5 == 0 ? .readOnly : .none, tokenCandidate: candidate,
+                shareRecordName: "share-\(candidate)", ownerParticipantID: UUID(uuid: uuid(&random)).uuidString)))
+        case 5, 6:
+            let lookup = b % 2 == 0
+                ? LookupInfo(emailAddress: emails[a % emails.count]) : LookupInfo(userRecordID: RecordID(userRecordName: users[a % users.count]))
+            return (manager, .addParticipant(
+                token: token, lookup: lookup, role: a % 5 == 0 ? .administrator : .privateUser, permission: permission,
+                newParticipantID: UUID(uuid: uuid(&random)).uuidString, ifChangeTag: b % 6 == 0 ? tag : nil))
+        case 7: return (user, .fetchMetadata(tokenText: token, shouldFetchRootRecord: a % 2 == 0, desiredKeys: a % 3 == 0 ? [] : nil))
+        case 8, 9: return (member.isEmpty ? user : member, .accept(token: token, metadataContainer: b % 11 == 0 ? "iCloud.other" : container, newParticipantID: UUID(uuid: uuid(&random)).uuidString))
+        case 10:
+            return a % 3 == 0
+                ? (manager, .removeParticipant(token: token, participantID: participantID, ifChangeTag: nil))
+                : (manager, .updateParticipant(
+                    token: token, participantID: participantID, role: b % 3 == 0 ? .administrator : nil,
+                    permission: b % 2 == 0 ? .readOnly : .readWrite, ifChangeTag: b % 5 == 0 ? tag : nil))
+        case 11: return (member.isEmpty ? user : member, .leaveShare(token: token))
+        case 12:
+            return a % 2 == 0
+                ? (manager, .setPublicPermission(token: token, permission: permission, ifChangeTag: nil))
+                : (manager, .setTitle(token: token, title: "title \(b)", ifChangeTag: tag))
+        case 13:
+            if a % 3 == 0 { return (manager, .deleteShare(token: token, ifChangeTag: nil)) }
+            if a % 3 == 1 { return (user, .deleteZone(zone)) }
+            let code = ShareLedger.sha256("CODE\(b % 3)")
+            return b % 2 == 0
+                ? (user, .requestVerification(token: token, lookup: LookupInfo(emailAddress: emails[2]), codeSHA256: code, expiresAtMicros: now + 60_000_000))
+                : (user, .verify(token: token, codeSHA256: code))
+        default:
+            var first: UInt64 = 0
+            try store.visit(models.outbox, from: nil) { key, _ in
+                first = BigEndian.uint64(key) ?? 0
+                return false
+            }
+            return ("system", .completeTask(taskID: first + UInt64(b % 2)))
+        }
+    }
+
+    static func uuid(_ random: inout SplitMix64) -> uuid_t {
+        var uuid = withUnsafeBytes(of: (random.next(), random.next())) { $0.load(as: uuid_t.self) }
+        uuid.6 = (uuid.6 & 0x0F) | 0x40
+        uuid.8 = (uuid.8 & 0x3F) | 0x80
+        return uuid
+    }
+
+    @Test("the rules alone: a share's life on the in-memory state, with CloudKit's errors")
+    func rulesWithoutLMDB() throws {
+        let domain = InMemorySharingDomain()
+        func run(_ actor: String, _ step: DomainAction) throws -> Result<StepOutput, LedgerError> {
+            let command = DomainCommand(
+                metadata: CommandMetadata(container: Self.container, actor: actor), signedIn: true, steps: [step], bytes: 256)
+            return try #require(try domain.run(command, recordedAt: Self.now).first)
+        }
+        for (user, email) in [("_alice", "alice@example.com"), ("_bob", "bob@example.com")] {
+            _ = try run(user, .registerUser(name: user, email: email, phone: nil, names: nil)).get()
+        }
+        let zone = RecordZoneID(zoneName: "Lists")
+        _ = try run("_alice", .saveZone(zone, capabilities: 7)).get()
+        _ = try run("_alice", .saveRecord(Record(recordType: "List", recordID: RecordID(recordName: "groceries", zoneID: zone)))).get()
+        let token = "0FGla26YtxqPeVFDDjx2Ds3DAb"
+        let created = try run("_alice", .createShare(ShareCreation(
+            zoneID: zone, rootRecordName: "groceries", title: "Groceries", publicPermission: .none, tokenCandidate: token,
+            shareRecordName: "share-1", ownerParticipantID: "00000000-0000-4000-8000-000000000001"))).get()
+        guard case .share(let share) = created else { Issue.record("not a share: \(created)"); return }
+        #expect(share.url.absoluteString.contains(token))
+        // Sharing the same root again: alreadyShared.
+        let again = try run("_alice", .createShare(ShareCreation(
+            zoneID: zone, rootRecordName: "groceries", title: "", publicPermission: .none, tokenCandidate: "1FGla26YtxqPeVFDDjx2Ds3DAb",
+            shareRecordName: "share-2", ownerParticipantID: "00000000-0000-4000-8000-000000000002")))
+        #expect(again.failure?.code == .alreadyShared)
+        // Bob is not invited: the metadata says nothing (unknownItem), and so does an accept.
+        #expect(try run("_bob", .fetchMetadata(tokenText: token, shouldFetchRootRecord: false, desiredKeys: nil)).failure?.code == .unknownItem)
+        _ = try run("_alice", .addParticipant(
+            token: token, lookup: LookupInfo(emailAddress: "bob@example.com"), role: .privateUser, permission: .readWrite,
+            newParticipantID: "00000000-0000-4000-8000-000000000003", ifChangeTag: nil)).get()
+        let metadata = try run("_bob", .fetchMetadata(tokenText: token, shouldFetchRootRecord: false, desiredKeys: nil)).get()
+        guard case .metadata(let m) = metadata else { Issue.record("not metadata: \(metadata)"); return }
+        #expect(m.participantRole == .privateUser && m.participantStatus == .pending && m.participantPermission == .readWrite)
+        let accepted = try run("_bob", .accept(token: token, metadataContainer: Self.container, newParticipantID: "00000000-0000-4000-8000-000000000004"))
+        #expect((try? accepted.get()) != nil)
+        // The accept left a residual task in the outbox; completing it makes the zone appear.
+        var taskID: UInt64?
+        try domain.store.visit(domain.models.outbox, from: nil) { key, _ in
+            taskID = BigEndian.uint64(key)
+            return false
+        }
+        let task = try #require(taskID)
+        _ = try run("system", .completeTask(taskID: task)).get()
+        #expect(try domain.models.residualTask(domain.store, id: task) == nil)
+        #expect(domain.events.map(\.event.typeName).last == "shareledger.events.v1.ParticipantZoneCreated")
+        // A stranger with no account: notAuthenticated.
+        #expect(try run("_nobody", .saveZone(RecordZoneID(zoneName: "X"), capabilities: 7)).failure?.code == .notAuthenticated)
+    }
+
+    @Test("random commands on LMDB and in memory: the same decisions, answers, events and read-model bytes")
+    func bothStatesAgree() async throws {
+        let outcomes = Counts()
+        let body: @Sendable ([Int]) async throws -> Void = { numbers in
+            let dir = TemporaryDirectory()
+            var seen: [String: Int] = [:]
+            let pair = try await Self.makePair(dir)
+            var random = SplitMix64(state: UInt64(numbers.count) &* 0x9E37_79B9_7F4A_7C15)
+            _ = try await pair.run("_alice", [.registerUser(name: "_alice", email: "alice@example.com", phone: nil, names: nil)])
+            _ = try await pair.run("_bob", [.registerUser(name: "_bob", email: "bob@example.com", phone: "+1 555 0100", names: nil)])
+            _ = try await pair.run("_carol", [.registerUser(name: "_carol", email: nil, phone: nil, names: nil)])
+            // A starting state for the actions to work on: zones and a small hierarchy per user.
+            for user in Self.users.prefix(3) {
+                let z0 = RecordZoneID(zoneName: "Z0")
+                let token = ShareToken.generate(using: &random).text
+                _ = try await pair.run(user, [
+                    .saveZone(z0, capabilities: 15), .saveZone(RecordZoneID(zoneName: "Z1"), capabilities: 15),
+                    .saveRecord(Record(recordType: "Item", recordID: RecordID(recordName: "r0", zoneID: z0))),
+                    .saveRecord(Record(recordType: "Item", recordID: RecordID(recordName: "r1", zoneID: z0), parent: RecordID(recordName: "r0", zoneID: z0))),
+                    .createShare(ShareCreation(
+                        zoneID: z0, rootRecordName: "r0", title: "", publicPermission: user == "_carol" ? .readWrite : .none,
+                        tokenCandidate: token, shareRecordName: "share-\(token)", ownerParticipantID: UUID(uuid: Self.uuid(&random)).uuidString)),
+                ])
+            }
+            var index = 0
+            while index + 2 < numbers.count {
+                // Sometimes two steps in one command: the second sees the first.
+                var steps: [DomainAction] = []
+                let (actor, step) = try Self.action(pair, numbers[index], numbers[index + 1], numbers[index + 2], random: &random)
+                steps.append(step)
+                if numbers[index] % 5 == 0, index + 5 < numbers.count {
+                    steps.append(try Self.action(pair, numbers[index + 3], numbers[index + 1], numbers[index + 2], random: &random).1)
+                }
+                let results = try await pair.run(actor, signedIn: numbers[index + 1] % 13 != 0, steps)
+                for (step, result) in zip(steps, results) {
+                    seen["\(Self.kind(step)):" + ((try? result.get()) != nil ? "ok" : result.failure?.code.name ?? "?"), default: 0] += 1
+                }
+                index += 3
+            }
+            outcomes.add(seen)
+            try pair.expectSameState()
+            await pair.ledger.close()
+        }
+        // Fixed sequences first: the coverage check below rests on them alone, so it is deterministic.
+        for numbers in fixedSequences(count: 25, length: 60...200) { try await body(numbers) }
+        let totals = outcomes.value
+        await propertyCheck(count: 20, input: Gen.int(in: 0...1_000_000).array(of: 30...150)) { numbers in try await body(numbers) }
+        // The generator must reach successes of every kind of step and refusals of many kinds, or
+        // agreement proves little.
+        for kind in ["saveZone", "saveRecord", "deleteRecord", "createShare", "addParticipant", "fetchMetadata", "accept",
+            "removeParticipant", "updateParticipant", "leaveShare", "setPublicPermission", "setTitle", "deleteShare", "completeTask"]
+        {
+            #expect(totals.keys.contains("\(kind):ok"), "\(kind) never succeeded: \(totals)")
+        }
+        #expect(Set(totals.keys.map { $0.split(separator: ":")[1] }).count >= 8, "outcomes seen: \(totals)")
+    }
+
+    static func kind(_ step: DomainAction) -> String {
+        String("\(step)".prefix { $0 != "(" })
+    }
+}
+
+extension Result {
+    fileprivate var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+}
