@@ -188,6 +188,10 @@ package final class LogWriter: @unchecked Sendable {
     /// in a baseline benchmark.
     package let commitSizes: CommitSizeRecorder?
 
+    /// CPU time the writer thread spent running batches (deciding, applying, encoding, committing),
+    /// in nanoseconds: what `share-ledger bench` divides by the actions to get the writer's CPU per action.
+    private let busyNanoseconds = Atomic<UInt64>(0)
+
     /// Commands in `queue`, readable without the lock so the writer can poll briefly before it sleeps.
     private let pending = Atomic<Int>(0)
     /// How long the writer polls for new work before it sleeps on the condition variable. Waking a
@@ -285,6 +289,16 @@ package final class LogWriter: @unchecked Sendable {
     /// Commands waiting for the writer.
     package var queuedCommands: Int { lock.withLock { queue.count } }
 
+    /// The writer thread's CPU time spent on batches so far, in nanoseconds.
+    package var cpuNanoseconds: UInt64 { busyNanoseconds.load(ordering: .relaxed) }
+
+    /// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), in nanoseconds.
+    private static func threadCPUNanoseconds() -> UInt64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &spec)
+        return UInt64(spec.tv_sec) &* 1_000_000_000 &+ UInt64(spec.tv_nsec)
+    }
+
     /// Asks the thread to stop without waiting (used when the log is dropped without `close`).
     package func requestStop() {
         lock.withLock {
@@ -297,7 +311,9 @@ package final class LogWriter: @unchecked Sendable {
 
     private func run() {
         while let batch = nextBatch() {
+            let started = LogWriter.threadCPUNanoseconds()
             process(batch)
+            busyNanoseconds.add(LogWriter.threadCPUNanoseconds() &- started, ordering: .relaxed)
         }
         let waiters = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
             finished = true

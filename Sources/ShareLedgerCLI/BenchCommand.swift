@@ -100,6 +100,10 @@ struct BenchCommand: AsyncParsableCommand {
                     "append.single.rawPerSecond": single.rawPerSecond,
                     "append.single.ratio": single.perSecond / single.rawPerSecond,
                     "append.storedBytesPerEvent": Double(concurrent.valueSize),
+                    "append.writerCpuMicrosPerAction": concurrent.writerCPUMicrosPerAction,
+                    "append.pagesPerAction": concurrent.pagesPerAction,
+                    "append.single.writerCpuMicrosPerAction": single.writerCPUMicrosPerAction,
+                    "append.single.pagesPerAction": single.pagesPerAction,
                 ]) { $1 }
             }
             if parts.contains("events") {

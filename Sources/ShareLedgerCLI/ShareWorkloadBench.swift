@@ -88,6 +88,10 @@ struct ShareActionBench {
         var rawPerSecond: Double
         var meanCommitSize: Double
         var valueSize: Int
+        /// The writer thread's CPU time per action, in microseconds.
+        var writerCPUMicrosPerAction: Double
+        /// 4 KiB pages the process wrote to storage per action while the ledger ran.
+        var pagesPerAction: Double
     }
 
     private func openLedger(_ name: String) throws -> ShareLedger {
@@ -151,18 +155,23 @@ struct ShareActionBench {
         raw.close()
         return Figures(
             perSecond: run.perSecond, rawPerSecond: run.rawPerSecond[0], meanCommitSize: run.meanCommitSize,
-            valueSize: run.valueSize)
+            valueSize: run.valueSize, writerCPUMicrosPerAction: run.writerCPUMicrosPerAction,
+            pagesPerAction: run.pagesPerAction)
     }
 }
 
 /// Runs `rounds` rounds of `segment` (given the first round's index and the count; it returns the
 /// actions done) in ``AppendBench/segments`` segments on `log`; after each segment, replays its
 /// commits (their sizes, the events' mean stored size) on each raw baseline. Returns the ledger's
-/// rate, each baseline's rate, the mean commit size and the value size replayed.
+/// rate, each baseline's rate, the mean commit size, the value size replayed, and (ledger segments
+/// only) the writer thread's CPU microseconds and the 4 KiB pages written to storage per action.
 func interleavedSegments(
     _ log: EventLog, raws: [RawReplayer], rounds: Int, progress: (Int, Int) -> Void,
     _ segment: (_ first: Int, _ count: Int) async throws -> Int
-) async throws -> (perSecond: Double, rawPerSecond: [Double], meanCommitSize: Double, valueSize: Int) {
+) async throws -> (
+    perSecond: Double, rawPerSecond: [Double], meanCommitSize: Double, valueSize: Int, writerCPUMicrosPerAction: Double,
+    pagesPerAction: Double
+) {
     let segments = min(AppendBench.segments, rounds)
     var ledgerSeconds = 0.0
     var rawSeconds = [Double](repeating: 0, count: raws.count)
@@ -170,14 +179,20 @@ func interleavedSegments(
     var valueSize = 0
     var next = 0
     var measuredSizes: [Int] = []
+    var writerNanoseconds: UInt64 = 0
+    var writtenBytes: UInt64 = 0
     for index in 0..<segments {
         progress(index + 1, segments)
         let count = rounds / segments + (index < rounds % segments ? 1 : 0)
         let commitsBefore = log.commitSizes().count
         let headBefore = try log.head().position.rawValue
+        let cpuBefore = log.writerCPUNanoseconds
+        let writtenBefore = processWrittenBytes()
         let started = ContinuousClock.now
         actions += try await segment(next, count)
         ledgerSeconds += (ContinuousClock.now - started).seconds
+        writerNanoseconds += log.writerCPUNanoseconds &- cpuBefore
+        writtenBytes += processWrittenBytes() &- writtenBefore
         next += count
         let head = try log.head().position.rawValue
         if valueSize == 0 { valueSize = try meanStoredSize(log, (headBefore + 1)...head) }
@@ -187,8 +202,19 @@ func interleavedSegments(
     }
     return (
         Double(actions) / ledgerSeconds, rawSeconds.map { Double(actions) / $0 },
-        Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize
+        Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize,
+        Double(writerNanoseconds) / 1_000 / Double(max(1, actions)), Double(writtenBytes) / 4_096 / Double(max(1, actions))
     )
+}
+
+/// Bytes this process has caused to be written to storage (`write_bytes` of `/proc/self/io`; 0 where
+/// there is no such file).
+func processWrittenBytes() -> UInt64 {
+    guard let text = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8) else { return 0 }
+    for line in text.split(separator: "\n") where line.hasPrefix("write_bytes:") {
+        return UInt64(line.dropFirst("write_bytes:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+    }
+    return 0
 }
 
 /// Latency percentiles of a closure called `count` times, in microseconds.
