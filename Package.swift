@@ -79,7 +79,7 @@ let package = Package(
             name: "ShareLedgerCLI",
             dependencies: [
                 "ShareLedger",
-                "LMDB",
+                "ShareLedgerBaselines",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -87,6 +87,12 @@ let package = Package(
                 // Latency percentiles of `share-ledger simulate`.
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
+            swiftSettings: strictSettings
+        ),
+        // The raw LMDB baselines `share-ledger bench` compares the ledger with. Not a product.
+        .target(
+            name: "ShareLedgerBaselines",
+            dependencies: ["EventLog", "LMDB"],
             swiftSettings: strictSettings
         ),
         // A child process for the crash tests: appends (or, with --mix, runs the mixed sharing workload)

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import LMDB
 import ShareLedger
+import ShareLedgerBaselines
 
 /// `share-ledger bench`: throughput figures, each measured next to the raw LMDB baseline that bounds it.
 struct BenchCommand: AsyncParsableCommand {
@@ -279,62 +279,6 @@ struct AppendBench {
             perSecond: run.perSecond, rawPerSecond: run.rawPerSecond[0], rawSameWritesPerSecond: run.rawPerSecond[1],
             meanCommitSize: run.meanCommitSize, valueSize: run.valueSize)
     }
-}
-
-/// Replays a commit pattern against a bare LMDB environment: one write transaction per commit (same
-/// durability), `MDB_APPEND` cursor puts of same-sized values under 8-byte big-endian keys.
-///
-/// With `sameWrites`, each record also gets the other writes the ledger makes for it, as bare puts:
-/// a 20-byte idempotency record under a time-ordered 41-byte key, a 16-byte stream record under one
-/// of `streams` keys (format 2 keeps no head record: the head is the last log entry).
-final class RawReplayer {
-    let environment: Environment
-    let log: Database
-    let meta: Database
-    let commands: Database
-    let streams: Database
-    let sameWrites: Bool
-    let streamKeys: [[UInt8]]
-    let prefix: [UInt8] = Array("iCloud.com.example.bench".utf8) + [0]
-    var position: UInt64 = 0
-
-    init(path: String, durability: Durability, sameWrites: Bool = false, streams: Int = 1) throws {
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        environment = try Environment(options: EnvironmentOptions(path: path, mapSize: 1 << 30, durability: durability.syncMode))
-        let databases = try environment.openDatabases([("log", []), ("meta", []), ("commands", []), ("streams", [])])
-        (log, meta, commands, self.streams) = (databases[0], databases[1], databases[2], databases[3])
-        self.sameWrites = sameWrites
-        let prefix = self.prefix
-        streamKeys = (0..<max(1, streams)).map { prefix + Array("bench/\($0)".utf8) }
-    }
-
-    /// Replays `commitSizes`; returns the seconds it took.
-    func replay(_ commitSizes: [Int], valueSize: Int) throws -> Double {
-        let value = [UInt8](repeating: 0xA5, count: valueSize)
-        let commandValue = [UInt8](repeating: 1, count: 20)
-        let streamValue = [UInt8](repeating: 2, count: 16)
-        let started = ContinuousClock.now
-        try value.withUnsafeBytes { valueBytes in
-            for size in commitSizes {
-                try environment.write { txn in
-                    try txn.withCursor(log) { cursor in
-                        for _ in 0..<size {
-                            position += 1
-                            try BigEndian.withBytes(of: position) { try cursor.put(key: $0, value: valueBytes, flags: .append) }
-                            if sameWrites {
-                                let commandKey = prefix + BigEndian.bytes(of: position) + BigEndian.bytes(of: position)
-                                try txn.put(commands, key: commandKey, value: commandValue)
-                                try txn.put(streams, key: streamKeys[Int(position) % streamKeys.count], value: streamValue)
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        return (ContinuousClock.now - started).seconds
-    }
-
-    func close() { environment.close() }
 }
 
 extension Durability: ExpressibleByArgument {}

@@ -1,6 +1,6 @@
 import Foundation
-import LMDB
 import ShareLedger
+import ShareLedgerBaselines
 
 /// The share-action workload of `share-ledger bench`: per caller an owner with a zone of records and
 /// three invitees; one *cycle* is the life of one share at realistic proportions:
@@ -452,34 +452,5 @@ final class AnonymousMemorySampler: @unchecked Sendable {
             peak = max(peak, value)
             return (peak, baseline)
         }
-    }
-}
-
-extension RawReplayer {
-    /// Appends entries of `valueSize` bytes until the raw log holds `count` of them (no-sync).
-    func fill(upTo count: UInt64, valueSize: Int) throws {
-        let value = [UInt8](repeating: 0x5A, count: valueSize)
-        while position < count {
-            try environment.write { txn in
-                try txn.withCursor(log) { cursor in
-                    var written = 0
-                    while position < count && written < 100_000 {
-                        position += 1
-                        written += 1
-                        try value.withUnsafeBytes { bytes in
-                            try BigEndian.withBytes(of: position) { try cursor.put(key: $0, value: bytes, flags: .append) }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// One raw point read: a read transaction and one `mdb_get`.
-    func pointRead(_ position: UInt64) throws {
-        let found = try environment.read { txn in
-            try BigEndian.withBytes(of: position) { key in try txn.withValue(log, key: key) { $0.count } ?? 0 }
-        }
-        if found == 0 { throw BenchFailure("raw key \(position) is missing") }
     }
 }
