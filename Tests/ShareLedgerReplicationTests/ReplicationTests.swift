@@ -147,4 +147,111 @@ struct ReplicationTests {
         a.close()
         b.close()
     }
+
+    /// kill -9 the stream's leader while the primary appends and the shipper ships: every event
+    /// acknowledged before the kill, and every later one, ends up in the stream exactly as the ledger
+    /// holds it (the shipper rides out the election), and the restarted node rejoins.
+    @Test func streamLeaderKilledDuringAppends() async throws {
+        let cluster = try Cluster()
+        let primary = try Ledgers.open(cluster.directory.makeChild("primary"))
+        let shipper = try shipper(primary.log, cluster)
+        let shipping = Task { try await shipper.run() }
+        let appending = Task { try await Ledgers.append(primary.log, count: 1_500) }
+        try await shipper.waitUntilShipped(300, timeout: .seconds(20))
+        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
+        let leader = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }?.leader
+        let node = try #require(leader.flatMap(Cluster.node(named:)))
+        let acknowledged = shipper.statistics.shippedPosition
+        cluster.kill9(node)
+        try await appending.value
+        let head = try primary.log.head()
+        try await shipper.waitUntilShipped(head.position, timeout: .seconds(60))
+        shipping.cancel()
+        _ = try? await shipping.value
+        #expect(acknowledged >= 300)
+        #expect(shipper.statistics.shippedPosition == head.position.rawValue)
+
+        let replica = try Ledgers.open(cluster.directory.makeChild("replica"))
+        let follower = try follower(replica, cluster)
+        #expect(try await follower.catchUp(timeout: .seconds(30)) == head)
+        follower.close()
+        #expect(try replica.log.verifyChain().isValid)
+        #expect(try replica.log.storedEvents(after: .start, limit: 5_000) == primary.log.storedEvents(after: .start, limit: 5_000))
+
+        // The killed node comes back and catches up: the stream has a leader and all the events.
+        try cluster.start(node)
+        let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }
+        #expect(state?.lastSequence == head.position.rawValue)
+        connection.close()
+        await replica.close()
+        await primary.close()
+    }
+
+    /// The writer dies; a standby takes the lease once it expires, catches up from the stream and
+    /// continues: positions gapless, the chain intact, every residual task done exactly once; the
+    /// deposed writer's next publish is fenced and it stops.
+    @Test func standbyTakesOverWhenTheWriterDies() async throws {
+        let cluster = try Cluster()
+        let shard = try ShardNames(shard: "s1")
+        // The writer: holds the lease, ships, leaves residual tasks pending (does one of three).
+        let writer = try Ledgers.open(cluster.directory.makeChild("writer"))
+        let writerLease = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "writer", duration: .seconds(1))
+        #expect(try await writerLease.acquire().held)
+        let writerShipper = try shipper(writer.log, cluster)
+        try await Ledgers.share(writer, round: 0)
+        #expect(try await writer.completeResidualTasks(limit: 1) == 1)
+        try await writerShipper.shipAvailable()
+        let handedOver = try writer.log.head()
+
+        // The standby follows; a takeover while the writer's lease is fresh does not succeed.
+        let standbyPath = cluster.directory.makeChild("standby")
+        let replica = try Ledgers.open(standbyPath)
+        let follower = try follower(replica, cluster)
+        let standbyLease = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "standby", duration: .seconds(1))
+        #expect(try await standbyLease.acquire().held == false)
+
+        // The writer dies (no more renewals); the standby takes over after the lease expires.
+        let grant = try await Failover.takeOver(lease: standbyLease, follower: follower, timeout: .seconds(20))
+        #expect(grant.held && grant.record.term == 2)
+        follower.close()
+        #expect(try replica.log.head() == handedOver)
+        await replica.close()
+        let standby = try Ledgers.open(standbyPath, worker: true)
+        try await standby.waitForResidualTasks()
+        let standbyShipper = try shipper(standby.log, cluster)
+        try await Ledgers.share(standby, round: 1)
+        try await standby.waitForResidualTasks()
+        let shipped = try await standbyShipper.shipAvailable()
+        let head = try standby.log.head()
+        #expect(shipped.shippedPosition == head.position.rawValue)
+
+        // The deposed writer appends locally and tries to ship: fenced.
+        try await Ledgers.append(writer.log, count: 1)
+        do {
+            try await writerShipper.shipAvailable()
+            Issue.record("the deposed writer shipped")
+        } catch {
+            #expect(error.code == .fenced)
+        }
+        #expect(writerShipper.statistics.fenced)
+
+        // One history: the stream is the standby's log, gapless, its prefix the writer's up to the handover.
+        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
+        let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }
+        #expect(state?.lastSequence == head.position.rawValue && state?.messages == head.position.rawValue)
+        connection.close()
+        #expect(try standby.log.verifyChain().isValid)
+        let before = try writer.log.storedEvents(after: .start, limit: Int(handedOver.position.rawValue))
+        #expect(try standby.log.storedEvents(after: .start, limit: Int(handedOver.position.rawValue)) == before)
+        // Every accept's residual task was done once: six accepts, six zones created, none pending.
+        let events = try standby.log.events(after: .start, limit: 10_000)
+        let zonesCreated = events.filter { $0.eventType == "shareledger.events.v1.ParticipantZoneCreated" }
+        let stats = try standby.statistics()
+        #expect(zonesCreated.count == 6)
+        #expect(stats.acceptedParticipants == 6 && stats.participantZones == 6 && stats.pendingResidualTasks == 0)
+        writerLease.close()
+        standbyLease.close()
+        await standby.close()
+        await writer.close()
+    }
 }
