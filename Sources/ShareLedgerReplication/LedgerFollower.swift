@@ -232,6 +232,7 @@ public final class LedgerFollower: Service, Sendable {
                     state.statistics.lagSeconds = max(0, Date().timeIntervalSince1970 - Double(micros) / 1_000_000)
                     state.statistics.streamPosition = max(state.statistics.streamPosition, head.position.rawValue)
                     state.statistics.lagPositions = state.statistics.streamPosition - head.position.rawValue
+                    if state.statistics.lagPositions == 0 { state.statistics.lagSeconds = 0 }
                 }
                 applied.signal()
             }
