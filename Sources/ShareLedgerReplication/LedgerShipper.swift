@@ -60,6 +60,21 @@ public struct ShipperConfiguration: Sendable {
     }
 }
 
+/// When a writer tells a caller that its command is done (docs/operations.md, "Durability across
+/// machines").
+public enum ReplicationDurability: String, Sendable, Hashable, Codable, CaseIterable {
+    /// After the LMDB commit (with the ledger's own ``ShareLedger/Durability``); shipping follows. A
+    /// failover can lose the commands acknowledged but not yet in the stream when the writer died:
+    /// the standby continues from the stream, and the old writer's unshipped events are not part
+    /// of the history.
+    case local
+    /// After the LMDB commit and the stream's acknowledgement. On nats-server 2.9.x that
+    /// acknowledgement means a majority of the stream's replicas have the event in their page cache,
+    /// not on disk (2.9 has no `sync_interval`): a simultaneous crash of that majority's machines can
+    /// still lose it; a process crash or one machine's loss cannot.
+    case replicated
+}
+
 /// What a ``LedgerShipper`` has done, for `stats` and monitoring.
 public struct ShipperStatistics: Sendable, Hashable, Codable {
     /// The shard.
@@ -187,6 +202,17 @@ public final class LedgerShipper: Service, Sendable {
             shipped = try await publish(events, after: shipped, connection: connection)
         }
         return statistics
+    }
+
+    /// Acknowledges a command's commit the way `durability` asks: at once for
+    /// ``ReplicationDurability/local`` (the LMDB commit is the acknowledgement; replication follows),
+    /// after the stream acknowledged its last position for ``ReplicationDurability/replicated``.
+    /// `positions` nil (a command that appended nothing) returns at once.
+    public func acknowledge(
+        _ positions: ClosedRange<LogPosition>?, durability: ReplicationDurability, timeout: Duration = .seconds(10)
+    ) async throws(ReplicationError) {
+        guard durability == .replicated, let last = positions?.upperBound else { return }
+        try await waitUntilShipped(last, timeout: timeout)
     }
 
     /// Returns once the stream has acknowledged `position` (durability `replicated`: acknowledge a

@@ -309,7 +309,7 @@ final class NATSConnection: @unchecked Sendable {
 
     /// The key-value bucket `name`, created (file storage, `replicas` replicas, one revision of history)
     /// when missing.
-    func keyValue(bucket name: String, replicas: Int) throws(ReplicationError) -> NATSKeyValue {
+    func keyValue(bucket name: String, replicas: Int, history: UInt8 = 1) throws(ReplicationError) -> NATSKeyValue {
         var store: OpaquePointer?
         if js_KeyValue(&store, jetStream, name) == NATS_OK, let store {
             return NATSKeyValue(store: store, bucket: name, connection: self)
@@ -319,7 +319,7 @@ final class NATSConnection: @unchecked Sendable {
         let nameC = strdup(name)
         defer { free(nameC) }
         config.Bucket = UnsafePointer(nameC)
-        config.History = 1
+        config.History = history
         config.Replicas = Int32(replicas)
         config.StorageType = js_FileStorage
         let status = js_CreateKeyValue(&store, jetStream, &config)
@@ -397,12 +397,18 @@ final class NATSSubscription: @unchecked Sendable {
         return out
     }
 
-    /// The next message's data and stream sequence, or nil when none came within `timeoutMilliseconds`.
-    func next(timeoutMilliseconds: Int64) throws(ReplicationError) -> (data: [UInt8], sequence: UInt64)? {
+    /// The next message (the caller destroys it), or nil when none came within `timeoutMilliseconds`.
+    func nextMessage(timeoutMilliseconds: Int64) throws(ReplicationError) -> OpaquePointer? {
         var message: OpaquePointer?
         let status = natsSubscription_NextMsg(&message, subscription, timeoutMilliseconds)
         if status == NATS_TIMEOUT { return nil }
-        try NATSConnection.check(status, "waiting for the next replicated event")
+        try NATSConnection.check(status, "waiting for the next message")
+        return message
+    }
+
+    /// The next message's data and stream sequence, or nil when none came within `timeoutMilliseconds`.
+    func next(timeoutMilliseconds: Int64) throws(ReplicationError) -> (data: [UInt8], sequence: UInt64)? {
+        guard let message = try nextMessage(timeoutMilliseconds: timeoutMilliseconds) else { return nil }
         defer { natsMsg_Destroy(message) }
         var meta: UnsafeMutablePointer<jsMsgMetaData>?
         try NATSConnection.check(natsMsg_GetMetaData(&meta, message), "reading a message's stream sequence")
@@ -413,7 +419,7 @@ final class NATSSubscription: @unchecked Sendable {
 
 /// A key-value bucket. `@unchecked Sendable` for the reasons ``NATSConnection`` gives.
 final class NATSKeyValue: @unchecked Sendable {
-    private let store: OpaquePointer
+    let store: OpaquePointer
     let bucket: String
     let connection: NATSConnection
 

@@ -157,6 +157,11 @@ struct ReplicationTests {
         let shipper = try shipper(primary.log, cluster)
         let shipping = Task { try await shipper.run() }
         let appending = Task { try await Ledgers.append(primary.log, count: 1_500) }
+        // A command acknowledged with durability `replicated` returns only once the stream has it.
+        let early = try await primary.log.append(
+            [EventDraft(type: "example.Early", payload: [1])], to: "early", metadata: CommandMetadata(container: Ledgers.container, actor: "_t"))
+        try await shipper.acknowledge(early.positions, durability: .replicated, timeout: .seconds(20))
+        #expect(shipper.statistics.shippedPosition >= early.positions.upperBound.rawValue)
         try await shipper.waitUntilShipped(300, timeout: .seconds(20))
         let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
         let leader = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }?.leader
@@ -165,7 +170,7 @@ struct ReplicationTests {
         cluster.kill9(node)
         try await appending.value
         let head = try primary.log.head()
-        try await shipper.waitUntilShipped(head.position, timeout: .seconds(60))
+        try await shipper.acknowledge(head.position...head.position, durability: .replicated, timeout: .seconds(60))
         shipping.cancel()
         _ = try? await shipping.value
         #expect(acknowledged >= 300)
@@ -253,5 +258,74 @@ struct ReplicationTests {
         standbyLease.close()
         await standby.close()
         await writer.close()
+    }
+
+    /// The router sends a container's commands to its shard's writer (the one responder in the
+    /// `writer` queue group) and its reads to a replica; it refuses cross-container commands before
+    /// sending anything, and says "no writer" when nobody answers a shard.
+    @Test func routerSendsCommandsToTheShardWriter() async throws {
+        let cluster = try Cluster()
+        let writer = try Ledgers.open(cluster.directory.makeChild("writer"))
+        let s1 = try ShardNames(shard: "s1")
+        let log = writer.log
+        let commands = ShardResponder(servers: cluster.servers, shard: s1, role: .writer, logger: Ledgers.logger("writer")) { container, body in
+            // The application's command: here, append the body as an event in the container.
+            let result = try? await log.append(
+                [EventDraft(type: "example.Routed", payload: body)], to: "routed", metadata: CommandMetadata(container: container, actor: "_r"))
+            return Array("\(result?.positions.upperBound.rawValue ?? 0)".utf8)
+        }
+        let reads = ShardResponder(servers: cluster.servers, shard: s1, role: .replica, logger: Ledgers.logger("replica")) { container, _ in
+            Array("\(container) at \((try? log.head().position.rawValue) ?? 0)".utf8)
+        }
+        let running = [Task { try await commands.run() }, Task { try await reads.run() }]
+        let router = try await ShardRouter.open(servers: cluster.servers)
+        try await router.assign("iCloud.a", to: s1)
+        try await router.assign("iCloud.b", to: try ShardNames(shard: "s2"))
+        #expect(try await router.shard(of: "iCloud.a") == s1)
+        // The responders subscribe asynchronously: retry "no writer" until they are up (bounded).
+        let reply = try await untilAnswered { () async throws(ReplicationError) in
+            try await router.command(Array("hello".utf8), containers: ["iCloud.a"])
+        }
+        #expect(String(decoding: reply, as: UTF8.self) == "1")
+        #expect(try writer.log.event(at: 1)?.container == "iCloud.a")
+        let read = try await untilAnswered { () async throws(ReplicationError) in try await router.read([], container: "iCloud.a") }
+        #expect(String(decoding: read, as: UTF8.self) == "iCloud.a at 1")
+        do {
+            _ = try await router.command([], containers: ["iCloud.a", "iCloud.b"])
+            Issue.record("a cross-container command was sent")
+        } catch {
+            #expect(error.code == .crossContainer)
+        }
+        do {
+            _ = try await router.command([], containers: ["iCloud.b"])
+            Issue.record("shard s2 has no writer, yet a command was answered")
+        } catch {
+            #expect(error.code == .noWriter)
+        }
+        do {
+            _ = try await router.command([], containers: ["iCloud.unassigned"])
+            Issue.record("an unassigned container was routed")
+        } catch {
+            #expect(error.code == .invalidArguments)
+        }
+        #expect(try writer.log.head().position == 1)
+        for task in running { task.cancel() }
+        for task in running { _ = try? await task.value }
+        router.close()
+        await writer.close()
+    }
+
+    /// Runs `body` until it does not fail with "no writer" (at most 50 times, 100 ms apart).
+    func untilAnswered(_ body: () async throws(ReplicationError) -> [UInt8]) async throws -> [UInt8] {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await body()
+            } catch {
+                guard error.code == .noWriter, attempt < 50 else { throw error }
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
     }
 }
