@@ -61,11 +61,11 @@ public final class LedgerFollower: Service, Sendable {
     /// The configuration.
     public let configuration: FollowerConfiguration
     private let state: Mutex<State>
+    private let connection: ConnectionSlot
     private let applied = AsyncSignal()
     private let lag: Gauge
 
     private struct State {
-        var connection: NATSConnection?
         var statistics: FollowerStatistics
     }
 
@@ -74,6 +74,8 @@ public final class LedgerFollower: Service, Sendable {
         self.ledger = ledger
         self.configuration = configuration
         let names = configuration.shard
+        connection = ConnectionSlot(
+            servers: configuration.servers, name: "share-ledger follower \(names.shard)", wait: configuration.callTimeout)
         let head = (try? ledger.log.head().position.rawValue) ?? 0
         state = Mutex(
             State(
@@ -101,7 +103,7 @@ public final class LedgerFollower: Service, Sendable {
                 throw error
             } catch {
                 configuration.logger.warning("following failed; resubscribing", metadata: ["error": "\(error)"])
-                state.withLock { $0.connection = nil }
+                connection.drop()
                 try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(2))
             }
@@ -134,36 +136,21 @@ public final class LedgerFollower: Service, Sendable {
 
     /// Returns once the replica has applied `position`, or throws ``ReplicationError/Code/timedOut``.
     public func waitUntilApplied(_ position: LogPosition, timeout: Duration = .seconds(10)) async throws(ReplicationError) {
-        let deadline = ContinuousClock.now + timeout
-        while appliedPosition < position {
-            let now = ContinuousClock.now
-            guard now < deadline else {
-                throw ReplicationError(
+        try await applied.wait(
+            until: { appliedPosition >= position }, timeout: timeout,
+            timedOut: {
+                ReplicationError(
                     .timedOut, "the replica has applied through \(appliedPosition), not \(position), after \(timeout); is the "
                         + "follower running and the stream reachable?")
-            }
-            await applied.wait(timeout: min(deadline - now, .milliseconds(100)))
-        }
+            })
     }
 
     /// Closes the NATS connection.
-    public func close() {
-        let connection = state.withLock { state in
-            defer { state.connection = nil }
-            return state.connection
-        }
-        connection?.close()
-    }
+    public func close() { connection.close() }
 
     // MARK: - Internals
 
-    private func connect() async throws(ReplicationError) -> NATSConnection {
-        if let connection = state.withLock({ $0.connection }) { return connection }
-        let connection = try await NATSConnection.connect(
-            servers: configuration.servers, name: "share-ledger follower \(configuration.shard.shard)", wait: configuration.callTimeout)
-        state.withLock { $0.connection = connection }
-        return connection
-    }
+    private func connect() async throws(ReplicationError) -> NATSConnection { try await connection.get() }
 
     /// Subscribes from the replica's head + 1 and applies batches until `until` (a position and a
     /// deadline) is reached, or forever when nil (until cancelled).

@@ -118,12 +118,12 @@ public final class LedgerShipper: Service, Sendable {
     /// The configuration.
     public let configuration: ShipperConfiguration
     private let state: Mutex<State>
+    private let connection: ConnectionSlot
     private let shippedChanged = AsyncSignal()
     private let lagPositions: Gauge
     private let lagSeconds: Gauge
 
     private struct State {
-        var connection: NATSConnection?
         /// Verified against the stream: the stream holds exactly the ledger's events through it.
         var shipped: LogPosition?
         var shippedHash = EventHash.zero
@@ -136,6 +136,8 @@ public final class LedgerShipper: Service, Sendable {
         self.log = log
         self.configuration = configuration
         let names = configuration.shard
+        connection = ConnectionSlot(
+            servers: configuration.servers, name: "share-ledger shipper \(names.shard)", wait: configuration.callTimeout)
         state = Mutex(
             State(
                 statistics: ShipperStatistics(
@@ -220,52 +222,43 @@ public final class LedgerShipper: Service, Sendable {
     ///
     /// - Throws: ``ReplicationError/Code/timedOut`` after `timeout`; the shipper's failure when it stopped.
     public func waitUntilShipped(_ position: LogPosition, timeout: Duration = .seconds(10)) async throws(ReplicationError) {
-        let deadline = ContinuousClock.now + timeout
-        while true {
-            let (shipped, failure) = state.withLock { ($0.statistics.shippedPosition, $0.failure) }
-            if shipped >= position.rawValue { return }
-            if let failure { throw failure }
-            let now = ContinuousClock.now
-            guard now < deadline else {
-                throw ReplicationError(
+        try await shippedChanged.wait(
+            until: { () throws(ReplicationError) -> Bool in
+                let (shipped, failure) = state.withLock { ($0.statistics.shippedPosition, $0.failure) }
+                if shipped >= position.rawValue { return true }
+                if let failure { throw failure }
+                return false
+            }, timeout: timeout,
+            timedOut: {
+                ReplicationError(
                     .timedOut, "position \(position) was not acknowledged by stream \(configuration.shard.stream) within "
-                        + "\(timeout) (shipped through \(shipped)); check the shipper and the NATS cluster")
-            }
-            await shippedChanged.wait(timeout: min(deadline - now, .milliseconds(100)))
-        }
+                        + "\(timeout) (shipped through \(statistics.shippedPosition)); check the shipper and the NATS cluster")
+            })
     }
 
     /// Closes the NATS connection.
-    public func close() {
-        let connection = state.withLock { state in
-            defer { state.connection = nil }
-            return state.connection
-        }
-        connection?.close()
-    }
+    public func close() { connection.close() }
 
     // MARK: - Internals
 
+    /// Connects (once) and creates or checks the stream.
     private func connect() async throws(ReplicationError) -> NATSConnection {
-        if let connection = state.withLock({ $0.connection }) { return connection }
-        let connection = try await NATSConnection.connect(
-            servers: configuration.servers, name: "share-ledger shipper \(configuration.shard.shard)", wait: configuration.callTimeout)
         let names = configuration.shard
         let replicas = configuration.replicas
         let window = configuration.duplicatesWindow
-        let stream = try await connection.call("creating stream \(names.stream)") { connection throws(ReplicationError) in
-            try connection.ensureStream(name: names.stream, subject: names.subject, replicas: replicas, duplicatesWindow: window)
+        let logger = configuration.logger
+        return try await connection.get { connection throws(ReplicationError) in
+            let stream = try await connection.call("creating stream \(names.stream)") { connection throws(ReplicationError) in
+                try connection.ensureStream(name: names.stream, subject: names.subject, replicas: replicas, duplicatesWindow: window)
+            }
+            guard stream.denyDelete, stream.denyPurge else {
+                throw ReplicationError(
+                    .misconfigured, "stream \(names.stream) allows deleting or purging messages; a ledger's stream must deny both "
+                        + "(recreate it, or let the shipper create it)")
+            }
+            logger.info(
+                "shipping", metadata: ["stream": "\(names.stream)", "leader": "\(stream.leader ?? "?")", "last": "\(stream.lastSequence)"])
         }
-        guard stream.denyDelete, stream.denyPurge else {
-            connection.close()
-            throw ReplicationError(
-                .misconfigured, "stream \(names.stream) allows deleting or purging messages; a ledger's stream must deny both "
-                    + "(recreate it, or let the shipper create it)")
-        }
-        state.withLock { $0.connection = connection }
-        configuration.logger.info(
-            "shipping", metadata: ["stream": "\(names.stream)", "leader": "\(stream.leader ?? "?")", "last": "\(stream.lastSequence)"])
-        return connection
     }
 
     /// Where to resume: the stream's last sequence, after checking that the stream holds this ledger's
@@ -400,8 +393,64 @@ public final class LedgerShipper: Service, Sendable {
     }
 }
 
+/// A NATS connection made on first use (and prepared, e.g. its stream created) and shared until it
+/// is closed or dropped after an error.
+final class ConnectionSlot: Sendable {
+    private let slot = Mutex<NATSConnection?>(nil)
+    private let servers: [String]
+    private let name: String
+    private let wait: Duration
+
+    init(servers: [String], name: String, wait: Duration) {
+        self.servers = servers
+        self.name = name
+        self.wait = wait
+    }
+
+    /// The connection, connected and prepared now when there is none.
+    func get(
+        prepare: (NATSConnection) async throws(ReplicationError) -> Void = { _ in }
+    ) async throws(ReplicationError) -> NATSConnection {
+        if let connection = slot.withLock({ $0 }) { return connection }
+        let connection = try await NATSConnection.connect(servers: servers, name: name, wait: wait)
+        do {
+            try await prepare(connection)
+        } catch {
+            connection.close()
+            throw error
+        }
+        slot.withLock { $0 = connection }
+        return connection
+    }
+
+    /// Forgets the connection (the next ``get(prepare:)`` connects anew).
+    func drop() { slot.withLock { $0 = nil } }
+
+    /// Closes the connection.
+    func close() {
+        let connection = slot.withLock { slot in
+            defer { slot = nil }
+            return slot
+        }
+        connection?.close()
+    }
+}
+
 /// Wakes waiters when something changed (no value; waiters re-check their condition).
 final class AsyncSignal: Sendable {
+    /// Returns once `done()` is true (checked at every signal, and every 100 ms); throws `timedOut()`
+    /// when `timeout` passes first, or what `done` throws.
+    func wait(
+        until done: () throws(ReplicationError) -> Bool, timeout: Duration, timedOut: () -> ReplicationError
+    ) async throws(ReplicationError) {
+        let deadline = ContinuousClock.now + timeout
+        while try !done() {
+            let now = ContinuousClock.now
+            guard now < deadline else { throw timedOut() }
+            await wait(timeout: min(deadline - now, .milliseconds(100)))
+        }
+    }
+
     private let waiters = Mutex<[UInt64: CheckedContinuation<Void, Never>]>([:])
     private let nextID = Atomic<UInt64>(0)
 
