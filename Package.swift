@@ -155,6 +155,8 @@ let package = Package(
                 "ShareLedgerReplication",
                 "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
+                // Depended on so that `swift test` builds the binary the CLI test runs.
+                "ShareLedgerCLI",
             ],
             swiftSettings: strictSettings
         ),

@@ -70,15 +70,6 @@ struct ClusterError: Error, CustomStringConvertible {
     var description: String { text }
 }
 
-/// The package's root directory (the one holding Package.swift), found from this file's path.
-let packageRoot: URL = {
-    var root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-    while root.path != "/" && !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
-        root = root.deletingLastPathComponent()
-    }
-    return root
-}()
-
 /// Ledgers for the tests.
 enum Ledgers {
     static let container = "iCloud.com.example.replication"

@@ -315,6 +315,51 @@ struct ReplicationTests {
         await writer.close()
     }
 
+    /// `replicate`, `follow` and `stats --nats` from the command line, with --json, and a refusal.
+    @Test func commandLine() async throws {
+        let cluster = try Cluster()
+        let primaryPath = cluster.directory.makeChild("primary")
+        let primary = try Ledgers.open(primaryPath)
+        try await Ledgers.share(primary, round: 0)
+        let head = try primary.log.head().position.rawValue
+        await primary.close()
+        let urls = cluster.servers.joined(separator: ",")
+        let shipped = try run(["replicate", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--once", "--json"], in: cluster.directory)
+        #expect(shipped.status == 0)
+        #expect(shipped.json["shippedPosition"] as? Int == Int(head))
+        let replicaPath = cluster.directory.child("replica")
+        let followed = try run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "LEDGER_cli", "--once", "--json"], in: cluster.directory)
+        #expect(followed.status == 0)
+        #expect(followed.json["appliedPosition"] as? Int == Int(head))
+        let stats = try run(["stats", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--json"], in: cluster.directory)
+        let replication = stats.json["replication"] as? [String: Any]
+        #expect(replication?["streamPosition"] as? Int == Int(head) && replication?["lagPositions"] as? Int == 0)
+        let refused = try run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "OTHER", "--once", "--json"], in: cluster.directory)
+        #expect(refused.status == 1)
+        #expect((refused.json["error"] as? [String: Any])?["name"] as? String == "invalidArguments")
+    }
+
+    func run(_ arguments: [String], in directory: TemporaryDirectory) throws -> (status: Int32, json: [String: Any]) {
+        let process = Process()
+        process.executableURL = builtProduct("share-ledger")
+        process.arguments = arguments
+        let output = outputFile(in: directory)
+        process.standardOutput = output.handle
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        let data = try Data(contentsOf: output.url)
+        let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
+        return (process.terminationStatus, json)
+    }
+
+    /// A file for a child's output (a file, not a pipe: nothing to drain while it runs).
+    func outputFile(in directory: TemporaryDirectory) -> (url: URL, handle: FileHandle) {
+        let url = directory.url.appendingPathComponent("output-\(UUID().uuidString).json")
+        _ = FileManager.default.createFile(atPath: url.path, contents: nil)
+        return (url, FileHandle(forWritingAtPath: url.path)!)
+    }
+
     /// Runs `body` until it does not fail with "no writer" (at most 50 times, 100 ms apart).
     func untilAnswered(_ body: () async throws(ReplicationError) -> [UInt8]) async throws -> [UInt8] {
         var attempt = 0
