@@ -1,6 +1,8 @@
 import Foundation
 import Logging
+import ServiceLifecycle
 import ShareLedger
+import Synchronization
 
 /// Who may write a shard: a lease in the JetStream key-value bucket `shareledger_lease_<shard>`, key
 /// `writer.<shard>`, taken and renewed only by compare-and-set on its revision, so of writers racing
@@ -126,4 +128,66 @@ public final class WriterLease: Sendable {
 
     /// Closes the connection.
     public func close() { keyValue.connection.close() }
+}
+
+/// Keeps a writer's lease: renews it every third of its duration while it runs, and reports the
+/// moment it is not held any more (another writer took it after a renewal came too late, or NATS was
+/// unreachable until it expired). A writer must stop taking commands then: run its command
+/// responder and its shipper only while ``isHeld`` is true, or cancel them from `onLost`.
+public final class WriterLeaseKeeper: Service, Sendable {
+    private let lease: WriterLease
+    private let onLost: @Sendable (WriterLease.Record?) -> Void
+    /// Until when this writer holds the lease, by this process's clock (measured from before the
+    /// renewal was sent, so never later than the lease's real expiry); nil when not held.
+    private let heldUntil = Mutex<ContinuousClock.Instant?>(nil)
+    private let logger: Logger
+
+    /// Makes a keeper; `onLost` is called once, with the lease as another holder now has it (nil
+    /// when it could not be read).
+    public init(lease: WriterLease, logger: Logger, onLost: @escaping @Sendable (WriterLease.Record?) -> Void) {
+        self.lease = lease
+        self.logger = logger
+        self.onLost = onLost
+    }
+
+    /// Whether this writer held the lease at the last renewal and it has not expired since.
+    public var isHeld: Bool { heldUntil.withLock { $0.map { ContinuousClock.now < $0 } ?? false } }
+
+    /// Takes the lease (trying every third of its duration while another holds it) and renews it
+    /// until cancelled (or graceful shutdown), or until it is lost after being held: then calls
+    /// `onLost` and returns. A renewal that fails on NATS errors is retried until the lease's own
+    /// expiry has passed, which counts as lost.
+    public func run() async throws {
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            let attempt = ContinuousClock.now
+            do {
+                let grant = try await lease.acquire()
+                if !grant.held {
+                    let wasHeld = heldUntil.withLock { state in
+                        defer { state = nil }
+                        return state != nil
+                    }
+                    logger.warning("writer lease not held", metadata: ["holder": "\(grant.record.holder)", "term": "\(grant.record.term)"])
+                    if wasHeld {
+                        onLost(grant.record)
+                        return
+                    }
+                } else {
+                    heldUntil.withLock { $0 = attempt + lease.duration }
+                }
+            } catch {
+                logger.warning("renewing the writer lease failed", metadata: ["error": "\(error)"])
+                let expired = heldUntil.withLock { state in
+                    guard let until = state, ContinuousClock.now >= until else { return false }
+                    state = nil
+                    return true
+                }
+                if expired {
+                    onLost(nil)
+                    return
+                }
+            }
+            try? await Task.sleep(for: lease.duration / 3)
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import Synchronization
 import TestSupport
 import Testing
 
@@ -313,6 +314,34 @@ struct ReplicationTests {
         for task in running { _ = try? await task.value }
         router.close()
         await writer.close()
+    }
+
+    /// The lease keeper renews while it holds the lease and reports the moment another writer has it.
+    @Test func leaseKeeperReportsTheLoss() async throws {
+        let cluster = try Cluster()
+        let shard = try ShardNames(shard: "keep")
+        let leaseA = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "a", duration: .seconds(1))
+        let leaseB = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "b", duration: .seconds(1))
+        let lostTo = Mutex<String?>(nil)
+        let keeper = WriterLeaseKeeper(lease: leaseA, logger: Ledgers.logger("keeper")) { record in
+            lostTo.withLock { $0 = record?.holder ?? "?" }
+        }
+        let keeping = Task { try await keeper.run() }
+        var waited = 0
+        while !keeper.isHeld && waited < 250 {
+            try await Task.sleep(for: .milliseconds(20))
+            waited += 1
+        }
+        #expect(keeper.isHeld)
+        #expect(try await leaseB.acquire().held == false)
+        // A's lease ends (as if its renewals came too late) and B takes it: the keeper reports the loss.
+        #expect(try await leaseA.release())
+        #expect(try await leaseB.acquire().held)
+        try await keeping.value
+        #expect(lostTo.withLock { $0 } == "b")
+        #expect(!keeper.isHeld)
+        leaseA.close()
+        leaseB.close()
     }
 
     /// `replicate`, `follow` and `stats --nats` from the command line, with --json, and a refusal.
