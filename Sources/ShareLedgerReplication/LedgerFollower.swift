@@ -103,7 +103,7 @@ public final class LedgerFollower: Service, Sendable {
                 throw error
             } catch {
                 configuration.logger.warning("following failed; resubscribing", metadata: ["error": "\(error)"])
-                connection.drop()
+                connection.close()  // the next attempt connects anew
                 try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(2))
             }
@@ -119,14 +119,30 @@ public final class LedgerFollower: Service, Sendable {
     ///   ``ReplicationError/Code/diverged``; NATS errors (retry).
     @discardableResult
     public func catchUp(timeout: Duration = .seconds(30)) async throws(ReplicationError) -> LogHead {
-        let connection = try await connect()
-        let names = configuration.shard
-        let target = try await connection.call("reading stream \(names.stream)") { connection throws(ReplicationError) in
-            try connection.streamState(name: names.stream)
-        }?.lastSequence ?? 0
-        state.withLock { $0.statistics.streamPosition = max($0.statistics.streamPosition, target) }
         let deadline = ContinuousClock.now + timeout
-        try await follow(until: (LogPosition(target), deadline))
+        let names = configuration.shard
+        var target: UInt64?
+        var backoff = Duration.milliseconds(50)
+        // NATS errors (an election, a lost connection) are retried until the deadline.
+        while true {
+            do {
+                let connection = try await connect()
+                if target == nil {
+                    target = try await connection.call("reading stream \(names.stream)") { connection throws(ReplicationError) in
+                        try connection.streamState(name: names.stream)
+                    }?.lastSequence ?? 0
+                    let position = target ?? 0
+                    state.withLock { $0.statistics.streamPosition = max($0.statistics.streamPosition, position) }
+                }
+                try await follow(until: (LogPosition(target ?? 0), deadline))
+                break
+            } catch where (error.code == .unavailable || error.code == .timedOut) && ContinuousClock.now + backoff < deadline {
+                configuration.logger.warning("catching up failed; retrying", metadata: ["error": "\(error)"])
+                connection.close()
+                try? await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, .seconds(1))
+            }
+        }
         do {
             return try ledger.log.head()
         } catch {

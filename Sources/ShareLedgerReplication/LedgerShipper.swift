@@ -171,7 +171,9 @@ public final class LedgerShipper: Service, Sendable {
                 break
             } catch {
                 logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(backoff)"])
-                state.withLock { $0.shipped = nil }  // re-read the stream before the next batch
+                // Connect anew (creating the stream if it is gone) and re-read it before the next batch.
+                connection.close()
+                state.withLock { $0.shipped = nil }
                 try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(2))
             }
@@ -423,10 +425,7 @@ final class ConnectionSlot: Sendable {
         return connection
     }
 
-    /// Forgets the connection (the next ``get(prepare:)`` connects anew).
-    func drop() { slot.withLock { $0 = nil } }
-
-    /// Closes the connection.
+    /// Closes the connection; the next ``get(prepare:)`` connects anew.
     func close() {
         let connection = slot.withLock { slot in
             defer { slot = nil }
