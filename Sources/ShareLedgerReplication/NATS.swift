@@ -432,18 +432,19 @@ final class NATSKeyValue: @unchecked Sendable {
     deinit { kvStore_Destroy(store) }
 
     /// The key's value and revision, or nil when the key has none.
+    ///
+    /// Read through the stream's leader (`js_GetLastMsg`, the stream message API), not
+    /// `kvStore_Get`: the client reads a bucket created with direct gets from any replica, and a
+    /// follower's answer can be stale; under load a writer then took a lease whose stale record named
+    /// it. The revision is the message's stream sequence.
     func get(_ key: String) throws(ReplicationError) -> (value: [UInt8], revision: UInt64)? {
-        var entry: OpaquePointer?
-        let status = kvStore_Get(&entry, store, key)
-        if status == NATS_NOT_FOUND { return nil }
-        try NATSConnection.check(status, "reading \(key) from bucket \(bucket)")
-        defer { kvEntry_Destroy(entry) }
-        let count = Int(kvEntry_ValueLen(entry))
-        var value: [UInt8] = []
-        if count > 0, let base = kvEntry_Value(entry) {
-            value = Array(UnsafeRawBufferPointer(start: base, count: count))
-        }
-        return (value, kvEntry_Revision(entry))
+        var message: OpaquePointer?
+        var jsError = jsErrCode(0)
+        let status = js_GetLastMsg(&message, connection.jetStream, "KV_\(bucket)", "$KV.\(bucket).\(key)", nil, &jsError)
+        if status == NATS_NOT_FOUND || jsError == JSNoMessageFoundErr { return nil }
+        try NATSConnection.check(status, "reading \(key) from bucket \(bucket)", jsError: jsError)
+        defer { natsMsg_Destroy(message) }
+        return (NATSConnection.data(of: message), natsMsg_GetSequence(message))
     }
 
     /// Compare-and-set: writes `value` when the bucket's last revision is `revision` (0: nothing was

@@ -109,8 +109,11 @@ public final class WriterLease: Sendable {
             try keyValue.put(key, bytes, ifRevision: revision)
         }
         if let written { return Grant(record: next, revision: written, held: true) }
-        // Someone else wrote first: report the lease as it is now.
-        return try await current() ?? Grant(record: next, revision: 0, held: false)
+        // Someone else wrote first: report the lease as it is now, not held (whatever holder the
+        // record names: only a compare-and-set that succeeded makes this holder the holder).
+        var latest = try await current() ?? Grant(record: next, revision: 0, held: false)
+        latest.held = false
+        return latest
     }
 
     /// Gives the lease up (it expires now), if this holder holds it. Returns whether it did.
