@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "ShareLedger", targets: ["ShareLedger"]),
         // The generic, hash-chained event log alone (ShareLedger re-exports it).
         .library(name: "EventLog", targets: ["EventLog"]),
+        .library(name: "ShareLedgerReplication", targets: ["ShareLedgerReplication"]),
         .executable(name: "share-ledger", targets: ["ShareLedgerCLI"]),
     ],
     dependencies: [
@@ -75,11 +76,32 @@ let package = Package(
             exclude: ["Generated/README.md"],
             swiftSettings: strictSettings
         ),
+        // The NATS C client from the system (Debian: libnats-dev), found through pkg-config "libnats".
+        .systemLibrary(
+            name: "CNATS",
+            pkgConfig: "libnats",
+            providers: [.apt(["libnats-dev"]), .brew(["cnats"])]
+        ),
+        // Shipping the committed log to NATS JetStream, read replicas that apply it, the writer lease
+        // and the shard map (docs/architecture.md, "Beyond one machine"). Uses only ShareLedger's
+        // public and package API; no NATS type leaves this target.
+        .target(
+            name: "ShareLedgerReplication",
+            dependencies: [
+                "ShareLedger",
+                "CNATS",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "ShareLedgerCLI",
             dependencies: [
                 "ShareLedger",
                 "ShareLedgerBaselines",
+                "ShareLedgerReplication",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -155,6 +177,20 @@ let package = Package(
             ],
             // Committed ledgers the tests read by path (e.g. events in an older schema version).
             exclude: ["Fixtures"],
+            swiftSettings: strictSettings
+        ),
+        // The replication tests: a 3-node JetStream cluster on loopback (scripts/cluster), started and
+        // stopped by the suite; skipped with a message when nats-server is not installed.
+        .testTarget(
+            name: "ShareLedgerReplicationTests",
+            dependencies: [
+                "ShareLedger",
+                "ShareLedgerReplication",
+                "TestSupport",
+                .product(name: "Logging", package: "swift-log"),
+                // Depended on so that `swift test` builds the binary the CLI test runs.
+                "ShareLedgerCLI",
+            ],
             swiftSettings: strictSettings
         ),
     ],

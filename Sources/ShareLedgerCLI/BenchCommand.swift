@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Logging
 import ShareLedger
 import ShareLedgerBaselines
 
@@ -16,7 +17,9 @@ struct BenchCommand: AsyncParsableCommand {
 
             Parts (--only): append (share actions: 64 callers and one), events (bare event appends), \
             fetch (logged metadata fetches), residual (accept to zone latency), scale (metadata \
-            queries at growing ledger sizes, raw scan, chain verification, rebuild, snapshot, memory).
+            queries at growing ledger sizes, raw scan, chain verification, rebuild, snapshot, memory), \
+            replicate (the share workload while shipping to NATS JetStream and following into a replica; \
+            needs --nats, not in the default set).
             """)
 
     @Option(help: "A directory for the scratch ledgers (created; emptied of bench-* folders first).")
@@ -47,12 +50,18 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Accepts per second offered in the residual-task latency part.")
     var acceptRate = 5_000
 
+    @Option(help: "NATS servers for the replicate part, comma-separated (scripts/cluster start prints them).")
+    var nats: String?
+
     func validate() throws {
         guard (1...50).contains(repeats) else { throw ValidationError("--repeats must be 1...50") }
         guard (100...50_000).contains(acceptRate) else { throw ValidationError("--accept-rate must be 100...50000") }
         guard (1...1_024).contains(callers) else { throw ValidationError("--callers must be 1...1024") }
-        for part in parts where !Self.allParts.contains(part) {
-            throw ValidationError("unknown part \(part); the parts are \(Self.allParts.joined(separator: ", "))")
+        for part in parts where !Self.allParts.contains(part) && part != "replicate" {
+            throw ValidationError("unknown part \(part); the parts are \(Self.allParts.joined(separator: ", ")), replicate")
+        }
+        if parts.contains("replicate") && nats == nil {
+            throw ValidationError("the replicate part needs --nats URL[,URL…] (scripts/cluster start prints them)")
         }
     }
 
@@ -177,6 +186,24 @@ struct BenchCommand: AsyncParsableCommand {
                 figures["snapshot.intervalEvents"] = Double(scale.snapshotInterval)
                 figures["memory.rebuildPeakAnonMB"] = scale.rebuildPeakAnonMB
                 figures["memory.rebuildAnonGrowthMB"] = scale.rebuildAnonGrowthMB
+            }
+            if parts.contains("replicate"), let nats {
+                let servers = try NATSOptions.parse(["--nats", nats]).servers()
+                let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
+                let replicate = try await ReplicationBench(
+                    directory: bench.directory, durability: durability, servers: servers, logger: Logger(label: "bench") { _ in SwiftLogNoOpLogHandler() }
+                ).run(callers: callers, cycles: cycles) { Output.progress("round \(round)/\(repeats): \($0)") }
+                Output.endProgress()
+                figures["replicate.primary.actionsPerSecond"] = replicate.actionsPerSecond
+                figures["replicate.events"] = Double(replicate.events)
+                figures["replicate.live.shippedPerSecond"] = replicate.liveShippedPerSecond
+                figures["replicate.live.appliedPerSecond"] = replicate.liveAppliedPerSecond
+                figures["replicate.lag.p99Positions"] = replicate.lagP99Positions
+                figures["replicate.lag.maxPositions"] = replicate.lagMaxPositions
+                figures["replicate.lag.p99Millis"] = replicate.lagP99Millis
+                figures["replicate.drainMillis"] = replicate.drainMillis
+                figures["replicate.backlog.shippedPerSecond"] = replicate.backlogShippedPerSecond
+                figures["replicate.backlog.appliedPerSecond"] = replicate.backlogAppliedPerSecond
             }
             if parts.contains("residual") {
                 let residual = try await AcceptResidualBench(

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ShareLedger
+import ShareLedgerReplication
 
 /// `share-ledger stats`: counters of a ledger.
 struct StatsCommand: AsyncParsableCommand {
@@ -9,13 +10,45 @@ struct StatsCommand: AsyncParsableCommand {
 
     @OptionGroup var ledger: LedgerOptions
 
+    @Option(help: "NATS servers, comma-separated: adds the replication lag of the shard's stream (field replication).")
+    var nats: String?
+
+    @Option(help: "With --nats: the shard (its stream is LEDGER_<shard>).")
+    var shard = "default"
+
+    /// The statistics with the replication lag, as one JSON object.
+    struct WithReplication: Encodable {
+        var stats: ShareLedger.Statistics
+        var replication: ReplicationLag?
+
+        func encode(to encoder: any Encoder) throws {
+            try stats.encode(to: encoder)
+            var container = encoder.container(keyedBy: Key.self)
+            try container.encodeIfPresent(replication, forKey: .replication)
+        }
+
+        enum Key: String, CodingKey { case replication }
+    }
+
     func run() async throws {
         let sharing = try ledger.openSharing(create: false, readOnly: true)
         let stats = try await runReportingErrors(json: ledger.json) { try sharing.statistics() }
+        var replication: ReplicationLag?
+        if let nats {
+            replication = try await runReportingReplicationErrors(json: ledger.json) {
+                try await ReplicationLag.read(
+                    log: sharing.log, servers: try NATSOptions.parse(["--nats", nats]).servers(), shard: try ShardNames(shard: shard))
+            }
+        }
         await sharing.close()
         if ledger.json {
-            Output.printJSON(stats)
+            Output.printJSON(WithReplication(stats: stats, replication: replication))
         } else {
+            if let replication {
+                print("""
+                    replication    stream \(replication.stream) at \(replication.streamPosition), lag \(replication.lagPositions) positions, \(String(format: "%.1f", replication.lagSeconds)) s
+                    """)
+            }
             print("""
                 path           \(ledger.path)
                 events         \(stats.events)

@@ -1,0 +1,515 @@
+import Foundation
+import Logging
+import Metrics
+import ServiceLifecycle
+import ShareLedger
+import Synchronization
+
+/// Names of a shard's stream, subject and lease key on NATS.
+public struct ShardNames: Sendable, Hashable {
+    /// The shard, 1 to 64 characters of `A-Z a-z 0-9 _ -`.
+    public let shard: String
+
+    /// Checks the name.
+    public init(shard: String) throws(ReplicationError) {
+        guard !shard.isEmpty, shard.utf8.count <= 64,
+            shard.unicodeScalars.allSatisfy({ $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "_" || $0 == "-") })
+        else {
+            throw ReplicationError(.invalidArguments, "the shard name \"\(shard.prefix(80))\" is not 1 to 64 characters of A-Z a-z 0-9 _ -")
+        }
+        self.shard = shard
+    }
+
+    /// The JetStream stream: `LEDGER_<shard>`.
+    public var stream: String { "LEDGER_\(shard)" }
+    /// The stream's one subject: `ledger.<shard>.events`.
+    public var subject: String { "ledger.\(shard).events" }
+    /// The writer lease's key in the leases bucket: `writer.<shard>`.
+    public var leaseKey: String { "writer.\(shard)" }
+    /// The subject the shard's writer answers commands on: `ledger.<shard>.commands`.
+    public var commandSubject: String { "ledger.\(shard).commands" }
+
+    /// `Nats-Msg-Id` of an event: its position and hash, so a deduplicated retry is the same event
+    /// and a different event at the same position is never taken for a duplicate.
+    static func messageID(_ position: LogPosition, _ hash: EventHash) -> String { "\(position.rawValue):\(hash.hex)" }
+}
+
+/// How a ``LedgerShipper`` ships.
+public struct ShipperConfiguration: Sendable {
+    /// The NATS servers (any of the cluster's).
+    public var servers: [String]
+    /// The shard this ledger is (one stream per shard).
+    public var shard: ShardNames
+    /// Replicas of the stream (3 in production; the stream is created with it).
+    public var replicas: Int = 3
+    /// The stream's duplicates window (deduplication by message id holds only inside it;
+    /// `Nats-Expected-Last-Sequence` is the guard that always holds).
+    public var duplicatesWindow: Duration = .seconds(120)
+    /// Events published per pipelined batch (each batch waits for all its acks).
+    public var batchLimit: Int = 256
+    /// The wait for one NATS call (a batch's acks, a stream lookup).
+    public var callTimeout: Duration = .seconds(2)
+    /// Where the shipper logs (it never prints).
+    public var logger: Logger
+
+    /// Makes a configuration.
+    public init(servers: [String], shard: ShardNames, logger: Logger = Logger(label: "shareledger.replication.shipper")) {
+        self.servers = servers
+        self.shard = shard
+        self.logger = logger
+    }
+}
+
+/// When a writer tells a caller that its command is done (docs/operations.md, "Durability across
+/// machines").
+public enum ReplicationDurability: String, Sendable, Hashable, Codable, CaseIterable {
+    /// After the LMDB commit (with the ledger's own ``ShareLedger/Durability``); shipping follows. A
+    /// failover can lose the commands acknowledged but not yet in the stream when the writer died:
+    /// the standby continues from the stream, and the old writer's unshipped events are not part
+    /// of the history.
+    case local
+    /// After the LMDB commit and the stream's acknowledgement. On nats-server 2.9.x that
+    /// acknowledgement means a majority of the stream's replicas have the event in their page cache,
+    /// not on disk (2.9 has no `sync_interval`): a simultaneous crash of that majority's machines can
+    /// still lose it; a process crash or one machine's loss cannot.
+    case replicated
+}
+
+/// What a ``LedgerShipper`` has done, for `stats` and monitoring.
+public struct ShipperStatistics: Sendable, Hashable, Codable {
+    /// The shard.
+    public var shard: String
+    /// The stream.
+    public var stream: String
+    /// The last position the stream acknowledged (its last sequence, as far as this shipper knows).
+    public var shippedPosition: UInt64
+    /// The ledger's head when last looked at.
+    public var headPosition: UInt64
+    /// Positions committed and not yet acknowledged by the stream.
+    public var lagPositions: UInt64
+    /// Seconds between the oldest unshipped event's commit and now (0 when nothing waits).
+    public var lagSeconds: Double
+    /// Events published since the shipper started.
+    public var eventsShipped: UInt64
+    /// Times it re-read the stream after a failed or unanswered batch.
+    public var resyncs: UInt64
+    /// Whether another writer fenced it off (then it stopped).
+    public var fenced: Bool
+}
+
+/// Ships every committed event of a ledger, as its stored bytes, to the shard's JetStream stream:
+/// position as stream sequence (`Nats-Expected-Last-Sequence = position − 1`), message id
+/// `position:hash`, and within a pipelined batch `Nats-Expected-Last-Msg-Id` = the previous event's id,
+/// so the stream itself refuses an event that does not continue the chain it holds.
+///
+/// - On start, and after any failed or unanswered batch, it reads the stream's last sequence and
+///   compares the stream's message there with the ledger's stored bytes: equal → it resumes after
+///   it; the stream ahead of the ledger, or another event there → ``ReplicationError/Code/diverged``
+///   (nothing is published).
+/// - A publish refused for its expected sequence, with the stream holding another event there, means
+///   another writer owns the stream: ``ReplicationError/Code/fenced``, and the shipper stops.
+/// - Lag (positions and seconds) is a metric (`shareledger_replication_lag_positions`,
+///   `shareledger_replication_lag_seconds`, dimension `shard`) and in ``statistics``.
+///
+/// Run it as a `Service` (until cancelled, retrying while NATS is unreachable), or call
+/// ``shipAvailable()`` to ship what is committed now.
+public final class LedgerShipper: Service, Sendable {
+    private let log: EventLog
+    /// The configuration.
+    public let configuration: ShipperConfiguration
+    private let state: Mutex<State>
+    private let connection: ConnectionSlot
+    private let shippedChanged = AsyncSignal()
+    private let lagPositions: Gauge
+    private let lagSeconds: Gauge
+
+    private struct State {
+        /// Verified against the stream: the stream holds exactly the ledger's events through it.
+        var shipped: LogPosition?
+        var shippedHash = EventHash.zero
+        var statistics: ShipperStatistics
+        var failure: ReplicationError?
+    }
+
+    /// Makes a shipper for `log` (nothing connects before it runs).
+    public init(log: EventLog, configuration: ShipperConfiguration) {
+        self.log = log
+        self.configuration = configuration
+        let names = configuration.shard
+        connection = ConnectionSlot(
+            servers: configuration.servers, name: "share-ledger shipper \(names.shard)", wait: configuration.callTimeout)
+        state = Mutex(
+            State(
+                statistics: ShipperStatistics(
+                    shard: names.shard, stream: names.stream, shippedPosition: 0, headPosition: 0, lagPositions: 0,
+                    lagSeconds: 0, eventsShipped: 0, resyncs: 0, fenced: false)))
+        lagPositions = Gauge(label: "shareledger_replication_lag_positions", dimensions: [("shard", names.shard)])
+        lagSeconds = Gauge(label: "shareledger_replication_lag_seconds", dimensions: [("shard", names.shard)])
+    }
+
+    /// What it has done so far.
+    public var statistics: ShipperStatistics { state.withLock { $0.statistics } }
+
+    /// Ships until cancelled (or graceful shutdown). Retries while NATS is unreachable or electing a
+    /// leader; throws ``ReplicationError/Code/fenced`` or ``ReplicationError/Code/diverged``, which
+    /// retrying cannot mend.
+    public func run() async throws {
+        let logger = configuration.logger
+        var backoff = Duration.milliseconds(50)
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            do {
+                _ = try await shipAvailable()
+                backoff = .milliseconds(50)
+                let shipped = state.withLock { $0.shipped } ?? .start
+                _ = try await cancelWhenGracefulShutdown {
+                    try await self.log.waitForCommit(after: shipped, timeout: .milliseconds(500))
+                }
+            } catch let error as ReplicationError where error.code == .fenced || error.code == .diverged {
+                logger.error("replication stopped", metadata: ["error": "\(error)"])
+                throw error
+            } catch is CancellationError {
+                break
+            } catch {
+                logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(backoff)"])
+                // Connect anew (creating the stream if it is gone) and re-read it before the next batch.
+                connection.close()
+                state.withLock { $0.shipped = nil }
+                try? await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, .seconds(2))
+            }
+        }
+        close()
+    }
+
+    /// Ships every event committed now and returns the statistics. Connects, creates the stream and
+    /// checks it against the ledger first when needed.
+    ///
+    /// - Throws: ``ReplicationError/Code/fenced`` (and the shipper stays stopped),
+    ///   ``ReplicationError/Code/diverged``, ``ReplicationError/Code/unavailable`` or
+    ///   ``ReplicationError/Code/timedOut`` (retry), ``ReplicationError/Code/ledger``.
+    @discardableResult
+    public func shipAvailable() async throws(ReplicationError) -> ShipperStatistics {
+        if let failure = state.withLock({ $0.failure }) { throw failure }
+        let connection = try await connect()
+        var shipped = try await resumePoint(connection)
+        while true {
+            let events: [StoredEvent]
+            let head: LogHead
+            do {
+                head = try log.head()
+                events = try log.storedEvents(after: shipped.position, limit: configuration.batchLimit)
+            } catch {
+                throw ReplicationError(error, while: "reading the ledger to ship it")
+            }
+            updateLag(head: head, shipped: shipped.position, oldestUnshipped: events.first)
+            guard !events.isEmpty else { break }
+            shipped = try await publish(events, after: shipped, connection: connection)
+        }
+        return statistics
+    }
+
+    /// Acknowledges a command's commit the way `durability` asks: at once for
+    /// ``ReplicationDurability/local`` (the LMDB commit is the acknowledgement; replication follows),
+    /// after the stream acknowledged its last position for ``ReplicationDurability/replicated``.
+    /// `positions` nil (a command that appended nothing) returns at once.
+    public func acknowledge(
+        _ positions: ClosedRange<LogPosition>?, durability: ReplicationDurability, timeout: Duration = .seconds(10)
+    ) async throws(ReplicationError) {
+        guard durability == .replicated, let last = positions?.upperBound else { return }
+        try await waitUntilShipped(last, timeout: timeout)
+    }
+
+    /// Returns once the stream has acknowledged `position` (durability `replicated`: acknowledge a
+    /// command to its caller only then).
+    ///
+    /// - Throws: ``ReplicationError/Code/timedOut`` after `timeout`; the shipper's failure when it stopped.
+    public func waitUntilShipped(_ position: LogPosition, timeout: Duration = .seconds(10)) async throws(ReplicationError) {
+        try await shippedChanged.wait(
+            until: { () throws(ReplicationError) -> Bool in
+                let (shipped, failure) = state.withLock { ($0.statistics.shippedPosition, $0.failure) }
+                if shipped >= position.rawValue { return true }
+                if let failure { throw failure }
+                return false
+            }, timeout: timeout,
+            timedOut: {
+                ReplicationError(
+                    .timedOut, "position \(position) was not acknowledged by stream \(configuration.shard.stream) within "
+                        + "\(timeout) (shipped through \(statistics.shippedPosition)); check the shipper and the NATS cluster")
+            })
+    }
+
+    /// Closes the NATS connection.
+    public func close() { connection.close() }
+
+    // MARK: - Internals
+
+    /// Connects (once) and creates or checks the stream.
+    private func connect() async throws(ReplicationError) -> NATSConnection {
+        let names = configuration.shard
+        let replicas = configuration.replicas
+        let window = configuration.duplicatesWindow
+        let logger = configuration.logger
+        return try await connection.get { connection throws(ReplicationError) in
+            let stream = try await connection.call("creating stream \(names.stream)") { connection throws(ReplicationError) in
+                try connection.ensureStream(name: names.stream, subject: names.subject, replicas: replicas, duplicatesWindow: window)
+            }
+            guard stream.denyDelete, stream.denyPurge else {
+                throw ReplicationError(
+                    .misconfigured, "stream \(names.stream) allows deleting or purging messages; a ledger's stream must deny both "
+                        + "(recreate it, or let the shipper create it)")
+            }
+            logger.info(
+                "shipping", metadata: ["stream": "\(names.stream)", "leader": "\(stream.leader ?? "?")", "last": "\(stream.lastSequence)"])
+        }
+    }
+
+    /// Where to resume: the stream's last sequence, after checking that the stream holds this ledger's
+    /// event there.
+    private func resumePoint(_ connection: NATSConnection) async throws(ReplicationError) -> LogHead {
+        if let shipped = state.withLock({ state in state.shipped.map { LogHead(position: $0, hash: state.shippedHash) } }) {
+            return shipped
+        }
+        let names = configuration.shard
+        guard let stream = try await connection.call("reading stream \(names.stream)", { connection throws(ReplicationError) in
+            try connection.streamState(name: names.stream)
+        }) else {
+            throw ReplicationError(.unavailable, "stream \(names.stream) does not exist (was it deleted?); retry to create it")
+        }
+        let last = LogPosition(stream.lastSequence)
+        let head: LogHead
+        let local: StoredEvent?
+        do {
+            head = try log.head()
+            local = last == .start ? nil : try log.storedEvent(at: last)
+        } catch {
+            throw ReplicationError(error, while: "reading the ledger to resume shipping")
+        }
+        guard last <= head.position, last == .start || local != nil else {
+            throw ReplicationError(
+                .diverged, "stream \(names.stream) holds \(last) events but this ledger's head is \(head.position): the stream "
+                    + "is ahead; this ledger may not ship to it (follow the stream into a fresh replica instead)")
+        }
+        var hash = EventHash.zero
+        if let local {
+            let remote = try await connection.call("reading message \(last) of \(names.stream)") { connection throws(ReplicationError) in
+                try connection.message(stream: names.stream, sequence: last.rawValue)
+            }
+            guard let remote, remote == local.bytes else {
+                let remoteHash = remote.flatMap { StoredEvent(position: last, bytes: $0)?.hash.hex } ?? "none"
+                throw ReplicationError(
+                    .diverged, "stream \(names.stream) holds an event at position \(last) with hash \(remoteHash), this ledger's "
+                        + "event there has hash \(local.hash.hex): the histories forked; nothing was published (another "
+                        + "writer owns the stream: rebuild this ledger from it with share-ledger follow)")
+            }
+            hash = local.hash
+        }
+        state.withLock { state in
+            state.shipped = last
+            state.shippedHash = hash
+            state.statistics.shippedPosition = last.rawValue
+        }
+        shippedChanged.signal()
+        return LogHead(position: last, hash: hash)
+    }
+
+    /// Publishes one pipelined batch; returns the new shipped point.
+    private func publish(_ events: [StoredEvent], after shipped: LogHead, connection: NATSConnection) async throws(ReplicationError) -> LogHead {
+        let names = configuration.shard
+        var previousID: String? = nil  // the first of a batch is fenced by its expected sequence alone
+        var messages: [NATSConnection.BatchMessage] = []
+        messages.reserveCapacity(events.count)
+        for event in events {
+            let id = ShardNames.messageID(event.position, event.hash)
+            messages.append(.init(sequence: event.position.rawValue, data: event.bytes, messageID: id, expectedLastMessageID: previousID))
+            previousID = id
+        }
+        let batch = messages
+        let outcomes = try await connection.call("publishing \(events.count) events to \(names.stream)") { connection throws(ReplicationError) in
+            try connection.publishBatch(subject: names.subject, batch)
+        }
+        var acknowledged = shipped
+        var problem: String?
+        for event in events {
+            guard case .stored(let sequence, _) = outcomes[event.position.rawValue] else {
+                if case .refused(let code, let text) = outcomes[event.position.rawValue] { problem = "\(text) (JetStream error \(code))" }
+                break
+            }
+            guard sequence == event.position.rawValue else {
+                problem = "position \(event.position) was stored at sequence \(sequence)"
+                break
+            }
+            acknowledged = LogHead(position: event.position, hash: event.hash, recordedAtMicros: 0)
+        }
+        record(acknowledged, count: acknowledged.position.rawValue - shipped.position.rawValue)
+        guard acknowledged.position == events[events.count - 1].position else {
+            // Something was refused or unanswered: find out from the stream what it holds.
+            configuration.logger.info(
+                "batch not fully acknowledged; re-reading the stream",
+                metadata: ["through": "\(acknowledged.position)", "problem": "\(problem ?? "no answer in time")"])
+            state.withLock { state in
+                state.shipped = nil
+                state.statistics.resyncs += 1
+            }
+            do {
+                return try await resumePoint(connection)
+            } catch let error where error.code == .diverged {
+                // The stream holds another writer's events: this writer is fenced off for good.
+                let fenced = ReplicationError(
+                    .fenced, "another writer appended to stream \(names.stream) (\(problem ?? "the stream moved on")); this "
+                        + "ledger stopped shipping at \(acknowledged.position): its later events are not part of the history. "
+                        + "Stop writing to it; rebuild it from the stream with share-ledger follow. (\(error.message))")
+                state.withLock { state in
+                    state.failure = fenced
+                    state.statistics.fenced = true
+                }
+                shippedChanged.signal()
+                throw fenced
+            }
+        }
+        return acknowledged
+    }
+
+    private func record(_ acknowledged: LogHead, count: UInt64) {
+        state.withLock { state in
+            state.shipped = acknowledged.position
+            state.shippedHash = acknowledged.hash
+            state.statistics.shippedPosition = acknowledged.position.rawValue
+            state.statistics.eventsShipped += count
+        }
+        shippedChanged.signal()
+    }
+
+    private func updateLag(head: LogHead, shipped: LogPosition, oldestUnshipped: StoredEvent?) {
+        let positions = head.position.rawValue &- min(head.position.rawValue, shipped.rawValue)
+        var seconds = 0.0
+        if positions > 0, let oldest = oldestUnshipped, let micros = try? log.event(at: oldest.position)?.recordedAtMicros {
+            seconds = max(0, Date().timeIntervalSince1970 - Double(micros) / 1_000_000)
+        }
+        state.withLock { state in
+            state.statistics.headPosition = head.position.rawValue
+            state.statistics.lagPositions = positions
+            state.statistics.lagSeconds = seconds
+        }
+        lagPositions.record(Int64(positions))
+        lagSeconds.record(seconds)
+    }
+}
+
+/// A NATS connection made on first use (and prepared, e.g. its stream created) and shared until it
+/// is closed or dropped after an error.
+final class ConnectionSlot: Sendable {
+    private let slot = Mutex<NATSConnection?>(nil)
+    private let servers: [String]
+    private let name: String
+    private let wait: Duration
+
+    init(servers: [String], name: String, wait: Duration) {
+        self.servers = servers
+        self.name = name
+        self.wait = wait
+    }
+
+    /// The connection, connected and prepared now when there is none.
+    func get(
+        prepare: (NATSConnection) async throws(ReplicationError) -> Void = { _ in }
+    ) async throws(ReplicationError) -> NATSConnection {
+        if let connection = slot.withLock({ $0 }) { return connection }
+        let connection = try await NATSConnection.connect(servers: servers, name: name, wait: wait)
+        do {
+            try await prepare(connection)
+        } catch {
+            connection.close()
+            throw error
+        }
+        slot.withLock { $0 = connection }
+        return connection
+    }
+
+    /// Closes the connection; the next ``get(prepare:)`` connects anew.
+    func close() {
+        let connection = slot.withLock { slot in
+            defer { slot = nil }
+            return slot
+        }
+        connection?.close()
+    }
+}
+
+/// Wakes waiters when something changed (no value; waiters re-check their condition).
+final class AsyncSignal: Sendable {
+    /// Returns once `done()` is true (checked at every signal, and every 100 ms); throws `timedOut()`
+    /// when `timeout` passes first, or what `done` throws.
+    func wait(
+        until done: () throws(ReplicationError) -> Bool, timeout: Duration, timedOut: () -> ReplicationError
+    ) async throws(ReplicationError) {
+        let deadline = ContinuousClock.now + timeout
+        while try !done() {
+            let now = ContinuousClock.now
+            guard now < deadline else { throw timedOut() }
+            await wait(timeout: min(deadline - now, .milliseconds(100)))
+        }
+    }
+
+    private let waiters = Mutex<[UInt64: CheckedContinuation<Void, Never>]>([:])
+    private let nextID = Atomic<UInt64>(0)
+
+    /// Wakes every waiter.
+    func signal() {
+        let all = waiters.withLock { waiters in
+            defer { waiters.removeAll() }
+            return Array(waiters.values)
+        }
+        for waiter in all { waiter.resume() }
+    }
+
+    /// Returns at the next signal or after `timeout`.
+    func wait(timeout: Duration) async {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in self.waiters.withLock { $0[id] = continuation } }
+            }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            // Whichever came first, the other must end: resume the continuation if still registered.
+            if let continuation = self.waiters.withLock({ $0.removeValue(forKey: id) }) { continuation.resume() }
+            group.cancelAll()
+        }
+    }
+}
+
+/// How far a shard's stream is behind a ledger, read from both (for `share-ledger stats --nats`).
+public struct ReplicationLag: Sendable, Hashable, Codable {
+    /// The stream.
+    public var stream: String
+    /// The stream's last sequence (the last position it holds).
+    public var streamPosition: UInt64
+    /// The ledger's head.
+    public var headPosition: UInt64
+    /// Positions committed in the ledger and not in the stream (0 when the stream is level or ahead).
+    public var lagPositions: UInt64
+    /// Seconds since the oldest event not in the stream was committed (0 when none).
+    public var lagSeconds: Double
+
+    /// Reads the stream's state and the ledger's head and compares them.
+    public static func read(log: EventLog, servers: [String], shard: ShardNames) async throws(ReplicationError) -> ReplicationLag {
+        let connection = try await NATSConnection.connect(servers: servers, name: "share-ledger stats")
+        defer { connection.close() }
+        let state = try await connection.call("reading stream \(shard.stream)") { connection throws(ReplicationError) in
+            try connection.streamState(name: shard.stream)
+        }
+        let streamPosition = state?.lastSequence ?? 0
+        do {
+            let head = try log.head().position.rawValue
+            let lag = head &- min(head, streamPosition)
+            var seconds = 0.0
+            if lag > 0, let oldest = try log.event(at: LogPosition(streamPosition + 1)) {
+                seconds = max(0, Date().timeIntervalSince1970 - Double(oldest.recordedAtMicros) / 1_000_000)
+            }
+            return ReplicationLag(
+                stream: shard.stream, streamPosition: streamPosition, headPosition: head, lagPositions: lag, lagSeconds: seconds)
+        } catch {
+            throw ReplicationError(error, while: "reading the ledger's head")
+        }
+    }
+}

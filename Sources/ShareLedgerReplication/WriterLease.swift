@@ -1,0 +1,196 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+import ShareLedger
+import Synchronization
+
+/// Who may write a shard: a lease in the JetStream key-value bucket `shareledger_lease_<shard>`, key
+/// `writer.<shard>`, taken and renewed only by compare-and-set on its revision, so of writers racing
+/// for it exactly one wins each round. (One bucket per shard: the compare-and-set is the stream-level
+/// `Nats-Expected-Last-Sequence`, which holds in a cluster where the per-key check did not; see
+/// `NATSKeyValue.put`.)
+///
+/// The value is JSON: holder, term (one more at every change of holder) and expiry time. A lease
+/// whose expiry has passed may be taken by anyone; the holder renews it well before (every third of
+/// its duration, say). Expiry compares wall clocks of different machines: keep them within a small
+/// fraction of the duration (NTP), and remember that a lease alone does not stop a paused writer —
+/// `Nats-Expected-Last-Sequence` on every publish does (``LedgerShipper``).
+public final class WriterLease: Sendable {
+    /// The lease's content.
+    public struct Record: Sendable, Hashable, Codable {
+        /// The holder's name (a node id).
+        public var holder: String
+        /// Incremented at every change of holder.
+        public var term: UInt64
+        /// When it expires unless renewed, microseconds since 1970.
+        public var expiresAtMicros: Int64
+    }
+
+    /// The outcome of an attempt.
+    public struct Grant: Sendable, Hashable {
+        /// The lease as it now is.
+        public var record: Record
+        /// Its revision in the bucket (what the next compare-and-set must name).
+        public var revision: UInt64
+        /// Whether this holder holds it.
+        public var held: Bool
+    }
+
+    /// The bucket of `shard`'s lease.
+    public static func bucket(_ shard: ShardNames) -> String { "shareledger_lease_\(shard.shard)" }
+
+    private let keyValue: NATSKeyValue
+    /// The shard.
+    public let shard: ShardNames
+    /// This writer's name.
+    public let holder: String
+    /// How long a lease lasts unless renewed.
+    public let duration: Duration
+    private let clock: @Sendable () -> Int64
+
+    private init(keyValue: NATSKeyValue, shard: ShardNames, holder: String, duration: Duration, clock: @escaping @Sendable () -> Int64) {
+        self.keyValue = keyValue
+        self.shard = shard
+        self.holder = holder
+        self.duration = duration
+        self.clock = clock
+    }
+
+    /// Opens the lease of `shard` for `holder` (creating the bucket, with `replicas` replicas, when missing).
+    public static func open(
+        servers: [String], shard: ShardNames, holder: String, duration: Duration = .seconds(5), replicas: Int = 3,
+        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000_000) }
+    ) async throws(ReplicationError) -> WriterLease {
+        guard !holder.isEmpty, holder.utf8.count <= 200 else {
+            throw ReplicationError(.invalidArguments, "a lease holder's name must be 1 to 200 bytes")
+        }
+        let connection = try await NATSConnection.connect(servers: servers, name: "share-ledger lease \(holder)")
+        let bucket = WriterLease.bucket(shard)
+        let keyValue = try await connection.call("opening bucket \(bucket)") { connection throws(ReplicationError) in
+            try connection.keyValue(bucket: bucket, replicas: replicas)
+        }
+        return WriterLease(keyValue: keyValue, shard: shard, holder: holder, duration: duration, clock: clock)
+    }
+
+    /// The lease as it is (nil when nobody ever took it).
+    public func current() async throws(ReplicationError) -> Grant? {
+        let key = shard.leaseKey
+        let holder = self.holder
+        return try await keyValue.connection.call("reading lease \(key)") { [keyValue] _ throws(ReplicationError) in
+            guard let (value, revision) = try keyValue.get(key) else { return nil }
+            guard let record = try? JSONDecoder().decode(Record.self, from: Data(value)) else {
+                throw ReplicationError(.misconfigured, "lease \(key) in bucket \(keyValue.bucket) does not hold a lease record")
+            }
+            return Grant(record: record, revision: revision, held: record.holder == holder)
+        }
+    }
+
+    /// Takes the lease when nobody holds it or it expired, renews it when this holder holds it; each
+    /// by one compare-and-set on the revision read. Returns the lease as it is after the attempt
+    /// (`held` tells whether this holder has it).
+    public func acquire() async throws(ReplicationError) -> Grant {
+        let now = clock()
+        let expires = now + Int64(duration.components.seconds) * 1_000_000 + Int64(duration.components.attoseconds / 1_000_000_000_000)
+        let existing = try await current()
+        var next = Record(holder: holder, term: 1, expiresAtMicros: expires)
+        if let existing {
+            if existing.record.holder != holder && existing.record.expiresAtMicros > now { return existing }
+            next.term = existing.record.term + (existing.record.holder == holder ? 0 : 1)
+        }
+        let key = shard.leaseKey
+        let bytes: [UInt8]
+        do {
+            bytes = Array(try JSONEncoder().encode(next))
+        } catch {
+            throw ReplicationError(.invalidArguments, "encoding the lease failed: \(error)")
+        }
+        let revision = existing?.revision ?? 0
+        let written = try await keyValue.connection.call("writing lease \(key)") { [keyValue] _ throws(ReplicationError) in
+            try keyValue.put(key, bytes, ifRevision: revision)
+        }
+        if let written { return Grant(record: next, revision: written, held: true) }
+        // Someone else wrote first: report the lease as it is now, not held (whatever holder the
+        // record names: only a compare-and-set that succeeded makes this holder the holder).
+        var latest = try await current() ?? Grant(record: next, revision: 0, held: false)
+        latest.held = false
+        return latest
+    }
+
+    /// Gives the lease up (it expires now), if this holder holds it. Returns whether it did.
+    @discardableResult
+    public func release() async throws(ReplicationError) -> Bool {
+        guard let existing = try await current(), existing.held else { return false }
+        var record = existing.record
+        record.expiresAtMicros = 0
+        let key = shard.leaseKey
+        let bytes = (try? JSONEncoder().encode(record)).map(Array.init) ?? []
+        return try await keyValue.connection.call("releasing lease \(key)") { [keyValue] _ throws(ReplicationError) in
+            try keyValue.put(key, bytes, ifRevision: existing.revision)
+        } != nil
+    }
+
+    /// Closes the connection.
+    public func close() { keyValue.connection.close() }
+}
+
+/// Keeps a writer's lease: renews it every third of its duration while it runs, and reports the
+/// moment it is not held any more (another writer took it after a renewal came too late, or NATS was
+/// unreachable until it expired). A writer must stop taking commands then: run its command
+/// responder and its shipper only while ``isHeld`` is true, or cancel them from `onLost`.
+public final class WriterLeaseKeeper: Service, Sendable {
+    private let lease: WriterLease
+    private let onLost: @Sendable (WriterLease.Record?) -> Void
+    /// Until when this writer holds the lease, by this process's clock (measured from before the
+    /// renewal was sent, so never later than the lease's real expiry); nil when not held.
+    private let heldUntil = Mutex<ContinuousClock.Instant?>(nil)
+    private let logger: Logger
+
+    /// Makes a keeper; `onLost` is called once, with the lease as another holder now has it (nil
+    /// when it could not be read).
+    public init(lease: WriterLease, logger: Logger, onLost: @escaping @Sendable (WriterLease.Record?) -> Void) {
+        self.lease = lease
+        self.logger = logger
+        self.onLost = onLost
+    }
+
+    /// Whether this writer held the lease at the last renewal and it has not expired since.
+    public var isHeld: Bool { heldUntil.withLock { $0.map { ContinuousClock.now < $0 } ?? false } }
+
+    /// Takes the lease (trying every third of its duration while another holds it) and renews it
+    /// until cancelled (or graceful shutdown), or until it is lost after being held: then calls
+    /// `onLost` and returns. A renewal that fails on NATS errors is retried until the lease's own
+    /// expiry has passed, which counts as lost.
+    public func run() async throws {
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            let attempt = ContinuousClock.now
+            do {
+                let grant = try await lease.acquire()
+                if !grant.held {
+                    let wasHeld = heldUntil.withLock { state in
+                        defer { state = nil }
+                        return state != nil
+                    }
+                    logger.warning("writer lease not held", metadata: ["holder": "\(grant.record.holder)", "term": "\(grant.record.term)"])
+                    if wasHeld {
+                        onLost(grant.record)
+                        return
+                    }
+                } else {
+                    heldUntil.withLock { $0 = attempt + lease.duration }
+                }
+            } catch {
+                logger.warning("renewing the writer lease failed", metadata: ["error": "\(error)"])
+                let expired = heldUntil.withLock { state in
+                    guard let until = state, ContinuousClock.now >= until else { return false }
+                    state = nil
+                    return true
+                }
+                if expired {
+                    onLost(nil)
+                    return
+                }
+            }
+            try? await Task.sleep(for: lease.duration / 3)
+        }
+    }
+}

@@ -1,0 +1,405 @@
+import Foundation
+import ShareLedger
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import ShareLedgerReplication
+
+/// Shipping, following, fencing, leases and failover on a 3-node loopback JetStream cluster (one per
+/// test, a second or so to start). Serialized: each test runs its own cluster on the shared cores.
+@Suite(.serialized, .enabled(if: Cluster.isAvailable, Comment(rawValue: Cluster.skipMessage)))
+struct ReplicationTests {
+    func shipper(_ log: EventLog, _ cluster: Cluster, shard: String = "s1") throws -> LedgerShipper {
+        LedgerShipper(
+            log: log,
+            configuration: ShipperConfiguration(
+                servers: cluster.servers, shard: try ShardNames(shard: shard), logger: Ledgers.logger("shipper")))
+    }
+
+    func follower(_ ledger: ShareLedger, _ cluster: Cluster, shard: String = "s1") throws -> LedgerFollower {
+        LedgerFollower(
+            ledger: ledger,
+            configuration: FollowerConfiguration(
+                servers: cluster.servers, shard: try ShardNames(shard: shard), logger: Ledgers.logger("follower")))
+    }
+
+    /// The replica's head, chain, read models and audit equal the primary's; the stream's sequence
+    /// is the ledger's position; a new shipper resumes after the stream's last sequence.
+    @Test func replicaEqualsPrimary() async throws {
+        let cluster = try Cluster()
+        let primary = try Ledgers.open(cluster.directory.makeChild("primary"))
+        try await Ledgers.share(primary, round: 0)
+        try await primary.completeResidualTasks()
+        let shipper1 = try shipper(primary.log, cluster)
+        let first = try await shipper1.shipAvailable()
+        let head = try primary.log.head()
+        #expect(first.shippedPosition == head.position.rawValue)
+        #expect(first.eventsShipped == head.position.rawValue)
+        #expect(first.lagPositions == 0)
+        shipper1.close()
+
+        // A new shipper (a restart) resumes after the stream's last sequence: nothing is sent again.
+        try await Ledgers.share(primary, round: 1)
+        let restarted = try shipper(primary.log, cluster)
+        let second = try await restarted.shipAvailable()
+        let newHead = try primary.log.head()
+        #expect(second.shippedPosition == newHead.position.rawValue)
+        #expect(second.eventsShipped == newHead.position.rawValue - head.position.rawValue)
+        restarted.close()
+
+        let replica = try Ledgers.open(cluster.directory.makeChild("replica"))
+        let follower = try follower(replica, cluster)
+        let replicaHead = try await follower.catchUp(timeout: .seconds(20))
+        follower.close()
+        #expect(replicaHead == newHead)
+        #expect(try replica.log.verifyChain().isValid)
+        let (primaryAt, primaryDigest) = try primary.readModelDigest()
+        let (replicaAt, replicaDigest) = try replica.readModelDigest()
+        #expect(primaryAt == replicaAt)
+        #expect(primaryDigest == replicaDigest)
+        #expect(try replica.statistics().pendingResidualTasks == primary.statistics().pendingResidualTasks)
+        let audit = try replica.audit(scratchPath: cluster.directory.child("audit"))
+        #expect(audit.ok, "\(audit.problems)")
+        // Every stored event is byte for byte the primary's.
+        let a = try primary.log.storedEvents(after: .start, limit: 10_000)
+        let b = try replica.log.storedEvents(after: .start, limit: 10_000)
+        #expect(a == b)
+        await replica.close()
+        await primary.close()
+    }
+
+    /// A ledger whose history differs from the stream's is refused, and nothing is published.
+    @Test func refusesAStreamWithAnotherHistory() async throws {
+        let cluster = try Cluster()
+        let primary = try Ledgers.open(cluster.directory.makeChild("primary"))
+        try await Ledgers.append(primary.log, count: 20)
+        try await shipper(primary.log, cluster).shipAvailable()
+
+        let other = try Ledgers.open(cluster.directory.makeChild("other"))
+        try await Ledgers.append(other.log, count: 30, stream: "other")
+        let intruder = try shipper(other.log, cluster)
+        await #expect(throws: ReplicationError.self) { try await intruder.shipAvailable() }
+        do {
+            try await intruder.shipAvailable()
+        } catch {
+            #expect(error.code == .diverged)
+            #expect(error.message.contains("position 20"))
+        }
+        // A ledger behind the stream is refused too (it would have to follow first).
+        let behind = try Ledgers.open(cluster.directory.makeChild("behind"))
+        try await Ledgers.append(behind.log, count: 5)
+        do {
+            try await shipper(behind.log, cluster).shipAvailable()
+            Issue.record("a ledger behind the stream shipped")
+        } catch let error as ReplicationError {
+            #expect(error.code == .diverged)
+        }
+        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
+        let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }
+        #expect(state?.lastSequence == 20)
+        #expect(state?.denyDelete == true && state?.denyPurge == true && state?.replicas == 3)
+        connection.close()
+        await behind.close()
+        await other.close()
+        await primary.close()
+    }
+
+    /// Two writers publishing the same position with `Nats-Expected-Last-Sequence`: exactly one is
+    /// stored each round (position 1, expecting 0, included); two holders racing for an expired lease:
+    /// exactly one gets it each round.
+    @Test func racingWritersExactlyOneWins() async throws {
+        let cluster = try Cluster()
+        let a = try await NATSConnection.connect(servers: cluster.servers, name: "a")
+        let b = try await NATSConnection.connect(servers: [cluster.servers[2]], name: "b")
+        _ = try await a.call("stream") { c throws(ReplicationError) in
+            try c.ensureStream(name: "LEDGER_race", subject: "ledger.race.events", replicas: 3, duplicatesWindow: .seconds(60))
+        }
+        for round in UInt64(1)...40 {
+            async let first = a.call("a") { c throws(ReplicationError) in
+                try c.publishBatch(subject: "ledger.race.events", [.init(sequence: round, data: [1], messageID: "\(round):a", expectedLastMessageID: nil)])
+            }
+            async let second = b.call("b") { c throws(ReplicationError) in
+                try c.publishBatch(subject: "ledger.race.events", [.init(sequence: round, data: [2], messageID: "\(round):b", expectedLastMessageID: nil)])
+            }
+            let outcomes = [try await first[round], try await second[round]]
+            let stored = outcomes.filter { if case .stored(let sequence, false) = $0 { return sequence == round } else { return false } }
+            #expect(stored.count == 1, "round \(round): \(outcomes)")
+        }
+        let state = try await a.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_race") }
+        #expect(state?.lastSequence == 40)
+
+        let shard = try ShardNames(shard: "race")
+        let leaseA = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "a", duration: .seconds(30))
+        let leaseB = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "b", duration: .seconds(30))
+        for round in 1...20 {
+            async let grantA = leaseA.acquire()
+            async let grantB = leaseB.acquire()
+            let grants = try await [grantA, grantB]
+            #expect(grants.filter(\.held).count == 1, "round \(round): \(grants)")
+            let winner = grants[0].held ? leaseA : leaseB
+            // The loser sees the winner's lease, unexpired.
+            let loser = grants[0].held ? leaseB : leaseA
+            #expect(try await loser.acquire().held == false)
+            #expect(try await winner.release())
+        }
+        leaseA.close()
+        leaseB.close()
+        a.close()
+        b.close()
+    }
+
+    /// kill -9 the stream's leader while the primary appends and the shipper ships: every event
+    /// acknowledged before the kill, and every later one, ends up in the stream exactly as the ledger
+    /// holds it (the shipper rides out the election), and the restarted node rejoins.
+    @Test func streamLeaderKilledDuringAppends() async throws {
+        let cluster = try Cluster()
+        let primary = try Ledgers.open(cluster.directory.makeChild("primary"))
+        let shipper = try shipper(primary.log, cluster)
+        let shipping = Task { try await shipper.run() }
+        let appending = Task { try await Ledgers.append(primary.log, count: 1_500) }
+        // A command acknowledged with durability `replicated` returns only once the stream has it.
+        let early = try await primary.log.append(
+            [EventDraft(type: "example.Early", payload: [1])], to: "early", metadata: CommandMetadata(container: Ledgers.container, actor: "_t"))
+        try await shipper.acknowledge(early.positions, durability: .replicated, timeout: .seconds(20))
+        #expect(shipper.statistics.shippedPosition >= early.positions.upperBound.rawValue)
+        try await shipper.waitUntilShipped(300, timeout: .seconds(20))
+        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
+        let leader = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }?.leader
+        let node = try #require(leader.flatMap(Cluster.node(named:)))
+        let acknowledged = shipper.statistics.shippedPosition
+        cluster.kill9(node)
+        try await appending.value
+        let head = try primary.log.head()
+        try await shipper.acknowledge(head.position...head.position, durability: .replicated, timeout: .seconds(60))
+        shipping.cancel()
+        _ = try? await shipping.value
+        #expect(acknowledged >= 300)
+        #expect(shipper.statistics.shippedPosition == head.position.rawValue)
+
+        let replica = try Ledgers.open(cluster.directory.makeChild("replica"))
+        let follower = try follower(replica, cluster)
+        #expect(try await follower.catchUp(timeout: .seconds(30)) == head)
+        follower.close()
+        #expect(try replica.log.verifyChain().isValid)
+        #expect(try replica.log.storedEvents(after: .start, limit: 5_000) == primary.log.storedEvents(after: .start, limit: 5_000))
+
+        // The killed node comes back and catches up: the stream has a leader and all the events.
+        try cluster.start(node)
+        let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }
+        #expect(state?.lastSequence == head.position.rawValue)
+        connection.close()
+        await replica.close()
+        await primary.close()
+    }
+
+    /// The writer dies; a standby takes the lease once it expires, catches up from the stream and
+    /// continues: positions gapless, the chain intact, every residual task done exactly once; the
+    /// deposed writer's next publish is fenced and it stops.
+    @Test func standbyTakesOverWhenTheWriterDies() async throws {
+        let cluster = try Cluster()
+        let shard = try ShardNames(shard: "s1")
+        // The writer: holds the lease, ships, leaves residual tasks pending (does one of three).
+        let writer = try Ledgers.open(cluster.directory.makeChild("writer"))
+        let writerLease = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "writer", duration: .seconds(1))
+        #expect(try await writerLease.acquire().held)
+        let writerShipper = try shipper(writer.log, cluster)
+        try await Ledgers.share(writer, round: 0)
+        #expect(try await writer.completeResidualTasks(limit: 1) == 1)
+        try await writerShipper.shipAvailable()
+        let handedOver = try writer.log.head()
+
+        // The standby follows; a takeover while the writer's lease is fresh does not succeed.
+        let standbyPath = cluster.directory.makeChild("standby")
+        let replica = try Ledgers.open(standbyPath)
+        let follower = try follower(replica, cluster)
+        let standbyLease = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "standby", duration: .seconds(1))
+        #expect(try await standbyLease.acquire().held == false)
+
+        // The writer dies (no more renewals); the standby takes over after the lease expires.
+        let grant = try await Failover.takeOver(lease: standbyLease, follower: follower, timeout: .seconds(20))
+        #expect(grant.held && grant.record.term == 2)
+        follower.close()
+        #expect(try replica.log.head() == handedOver)
+        await replica.close()
+        let standby = try Ledgers.open(standbyPath, worker: true)
+        try await standby.waitForResidualTasks()
+        let standbyShipper = try shipper(standby.log, cluster)
+        try await Ledgers.share(standby, round: 1)
+        try await standby.waitForResidualTasks()
+        let shipped = try await standbyShipper.shipAvailable()
+        let head = try standby.log.head()
+        #expect(shipped.shippedPosition == head.position.rawValue)
+
+        // The deposed writer appends locally and tries to ship: fenced.
+        try await Ledgers.append(writer.log, count: 1)
+        do {
+            try await writerShipper.shipAvailable()
+            Issue.record("the deposed writer shipped")
+        } catch {
+            #expect(error.code == .fenced)
+        }
+        #expect(writerShipper.statistics.fenced)
+
+        // One history: the stream is the standby's log, gapless, its prefix the writer's up to the handover.
+        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
+        let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }
+        #expect(state?.lastSequence == head.position.rawValue && state?.messages == head.position.rawValue)
+        connection.close()
+        #expect(try standby.log.verifyChain().isValid)
+        let before = try writer.log.storedEvents(after: .start, limit: Int(handedOver.position.rawValue))
+        #expect(try standby.log.storedEvents(after: .start, limit: Int(handedOver.position.rawValue)) == before)
+        // Every accept's residual task was done once: six accepts, six zones created, none pending.
+        let events = try standby.log.events(after: .start, limit: 10_000)
+        let zonesCreated = events.filter { $0.eventType == "shareledger.events.v1.ParticipantZoneCreated" }
+        let stats = try standby.statistics()
+        #expect(zonesCreated.count == 6)
+        #expect(stats.acceptedParticipants == 6 && stats.participantZones == 6 && stats.pendingResidualTasks == 0)
+        writerLease.close()
+        standbyLease.close()
+        await standby.close()
+        await writer.close()
+    }
+
+    /// The router sends a container's commands to its shard's writer (the one responder in the
+    /// `writer` queue group) and its reads to a replica; it refuses cross-container commands before
+    /// sending anything, and says "no writer" when nobody answers a shard.
+    @Test func routerSendsCommandsToTheShardWriter() async throws {
+        let cluster = try Cluster()
+        let writer = try Ledgers.open(cluster.directory.makeChild("writer"))
+        let s1 = try ShardNames(shard: "s1")
+        let log = writer.log
+        let commands = ShardResponder(servers: cluster.servers, shard: s1, role: .writer, logger: Ledgers.logger("writer")) { container, body in
+            // The application's command: here, append the body as an event in the container.
+            let result = try? await log.append(
+                [EventDraft(type: "example.Routed", payload: body)], to: "routed", metadata: CommandMetadata(container: container, actor: "_r"))
+            return Array("\(result?.positions.upperBound.rawValue ?? 0)".utf8)
+        }
+        let reads = ShardResponder(servers: cluster.servers, shard: s1, role: .replica, logger: Ledgers.logger("replica")) { container, _ in
+            Array("\(container) at \((try? log.head().position.rawValue) ?? 0)".utf8)
+        }
+        let running = [Task { try await commands.run() }, Task { try await reads.run() }]
+        let router = try await ShardRouter.open(servers: cluster.servers)
+        try await router.assign("iCloud.a", to: s1)
+        try await router.assign("iCloud.b", to: try ShardNames(shard: "s2"))
+        #expect(try await router.shard(of: "iCloud.a") == s1)
+        // The responders subscribe asynchronously: retry "no writer" until they are up (bounded).
+        let reply = try await untilAnswered { () async throws(ReplicationError) in
+            try await router.command(Array("hello".utf8), containers: ["iCloud.a"])
+        }
+        #expect(String(decoding: reply, as: UTF8.self) == "1")
+        #expect(try writer.log.event(at: 1)?.container == "iCloud.a")
+        let read = try await untilAnswered { () async throws(ReplicationError) in try await router.read([], container: "iCloud.a") }
+        #expect(String(decoding: read, as: UTF8.self) == "iCloud.a at 1")
+        do {
+            _ = try await router.command([], containers: ["iCloud.a", "iCloud.b"])
+            Issue.record("a cross-container command was sent")
+        } catch {
+            #expect(error.code == .crossContainer)
+        }
+        do {
+            _ = try await router.command([], containers: ["iCloud.b"])
+            Issue.record("shard s2 has no writer, yet a command was answered")
+        } catch {
+            #expect(error.code == .noWriter)
+        }
+        do {
+            _ = try await router.command([], containers: ["iCloud.unassigned"])
+            Issue.record("an unassigned container was routed")
+        } catch {
+            #expect(error.code == .invalidArguments)
+        }
+        #expect(try writer.log.head().position == 1)
+        for task in running { task.cancel() }
+        for task in running { _ = try? await task.value }
+        router.close()
+        await writer.close()
+    }
+
+    /// The lease keeper renews while it holds the lease and reports the moment another writer has it.
+    @Test func leaseKeeperReportsTheLoss() async throws {
+        let cluster = try Cluster()
+        let shard = try ShardNames(shard: "keep")
+        let leaseA = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "a", duration: .seconds(1))
+        let leaseB = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "b", duration: .seconds(1))
+        let lostTo = Mutex<String?>(nil)
+        let keeper = WriterLeaseKeeper(lease: leaseA, logger: Ledgers.logger("keeper")) { record in
+            lostTo.withLock { $0 = record?.holder ?? "?" }
+        }
+        let keeping = Task { try await keeper.run() }
+        var waited = 0
+        while !keeper.isHeld && waited < 250 {
+            try await Task.sleep(for: .milliseconds(20))
+            waited += 1
+        }
+        #expect(keeper.isHeld)
+        #expect(try await leaseB.acquire().held == false)
+        // A's lease ends (as if its renewals came too late) and B takes it: the keeper reports the loss.
+        #expect(try await leaseA.release())
+        #expect(try await leaseB.acquire().held)
+        try await keeping.value
+        #expect(lostTo.withLock { $0 } == "b")
+        #expect(!keeper.isHeld)
+        leaseA.close()
+        leaseB.close()
+    }
+
+    /// `replicate`, `follow` and `stats --nats` from the command line, with --json, and a refusal.
+    @Test func commandLine() async throws {
+        let cluster = try Cluster()
+        let primaryPath = cluster.directory.makeChild("primary")
+        let primary = try Ledgers.open(primaryPath)
+        try await Ledgers.share(primary, round: 0)
+        let head = try primary.log.head().position.rawValue
+        await primary.close()
+        let urls = cluster.servers.joined(separator: ",")
+        let shipped = try run(["replicate", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--once", "--json"], in: cluster.directory)
+        #expect(shipped.status == 0)
+        #expect(shipped.json["shippedPosition"] as? Int == Int(head))
+        let replicaPath = cluster.directory.child("replica")
+        let followed = try run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "LEDGER_cli", "--once", "--json"], in: cluster.directory)
+        #expect(followed.status == 0)
+        #expect(followed.json["appliedPosition"] as? Int == Int(head))
+        let stats = try run(["stats", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--json"], in: cluster.directory)
+        let replication = stats.json["replication"] as? [String: Any]
+        #expect(replication?["streamPosition"] as? Int == Int(head) && replication?["lagPositions"] as? Int == 0)
+        let refused = try run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "OTHER", "--once", "--json"], in: cluster.directory)
+        #expect(refused.status == 1)
+        #expect((refused.json["error"] as? [String: Any])?["name"] as? String == "invalidArguments")
+    }
+
+    func run(_ arguments: [String], in directory: TemporaryDirectory) throws -> (status: Int32, json: [String: Any]) {
+        let process = Process()
+        process.executableURL = builtProduct("share-ledger")
+        process.arguments = arguments
+        let output = outputFile(in: directory)
+        process.standardOutput = output.handle
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        let data = try Data(contentsOf: output.url)
+        let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
+        return (process.terminationStatus, json)
+    }
+
+    /// A file for a child's output (a file, not a pipe: nothing to drain while it runs).
+    func outputFile(in directory: TemporaryDirectory) -> (url: URL, handle: FileHandle) {
+        let url = directory.url.appendingPathComponent("output-\(UUID().uuidString).json")
+        _ = FileManager.default.createFile(atPath: url.path, contents: nil)
+        return (url, FileHandle(forWritingAtPath: url.path)!)
+    }
+
+    /// Runs `body` until it does not fail with "no writer" (at most 50 times, 100 ms apart).
+    func untilAnswered(_ body: () async throws(ReplicationError) -> [UInt8]) async throws -> [UInt8] {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await body()
+            } catch {
+                guard error.code == .noWriter, attempt < 50 else { throw error }
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+    }
+}
