@@ -794,7 +794,8 @@ struct Decider {
         if Decider.isPublic(share.publicPermission) {
             return .prospectivePublicUser(share.publicPermission)
         }
-        if share.unmatchedPendingCount > 0 {
+        // Verification is offered only in the share's own container, where an invitation can be claimed.
+        if sameContainer, share.unmatchedPendingCount > 0 {
             throw LedgerError(
                 .participantMayNeedVerification, "you are not a participant of this share yet, but it has invitations "
                     + "to email addresses or phone numbers not tied to an account: if one was sent to you, verify it "
@@ -944,7 +945,9 @@ struct Decider {
     /// who is not a participant gets the answer of an unknown URL, so that verifying tells a stranger
     /// nothing that fetching would not.
     private func requireVerificationCase(_ share: ShareState) throws {
-        guard share.unmatchedPendingCount > 0 else { throw LedgerError(.unknownItem, Decider.shareNotFound) }
+        guard share.container == container, share.unmatchedPendingCount > 0 else {
+            throw LedgerError(.unknownItem, Decider.shareNotFound)
+        }
     }
 
     private func verify(_ txn: borrowing Transaction, token: String, hash: [UInt8]) throws -> Decision {
