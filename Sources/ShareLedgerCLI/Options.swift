@@ -54,10 +54,11 @@ struct LedgerOptions: ParsableArguments {
 extension LedgerOptions {
     /// Opens the ledger for the sharing commands, configured as ``open(create:readOnly:durability:)``
     /// configures the log; exits with code 2 (and a clear message) when it cannot be read.
-    func openSharing(create: Bool, durability: Durability = .durable) throws -> ShareLedger {
+    func openSharing(create: Bool, durability: Durability = .durable, maximumMapSize: Int? = nil) throws -> ShareLedger {
         do {
-            return try ShareLedger.open(
-                EventLog.Configuration(path: path, createIfMissing: create, durability: durability, logger: logger))
+            var configuration = EventLog.Configuration(path: path, createIfMissing: create, durability: durability, logger: logger)
+            configuration.maximumMapSize = maximumMapSize
+            return try ShareLedger.open(configuration)
         } catch {
             Output.failure(error, json: json)
             throw ExitCode(2)
