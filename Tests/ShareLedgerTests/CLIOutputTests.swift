@@ -3,53 +3,13 @@ import ShareLedger
 import TestSupport
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
-/// The smaller CLI defects of issue 15 (items 13 and 14): the worker's count, `access --json`,
-/// exit code 64, `history --limit`, and `simulate` on a full ledger.
+/// The smaller CLI defects of issue 15 (items 13 and 14): `access --json`, exit code 64,
+/// `history --limit`, and `simulate` on a full ledger (the worker's count: `WorkerCLITests`).
 @Suite("The share-ledger command: outputs and limits")
 struct CLIOutputTests {
-    /// A ledger where Bob accepted a share and his zone task is pending; returns (fixture dir, path, share URL).
-    private func ledgerWithPendingTask() async throws -> (TemporaryDirectory, String, URL) {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
-        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
-        await f.ledger.close()
-        return (f.dir, f.dir.child("ledger"), share.url)
-    }
-
-    @Test("worker without --drain reports the tasks it completed")
-    func workerCountsItsTasks() async throws {
-        let (dir, path, _) = try await ledgerWithPendingTask()
-        _ = dir
-        let process = Process()
-        process.executableURL = builtProduct("share-ledger")
-        process.arguments = ["worker", "--path", path, "--json"]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        var configuration = EventLog.Configuration(path: path, createIfMissing: false, readOnly: true)
-        configuration.residualTaskWorker = nil
-        while true {
-            let reader = try ShareLedger.open(configuration)
-            let pending = try reader.statistics().pendingResidualTasks
-            await reader.close()
-            if pending == 0 { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        kill(process.processIdentifier, SIGTERM)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
-        let summary = try #require(jsonObject(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)))
-        #expect(summary["completed"] as? Int == 1, "\(summary)")
-    }
-
     @Test("access --json names roles, permissions and statuses, and gives the time in ISO 8601")
     func accessJSON() async throws {
-        let (dir, path, url) = try await ledgerWithPendingTask()
+        let (dir, path, url) = try await WorkerCLITests.ledgerWithPendingTask()
         _ = dir
         let run = try runCLI(["access", "--path", path, "--share", url.absoluteString, "--at", "100", "--json"])
         #expect(run.exited(0), "\(run.summary)")

@@ -1,4 +1,5 @@
 import Foundation
+import ShareLedger
 import TestSupport
 
 /// How a run of `share-ledger` ended: an exit code, or a signal (a crash).
@@ -15,16 +16,21 @@ struct CLIOutcome {
     func exited(_ code: Int32) -> Bool { !signaled && status == code }
 }
 
-/// Runs `share-ledger` with `input` on its standard input (files, not pipes, as `runProduct` does)
-/// and says whether it exited or died of a signal.
+/// Runs `share-ledger` with `input` on its standard input and says whether it exited or died of a signal.
 func runCLI(_ arguments: [String], input: Data = Data()) throws -> CLIOutcome {
-    let dir = TemporaryDirectory("cli")
+    try runProductWithFiles("share-ledger", arguments, input: input)
+}
+
+/// Runs a built product with `input` on its standard input. Standard input, output and error are
+/// files, not pipes: nothing to read while the child runs, so no read is interrupted by a signal.
+func runProductWithFiles(_ name: String, _ arguments: [String], input: Data) throws -> CLIOutcome {
+    let dir = TemporaryDirectory("run")
     let (inPath, outPath, errPath) = (dir.child("in"), dir.child("out"), dir.child("err"))
     for (path, contents) in [(inPath, input), (outPath, Data()), (errPath, Data())] {
         _ = FileManager.default.createFile(atPath: path, contents: contents)
     }
     let process = Process()
-    process.executableURL = builtProduct("share-ledger")
+    process.executableURL = builtProduct(name)
     process.arguments = arguments
     process.standardInput = FileHandle(forReadingAtPath: inPath)
     process.standardOutput = FileHandle(forWritingAtPath: outPath)
@@ -35,6 +41,14 @@ func runCLI(_ arguments: [String], input: Data = Data()) throws -> CLIOutcome {
         signaled: process.terminationReason == .uncaughtSignal, status: process.terminationStatus,
         stdout: String(decoding: FileManager.default.contents(atPath: outPath) ?? Data(), as: UTF8.self),
         stderr: String(decoding: FileManager.default.contents(atPath: errPath) ?? Data(), as: UTF8.self))
+}
+
+/// Writes `ledger`'s export to a new file at `path`.
+func exportToFile(_ ledger: ShareLedger, _ path: String) throws {
+    _ = FileManager.default.createFile(atPath: path, contents: nil)
+    guard let handle = FileHandle(forWritingAtPath: path) else { throw CocoaError(.fileNoSuchFile) }
+    try ledger.export(to: handle)
+    try handle.close()
 }
 
 /// The JSON object a command printed.

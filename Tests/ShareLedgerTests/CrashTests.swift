@@ -167,10 +167,7 @@ struct ImportCrashTests {
             _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
         }
         let path = f.dir.child("export.ndjson")
-        _ = FileManager.default.createFile(atPath: path, contents: nil)
-        let handle = try #require(FileHandle(forWritingAtPath: path))
-        try f.ledger.export(to: handle)
-        try handle.close()
+        try exportToFile(f.ledger, path)
         return path
     }
 

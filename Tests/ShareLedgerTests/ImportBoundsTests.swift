@@ -74,10 +74,7 @@ struct ImportBoundsTests {
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
         let exported = f.dir.child("export.ndjson")
-        _ = FileManager.default.createFile(atPath: exported, contents: nil)
-        let out = try #require(FileHandle(forWritingAtPath: exported))
-        try f.ledger.export(to: out)
-        try out.close()
+        try exportToFile(f.ledger, exported)
         await f.ledger.close()
 
         var configuration = Fixtures.configuration(f.dir.child("copy"))

@@ -30,8 +30,8 @@ public struct AuditReport: Sendable, Hashable, Codable {
     public var checkpointsVerified: Int = 0
     /// Pinned heads (``AuditOptions/expectedHeads``) the log still holds.
     public var expectedHeadsVerified: Int = 0
-    /// The first position whose hash was recomputed: 1, or with ``AuditOptions/fromCheckpoint`` the
-    /// position after the newest trusted checkpoint.
+    /// The first position whose hash was recomputed: always 1 (``AuditOptions/fromCheckpoint``
+    /// no longer skips the events before the checkpoint).
     public var chainVerifiedFrom: UInt64 = 1
 }
 
