@@ -55,9 +55,11 @@ extension EventLog {
             }
         }
         let outcomes = RangeOutcomes()
-        if ranges.count <= 1 {
+        if ranges.isEmpty {
+            // Nothing to check (an empty log, or `start` at the head): no range, no outcome.
+        } else if ranges.count == 1 {
             let outcome = Result { () throws(LedgerError) -> RangeOutcome in
-                try verifyRange(ranges.first ?? 1...0, chunkSize: chunkSize)
+                try verifyRange(ranges[0], chunkSize: chunkSize)
             }
             outcomes.withLock { $0[0] = outcome }
         } else {
@@ -96,6 +98,12 @@ extension EventLog {
             result.problem =
                 "the head record says position \(head.position) hash \(head.hash.hex), but the chain ends at "
                 + "position \(result.headPosition) hash \(result.headHash)"
+        }
+        if result.isValid, let recorded = try formatOneHeadRecord(), recorded > result.headPosition {
+            result.firstBadPosition = result.headPosition + 1
+            result.problem =
+                "the head record (format 1) says position \(recorded), but the log ends at position "
+                + "\(result.headPosition): the events after it were removed (a cut tail)"
         }
         return result
     }

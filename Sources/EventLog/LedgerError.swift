@@ -133,6 +133,10 @@ extension LedgerError {
         case .badPath, .invalid, .versionMismatch:
             code = .notALedger
             advice = error.message
+        case .corrupted where error.returnCode == 0:
+            // The wrapper's own check of data.mdb: its message names the file and what to do.
+            code = .corruptedData
+            advice = error.message
         case .pageNotFound, .corrupted, .panic, .cursorFull:
             code = .corruptedData
             advice = "the ledger's data file is damaged; run `share-ledger audit` and restore from a backup or export"

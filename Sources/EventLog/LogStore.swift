@@ -233,6 +233,9 @@ package final class LogStore: Sendable {
                 guard let bytes = try txn.get(meta, key: LogStore.headKey) else { return }
                 let recorded = bytes.count == 48 ? BigEndian.uint64(bytes) : nil
                 let last = try readHead(txn).position.rawValue
+                // Read-only (`verify`, `audit`), a disagreement is left for the chain check to report
+                // with its position; it blocks only the upgrade.
+                guard recorded == last || initialize else { return }
                 guard recorded == last else {
                     throw LedgerError(
                         .corruptedData, "the ledger at \(path) records head position \(recorded.map(String.init) ?? "?") "

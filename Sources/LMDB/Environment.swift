@@ -83,6 +83,7 @@ package final class Environment: @unchecked Sendable {
     ///   an LMDB file; ``LMDBError/Code/versionMismatch`` for a file from an incompatible LMDB.
     package init(options: EnvironmentOptions) throws(LMDBError) {
         try Environment.checkDirectory(options.path, writable: !options.readOnly)
+        try DataFileCheck.check(directory: options.path)
         var envPointer: OpaquePointer?
         try check(mdb_env_create(&envPointer), "mdb_env_create")
         guard let env = envPointer else {

@@ -27,7 +27,7 @@ struct AuditCommand: AsyncParsableCommand {
         help: "POS:HASH pinned outside the ledger; the event at POS must have HASH (64 hex digits). Repeatable.")
     var expectHeads: [String] = []
 
-    @Flag(help: "Recompute the hash chain only after the newest checkpoint signed by a trusted key (needs --trusted-key).")
+    @Flag(help: "Require a checkpoint signed by a trusted key that still matches the log (needs --trusted-key). The chain is recomputed from the first event all the same: a checkpoint vouches for the history before it only while that history still hashes to it.")
     var fromCheckpoint = false
 
     func validate() throws {
@@ -150,6 +150,7 @@ struct HistoryCommand: AsyncParsableCommand {
         let subjects = [share != nil, user != nil, container != nil && user == nil].filter { $0 }.count
         guard subjects == 1 else { throw ValidationError("give one of --share URL, --user ID --container ID, --container ID") }
         if user != nil && container == nil { throw ValidationError("--user needs --container") }
+        if limit < 1 { throw ValidationError("--limit must be 1 or more") }
         for bound in [since, until].compactMap({ $0 }) where HistoryCommand.bound(bound) == nil {
             throw ValidationError("\(bound) is neither a position nor an ISO 8601 time")
         }
@@ -245,7 +246,7 @@ struct AccessCommand: AsyncParsableCommand {
         }
         await shareLedger.close()
         if ledger.json {
-            Output.printJSON(access)
+            Output.printJSON(AccessJSON(access))
             return
         }
         let formatter = ISO8601DateFormatter()

@@ -157,7 +157,7 @@ struct ExportCommand: AsyncParsableCommand {
 struct ImportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "import",
-        abstract: "Import an NDJSON export from standard input into an empty ledger, then rebuild its read models.",
+        abstract: "Import an NDJSON export from standard input into an empty ledger (or one whose head it continues).",
         discussion: """
             Every line is checked (canonical form, consecutive positions, previous hash, the hash \
             recomputed from the fields, streams, commands) before anything is written; a bad file is \
@@ -168,6 +168,7 @@ struct ImportCommand: AsyncParsableCommand {
     @OptionGroup var ledger: LedgerOptions
 
     func run() async throws {
+        let created = NewLedgerCleanup(path: ledger.path)
         let shareLedger = try ledger.openWithoutWorker(create: true)
         let summary: ImportSummary
         do {
@@ -176,7 +177,10 @@ struct ImportCommand: AsyncParsableCommand {
             }
         } catch {
             Output.endProgress()
+            let empty = (try? shareLedger.log.head().position.rawValue) == 0
             await shareLedger.close()
+            // A refused import into a ledger this command created leaves nothing behind.
+            if empty { created.removeCreated() }
             Output.failure(error, json: ledger.json)
             throw ExitCode(1)
         }
@@ -187,7 +191,7 @@ struct ImportCommand: AsyncParsableCommand {
         } else {
             print(
                 "imported \(summary.events) events; head \(summary.headPosition) \(summary.headHash); "
-                    + "read models rebuilt from \(summary.replayed) events")
+                    + "read models projected in the same transactions")
         }
     }
 }

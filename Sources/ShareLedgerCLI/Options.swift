@@ -54,12 +54,15 @@ struct LedgerOptions: ParsableArguments {
 extension LedgerOptions {
     /// Opens the ledger for the sharing commands, configured as ``open(create:readOnly:durability:)``
     /// configures the log; exits with code 2 (and a clear message) when it cannot be read.
-    func openSharing(create: Bool, readOnly: Bool = false, durability: Durability = .durable) throws -> ShareLedger {
+    func openSharing(
+        create: Bool, readOnly: Bool = false, durability: Durability = .durable, maximumMapSize: Int? = nil
+    ) throws -> ShareLedger {
         do {
             return try withUpgradeFallback(readOnly) { readOnly throws(LedgerError) in
-                try ShareLedger.open(
-                    ShareLedger.Configuration(
-                        path: path, createIfMissing: create, readOnly: readOnly, durability: durability, logger: logger))
+                var configuration = ShareLedger.Configuration(
+                    path: path, createIfMissing: create, readOnly: readOnly, durability: durability, logger: logger)
+                configuration.maximumMapSize = maximumMapSize
+                return try ShareLedger.open(configuration)
             }
         } catch {
             Output.failure(error, json: json)

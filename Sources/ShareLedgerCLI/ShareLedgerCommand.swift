@@ -8,7 +8,7 @@ struct ShareLedgerCommand: AsyncParsableCommand {
         abstract: "An event-sourced ledger of CloudKit-style sharing, on LMDB.",
         discussion: """
             Every command takes --path (default ./.share-ledger) and can print --json.
-            Exit codes: 0 success, 1 the command failed, 2 the ledger could not be read.
+            Exit codes: 0 success, 1 the command failed, 2 the ledger could not be read (or is damaged), 64 the arguments were refused.
             """,
         subcommands: [
             SimulateCommand.self, FetchCommand.self, AcceptCommand.self, StatsCommand.self, WorkerCommand.self,
@@ -17,4 +17,10 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             SnapshotCommand.self, BenchCommand.self, DemoCommand.self, ReplicateCommand.self, FollowCommand.self,
         ]
     )
+
+    /// Runs the command in a supervised child process (``CommandSupervisor``), then as usual.
+    static func main() async {
+        CommandSupervisor.superviseOrReturn()
+        await main(nil)
+    }
 }

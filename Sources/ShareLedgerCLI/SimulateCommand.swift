@@ -43,6 +43,11 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "durable (default), relaxed or unsafeNoSync.")
     var durability: Durability = .durable
 
+    @Option(
+        name: .customLong("max-size-mib"),
+        help: "The largest the ledger may grow to, in MiB (default: no limit); past it calls fail with storageFull.")
+    var maxSizeMiB: Int?
+
     /// The containers the clients act in.
     static let containers = ["iCloud.com.example.sim.notes", "iCloud.com.example.sim.photos", "iCloud.com.example.sim.tasks"]
 
@@ -51,10 +56,11 @@ struct SimulateCommand: AsyncParsableCommand {
         guard users >= 3 * clients else { throw ValidationError("--users must be at least 3 × --clients (\(3 * clients))") }
         guard users <= 100_000 else { throw ValidationError("--users must be at most 100,000") }
         guard actions >= 2 * users else { throw ValidationError("--actions must be at least 2 × --users (\(2 * users))") }
+        if let maxSizeMiB, !(1...(1 << 20)).contains(maxSizeMiB) { throw ValidationError("--max-size-mib must be 1...1048576") }
     }
 
     func run() async throws {
-        let sharing = try ledger.openSharing(create: true, durability: durability)
+        let sharing = try ledger.openSharing(create: true, durability: durability, maximumMapSize: maxSizeMiB.map { $0 << 20 })
         let json = ledger.json
         let summary: SimulationSummary = try await runReportingErrors(json: json) { () async throws(LedgerError) in
             defer { Output.endProgress() }
@@ -110,7 +116,7 @@ struct SimulateCommand: AsyncParsableCommand {
         let after = try sharing.statistics()
         for difference in tally.expected.differences(before: before, after: after) {
             tally.mismatches += 1
-            tally.problem(difference)
+            tally.problem("mismatch", difference)
         }
         let latency = tally.latency.mapValues { histogram in
             SimulationSummary.Latency(
@@ -122,7 +128,8 @@ struct SimulateCommand: AsyncParsableCommand {
             actions: tally.actions, seconds: seconds, actionsPerSecond: Double(tally.actions) / max(seconds, 0.000_001),
             events: after.events - before.events, errorsByCode: tally.errorsByCode, intendedErrors: tally.intendedErrors,
             unexpectedErrors: tally.unexpectedErrors, unexpectedSuccesses: tally.unexpectedSuccesses,
-            mismatches: tally.mismatches, problems: tally.problems, residualTasksCompleted: completed,
+            mismatches: tally.mismatches, problemsByKind: tally.problemsByKind, problems: tally.problems,
+            stoppedEarly: progress.stopped, residualTasksCompleted: completed,
             drainSeconds: drainSeconds, pendingResidualTasks: after.pendingResidualTasks, shares: after.shares,
             participants: after.participants, acceptedParticipants: after.acceptedParticipants,
             participantZones: after.participantZones, latencyMicros: latency, example: tally.example)
@@ -151,7 +158,14 @@ struct SimulateCommand: AsyncParsableCommand {
                 "  " + kind.rightPad(32) + Output.grouped(Double(latency.count)).leftPad(8)
                     + String(latency.p50).leftPad(8) + String(latency.p99).leftPad(8) + String(latency.max).leftPad(9))
         }
+        if !s.problemsByKind.isEmpty {
+            print("problems by kind:")
+            for (kind, count) in s.problemsByKind.sorted(by: { $0.key < $1.key }) {
+                print("  " + kind.rightPad(32) + Output.grouped(Double(count)).leftPad(8))
+            }
+        }
         for problem in s.problems { print("PROBLEM \(problem)") }
+        if let reason = s.stoppedEarly { print("STOPPED EARLY: \(reason)") }
         if s.participantZones != s.acceptedParticipants {
             print("PROBLEM \(s.participantZones) participant zones for \(s.acceptedParticipants) accepted participants")
         }

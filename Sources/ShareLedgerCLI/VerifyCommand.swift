@@ -13,20 +13,47 @@ struct VerifyCommand: AsyncParsableCommand {
     @Option(help: "Threads that share the work (default: one per core, at most 4; logs under 65,536 events use one).")
     var threads: Int?
 
-    /// The JSON output: the verification plus how long it took.
+    /// What a chain cannot show without an anchor, said with every answer.
+    static let anchorNote =
+        "a chain cannot show a removed tail: only a signed checkpoint (`audit --trusted-key`) or a head pinned "
+        + "elsewhere (`audit --expect-head POS:HASH`) can"
+
+    /// The JSON output, in the shape of `audit --json` (`ok`, `events`, `headPosition`, `headHash`,
+    /// `firstBadPosition`) plus the chain's own details and how long it took.
     struct Report: Encodable {
-        var result: ChainVerification
+        var ok: Bool
+        /// Events in the log (its head position: positions have no gaps).
+        var events: UInt64
+        /// The ledger's head.
+        var headPosition: UInt64
+        var headHash: String
+        var firstBadPosition: UInt64?
+        var problem: String?
+        /// Events whose hash was recomputed and found good, and the last of them.
+        var eventsChecked: UInt64
+        var lastGoodPosition: UInt64
+        var lastGoodHash: String
+        /// Verify has no anchor: it cannot see a removed tail.
+        var anchored = false
+        var note = VerifyCommand.anchorNote
         var seconds: Double
+        var eventsPerSecond: Double
         var threads: Int?
 
-        func encode(to encoder: any Encoder) throws {
-            try result.encode(to: encoder)
-            var container = encoder.container(keyedBy: Keys.self)
-            try container.encode(seconds, forKey: .seconds)
-            try container.encode(seconds > 0 ? Double(result.eventsChecked) / seconds : 0, forKey: .eventsPerSecond)
+        init(result: ChainVerification, head: LogHead, seconds: Double, threads: Int?) {
+            ok = result.isValid
+            events = head.position.rawValue
+            headPosition = head.position.rawValue
+            headHash = head.hash.hex
+            firstBadPosition = result.firstBadPosition
+            problem = result.problem
+            eventsChecked = result.eventsChecked
+            lastGoodPosition = result.headPosition
+            lastGoodHash = result.headHash
+            self.seconds = seconds
+            eventsPerSecond = seconds > 0 ? Double(result.eventsChecked) / seconds : 0
+            self.threads = threads
         }
-
-        enum Keys: String, CodingKey { case seconds, eventsPerSecond }
     }
 
     func validate() throws {
@@ -36,8 +63,10 @@ struct VerifyCommand: AsyncParsableCommand {
     func run() async throws {
         let log = try ledger.open(create: false, readOnly: true)
         let result: ChainVerification
+        let head: LogHead
         let started = ContinuousClock.now
         do {
+            head = try log.head()
             result = try log.verifyChain(parallelism: threads)
         } catch {
             Output.failure(error, json: ledger.json)
@@ -47,11 +76,12 @@ struct VerifyCommand: AsyncParsableCommand {
         let seconds = (ContinuousClock.now - started).seconds
         await log.close()
         if ledger.json {
-            Output.printJSON(Report(result: result, seconds: seconds, threads: threads))
+            Output.printJSON(Report(result: result, head: head, seconds: seconds, threads: threads))
         } else if result.isValid {
             print(
                 "chain holds: \(result.eventsChecked) events, head \(result.headPosition) \(result.headHash) "
-                    + "(\(Output.grouped(Double(result.eventsChecked) / max(seconds, 1e-9))) events/s)")
+                    + "(\(Output.grouped(Double(result.eventsChecked) / max(seconds, 1e-9))) events/s); "
+                    + VerifyCommand.anchorNote)
         } else {
             print("chain BROKEN at position \(result.firstBadPosition ?? 0): \(result.problem ?? "")")
         }

@@ -93,6 +93,7 @@ struct WorkerCommand: AsyncParsableCommand {
                         services: [.init(service: worker)], gracefulShutdownSignals: [.sigterm, .sigint],
                         logger: ledger.logger))
                 try await group.run()
+                completed = worker.tasksCompletedByRun
             }
         } catch let error as LedgerError {
             Output.failure(error, json: ledger.json)

@@ -13,13 +13,17 @@
 //
 //        ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN]
 //        ShareLedgerCrashChild --soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet]
+//        ShareLedgerCrashChild --import LEDGER_DIR NDJSON_FILE
 //
 // --mix runs the mixed sharing workload of ShareLedgerCrashHarness (CrashWorkload): concurrent
 // clients registering users, saving records, creating shares, inviting, fetching metadata and
 // accepting, with the in-process worker on. --soak-driver is scripts/soak: it runs this executable
 // with --mix, kills it KILLS times (default 200) and verifies the ledger after each kill (SoakDriver).
+// --import imports the file's lines after the ledger's head (ImportCrash): the crash tests kill it
+// after a seeded number of committed batches and check the ledger after each kill.
 import Foundation
 import ShareLedger
+import ShareLedgerCrashHarness
 
 #if canImport(Glibc)
 import Glibc
@@ -31,6 +35,9 @@ if CommandLine.arguments.count >= 4 && CommandLine.arguments[1] == "--sharing" {
 }
 if CommandLine.arguments.count >= 2 && CommandLine.arguments[1] == "--mix" {
     await runMixChild(Array(CommandLine.arguments.dropFirst(2)))
+}
+if CommandLine.arguments.count >= 4 && CommandLine.arguments[1] == "--import" {
+    exit(await ImportCrash.runChild(ledgerPath: CommandLine.arguments[2], file: CommandLine.arguments[3]))
 }
 if CommandLine.arguments.count >= 2 && CommandLine.arguments[1] == "--soak-driver" {
     exit(await runSoakDriver(Array(CommandLine.arguments.dropFirst(2))))

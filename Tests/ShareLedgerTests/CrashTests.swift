@@ -149,3 +149,46 @@ struct MixedCrashTests {
         #expect(result.duplicated.isEmpty && result.problems.isEmpty, "\(result.duplicated) \(result.problems)")
     }
 }
+
+@Suite("Crash safety: import")
+struct ImportCrashTests {
+    /// An export of about 20,000 raw events (three import batches) with sharing events between them.
+    static func export(_ f: SharingFixture) async throws -> String {
+        _ = try await f.alice.save(RecordZone(zoneID: SharingFixture.zone))
+        for round in 0..<12 {
+            for half in 0..<2 {
+                let drafts = (0..<800).map { Fixtures.draft("round \(round).\(half) event \($0)") }
+                try await f.ledger.log.append(drafts, to: "bulk/\(round % 3)", metadata: Fixtures.metadata())
+            }
+            let record = SharingFixture.recordID("r\(round)")
+            _ = try await f.alice.save(Record(recordType: "List", recordID: record, fields: ["n": .int64(Int64(round))]))
+            let share = try await f.alice.share(rootRecord: record, title: "List \(round)")
+            _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+            _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        }
+        let path = f.dir.child("export.ndjson")
+        try exportToFile(f.ledger, path)
+        return path
+    }
+
+    @Test(
+        "SIGKILL during an import at seeded moments: the read models always match the log, the rest imports after",
+        .timeLimit(.minutes(3)))
+    func importSurvivesSIGKILL() async throws {
+        let f = try await SharingFixture()
+        let file = try await Self.export(f)
+        let events = try f.ledger.log.head().position.rawValue
+        await f.ledger.close()
+        var options = ImportCrash.Options(
+            kills: 4, seed: 0x1A9, childExecutable: builtProduct("ShareLedgerCrashChild"), file: file,
+            ledgerPath: f.dir.child("imported"))
+        options.batches = 1...2
+        let report = await ImportCrash.run(options)
+        #expect(report.problems.isEmpty, "\(report.problems.prefix(10))")
+        #expect(report.killsSurvived == options.kills, "heads \(report.heads)")
+        // The kills landed mid-import (between the first and the last batch), where a kill used to
+        // leave the whole log with empty read models.
+        #expect(report.killsMidImport >= 1, "heads \(report.heads)")
+        #expect(report.complete && report.finalHead == events, "final head \(report.finalHead) of \(events)")
+    }
+}

@@ -11,22 +11,8 @@ import Testing
 /// Runs a built product with `input` on its standard input. Standard input, output and error are
 /// files, not pipes: nothing to read while the child runs, so no read is interrupted by a signal.
 func runProduct(_ name: String, _ arguments: [String], input: Data) throws -> (status: Int32, stdout: String, stderr: String) {
-    let dir = TemporaryDirectory("run")
-    let (inPath, outPath, errPath) = (dir.child("in"), dir.child("out"), dir.child("err"))
-    for (path, contents) in [(inPath, input), (outPath, Data()), (errPath, Data())] {
-        _ = FileManager.default.createFile(atPath: path, contents: contents)
-    }
-    let process = Process()
-    process.executableURL = builtProduct(name)
-    process.arguments = arguments
-    process.standardInput = FileHandle(forReadingAtPath: inPath)
-    process.standardOutput = FileHandle(forWritingAtPath: outPath)
-    process.standardError = FileHandle(forWritingAtPath: errPath)
-    try process.run()
-    process.waitUntilExit()
-    let out = FileManager.default.contents(atPath: outPath) ?? Data()
-    let err = FileManager.default.contents(atPath: errPath) ?? Data()
-    return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    let outcome = try runProductWithFiles(name, arguments, input: input)
+    return (outcome.status, outcome.stdout, outcome.stderr)
 }
 
 /// Every file under `path` with a digest of its contents (a missing path gives an empty listing).

@@ -10,13 +10,20 @@ import Glibc
 @Suite("share-ledger worker and tasks")
 struct WorkerCLITests {
     /// A ledger on disk with one accepted participant whose zone task is pending.
-    private func ledgerWithPendingTask() async throws -> (TemporaryDirectory, String) {
+    /// A ledger where Bob accepted Alice's share and his zone task is pending: the fixture's
+    /// directory, the ledger's path and the share's URL.
+    static func ledgerWithPendingTask() async throws -> (TemporaryDirectory, String, URL) {
         let f = try await SharingFixture()
         let share = try await f.makeHierarchy()
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
         await f.ledger.close()
-        return (f.dir, f.dir.child("ledger"))
+        return (f.dir, f.dir.child("ledger"), share.url)
+    }
+
+    private func ledgerWithPendingTask() async throws -> (TemporaryDirectory, String) {
+        let (dir, path, _) = try await Self.ledgerWithPendingTask()
+        return (dir, path)
     }
 
     private func json(_ text: String) throws -> Any { try JSONSerialization.jsonObject(with: Data(text.utf8)) }
@@ -101,5 +108,7 @@ struct WorkerCLITests {
         #expect(process.terminationStatus == 0)
         let summary = try #require(try json(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)) as? [String: Any])
         #expect(summary["pendingResidualTasks"] as? Int == 0)
+        // It says what it did (it used to print 0 whatever it completed; issue 15, item 13).
+        #expect(summary["completed"] as? Int == 1, "\(summary)")
     }
 }

@@ -224,9 +224,9 @@ public struct AuditOptions: Sendable, Hashable {
     public var trustedKeys: [CheckpointPublicKey]
     /// Heads recorded outside the ledger that the log must still contain.
     public var expectedHeads: [ExpectedHead]
-    /// Verify the hash chain only after the newest checkpoint that is signed by a trusted key and
-    /// still matches the log (its signature vouches for the history before it); needs
-    /// ``trustedKeys``. Everything else is still checked in full.
+    /// Require a checkpoint signed by a trusted key that still matches the log; needs ``trustedKeys``.
+    /// The chain is recomputed from the first event all the same: a checkpoint vouches for the
+    /// history before it only while that history still hashes to it.
     public var fromCheckpoint: Bool
 
     /// Makes options.

@@ -136,7 +136,7 @@ public struct ImportSummary: Sendable, Hashable, Codable {
     public var headPosition: UInt64
     /// The hash of the last imported event (hex).
     public var headHash: String
-    /// Events replayed into the read models after the import.
+    /// Events projected into the read models (in the transactions that wrote them).
     public var replayed: UInt64
 }
 
@@ -174,8 +174,8 @@ extension ShareLedger {
         return summary
     }
 
-    /// Imports an NDJSON export (``export(since:to:progress:)``) read from `handle`, then rebuilds
-    /// the read models from the log.
+    /// Imports an NDJSON export (``export(since:to:progress:)``) read from `handle`, projecting its
+    /// events into the read models in the same transactions that write them.
     ///
     /// The ledger must be empty, or the file must continue its head (its first line at head + 1 with
     /// the head's hash as previous hash). Every line is checked before anything is written: it must be
@@ -183,27 +183,24 @@ extension ShareLedger {
     /// the hash before it, the hash recomputed from the fields (the envelope codec) must be the line's,
     /// streams must be continuous and a command's events consecutive. Then the events are written in
     /// batches through the writer thread, with the stream, command and head records the writer keeps;
-    /// a batch never splits a command, so a crash between batches leaves whole commands, and the rest
-    /// can be imported with an export `--since` the head.
+    /// a batch never splits a command and projects its events into the read models in its own
+    /// transaction, so a crash at any moment leaves whole commands with read models that match them,
+    /// and the rest can be imported with an export `--since` the head.
     ///
     /// - Throws: ``LedgerError/Code/invalidArguments`` naming the first bad line (nothing is written);
     ///   ``LedgerError/Code/invalidArguments`` when the ledger is not empty and the file does not
     ///   continue it; ``LedgerError/Code/serverRecordChanged`` when another writer appends during the
     ///   import; storage errors.
     ///
-    /// The whole file and the encoded events are held in memory while they are checked.
+    /// The whole file and the encoded events are held in memory while they are checked; a line longer
+    /// than ``LogNDJSON/maxLineBytes`` is refused as soon as that many bytes of it were read.
     @discardableResult
     public func importLog(
         from handle: FileHandle, progress: (@Sendable (UInt64, UInt64) -> Void)? = nil
     ) async throws(LedgerError) -> ImportSummary {
-        let data: Data
-        do {
-            data = try handle.readToEnd() ?? Data()
-        } catch {
-            throw LedgerError(.invalidArguments, "reading the file to import failed: \(error)")
-        }
+        let data = try LogNDJSON.readImport(from: handle)
         let start = try log.head()
-        let entries = try validateImport([UInt8](data), after: start)
+        let entries = try validateImport(data, after: start)
         // Write in batches, each one transaction on the writer thread.
         let store = log.store
         let total = UInt64(entries.events.count)
@@ -230,12 +227,18 @@ extension ShareLedger {
                     try store.writeCommandRecord(
                         txn, key: command.key, first: command.first, count: command.count, streamVersion: command.streamVersion)
                 }
+                // The batch's read models commit with its events, as every command's do: a kill at any
+                // moment leaves read models that match the log.
+                let projector = Projector(models: store.models)
+                for event in batch {
+                    if let (domainEvent, context) = event.projection { try projector.apply(domainEvent, context, txn) }
+                }
                 return batch.count
             }
             done += batch.count
             progress?(UInt64(done), total)
         }
-        let replayed = entries.events.isEmpty ? 0 : try await rebuildReadModels()
+        let replayed = total
         let last = entries.events.last
         return ImportSummary(
             events: total, headPosition: last?.position ?? start.position.rawValue, headHash: (last?.hash ?? start.hash).hex,
@@ -251,6 +254,8 @@ extension ShareLedger {
         var streamVersion: UInt64
         /// The index of its command in the import's commands.
         var command: Int
+        /// A sharing-domain event, decoded, to project in the batch's transaction (nil for a raw append).
+        var projection: (DomainEvent, Projector.Context)?
     }
 
     struct ImportCommand: Sendable {
@@ -318,7 +323,9 @@ extension ShareLedger {
             guard LogNDJSON.line(envelope).utf8.elementsEqual(line) else {
                 throw refuse("it is not in the canonical form `share-ledger export` writes")
             }
-            for (value, what) in [(fields.container, "container"), (fields.stream, "stream"), (fields.eventType, "event type")] {
+            for (value, what) in [
+                (fields.container, "container"), (fields.actor, "actor"), (fields.stream, "stream"), (fields.eventType, "event type"),
+            ] {
                 let utf8 = value.utf8
                 guard !utf8.isEmpty, utf8.count <= EventLog.Limits.maxNameBytes, !utf8.contains(0) else {
                     throw refuse("its \(what) is not 1 to \(EventLog.Limits.maxNameBytes) bytes of UTF-8 without NUL")
@@ -328,11 +335,11 @@ extension ShareLedger {
                 throw refuse("its schema version is 0 or its payload is larger than \(EventLog.Limits.maxPayloadBytes) bytes")
             }
             // A sharing-domain event must decode, or rebuilding the read models after the import would fail.
-            let isDomain: Bool
+            let domainEvent: DomainEvent?
             do {
-                isDomain = try DomainEvent.decode(
+                domainEvent = try DomainEvent.decode(
                     type: fields.eventType, schemaVersion: fields.schemaVersion, payload: fields.payload,
-                    position: fields.position) != nil
+                    position: fields.position)
             } catch {
                 throw refuse("its payload does not decode as \(fields.eventType): \(error.message)")
             }
@@ -361,13 +368,22 @@ extension ShareLedger {
                 // for a raw append; domain events are those the domain decodes.
                 commandIndex[commandKey] = commands.count
                 commands.append(
-                    ImportCommand(key: commandKey, first: fields.position, count: 1, streamVersion: isDomain ? 0 : fields.streamVersion))
+                    ImportCommand(
+                        key: commandKey, first: fields.position, count: 1, streamVersion: domainEvent != nil ? 0 : fields.streamVersion))
             }
             events.append(
                 ImportEvent(
                     position: fields.position, stored: stored, hash: EventHash(bytes: hash)!,
                     recordedAtMicros: fields.recordedAtMicros, streamKey: streamKey, streamVersion: fields.streamVersion,
-                    command: command))
+                    command: command,
+                    projection: domainEvent.map {
+                        (
+                            $0,
+                            Projector.Context(
+                                position: fields.position, recordedAtMicros: fields.recordedAtMicros, container: fields.container,
+                                actor: fields.actor)
+                        )
+                    }))
             previous = EventHash(bytes: hash)!
             position = fields.position
             recordedAt = fields.recordedAtMicros

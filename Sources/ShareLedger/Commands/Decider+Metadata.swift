@@ -25,7 +25,8 @@ extension Decider {
         if Decider.isPublic(share.publicPermission) {
             return .prospectivePublicUser(share.publicPermission)
         }
-        if share.unmatchedPendingCount > 0 {
+        // Verification is offered only in the share's own container, where an invitation can be claimed.
+        if sameContainer, share.unmatchedPendingCount > 0 {
             throw LedgerError(
                 .participantMayNeedVerification, "you are not a participant of this share yet, but it has invitations "
                     + "to email addresses or phone numbers not tied to an account: if one was sent to you, verify it "

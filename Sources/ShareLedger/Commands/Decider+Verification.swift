@@ -42,7 +42,9 @@ extension Decider {
     /// who is not a participant gets the answer of an unknown URL, so that verifying tells a stranger
     /// nothing that fetching would not.
     func requireVerificationCase(_ share: ShareState) throws {
-        guard share.unmatchedPendingCount > 0 else { throw LedgerError(.unknownItem, Decider.shareNotFound) }
+        guard share.container == container, share.unmatchedPendingCount > 0 else {
+            throw LedgerError(.unknownItem, Decider.shareNotFound)
+        }
     }
 
     func verify(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, hash: [UInt8]) throws -> Decision {

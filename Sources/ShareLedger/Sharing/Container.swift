@@ -116,7 +116,7 @@ public struct Container: Sendable {
     ///
     /// - Throws: ``LedgerError/Code/unknownItem`` when it does not exist or is not shared with the user.
     public func record(for recordID: RecordID) throws(LedgerError) -> Record {
-        let user = try signedInUser()
+        let user = try registeredUser()
         let owner = recordID.zoneID.ownerName == RecordZoneID.defaultOwnerName ? user : recordID.zoneID.ownerName
         let container = containerIdentifier
         let ledger = self.ledger
@@ -151,7 +151,7 @@ public struct Container: Sendable {
 
     /// The zones of the user's private database.
     public func recordZones() throws(LedgerError) -> [RecordZone] {
-        let user = try signedInUser()
+        let user = try registeredUser()
         let container = containerIdentifier
         let ledger = self.ledger
         return try ledger.read("listing zones") { txn in
@@ -342,6 +342,8 @@ public struct Container: Sendable {
             throw LedgerError(
                 .limitExceeded, "\(distinct.count) \(what); the limit is \(Container.maxItemsPerOperation). Split the request")
         }
+        // Without an account the whole request fails, as in CloudKit (not each item).
+        _ = try registeredUser()
         var start = 0
         while start < distinct.count {
             let chunk = Array(distinct[start..<min(start + max(1, chunkSize), distinct.count)])
@@ -447,10 +449,28 @@ public struct Container: Sendable {
         return userRecordName
     }
 
+    /// The acting user, who must be registered in this container (`ShareLedger.registerUser`):
+    /// a name the container does not know is no account (`notAuthenticated`), as docs/semantics.md says.
+    private func registeredUser() throws(LedgerError) -> String {
+        try Decider.checkContainer(containerIdentifier)
+        let user = try signedInUser()
+        let ledger = self.ledger
+        let container = containerIdentifier
+        let registered = try ledger.read("checking the signed-in user") { txn in
+            try ledger.models.user(txn, container, user) != nil
+        }
+        guard registered else {
+            throw LedgerError(
+                .notAuthenticated, "the signed-in user is not registered in container \(container): register the user "
+                    + "in this container and act as that user")
+        }
+        return user
+    }
+
     /// The share at `url` as this user may see it, without recording a fetch: for the owner and the
     /// participants (else ``LedgerError/Code/unknownItem``).
     public func share(for url: URL) throws(LedgerError) -> Share {
-        let user = try signedInUser()
+        let user = try registeredUser()
         let token = try Container.token(of: url)
         let ledger = self.ledger
         let container = containerIdentifier
@@ -518,7 +538,7 @@ public struct Container: Sendable {
     }
 
     public func ownedShares() throws(LedgerError) -> [Share] {
-        let user = try signedInUser()
+        let user = try registeredUser()
         let container = containerIdentifier
         let ledger = self.ledger
         return try ledger.read("listing shares") { txn in
@@ -534,7 +554,7 @@ public struct Container: Sendable {
     public func participatingShares(
         status: Set<Share.Participant.AcceptanceStatus> = [.accepted, .pending]
     ) throws(LedgerError) -> [Share] {
-        let user = try signedInUser()
+        let user = try registeredUser()
         let container = containerIdentifier
         let ledger = self.ledger
         return try ledger.read("listing shares") { txn in
@@ -553,7 +573,7 @@ public struct Container: Sendable {
     /// The zones in this user's shared database: one per owner zone of an accepted share, once the
     /// residual task of the acceptance has run.
     public func sharedDatabaseZones() throws(LedgerError) -> [RecordZoneID] {
-        let user = try signedInUser()
+        let user = try registeredUser()
         let container = containerIdentifier
         let ledger = self.ledger
         return try ledger.read("listing shared zones") { txn in

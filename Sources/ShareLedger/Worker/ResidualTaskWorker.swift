@@ -104,6 +104,8 @@ public final class ResidualTaskWorker: Service, Sendable {
     let idleAfterHead = Mutex<UInt64?>(nil)
     /// The position of the newest read-model snapshot (or of a failed attempt), read from disk once.
     private let snapshotDueAfter = Mutex<UInt64?>(nil)
+    /// Tasks completed by ``run()`` so far.
+    private let completedByRun = Mutex<Int>(0)
     private let latencyTimer: Metrics.Timer
     private let attemptsCounter: Counter
     private let failuresCounter: Counter
@@ -144,6 +146,7 @@ public final class ResidualTaskWorker: Service, Sendable {
                 await sleepOrWake(after: seenHead, for: configuration.pollInterval)
                 continue
             }
+            completedByRun.withLock { $0 += report.completed }
             if report.holdsLease { await saveSnapshotIfDue() }
             if report.completed + report.failed + report.parked > 0 { continue }
             // Renew the lease well before it expires, and look for a free one as often.
@@ -157,6 +160,9 @@ public final class ResidualTaskWorker: Service, Sendable {
         await releaseLease()
         configuration.logger.info("residual-task worker stopped", metadata: ["holder": "\(holderDescription)"])
     }
+
+    /// Tasks ``run()`` has completed so far (``drain(limit:)`` returns its own count).
+    public var tasksCompletedByRun: Int { completedByRun.withLock { $0 } }
 
     /// Saves a read-model snapshot when ``Configuration/snapshotInterval`` events have been appended
     /// since the newest one, off the cooperative thread pool (it reads every read model), then deletes

@@ -11,6 +11,14 @@ final class SimulationProgress: Sendable {
 
     /// Actions done so far.
     var value: Int { done.withLock { $0 } }
+
+    private let stopReason = Mutex<String?>(nil)
+
+    /// Stops every client at its next call (the first reason is kept).
+    func stop(_ reason: String) { stopReason.withLock { if $0 == nil { $0 = reason } } }
+
+    /// Why the run stopped early, if it did.
+    var stopped: String? { stopReason.withLock { $0 } }
 }
 
 /// A thread-safe box for what an operation's blocks report.
@@ -48,6 +56,10 @@ struct SimulationClient {
     var model = PartitionModel()
     /// What happened so far.
     var tally = SimulationTally()
+    /// Calls in a row that failed with `storageFull`.
+    private var storageFullRun = 0
+    /// After this many calls in a row fail with `storageFull`, the run stops.
+    static let storageFullRunLimit = 20
     /// Users registered (in either container).
     var registrations = 0
 
@@ -75,7 +87,7 @@ struct SimulationClient {
     mutating func run() async -> SimulationTally {
         await registerUsers()
         var misses = 0
-        while remaining > 0 {
+        while remaining > 0 && progress.stopped == nil {
             let scenario = misses >= 8 ? Scenario.fallback(model) : Scenario.pick(using: &rng)
             if scenario.cost > remaining {
                 await fillLast()
@@ -94,7 +106,7 @@ struct SimulationClient {
 
     private mutating func registerUsers() async {
         let givenNames = ["Ada", "Ben", "Chloé", "Dev", "Elif", "Farah", "Gus", "Hana", "Ivo", "Jun", "Kofi", "Lena"]
-        for user in 0..<userCount where remaining > 0 {
+        for user in 0..<userCount where remaining > 0 && progress.stopped == nil {
             let name = "_\(tag)c\(index)u\(user)"
             let local = "\(tag)c\(index)u\(user)"
             let email = rng.chance(0.7) ? "\(local)@example.com" : nil
@@ -192,24 +204,37 @@ struct SimulationClient {
 
     /// Compares one outcome with its intent and counts it.
     mutating func judge<T>(_ kind: String, _ intent: Intent, _ result: Result<T, LedgerError>, _ what: String) -> T? {
+        // A full ledger fails every call that writes: stop after a run of them instead of failing
+        // through every remaining action.
+        if case .failure(let error) = result, error.code == .storageFull {
+            storageFullRun += 1
+            if storageFullRun >= SimulationClient.storageFullRunLimit {
+                progress.stop(
+                    "\(SimulationClient.storageFullRunLimit) calls in a row failed with storageFull: the ledger's storage is "
+                        + "full. Free disk space (or raise the map limit) and run again")
+            }
+        } else {
+            storageFullRun = 0
+        }
         switch (intent, result) {
         case (.success, .success(let value)):
             return value
         case (.success, .failure(let error)):
             tally.errorsByCode[error.code.name, default: 0] += 1
             tally.unexpectedErrors += 1
-            tally.problem("client \(index), \(kind): \(what): expected success, got \(error)")
+            tally.problem("unexpected error \(error.code.name)", "client \(index), \(kind): \(what): expected success, got \(error)")
         case (.failure(let code), .failure(let error)):
             tally.errorsByCode[error.code.name, default: 0] += 1
             if error.code == code {
                 tally.intendedErrors += 1
             } else {
                 tally.unexpectedErrors += 1
-                tally.problem("client \(index), \(kind): \(what): expected \(code.name), got \(error)")
+                tally.problem(
+                    "unexpected error \(error.code.name)", "client \(index), \(kind): \(what): expected \(code.name), got \(error)")
             }
         case (.failure(let code), .success):
             tally.unexpectedSuccesses += 1
-            tally.problem("client \(index), \(kind): \(what): expected \(code.name), but it succeeded")
+            tally.problem("unexpected success", "client \(index), \(kind): \(what): expected \(code.name), but it succeeded")
         }
         return nil
     }
@@ -217,7 +242,7 @@ struct SimulationClient {
     /// Counts a successful answer that disagrees with the model.
     mutating func mismatch(_ text: String) {
         tally.mismatches += 1
-        tally.problem("client \(index): \(text)")
+        tally.problem("mismatch", "client \(index): \(text)")
     }
 
     // MARK: - Helpers

@@ -35,15 +35,18 @@ struct SimulationTally: Sendable {
     var unexpectedSuccesses = 0
     /// Successful answers that disagree with the workload's model (a wrong status, a missing participant, ...).
     var mismatches = 0
-    /// The first problems, described, for a bug report.
-    var problems: [String] = []
+    /// Problems by kind (`unexpected error <code>`, `unexpected success`, `mismatch`), counted.
+    var problemsByKind: [String: Int] = [:]
+    /// The first problems of each kind, described, for a bug report: no kind is hidden by another's
+    /// many (one unexpected success among thousands of storage errors is shown).
+    var problemExamples: [String: [String]] = [:]
     /// A share one of the workload's users can still accept, for trying `fetch` and `accept` by hand.
     var example: SimulationExample?
     /// What the ledger's counters must have grown by, according to the models.
     var expected = ExpectedCounts()
 
-    /// Problems kept for the report (the first ones).
-    static let maxProblems = 20
+    /// Problems kept for the report, per kind (the first ones).
+    static let maxProblemsPerKind = 5
     /// The highest latency recorded: 60 s (longer values are recorded as 60 s).
     static let highestMicros: UInt64 = 60_000_000
 
@@ -53,9 +56,16 @@ struct SimulationTally: Sendable {
             .record(min(max(micros, 1), Self.highestMicros))
     }
 
-    /// Keeps a problem's description, up to ``maxProblems``.
-    mutating func problem(_ text: String) {
-        if problems.count < Self.maxProblems { problems.append(text) }
+    /// Counts a problem of `kind` and keeps its description, up to ``maxProblemsPerKind`` per kind.
+    mutating func problem(_ kind: String, _ text: String) {
+        problemsByKind[kind, default: 0] += 1
+        if problemExamples[kind, default: []].count < Self.maxProblemsPerKind { problemExamples[kind, default: []].append(text) }
+    }
+
+    /// The kept problems, unexpected successes first, then by kind.
+    var problems: [String] {
+        let first = "unexpected success"
+        return (problemExamples[first] ?? []) + problemExamples.filter { $0.key != first }.sorted { $0.key < $1.key }.flatMap(\.value)
     }
 
     /// Adds another client's tally to this one.
@@ -73,7 +83,10 @@ struct SimulationTally: Sendable {
         unexpectedErrors += other.unexpectedErrors
         unexpectedSuccesses += other.unexpectedSuccesses
         mismatches += other.mismatches
-        for problem in other.problems { self.problem(problem) }
+        for (kind, count) in other.problemsByKind { problemsByKind[kind, default: 0] += count }
+        for (kind, examples) in other.problemExamples {
+            problemExamples[kind, default: []] += examples.prefix(Self.maxProblemsPerKind - problemExamples[kind, default: []].count)
+        }
         if example == nil { example = other.example }
         expected.add(other.expected)
     }
@@ -193,8 +206,12 @@ struct SimulationSummary: Encodable {
     var unexpectedSuccesses: Int
     /// Answers or counters that disagree with the workload's model.
     var mismatches: Int
-    /// The first problems, described.
+    /// Problems by kind, counted.
+    var problemsByKind: [String: Int]
+    /// The first problems of each kind, described (unexpected successes first).
     var problems: [String]
+    /// Why the run stopped before its last action (a run of `storageFull`), if it did.
+    var stoppedEarly: String?
     /// Residual tasks the final drain completed.
     var residualTasksCompleted: Int
     /// Seconds the final drain took.
@@ -216,7 +233,7 @@ struct SimulationSummary: Encodable {
 
     /// Whether the ledger answered every call as the workload expected and left nothing behind.
     var isClean: Bool {
-        unexpectedErrors == 0 && unexpectedSuccesses == 0 && mismatches == 0 && pendingResidualTasks == 0
+        stoppedEarly == nil && unexpectedErrors == 0 && unexpectedSuccesses == 0 && mismatches == 0 && pendingResidualTasks == 0
             && participantZones == acceptedParticipants
     }
 }

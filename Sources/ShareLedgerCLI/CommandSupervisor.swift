@@ -1,0 +1,154 @@
+import Foundation
+import ShareLedger
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Runs every `share-ledger` command in a child process, so that a damaged `data.mdb` that makes
+/// liblmdb fault (a bus error or segmentation fault while it walks a B-tree page: liblmdb trusts
+/// the file) ends as an error — `corruptedData` naming the file, exit 2 — instead of a crash.
+///
+/// The parent re-runs this executable with the same arguments and ``childVariable`` set, waits for
+/// it, and exits with its exit code. It forwards SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to it by
+/// another process (a terminal's Ctrl-C already reaches the child, which is in the same process
+/// group). The child exits at once when the parent dies (it watches a pipe), so killing the parent
+/// stops the command as killing it directly did. A child killed by another signal makes the parent
+/// die of the same signal. A crashed write transaction never commits, so a fault changes nothing.
+enum CommandSupervisor {
+    /// Set in the child's environment: run the command here.
+    static let childVariable = "SHARE_LEDGER_SUPERVISED_CHILD"
+    /// The child's descriptor for the read end of the parent-death pipe.
+    static let pipeVariable = "SHARE_LEDGER_PARENT_PIPE"
+
+    /// In the parent: runs the command in a child and exits with its outcome (never returns). In the
+    /// child: starts watching the parent and returns.
+    static func superviseOrReturn() {
+        #if os(Linux)
+        let environment = ProcessInfo.processInfo.environment
+        if environment[childVariable] != nil {
+            if let text = environment[pipeVariable], let fd = Int32(text) { watchParent(fd) }
+            // A fault dies quietly here (no runtime backtrace): the parent reports it as an error.
+            _ = Glibc.signal(SIGSEGV, SIG_DFL)
+            _ = Glibc.signal(SIGBUS, SIG_DFL)
+            return
+        }
+        // Without a child (spawning failed), the command runs in this process, as before.
+        if let code = supervise() { exit(code) }
+        #endif
+    }
+
+    private static func watchParent(_ fd: Int32) {
+        Thread.detachNewThread {
+            var byte: UInt8 = 0
+            while read(fd, &byte, 1) < 0 && errno == EINTR {}
+            // End of file: the parent is gone; stop as if killed with it.
+            _exit(137)
+        }
+    }
+
+    #if os(Linux)
+    private static func supervise() -> Int32? {
+        let executable = Bundle.main.executablePath ?? CommandLine.arguments[0]
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return nil }
+        // The write end stays with the parent only.
+        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+        var environment = ProcessInfo.processInfo.environment
+        environment[childVariable] = "1"
+        environment[pipeVariable] = String(fds[0])
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup(executable)] + CommandLine.arguments.dropFirst().map { strdup($0) } + [nil]
+        let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            for pointer in argv { free(pointer) }
+            for pointer in envp { free(pointer) }
+        }
+        installForwarding()
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, nil, &attributes, argv, envp)
+        posix_spawnattr_destroy(&attributes)
+        close(fds[0])
+        guard spawned == 0 else {
+            close(fds[1])
+            return nil
+        }
+        supervisedChild = pid
+        let child = pid
+        // The async runtime's threads block signals; a thread of our own takes them (the handlers
+        // forward them) and waits for the child, then ends the process.
+        Thread.detachNewThread {
+            var forwarded = sigset_t()
+            sigemptyset(&forwarded)
+            for signal in forwardedSignals { sigaddset(&forwarded, signal) }
+            pthread_sigmask(SIG_UNBLOCK, &forwarded, nil)
+            var status: Int32 = 0
+            while waitpid(child, &status, 0) < 0 {
+                guard errno == EINTR else { exit(70) }
+            }
+            exit(outcome(status))
+        }
+        while true { pause() }
+    }
+
+    static let forwardedSignals = [SIGTERM, SIGINT, SIGHUP, SIGQUIT]
+
+    /// The parent's exit code for the child's wait status.
+    private static func outcome(_ status: Int32) -> Int32 {
+        let signal = status & 0x7F
+        if signal == 0 { return (status >> 8) & 0xFF }
+        if signal == SIGSEGV || signal == SIGBUS {
+            reportFault(signal: signal)
+            return 2
+        }
+        // Any other signal: die of it too, as the command would have without the supervisor.
+        _ = Glibc.signal(signal, SIG_DFL)
+        var only = sigset_t()
+        sigemptyset(&only)
+        sigaddset(&only, signal)
+        pthread_sigmask(SIG_UNBLOCK, &only, nil)
+        raise(signal)
+        return 128 + signal
+    }
+
+    private static func installForwarding() {
+        for signal in forwardedSignals {
+            var action = sigaction()
+            action.__sigaction_handler.sa_sigaction = { signal, info, _ in
+                // Forward what another process sent; a terminal's signals reach the child directly.
+                guard supervisedChild > 0, let info, info.pointee.si_code <= 0 else { return }
+                kill(supervisedChild, signal)
+            }
+            action.sa_flags = SA_SIGINFO | SA_RESTART
+            sigemptyset(&action.sa_mask)
+            sigaction(signal, &action, nil)
+        }
+    }
+
+    /// Says which file is damaged, as a `LedgerError` would (JSON with --json).
+    private static func reportFault(signal: Int32) {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        var path = "./.share-ledger"
+        for (index, argument) in arguments.enumerated() {
+            if argument == "--path", index + 1 < arguments.count { path = arguments[index + 1] }
+            if argument.hasPrefix("--path=") { path = String(argument.dropFirst("--path=".count)) }
+        }
+        let file = (path as NSString).appendingPathComponent("data.mdb")
+        let error = LedgerError(
+            .corruptedData, "\(file) is damaged: reading it made LMDB fault (\(signal == SIGBUS ? "SIGBUS" : "SIGSEGV")), "
+                + "so the command stopped before committing anything. Restore the ledger from a backup, or import an "
+                + "export (`share-ledger export` of a good copy) into a new directory")
+        Output.failure(error, json: arguments.contains("--json"))
+    }
+    #endif
+}
+
+/// The supervised child's process id, for the signal handlers (set once, before any signal is forwarded).
+nonisolated(unsafe) private var supervisedChild: pid_t = 0

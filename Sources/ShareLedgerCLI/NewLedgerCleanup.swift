@@ -1,0 +1,30 @@
+import Foundation
+
+/// What a command that may create a ledger found before it did, so that it can remove what it
+/// created when it fails before writing anything (a refused import must not leave an empty ledger).
+struct NewLedgerCleanup {
+    let path: String
+    let directoryExisted: Bool
+    let dataFileExisted: Bool
+    let lockFileExisted: Bool
+
+    init(path: String) {
+        self.path = path
+        let fileManager = FileManager.default
+        directoryExisted = fileManager.fileExists(atPath: path)
+        dataFileExisted = fileManager.fileExists(atPath: (path as NSString).appendingPathComponent("data.mdb"))
+        lockFileExisted = fileManager.fileExists(atPath: (path as NSString).appendingPathComponent("lock.mdb"))
+    }
+
+    /// Removes the files (and the directory) that were not there before; does nothing to a ledger
+    /// that existed.
+    func removeCreated() {
+        guard !dataFileExisted else { return }
+        let fileManager = FileManager.default
+        try? fileManager.removeItem(atPath: (path as NSString).appendingPathComponent("data.mdb"))
+        if !lockFileExisted { try? fileManager.removeItem(atPath: (path as NSString).appendingPathComponent("lock.mdb")) }
+        if !directoryExisted, (try? fileManager.contentsOfDirectory(atPath: path))?.isEmpty == true {
+            try? fileManager.removeItem(atPath: path)
+        }
+    }
+}

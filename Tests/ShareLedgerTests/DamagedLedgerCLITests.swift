@@ -1,0 +1,152 @@
+import Foundation
+import LMDB
+@testable import ShareLedger
+import TestSupport
+import Testing
+
+/// What the command line does with nothing to check, a damaged `data.mdb` and a 0-byte one: an
+/// answer and an exit code, never a crash, and nothing changed (issue 15, items 1-3).
+@Suite("Damaged ledgers: the share-ledger command")
+struct DamagedLedgerCLITests {
+    /// A small sharing ledger made by `simulate` (a few hundred events over many B-tree pages).
+    static func simulatedLedger(_ dir: TemporaryDirectory) throws -> String {
+        let path = dir.child("source")
+        let run = try runCLI([
+            "simulate", "--path", path, "--actions", "400", "--users", "30", "--clients", "2", "--seed", "5",
+            "--durability", "unsafeNoSync",
+        ])
+        #expect(run.exited(0), "\(run.summary)")
+        return path
+    }
+
+    /// A copy of `source` at `name` without its lock file.
+    static func copy(_ source: String, to path: String) throws {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: source + "/data.mdb", toPath: path + "/data.mdb")
+    }
+
+    @Test("verify and audit answer when there is nothing to check: 0 events, and right after a checkpoint of the head")
+    func nothingToCheck() async throws {
+        let dir = TemporaryDirectory()
+        let empty = dir.child("empty")
+        let imported = try runCLI(["import", "--path", empty])
+        #expect(imported.exited(0), "\(imported.summary)")
+        for command in ["verify", "audit"] {
+            let run = try runCLI([command, "--path", empty, "--json"])
+            #expect(run.exited(0), "\(command) \(run.summary)")
+            let report = try #require(jsonObject(run.stdout), "\(command) \(run.summary)")
+            #expect(report["ok"] as? Bool == true)
+            #expect(report["events"] as? Int == 0)
+        }
+
+        let path = dir.child("ledger")
+        let ledger = try ShareLedger.open(Fixtures.configuration(path))
+        for index in 0..<3 { try await ledger.log.append([Fixtures.draft("event \(index)")], to: "s", metadata: Fixtures.metadata()) }
+        // The library: a chain check that starts at the head checks nothing, and holds.
+        let atHead = try ledger.log.verifyChain(after: 3)
+        #expect(atHead.isValid && atHead.eventsChecked == 0)
+        await ledger.close()
+
+        let key = dir.child("signer")
+        #expect(try runCLI(["keygen", "--out", key]).exited(0))
+        let signed = try runCLI(["checkpoint", "--path", path, "--signing-key", key + ".key"])
+        #expect(signed.exited(0), "\(signed.summary)")
+        let audit = try runCLI(["audit", "--path", path, "--trusted-key", key + ".pub", "--from-checkpoint", "--json"])
+        #expect(audit.exited(0), "\(audit.summary)")
+        #expect(jsonObject(audit.stdout)?["ok"] as? Bool == true, "\(audit.summary)")
+    }
+
+    @Test("a data.mdb cut to half its size: every command exits 2 with corruptedData naming the file, none crashes")
+    func cutDataFile() throws {
+        let dir = TemporaryDirectory()
+        let source = try Self.simulatedLedger(dir)
+        let path = dir.child("cut")
+        try Self.copy(source, to: path)
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int)
+        #expect(truncate(path + "/data.mdb", off_t(size / 2)) == 0)
+        for command in HostileCLITests.commands(path) {
+            let run = try runCLI(command)
+            #expect(run.exited(2), "\(command): \(run.summary)")
+            #expect(run.stderr.contains("corruptedData") && run.stderr.contains(path + "/data.mdb"), "\(command): \(run.summary)")
+        }
+        // With --json the error is JSON on standard output.
+        let json = try runCLI(["audit", "--path", path, "--json"])
+        #expect(json.exited(2))
+        let error = try #require(jsonObject(json.stdout)?["error"] as? [String: Any], "\(json.summary)")
+        #expect(error["name"] as? String == "corruptedData")
+    }
+
+    @Test("random bit flips in data.mdb: audit answers 0, 1 or 2 (corruptedData naming the file), never a crash")
+    func flippedBits() throws {
+        let dir = TemporaryDirectory()
+        let source = try Self.simulatedLedger(dir)
+        let original = try #require(FileManager.default.contents(atPath: source + "/data.mdb"))
+        var random = SplitMix64(state: 0xF11B)
+        var outcomes: [Int32: Int] = [:]
+        for trial in 0..<12 {
+            let path = dir.child("flipped-\(trial)")
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            var bytes = [UInt8](original)
+            // Past the two meta pages: the B-tree pages liblmdb walks without checking.
+            for _ in 0..<64 { bytes[Int.random(in: 8192..<bytes.count, using: &random)] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &random) }
+            #expect(FileManager.default.createFile(atPath: path + "/data.mdb", contents: Data(bytes)))
+            let run = try runCLI(["audit", "--path", path])
+            #expect(!run.signaled, "trial \(trial): \(run.summary)")
+            #expect([0, 1, 2].contains(run.status), "trial \(trial): \(run.summary)")
+            if run.status == 2 { #expect(run.stderr.contains("corruptedData") || run.stderr.contains("notALedger"), "trial \(trial): \(run.summary)") }
+            outcomes[run.status, default: 0] += 1
+        }
+        #expect(outcomes.values.reduce(0, +) == 12, "\(outcomes)")
+    }
+
+    @Test("a 0-byte data.mdb: every command, writing ones included, exits 2 with corruptedData and changes nothing")
+    func emptyDataFile() throws {
+        let dir = TemporaryDirectory()
+        let path = dir.makeChild("ledger")
+        #expect(FileManager.default.createFile(atPath: path + "/data.mdb", contents: Data()))
+        let before = directoryListing(path)
+        for command in HostileCLITests.commands(path) + [["snapshot", "--path", path], ["import", "--path", path]] {
+            let run = try runCLI(command)
+            #expect(run.exited(2), "\(command): \(run.summary)")
+            #expect(run.stderr.contains("corruptedData") && run.stderr.contains("0 bytes"), "\(command): \(run.summary)")
+            #expect(directoryListing(path) == before, "\(command) changed the directory")
+        }
+        // The library says the same.
+        let error = #expect(throws: LedgerError.self) { try EventLog.open(Fixtures.configuration(path).log) }
+        #expect(error?.code == .corruptedData)
+        #expect(directoryListing(path) == before)
+    }
+
+    @Test("the library refuses a data.mdb whose root pages lie beyond its end (a cut file) before mapping it")
+    func rootBeyondEnd() async throws {
+        let dir = TemporaryDirectory()
+        let path = dir.child("ledger")
+        let log = try EventLog.open(Fixtures.configuration(path).log)
+        for index in 0..<200 { try await log.append([Fixtures.draft(String(repeating: "x", count: 500) + "\(index)")], to: "s", metadata: Fixtures.metadata()) }
+        await log.close()
+        // Two meta pages and one byte: every root page is beyond the end.
+        #expect(truncate(path + "/data.mdb", off_t(2 * 4096 + 1)) == 0)
+        try? FileManager.default.removeItem(atPath: path + "/lock.mdb")
+        for readOnly in [false, true] {
+            var configuration = Fixtures.configuration(path)
+            configuration.readOnly = readOnly
+            let error = #expect(throws: LedgerError.self) { try EventLog.open(configuration.log) }
+            #expect(error?.code == .corruptedData)
+            #expect(error?.message.contains("beyond its end") == true, "\(String(describing: error))")
+            #expect(error?.message.contains(path + "/data.mdb") == true)
+        }
+    }
+
+    @Test("a refused import into a new directory leaves no empty ledger behind")
+    func refusedImportLeavesNothing() throws {
+        let dir = TemporaryDirectory()
+        let path = dir.child("new")
+        let run = try runCLI(["import", "--path", path], input: Data("{\"position\":1}\n".utf8))
+        #expect(run.exited(1), "\(run.summary)")
+        #expect(!FileManager.default.fileExists(atPath: path))
+        // Into an existing empty directory: the directory stays, empty.
+        let existing = dir.makeChild("existing")
+        #expect(try runCLI(["import", "--path", existing], input: Data("nope\n".utf8)).exited(1))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: existing).isEmpty)
+    }
+}
