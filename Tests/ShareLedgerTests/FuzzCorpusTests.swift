@@ -1,6 +1,7 @@
 import Foundation
 @testable import ShareLedger
 import Testing
+import TestSupport
 
 /// The committed fuzz corpus (`Fuzz/corpus`, seeds and every input a fuzzer crashed on) replayed
 /// through the same entry points the libFuzzer targets call, in every test run.
