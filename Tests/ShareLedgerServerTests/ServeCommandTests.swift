@@ -1,0 +1,91 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// `share-ledger serve` as the operator runs it: the binary, its tokens made with `share-ledger
+/// token`, /metrics through the process-wide Prometheus bootstrap, and a clean stop on SIGTERM.
+@Suite("Server: the serve command")
+struct ServeCommandTests {
+    static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = builtProduct("share-ledger")
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    static func get(_ url: String, query: String = "") async throws -> (status: Int, body: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        // curl is not on every machine; Python's urllib is what the other client test uses.
+        process.arguments = [
+            "python3", "-c",
+            "import sys,urllib.request,urllib.error\ntry:\n r=urllib.request.urlopen(sys.argv[1]);print(r.status);print(r.read().decode())\nexcept urllib.error.HTTPError as e:\n print(e.code);print(e.read().decode())",
+            url + query,
+        ]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        let lines = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+        return (Int(lines.first ?? "") ?? 0, lines.count > 1 ? String(lines[1]) : "")
+    }
+
+    @Test(.enabled(if: PythonClientTests.python != nil, "python3 is not installed"))
+    func serveStopsCleanlyOnSIGTERM() async throws {
+        let directory = TemporaryDirectory()
+        let path = directory.path
+        #expect(try Self.run(["user", "register", "_alice", "--container", "iCloud.t", "--path", path, "--json"]).status == 0)
+        let api = try Self.run(["token", "create", "--container", "iCloud.t", "--path", path, "--json"])
+        let web = try Self.run(["token", "create", "--container", "iCloud.t", "--user", "_alice", "--path", path, "--json"])
+        func token(_ output: String) -> String {
+            ((try? JSONSerialization.jsonObject(with: Data(output.utf8))) as? [String: Any])?["token"] as? String ?? ""
+        }
+        let listed = try Self.run(["token", "list", "--path", path, "--json"])
+        #expect(listed.status == 0 && !listed.output.contains(token(api.output)) && !listed.output.contains("tokenSHA256"))
+
+        let server = Process()
+        server.executableURL = builtProduct("share-ledger")
+        server.arguments = ["serve", "--path", path, "--port", "0", "--json"]
+        let output = Pipe()
+        server.standardOutput = output
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer { if server.isRunning { server.terminate() } }
+        // The first line says where it listens.
+        var line = Data()
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            line += chunk
+        }
+        let listening = try #require((try? JSONSerialization.jsonObject(with: line)) as? [String: Any])
+        let base = try #require(listening["listening"] as? String)
+
+        #expect(try await Self.get(base + "/healthz").status == 200)
+        let caller = try await Self.get(
+            base + "/database/1/iCloud.t/production/public/users/caller",
+            query: "?ckAPIToken=\(token(api.output))&ckWebAuthToken=\(token(web.output))")
+        #expect(caller.status == 200 && caller.body.contains("_alice"), "\(caller)")
+        let metrics = try await Self.get(base + "/metrics")
+        #expect(metrics.status == 200)
+        #expect(metrics.body.contains("shareledger_http_requests_total") && metrics.body.contains("shareledger_ledger_events"))
+
+        kill(server.processIdentifier, SIGTERM)
+        let exited = AsyncStream.makeStream(of: Int32.self)
+        server.terminationHandler = { exited.continuation.yield($0.terminationStatus) }
+        if !server.isRunning { exited.continuation.yield(server.terminationStatus) }
+        var iterator = exited.stream.makeAsyncIterator()
+        #expect(await iterator.next() == 0)
+        // The ledger was closed cleanly: it audits clean.
+        let audit = try Self.run(["audit", "--path", path, "--json"])
+        #expect(audit.status == 0, "\(audit.output)")
+    }
+}
