@@ -14,30 +14,23 @@ extension Endpoints {
                     + "is applied on its own and answered per item)")
         }
         let requestZone = try request.zoneID()
-        var results: [JSONValue] = []
+        // Every operation is read before any is applied: a malformed one fails the request and changes nothing.
+        var parsed: [ParsedOperation] = []
         for (index, operation) in operations.enumerated() {
-            let path = "operations[\(index)]"
-            let type = try operation.required("operationType", in: path).string(path + ".operationType")
-            let recordJSON = try operation.required("record", in: path)
-            _ = try recordJSON.object(path + ".record")
-            let recordType = try recordJSON.optionalString("recordType", in: path + ".record")
-            let name = try recordJSON.optionalString("recordName", in: path + ".record")
-            let zone = try recordJSON["zoneID"].map { zone throws(WireError) in
-                try Wire.parseZoneID(zone, path: path + ".record.zoneID")
-            } ?? requestZone
+            parsed.append(try ParsedOperation(operation, path: "operations[\(index)]", requestZone: requestZone))
+        }
+        var results: [JSONValue] = []
+        for operation in parsed {
             do {
-                if recordType == Share.recordType || name == Share.zoneWideShareRecordName {
-                    results.append(try await modifyShare(request, type: type, json: recordJSON, name: name, zone: zone, path: path))
+                if operation.isShare {
+                    results.append(try await modifyShare(request, operation))
                 } else {
-                    results.append(try await modifyRecord(request, type: type, json: recordJSON, name: name, zone: zone, path: path))
+                    results.append(try await modifyRecord(request, operation))
                 }
             } catch let error as LedgerError {
-                results.append(itemError(WireError(error), ["recordName": name.map(JSONValue.string) ?? .null]))
-            } catch let error as WireError where error.code == .badRequest || error.code == .notFound {
-                // A malformed operation fails alone, as CloudKit answers it per record.
-                results.append(itemError(error, ["recordName": name.map(JSONValue.string) ?? .null]))
+                results.append(itemError(WireError(error), ["recordName": operation.name.map(JSONValue.string) ?? .null]))
             } catch let error as WireError {
-                throw error
+                results.append(itemError(error, ["recordName": operation.name.map(JSONValue.string) ?? .null]))
             } catch {
                 results.append(itemError(WireError(.internalError, "the operation failed"), [:]))
             }
@@ -45,102 +38,136 @@ extension Endpoints {
         return ["records": .array(results)]
     }
 
-    private static func modifyRecord(
-        _ request: DatabaseRequest, type: String, json: JSONValue, name: String?, zone: RecordZoneID?, path: String
-    ) async throws -> JSONValue {
-        guard let name else { throw WireError(.badRequest, "\(path).record.recordName is required") }
-        let id = try recordID(name, zone: zone, caller: request.caller.userRecordName, path: path)
-        switch type {
-        case "delete", "forceDelete":
-            try await request.container.deleteRecord(withID: id)
-            return ["recordName": .string(name), "zoneID": Wire.zoneID(id.zoneID), "deleted": true]
-        case "create", "update", "forceUpdate", "replace":
-            break
-        default:
-            throw WireError(
-                .badRequest, "\(path).operationType must be create, update, forceUpdate, replace, delete or forceDelete")
+    /// One operation of `records/modify`, read and checked.
+    struct ParsedOperation {
+        enum Kind: String {
+            case create, update, forceUpdate, replace, delete, forceDelete
         }
-        guard let recordType = try json.optionalString("recordType", in: path + ".record") else {
-            throw WireError(.badRequest, "\(path).record.recordType is required")
-        }
+
+        var kind: Kind
+        var name: String?
+        var zone: RecordZoneID
+        var isShare: Bool
+        var recordType: String?
+        var changeTag: String?
         var fields: [String: FieldValue] = [:]
-        if let given = json["fields"] {
-            for (key, value) in try given.object(path + ".record.fields") {
-                fields[key] = try Wire.parseField(value, path: "\(path).record.fields.\(key)")
+        var parentName: String?
+        var rootName: String?
+        var title: String?
+        var publicPermission: Share.Participant.Permission?
+        var participants: [RequestedParticipant]?
+
+        init(_ operation: JSONValue, path: String, requestZone: RecordZoneID?) throws(WireError) {
+            let typeText = try operation.required("operationType", in: path).string(path + ".operationType")
+            guard let kind = Kind(rawValue: typeText) else {
+                throw WireError(.badRequest, "\(path).operationType must be create, update, forceUpdate, replace, delete or forceDelete")
+            }
+            self.kind = kind
+            let record = try operation.required("record", in: path)
+            let recordPath = path + ".record"
+            _ = try record.object(recordPath)
+            recordType = try record.optionalString("recordType", in: recordPath)
+            name = try record.optionalString("recordName", in: recordPath)
+            changeTag = try record.optionalString("recordChangeTag", in: recordPath)
+            let zone = try record["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: recordPath + ".zoneID") }
+            guard let zone = zone ?? requestZone else {
+                throw WireError(.badRequest, "\(path): give zoneID (in the record or the request)")
+            }
+            self.zone = zone
+            isShare = recordType == Share.recordType || name == Share.zoneWideShareRecordName
+            if let given = record["fields"] {
+                for (key, value) in try given.object(recordPath + ".fields") {
+                    fields[key] = try Wire.parseField(value, path: "\(recordPath).fields.\(key)")
+                }
+            }
+            parentName = try record["parent"].map { parent throws(WireError) in
+                try parent.required("recordName", in: recordPath + ".parent").string(recordPath + ".parent.recordName")
+            }
+            if isShare {
+                if let title = fields["cloudkit.title"] {
+                    guard case .string(let text) = title else {
+                        throw WireError.wrongType(recordPath + ".fields.cloudkit.title", "a STRING field")
+                    }
+                    self.title = text
+                }
+                rootName = try record["forRecord"].map { root throws(WireError) in
+                    try root.required("recordName", in: recordPath + ".forRecord").string(recordPath + ".forRecord.recordName")
+                }
+                publicPermission = try record["publicPermission"].map { value throws(WireError) in
+                    try Wire.parsePermission(value, path: recordPath + ".publicPermission")
+                }
+                participants = try record["participants"].map { list throws(WireError) in
+                    try Endpoints.parseParticipants(list, path: recordPath + ".participants")
+                }
+                if kind == .create, name != Share.zoneWideShareRecordName, rootName == nil {
+                    throw WireError(.badRequest, "\(recordPath).forRecord is required for a hierarchy share")
+                }
+            }
+            if kind != .create || !isShare, name == nil {
+                throw WireError(.badRequest, "\(recordPath).recordName is required")
+            }
+            if !isShare, kind != .delete, kind != .forceDelete, recordType == nil {
+                throw WireError(.badRequest, "\(recordPath).recordType is required")
             }
         }
-        let parent = try json["parent"].map { parent throws(WireError) in
-            RecordID(recordName: try parent.required("recordName", in: path + ".record.parent").string(path + ".record.parent.recordName"), zoneID: id.zoneID)
-        }
-        var record = Record(recordType: recordType, recordID: id, fields: fields, parent: parent)
-        switch type {
-        case "create":
-            break
-        case "forceUpdate", "replace":
-            // Without a change tag check: take the current one.
-            record.recordChangeTag = (try? request.container.record(for: id))?.recordChangeTag
-        default:
-            record.recordChangeTag = try json.optionalString("recordChangeTag", in: path + ".record")
-        }
-        return Wire.record(try await request.container.save(record))
     }
 
-    private static func modifyShare(
-        _ request: DatabaseRequest, type: String, json: JSONValue, name: String?, zone: RecordZoneID?, path: String
-    ) async throws -> JSONValue {
+    private static func modifyRecord(_ request: DatabaseRequest, _ operation: ParsedOperation) async throws -> JSONValue {
+        let id = RecordID(recordName: operation.name ?? "", zoneID: operation.zone)
+        switch operation.kind {
+        case .delete, .forceDelete:
+            try await request.container.deleteRecord(withID: id)
+            return ["recordName": .string(id.recordName), "zoneID": Wire.zoneID(id.zoneID), "deleted": true]
+        case .create, .update, .forceUpdate, .replace:
+            var record = Record(
+                recordType: operation.recordType ?? "", recordID: id, fields: operation.fields,
+                parent: operation.parentName.map { RecordID(recordName: $0, zoneID: id.zoneID) })
+            switch operation.kind {
+            case .create: break
+            // Without a change tag check: take the current one.
+            case .forceUpdate, .replace: record.recordChangeTag = (try? request.container.record(for: id))?.recordChangeTag
+            default: record.recordChangeTag = operation.changeTag
+            }
+            return Wire.record(try await request.container.save(record))
+        }
+    }
+
+    private static func modifyShare(_ request: DatabaseRequest, _ operation: ParsedOperation) async throws -> JSONValue {
         let container = request.container
-        let caller = request.caller.userRecordName
-        let publicPermission = try json["publicPermission"].map { value throws(WireError) in
-            try Wire.parsePermission(value, path: path + ".record.publicPermission")
-        }
-        let title: String? = try json["fields"]?["cloudkit.title"].map { field throws(WireError) in
-            guard case .string(let text) = try Wire.parseField(field, path: path + ".record.fields.cloudkit.title") else {
-                throw WireError.wrongType(path + ".record.fields.cloudkit.title", "a STRING field")
-            }
-            return text
-        }
-        let participants = try json["participants"].map { list throws(WireError) in
-            try parseParticipants(list, path: path + ".record.participants")
-        }
-        guard let zone else { throw WireError(.badRequest, "\(path): give zoneID (in the record or the request)") }
         var share: Share
-        switch type {
-        case "create":
-            if name == Share.zoneWideShareRecordName {
-                share = try await container.share(recordZoneID: zone, title: title, publicPermission: publicPermission ?? .none)
-            } else {
-                guard let forRecord = json["forRecord"] else {
-                    throw WireError(.badRequest, "\(path).record.forRecord is required for a hierarchy share")
-                }
-                let root = try forRecord.required("recordName", in: path + ".record.forRecord").string(path + ".record.forRecord.recordName")
+        switch operation.kind {
+        case .create:
+            if let root = operation.rootName {
                 share = try await container.share(
-                    rootRecord: RecordID(recordName: root, zoneID: zone), title: title, publicPermission: publicPermission ?? .none)
+                    rootRecord: RecordID(recordName: root, zoneID: operation.zone), title: operation.title,
+                    publicPermission: operation.publicPermission ?? .none)
+            } else {
+                share = try await container.share(
+                    recordZoneID: operation.zone, title: operation.title, publicPermission: operation.publicPermission ?? .none)
             }
-        case "update", "forceUpdate", "replace", "delete", "forceDelete":
-            guard let name else { throw WireError(.badRequest, "\(path).record.recordName is required") }
-            guard let found = findShare(RecordID(recordName: name, zoneID: zone), in: try visibleShares(container), caller: caller) else {
+        case .update, .forceUpdate, .replace, .delete, .forceDelete:
+            let id = RecordID(recordName: operation.name ?? "", zoneID: operation.zone)
+            guard let found = findShare(id, in: try visibleShares(container), caller: request.caller.userRecordName) else {
                 throw WireError(.notFound, "unknownItem: the share does not exist, or it is not shared with you")
             }
             share = found
-            let tag = type == "update" ? try json.optionalString("recordChangeTag", in: path + ".record") : nil
-            if type == "delete" || type == "forceDelete" {
+            let tag = operation.kind == .update || operation.kind == .delete ? operation.changeTag : nil
+            if operation.kind == .delete || operation.kind == .forceDelete {
                 try await container.deleteShare(share.url, ifChangeTag: tag)
-                return ["recordName": .string(name), "zoneID": Wire.zoneID(share.recordID.zoneID), "deleted": true]
+                return ["recordName": .string(id.recordName), "zoneID": Wire.zoneID(share.recordID.zoneID), "deleted": true]
             }
             if let tag, tag != share.recordChangeTag {
                 throw LedgerError(.serverRecordChanged, "the share changed since it was fetched; fetch it, apply your change, and save again")
             }
-            if let publicPermission, publicPermission != share.publicPermission {
-                share = try await container.setPublicPermission(publicPermission, for: share.url)
+            if let permission = operation.publicPermission, permission != share.publicPermission {
+                share = try await container.setPublicPermission(permission, for: share.url)
             }
-            if let title, title != share.title {
+            if let title = operation.title, title != share.title {
                 share = try await container.setTitle(title, for: share.url)
             }
-        default:
-            throw WireError(.badRequest, "\(path).operationType must be create, update, forceUpdate, replace, delete or forceDelete")
         }
-        if let participants {
-            share = try await applyParticipants(participants, to: share, container: container, removeMissing: type != "create")
+        if let participants = operation.participants {
+            share = try await applyParticipants(participants, to: share, container: container, removeMissing: operation.kind != .create)
         }
         return Wire.share(share)
     }
@@ -151,27 +178,35 @@ extension Endpoints {
         var role: Share.Participant.Role
     }
 
-    private static func parseParticipants(_ list: JSONValue, path: String) throws(WireError) -> [RequestedParticipant] {
+    static func parseParticipants(_ list: JSONValue, path: String) throws(WireError) -> [RequestedParticipant] {
         var out: [RequestedParticipant] = []
         for (index, item) in try list.array(path).enumerated() {
             let itemPath = "\(path)[\(index)]"
             let type = try item.optionalString("type", in: itemPath) ?? "USER"
-            if type == "OWNER" || type == "PUBLIC_USER" { continue }  // not invited: the owner is there, public users join
+            guard ["OWNER", "ADMINISTRATOR", "USER", "PUBLIC_USER"].contains(type) else {
+                throw WireError(.badRequest, "\(itemPath).type must be OWNER, ADMINISTRATOR, USER or PUBLIC_USER")
+            }
             let info = try item.required("userIdentity", in: itemPath).required("lookupInfo", in: itemPath + ".userIdentity")
             let infoPath = itemPath + ".userIdentity.lookupInfo"
+            _ = try info.object(infoPath)
+            let email = try info.optionalString("emailAddress", in: infoPath)
+            let phone = try info.optionalString("phoneNumber", in: infoPath)
+            let user = try info.optionalString("userRecordName", in: infoPath)
+            let permission = try item["permission"].map { value throws(WireError) in
+                try Wire.parsePermission(value, path: itemPath + ".permission")
+            } ?? .readOnly
+            // Not invited: the owner is there already, public users join through the URL.
+            if type == "OWNER" || type == "PUBLIC_USER" { continue }
             let lookup: LookupInfo
-            if let email = try info.optionalString("emailAddress", in: infoPath) {
+            if let email {
                 lookup = LookupInfo(emailAddress: email)
-            } else if let phone = try info.optionalString("phoneNumber", in: infoPath) {
+            } else if let phone {
                 lookup = LookupInfo(phoneNumber: phone)
-            } else if let user = try info.optionalString("userRecordName", in: infoPath) {
+            } else if let user {
                 lookup = LookupInfo(userRecordID: RecordID(userRecordName: user))
             } else {
                 throw WireError(.badRequest, "\(infoPath) needs emailAddress, phoneNumber or userRecordName")
             }
-            let permission = try item["permission"].map { value throws(WireError) in
-                try Wire.parsePermission(value, path: itemPath + ".permission")
-            } ?? .readOnly
             out.append(RequestedParticipant(lookup: lookup, permission: permission, role: type == "ADMINISTRATOR" ? .administrator : .privateUser))
         }
         return out

@@ -77,7 +77,7 @@ enum Endpoints {
                 try flag.bool(path + ".shouldFetchRootRecord")
             }
             var keys: [String]?
-            if let desired = item["rootRecordDesiredKeys"] {
+            if let desired = item.nullable("rootRecordDesiredKeys") {
                 keys = []
                 for (keyIndex, key) in try desired.array(path + ".rootRecordDesiredKeys").enumerated() {
                     keys?.append(try key.string("\(path).rootRecordDesiredKeys[\(keyIndex)]"))
@@ -206,7 +206,7 @@ enum Endpoints {
         let items = try request.items("records")
         let requestZone = try request.zoneID()
         var desired: Set<String>?
-        if let keys = request.body["desiredKeys"] {
+        if let keys = request.body.nullable("desiredKeys") {
             desired = []
             for (index, key) in try keys.array("desiredKeys").enumerated() { desired?.insert(try key.string("desiredKeys[\(index)]")) }
         }
@@ -252,28 +252,28 @@ enum Endpoints {
 
     @Sendable static func modifyZones(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
         guard request.database == .private else { throw WireError(.badRequest, "zones/modify works in the private database") }
-        var results: [JSONValue] = []
+        // Read every operation first: a malformed one fails the request and changes nothing.
+        var operations: [(create: Bool, id: RecordZoneID, json: JSONValue)] = []
         for (index, item) in try request.items("operations").enumerated() {
             let path = "operations[\(index)]"
             let type = try item.required("operationType", in: path).string(path + ".operationType")
+            guard type == "create" || type == "delete" else {
+                throw WireError(.badRequest, "\(path).operationType must be create or delete")
+            }
             let zoneJSON = try item.required("zone", in: path).required("zoneID", in: path + ".zone")
-            let id = try Wire.parseZoneID(zoneJSON, path: path + ".zone.zoneID")
+            operations.append((type == "create", try Wire.parseZoneID(zoneJSON, path: path + ".zone.zoneID"), zoneJSON))
+        }
+        var results: [JSONValue] = []
+        for operation in operations {
             do {
-                switch type {
-                case "create":
-                    results.append(zone(try await request.container.save(RecordZone(zoneID: id)).zoneID))
-                case "delete":
-                    try await request.container.deleteRecordZone(withID: id)
-                    results.append(["zoneID": Wire.zoneID(id), "deleted": true])
-                default:
-                    throw WireError(.badRequest, "\(path).operationType must be create or delete")
+                if operation.create {
+                    results.append(zone(try await request.container.save(RecordZone(zoneID: operation.id)).zoneID))
+                } else {
+                    try await request.container.deleteRecordZone(withID: operation.id)
+                    results.append(["zoneID": Wire.zoneID(operation.id), "deleted": true])
                 }
-            } catch let error as WireError {
-                throw error
-            } catch let error as LedgerError {
-                results.append(itemError(WireError(error), ["zoneID": zoneJSON]))
             } catch {
-                results.append(itemError(WireError(.internalError, "the zone operation failed"), ["zoneID": zoneJSON]))
+                results.append(itemError(WireError(error), ["zoneID": operation.json]))
             }
         }
         return ["zones": .array(results)]

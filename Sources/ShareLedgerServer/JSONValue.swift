@@ -60,8 +60,16 @@ enum JSONValue: Sendable, Hashable, Codable {
         return (try? Array(encoder.encode(self))) ?? Array("{}".utf8)
     }
 
+    /// The value of `key` in an object (an explicit `null` included: where the document allows
+    /// `null`, the caller says so; everywhere else it is a wrong type).
     subscript(key: String) -> JSONValue? {
-        guard case .object(let object) = self, let value = object[key], value != .null else { return nil }
+        guard case .object(let object) = self else { return nil }
+        return object[key]
+    }
+
+    /// The value of `key`, with `null` taken as absent (for the keys whose `null` means "all").
+    func nullable(_ key: String) -> JSONValue? {
+        guard let value = self[key], value != .null else { return nil }
         return value
     }
 }

@@ -22,6 +22,8 @@ info:
 
     Whole-request errors come with an HTTP status and an Error dictionary; per-item failures are
     Error dictionaries inside a 200 response's `results`, `records`, `zones` or `users`.
+    A request whose body breaks this document (a wrong type, a missing key, an unknown enum
+    value) fails as a whole with 400 and changes nothing; an item the ledger refuses fails alone.
     Status codes: 400 BAD_REQUEST (malformed JSON, wrong types, more than 400 items, or
     `atomic: true`), 401 AUTHENTICATION_FAILED, 404 NOT_FOUND (unknown container, environment,
     database or endpoint), 405 (wrong method), 413 (body over the limit, 2 MiB by default),
@@ -88,14 +90,13 @@ paths:
           content:
             application/yaml:
               schema:
-                type: string
+                type: object
+                description: This document.
   /database/1/{container}/{environment}/{database}/records/resolve:
-    parameters: &databaseParameters
+    parameters: &anyDatabase
       - $ref: "#/components/parameters/container"
       - $ref: "#/components/parameters/environment"
       - $ref: "#/components/parameters/database"
-      - $ref: "#/components/parameters/ckAPIToken"
-      - $ref: "#/components/parameters/ckWebAuthToken"
     post:
       operationId: recordsResolve
       summary: Share metadata per shortGUID (CloudKit's fetch share metadata). Each fetch is recorded in the log.
@@ -115,7 +116,7 @@ paths:
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/records/accept:
-    parameters: *databaseParameters
+    parameters: *anyDatabase
     post:
       operationId: recordsAccept
       summary: Accept shares by shortGUID; the zone appears in the shared database once the residual task runs.
@@ -135,7 +136,10 @@ paths:
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/records/lookup:
-    parameters: *databaseParameters
+    parameters: &recordDatabase
+      - $ref: "#/components/parameters/container"
+      - $ref: "#/components/parameters/environment"
+      - $ref: "#/components/parameters/recordDatabase"
     post:
       operationId: recordsLookup
       summary: Fetch records and share records (`cloudkit.share`) by name (private or shared database).
@@ -161,7 +165,8 @@ paths:
                 zoneID:
                   $ref: "#/components/schemas/ZoneID"
                 desiredKeys:
-                  type: array
+                  type: [array, "null"]
+                  description: The fields to include; null or absent for all.
                   items:
                     type: string
       responses:
@@ -174,7 +179,7 @@ paths:
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/records/modify:
-    parameters: *databaseParameters
+    parameters: *recordDatabase
     post:
       operationId: recordsModify
       summary: Create, update and delete records and shares (private or shared database), one operation at a time.
@@ -210,7 +215,7 @@ paths:
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/zones/list:
-    parameters: *databaseParameters
+    parameters: *anyDatabase
     get:
       operationId: zonesListGet
       summary: The zones of the database (private - the caller's; shared - accepted shares' zones).
@@ -234,7 +239,10 @@ paths:
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/zones/modify:
-    parameters: *databaseParameters
+    parameters:
+      - $ref: "#/components/parameters/container"
+      - $ref: "#/components/parameters/environment"
+      - $ref: "#/components/parameters/privateDatabase"
     post:
       operationId: zonesModify
       summary: Create or delete zones (private database).
@@ -268,7 +276,7 @@ paths:
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/users/caller:
-    parameters: *databaseParameters
+    parameters: *anyDatabase
     get:
       operationId: usersCaller
       summary: The caller's user identity.
@@ -282,7 +290,7 @@ paths:
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/users/lookup/email:
-    parameters: *databaseParameters
+    parameters: *anyDatabase
     post:
       operationId: usersLookupEmail
       summary: User identities by email address.
@@ -315,7 +323,7 @@ paths:
                   users:
                     type: array
                     items:
-                      oneOf:
+                      anyOf:
                         - $ref: "#/components/schemas/UserIdentity"
                         - $ref: "#/components/schemas/Error"
         default:
@@ -343,20 +351,21 @@ components:
       schema:
         type: string
         enum: [public, private, shared]
-    ckAPIToken:
-      name: ckAPIToken
-      in: query
-      required: false
-      description: The container's API token (`share-ledger token create --container C`).
+    recordDatabase:
+      name: database
+      in: path
+      required: true
+      description: Records live in the private database (the owner's) and the shared database (others' zones).
       schema:
         type: string
-    ckWebAuthToken:
-      name: ckWebAuthToken
-      in: query
-      required: false
-      description: The user's web auth token (`share-ledger token create --container C --user U`).
+        enum: [private, shared]
+    privateDatabase:
+      name: database
+      in: path
+      required: true
       schema:
         type: string
+        enum: [private]
   responses:
     Error:
       description: The whole request failed (see the status codes above).
@@ -375,7 +384,7 @@ components:
               zones:
                 type: array
                 items:
-                  oneOf:
+                  anyOf:
                     - $ref: "#/components/schemas/Zone"
                     - $ref: "#/components/schemas/Error"
   schemas:
@@ -598,7 +607,8 @@ components:
               shouldFetchRootRecord:
                 type: boolean
               rootRecordDesiredKeys:
-                type: array
+                type: [array, "null"]
+                description: The root record's fields to include; null or absent for all.
                 items:
                   type: string
     ShortGUIDResponse:
@@ -608,7 +618,7 @@ components:
         results:
           type: array
           items:
-            oneOf:
+            anyOf:
               - $ref: "#/components/schemas/ShortGUIDResult"
               - $ref: "#/components/schemas/Error"
     ShortGUIDResult:
@@ -648,10 +658,12 @@ components:
       type: apiKey
       in: query
       name: ckAPIToken
+      description: The container's API token (`share-ledger token create --container C`).
     webAuthToken:
       type: apiKey
       in: query
       name: ckWebAuthToken
+      description: The user's web auth token (`share-ledger token create --container C --user U`).
 security:
   - apiToken: []
     webAuthToken: []

@@ -101,6 +101,7 @@ enum Wire {
     static func parseZoneID(_ json: JSONValue, path: String) throws(WireError) -> RecordZoneID {
         let name = try json.required("zoneName", in: path).string(path + ".zoneName")
         let owner = try json.optionalString("ownerRecordName", in: path)
+        _ = try json.optionalString("zoneType", in: path)
         return RecordZoneID(zoneName: name, ownerName: owner ?? RecordZoneID.defaultOwnerName)
     }
 
