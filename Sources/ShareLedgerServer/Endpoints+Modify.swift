@@ -83,21 +83,23 @@ extension Endpoints {
             parentName = try record["parent"].map { parent throws(WireError) in
                 try parent.required("recordName", in: recordPath + ".parent").string(recordPath + ".parent.recordName")
             }
+            // The share keys are read (and their types checked) on every record; only shares use them.
+            rootName = try record["forRecord"].map { root throws(WireError) in
+                _ = try root.optionalString("recordChangeTag", in: recordPath + ".forRecord")
+                return try root.required("recordName", in: recordPath + ".forRecord").string(recordPath + ".forRecord.recordName")
+            }
+            publicPermission = try record["publicPermission"].map { value throws(WireError) in
+                try Wire.parsePermission(value, path: recordPath + ".publicPermission")
+            }
+            participants = try record["participants"].map { list throws(WireError) in
+                try Endpoints.parseParticipants(list, path: recordPath + ".participants")
+            }
             if isShare {
                 if let title = fields["cloudkit.title"] {
                     guard case .string(let text) = title else {
                         throw WireError.wrongType(recordPath + ".fields.cloudkit.title", "a STRING field")
                     }
                     self.title = text
-                }
-                rootName = try record["forRecord"].map { root throws(WireError) in
-                    try root.required("recordName", in: recordPath + ".forRecord").string(recordPath + ".forRecord.recordName")
-                }
-                publicPermission = try record["publicPermission"].map { value throws(WireError) in
-                    try Wire.parsePermission(value, path: recordPath + ".publicPermission")
-                }
-                participants = try record["participants"].map { list throws(WireError) in
-                    try Endpoints.parseParticipants(list, path: recordPath + ".participants")
                 }
                 if kind == .create, name != Share.zoneWideShareRecordName, rootName == nil {
                     throw WireError(.badRequest, "\(recordPath).forRecord is required for a hierarchy share")

@@ -12,22 +12,37 @@ enum JSONValue: Sendable, Hashable, Codable {
     case array([JSONValue])
     case object([String: JSONValue])
 
+    private struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    /// Objects and arrays are tried first (they are what requests are made of), then the scalars:
+    /// each failed attempt costs a thrown DecodingError.
     init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
-            self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Int64.self) {
-            self = .int(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .double(value)
-        } else if let value = try? container.decode(String.self) {
-            self = .string(value)
-        } else if let value = try? container.decode([JSONValue].self) {
-            self = .array(value)
+        if let keyed = try? decoder.container(keyedBy: AnyKey.self) {
+            var object: [String: JSONValue] = [:]
+            for key in keyed.allKeys { object[key.stringValue] = try keyed.decode(JSONValue.self, forKey: key) }
+            self = .object(object)
+        } else if var unkeyed = try? decoder.unkeyedContainer() {
+            var values: [JSONValue] = []
+            while !unkeyed.isAtEnd { values.append(try unkeyed.decode(JSONValue.self)) }
+            self = .array(values)
         } else {
-            self = .object(try container.decode([String: JSONValue].self))
+            let container = try decoder.singleValueContainer()
+            if container.decodeNil() {
+                self = .null
+            } else if let value = try? container.decode(String.self) {
+                self = .string(value)
+            } else if let value = try? container.decode(Bool.self) {
+                self = .bool(value)
+            } else if let value = try? container.decode(Int64.self) {
+                self = .int(value)
+            } else {
+                self = .double(try container.decode(Double.self))
+            }
         }
     }
 
@@ -53,11 +68,60 @@ enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
-    /// The value as compact JSON bytes with sorted keys.
+    /// The value as compact JSON bytes with sorted keys. Written by hand: JSONEncoder over this enum
+    /// was a large share of a resolve's time on the HTTP path (docs/benchmarks.md).
     var bytes: [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return (try? Array(encoder.encode(self))) ?? Array("{}".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(1_024)
+        write(into: &out)
+        return out
+    }
+
+    func write(into out: inout [UInt8]) {
+        switch self {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let value): out.append(contentsOf: (value ? "true" : "false").utf8)
+        case .int(let value): out.append(contentsOf: String(value).utf8)
+        // JSON has no infinity or NaN; Swift's shortest round-trip form is valid JSON otherwise.
+        case .double(let value): out.append(contentsOf: (value.isFinite ? String(value) : "null").utf8)
+        case .string(let value): Self.writeString(value, into: &out)
+        case .array(let values):
+            out.append(UInt8(ascii: "["))
+            for (index, value) in values.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                value.write(into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let object):
+            out.append(UInt8(ascii: "{"))
+            for (index, key) in object.keys.sorted().enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                Self.writeString(key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                object[key]?.write(into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    private static func writeString(_ text: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(contentsOf: "\\\"".utf8)
+            case UInt8(ascii: "\\"): out.append(contentsOf: "\\\\".utf8)
+            case 0x0A: out.append(contentsOf: "\\n".utf8)
+            case 0x0D: out.append(contentsOf: "\\r".utf8)
+            case 0x09: out.append(contentsOf: "\\t".utf8)
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: "\\u00".utf8)
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 0xF)])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
     }
 
     /// The value of `key` in an object (an explicit `null` included: where the document allows

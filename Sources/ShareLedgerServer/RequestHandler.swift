@@ -14,7 +14,9 @@ struct RequestHandler: Sendable {
 
     func handle(_ request: Request, context: BasicRequestContext) async -> Response {
         let start = ContinuousClock.now
-        let requestID = context.id
+        // Hummingbird's request id lives in the logger's metadata; a log handler that keeps no metadata
+        // (SwiftLogNoOpLogHandler) loses it, and `context.id` would then trap: make one instead.
+        let requestID = context.logger[metadataKey: "hb.request.id"].map { "\($0)" } ?? ServerCredentials.randomHex(bytes: 16)
         var endpointName = "unknown"
         var items = 0
         var credentialID: String?

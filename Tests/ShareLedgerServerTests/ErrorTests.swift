@@ -131,6 +131,16 @@ struct ErrorTests {
         }
     }
 
+    /// A log handler that keeps no metadata loses Hummingbird's request id: answers still carry one.
+    @Test func logsOffStillAnswers() async throws {
+        try await ServerHarness.run(keepingLogs: false) { server in
+            let bad = try await server.send(.POST, server.url("records/resolve", database: "public", as: "_bob"), body: Array("{".utf8))
+            #expect(bad.status == 400 && (bad.json["uuid"] as? String)?.count == 32)
+            let good = try await server.send(.GET, server.url("users/caller", database: "public", as: "_bob"))
+            #expect(good.status == 200)
+        }
+    }
+
     /// /healthz, /readyz, /metrics and /openapi.yaml (which is docs/openapi.yaml).
     @Test func operationsEndpoints() async throws {
         try await ServerHarness.run { server in

@@ -22,15 +22,19 @@ struct PythonClientTests {
                 "SL_OWNER_TOKEN": server.webTokens["_alice"] ?? "", "SL_PARTICIPANT_TOKEN": server.webTokens["_bob"] ?? "",
                 "SL_PARTICIPANT_EMAIL": "bob@example.com", "SL_OWNER_NAME": "_alice",
             ]
-            let errors = Pipe()
+            // Output through a file: a read from a pipe can be interrupted by SIGCHLD (a trap in Foundation).
+            let errorsPath = server.directory.child("python.err")
+            _ = FileManager.default.createFile(atPath: errorsPath, contents: nil)
+            let errors = try FileHandle(forWritingTo: URL(fileURLWithPath: errorsPath))
             process.standardError = errors
-            process.standardOutput = Pipe()
+            process.standardOutput = FileHandle.nullDevice
             let finished = AsyncStream.makeStream(of: Int32.self)
             process.terminationHandler = { finished.continuation.yield($0.terminationStatus) }
             try process.run()
             var iterator = finished.stream.makeAsyncIterator()
             let status = await iterator.next()
-            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            try errors.close()
+            let message = (try? String(contentsOfFile: errorsPath, encoding: .utf8)) ?? ""
             #expect(status == 0, "\(message)")
             let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")

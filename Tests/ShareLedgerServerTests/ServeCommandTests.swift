@@ -6,34 +6,35 @@ import TestSupport
 /// token`, /metrics through the process-wide Prometheus bootstrap, and a clean stop on SIGTERM.
 @Suite("Server: the serve command")
 struct ServeCommandTests {
-    static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+    /// Runs `executable` to completion; its standard output goes through a file (a read from a pipe
+    /// can be interrupted by SIGCHLD, which Foundation's readDataToEndOfFile turns into a trap).
+    static func capture(_ executable: URL, _ arguments: [String]) throws -> (status: Int32, output: String) {
+        let directory = TemporaryDirectory()
+        let path = directory.child("stdout")
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         let process = Process()
-        process.executableURL = builtProduct("share-ledger")
+        process.executableURL = executable
         process.arguments = arguments
-        let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        try output.close()
+        return (process.terminationStatus, try String(contentsOfFile: path, encoding: .utf8))
+    }
+
+    static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        try capture(builtProduct("share-ledger"), arguments)
     }
 
     static func get(_ url: String, query: String = "") async throws -> (status: Int, body: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         // curl is not on every machine; Python's urllib is what the other client test uses.
-        process.arguments = [
+        let text = try capture(URL(fileURLWithPath: "/usr/bin/env"), [
             "python3", "-c",
             "import sys,urllib.request,urllib.error\ntry:\n r=urllib.request.urlopen(sys.argv[1]);print(r.status);print(r.read().decode())\nexcept urllib.error.HTTPError as e:\n print(e.code);print(e.read().decode())",
             url + query,
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
+        ]).output
         let lines = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
         return (Int(lines.first ?? "") ?? 0, lines.count > 1 ? String(lines[1]) : "")
     }
@@ -54,17 +55,18 @@ struct ServeCommandTests {
         let server = Process()
         server.executableURL = builtProduct("share-ledger")
         server.arguments = ["serve", "--path", path, "--port", "0", "--json"]
-        let output = Pipe()
+        let outputPath = directory.child("serve.out")
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
         server.standardOutput = output
         server.standardError = FileHandle.nullDevice
         try server.run()
         defer { if server.isRunning { server.terminate() } }
-        // The first line says where it listens.
+        // The first line says where it listens: wait for it (or for the process to end).
         var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            line += chunk
+        while server.isRunning, !line.contains(UInt8(ascii: "\n")) {
+            try await Task.sleep(for: .milliseconds(10))
+            line = FileManager.default.contents(atPath: outputPath) ?? Data()
         }
         let listening = try #require((try? JSONSerialization.jsonObject(with: line)) as? [String: Any])
         let base = try #require(listening["listening"] as? String)

@@ -45,7 +45,11 @@ final class ServerHarness: Sendable {
     }
 
     /// Runs `body` against a started server, then shuts the server down gracefully and closes the ledger.
-    static func run(_ label: String = #function, _ body: @Sendable (ServerHarness) async throws -> Void) async throws {
+    /// - Parameter keepingLogs: false runs the server with `SwiftLogNoOpLogHandler` (which keeps no
+    ///   metadata, not even the request id).
+    static func run(
+        _ label: String = #function, keepingLogs: Bool = true, _ body: @Sendable (ServerHarness) async throws -> Void
+    ) async throws {
         let directory = TemporaryDirectory(label)
         var configuration = EventLog.Configuration(path: directory.path, createIfMissing: true)
         // The worker looks for due tasks often, so that accepted zones appear quickly.
@@ -64,7 +68,9 @@ final class ServerHarness: Sendable {
             webTokenIDs[user] = issued.entry.id
         }
         let capture = LogCapture()
-        let logger = Logger(label: "test.server") { _ in capture.handler() }
+        let logger = Logger(label: "test.server") { _ -> any LogHandler in
+            keepingLogs ? capture.handler() : SwiftLogNoOpLogHandler()
+        }
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let server = LedgerServer(
             ledger: ledger, credentials: credentials,

@@ -9,6 +9,8 @@ import TestSupport
 /// A share's whole life over HTTP, from a real client against the real server on loopback.
 @Suite("Server: a share's life over HTTP")
 struct ShareLifeTests {
+    static let awkwardText = "a \"quoted\" \\ line\nand\ttab\u{01}\u{1F} é 🎉 </script>"
+
     /// Creates zone, record and share with an invitation as _alice; resolves and accepts as _bob;
     /// waits for the zone to appear in _bob's shared database; reads the shared record; then audits.
     @Test func shareLifeOverHTTP() async throws {
@@ -26,7 +28,10 @@ struct ShareLifeTests {
                             "operationType": "create",
                             "record": [
                                 "recordName": "Note-1", "recordType": "Note",
-                                "fields": ["title": ["value": "Groceries", "type": "STRING"], "count": ["value": 3]],
+                                "fields": [
+                                    "title": ["value": "Groceries", "type": "STRING"], "count": ["value": 3],
+                                    "note": ["value": Self.awkwardText, "type": "STRING"], "ratio": ["value": 0.25],
+                                ],
                             ],
                         ]
                     ],
@@ -35,6 +40,9 @@ struct ShareLifeTests {
             let saved = try #require((record.json["records"] as? [[String: Any]])?.first)
             #expect(saved["recordChangeTag"] is String)
             #expect(((saved["fields"] as? [String: Any])?["count"] as? [String: Any])?["type"] as? String == "INT64")
+            // Quotes, backslashes, control characters and non-ASCII text come back as sent.
+            #expect(((saved["fields"] as? [String: Any])?["note"] as? [String: Any])?["value"] as? String == Self.awkwardText)
+            #expect(((saved["fields"] as? [String: Any])?["ratio"] as? [String: Any])?["value"] as? Double == 0.25)
 
             let shared = try await server.post(
                 "records/modify", as: "_alice",
