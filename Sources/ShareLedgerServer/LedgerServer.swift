@@ -42,7 +42,7 @@ public struct LedgerServer: Service {
         public var maxItemsPerRequest: Int
         /// How far a server-to-server request's date may be from the server's clock (default 300 s).
         public var signatureWindow: TimeInterval
-        /// Connections idle this long are closed (default 60 s; also ends slow clients' requests).
+        /// A connection that sends nothing for this long is closed (default 60 s), a half-sent request's included.
         public var idleTimeout: Duration
         /// The most open connections; more wait to be accepted (default 4,096).
         public var maxConnections: Int

@@ -123,6 +123,18 @@ struct ShareLifeTests {
             #expect(stats.shares == 1 && stats.acceptedParticipants >= 1)
             let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")
+            // Its history is what the clients did, in order, each event by the acting user.
+            let events = try server.ledger.log.events(after: LogPosition(rawValue: 0), limit: 1_000)
+            let story = events.map { ($0.actor, $0.eventType.split(separator: ".").last.map(String.init) ?? "") }
+            let expected = [
+                ("_alice", "ZoneCreated"), ("_alice", "RecordSaved"), ("_alice", "ShareCreated"), ("_alice", "ParticipantAdded"),
+                ("_bob", "ShareMetadataFetched"), ("_bob", "ShareAccepted"),
+            ]
+            var remaining = expected[...]
+            for (actor, type) in story where remaining.first.map({ $0 == (actor, type) }) ?? false {
+                remaining = remaining.dropFirst()
+            }
+            #expect(remaining.isEmpty, "\(story.map { "\($0.0) \($0.1)" })")
 
             // No token and no email address in any log line.
             let lines = server.logLines.all
