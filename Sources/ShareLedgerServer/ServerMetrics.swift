@@ -3,7 +3,8 @@ import Prometheus
 import ShareLedger
 
 /// The server's metrics: per endpoint (request counts by status, latency, items per request) through
-/// swift-metrics, and the ledger's gauges (events, commands committed, residual tasks and their lag)
+/// swift-metrics, and the ledger's gauges (events, commands committed, the writer's queue depth,
+/// residual tasks and their lag)
 /// read from ``ShareLedger/statistics()`` each time `/metrics` is scraped. Their names start with
 /// `shareledger_ledger_`, which no swift-metrics metric of the library uses: the registry refuses (it
 /// traps) one name registered twice with different help texts.
@@ -23,17 +24,22 @@ struct ServerMetrics: Sendable {
     /// The Prometheus text page, after refreshing the ledger's gauges; nil without a registry.
     func page(ledger: ShareLedger) -> [UInt8]? {
         guard let registry else { return nil }
-        if let stats = try? ledger.statistics() {
-            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "shareledger_ledger_events", unitName: "", helpText: "Events in the log")).set(Double(stats.events))
-            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "shareledger_ledger_commands", unitName: "", helpText: "Commands committed")).set(Double(stats.commands))
-            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "shareledger_ledger_residual_tasks_pending", unitName: "", helpText: "Residual tasks not done yet"))
-                .set(Double(stats.pendingResidualTasks))
-            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "shareledger_ledger_residual_tasks_parked", unitName: "", helpText: "Residual tasks parked after failing"))
-                .set(Double(stats.parkedResidualTasks))
-            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "shareledger_ledger_residual_task_lag_seconds", unitName: "", helpText: "Age of the oldest pending residual task"))
-                .set(stats.oldestPendingTaskAgeSeconds)
-            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "shareledger_ledger_used_bytes", unitName: "", helpText: "Bytes of the ledger's map in use")).set(Double(stats.usedBytes))
+        func gauge(_ name: String, _ help: String, _ value: Double) {
+            registry.makeGauge(descriptor: MetricNameDescriptor(metricName: name, unitName: "", helpText: help)).set(value)
         }
+        if let stats = try? ledger.statistics() {
+            gauge("shareledger_ledger_events", "Events in the log", Double(stats.events))
+            gauge("shareledger_ledger_commands", "Commands committed", Double(stats.commands))
+            gauge("shareledger_ledger_residual_tasks_pending", "Residual tasks not done yet", Double(stats.pendingResidualTasks))
+            gauge(
+                "shareledger_ledger_residual_tasks_parked", "Residual tasks parked after failing",
+                Double(stats.parkedResidualTasks))
+            gauge(
+                "shareledger_ledger_residual_task_lag_seconds", "Age of the oldest pending residual task",
+                stats.oldestPendingTaskAgeSeconds)
+            gauge("shareledger_ledger_used_bytes", "Bytes of the ledger's map in use", Double(stats.usedBytes))
+        }
+        gauge("shareledger_ledger_writer_queue_depth", "Commands waiting for the writer thread", Double(ledger.writerQueueDepth))
         return registry.emitToBuffer()
     }
 }
