@@ -161,7 +161,8 @@ struct HTTPBench {
         // wrk writes to a file, read after it exits: a read from a pipe can be interrupted by the
         // child's SIGCHLD (EINTR), which Foundation's readDataToEndOfFile turns into a trap.
         let outputPath = script.deletingLastPathComponent().appendingPathComponent("wrk-\(endpoint).out").path
-        guard FileManager.default.createFile(atPath: outputPath, contents: nil), let output = FileHandle(forWritingAtPath: outputPath)
+        guard FileManager.default.createFile(atPath: outputPath, contents: nil),
+            let output = FileHandle(forWritingAtPath: outputPath)
         else { throw LedgerError(.invalidArguments, "cannot write \(outputPath)") }
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -203,7 +204,9 @@ struct HTTPBench {
     }
 
     /// 64 tasks accepting fresh (user, share) pairs for `seconds`; latency percentiles and rate.
-    private func inProcessAccepts(_ ledger: ShareLedger, shares: [Share]) async throws
+    private func inProcessAccepts(
+        _ ledger: ShareLedger, shares: [Share]
+    ) async throws
         -> (p50Millis: Double, p99Millis: Double, perSecond: Double)
     {
         let pairs = Self.users * shares.count
@@ -229,6 +232,8 @@ struct HTTPBench {
         }
         let elapsed = (ContinuousClock.now - started).seconds
         guard !samples.isEmpty else { return (0, 0, 0) }
-        return (samples[samples.count / 2], samples[min(samples.count - 1, samples.count * 99 / 100)], Double(samples.count) / elapsed)
+        return (
+            samples[samples.count / 2], samples[min(samples.count - 1, samples.count * 99 / 100)], Double(samples.count) / elapsed
+        )
     }
 }

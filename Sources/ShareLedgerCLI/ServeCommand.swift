@@ -44,7 +44,9 @@ struct ServeCommand: AsyncParsableCommand {
         if !(0...65_535).contains(port) { throw ValidationError("--port must be 0 to 65535") }
         if maxBodyBytes < 1_024 { throw ValidationError("--max-body-bytes must be 1024 or more") }
         if !(1...400).contains(maxItems) { throw ValidationError("--max-items must be 1 to 400") }
-        if Logger.Level(rawValue: logLevel) == nil { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
+        if Logger.Level(rawValue: logLevel) == nil {
+            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+        }
     }
 
     struct Listening: Encodable {
@@ -79,7 +81,8 @@ struct ServeCommand: AsyncParsableCommand {
                     // Written unbuffered: whoever started the server reads this line through a pipe.
                     let encoder = JSONEncoder()
                     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-                    let line = (try? encoder.encode(Listening(listening: "http://\(host):\(port)", port: port, pid: getpid()))) ?? Data()
+                    let line =
+                        (try? encoder.encode(Listening(listening: "http://\(host):\(port)", port: port, pid: getpid()))) ?? Data()
                     FileHandle.standardOutput.write(line + Data("\n".utf8))
                 }
             })
@@ -89,7 +92,8 @@ struct ServeCommand: AsyncParsableCommand {
         do {
             try await group.run()
         } catch {
-            logger.error("share-ledger serve stopped on an error", metadata: ["error": "\(String(describing: error).prefix(200))"])
+            logger.error(
+                "share-ledger serve stopped on an error", metadata: ["error": "\(String(describing: error).prefix(200))"])
             await shareLedger.close()
             throw ExitCode(1)
         }

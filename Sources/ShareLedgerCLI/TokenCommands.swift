@@ -28,7 +28,9 @@ struct TokenCommand: AsyncParsableCommand {
         @Option(help: "The user record name a web auth token names (without it: an API token).")
         var user: String?
 
-        @Option(name: .customLong("expires-in"), help: "Lifetime in seconds (web auth tokens: default 30 days; API tokens: default never).")
+        @Option(
+            name: .customLong("expires-in"),
+            help: "Lifetime in seconds (web auth tokens: default 30 days; API tokens: default never).")
         var expiresIn: Int?
 
         func validate() throws {
@@ -108,7 +110,8 @@ struct TokenCommand: AsyncParsableCommand {
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "list", abstract: "List tokens and keys (never the tokens themselves).")
+        static let configuration = CommandConfiguration(
+            commandName: "list", abstract: "List tokens and keys (never the tokens themselves).")
 
         @OptionGroup var ledger: LedgerOptions
 
@@ -116,11 +119,12 @@ struct TokenCommand: AsyncParsableCommand {
             let credentials = ServerCredentials(ledgerPath: ledger.path)
             let entries = try reporting(json: ledger.json) { () throws(ServerError) in try credentials.list() }
             if ledger.json {
-                Output.printJSON(entries.map { entry in
-                    var shown = entry
-                    shown.tokenSHA256 = nil
-                    return shown
-                })
+                Output.printJSON(
+                    entries.map { entry in
+                        var shown = entry
+                        shown.tokenSHA256 = nil
+                        return shown
+                    })
                 return
             }
             if entries.isEmpty { print("no tokens or keys") }

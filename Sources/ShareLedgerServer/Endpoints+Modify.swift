@@ -10,7 +10,8 @@ extension Endpoints {
         let operations = try request.items("operations")
         if try request.body["atomic"].map({ flag throws(WireError) in try flag.bool("atomic") }) == true, operations.count > 1 {
             throw WireError(
-                .badRequest, "atomic: true is not supported for more than one operation; send atomic: false (each operation "
+                .badRequest,
+                "atomic: true is not supported for more than one operation; send atomic: false (each operation "
                     + "is applied on its own and answered per item)")
         }
         let requestZone = try request.zoneID()
@@ -60,7 +61,8 @@ extension Endpoints {
         init(_ operation: JSONValue, path: String, requestZone: RecordZoneID?) throws(WireError) {
             let typeText = try operation.required("operationType", in: path).string(path + ".operationType")
             guard let kind = Kind(rawValue: typeText) else {
-                throw WireError(.badRequest, "\(path).operationType must be create, update, forceUpdate, replace, delete or forceDelete")
+                throw WireError(
+                    .badRequest, "\(path).operationType must be create, update, forceUpdate, replace, delete or forceDelete")
             }
             self.kind = kind
             let record = try operation.required("record", in: path)
@@ -69,7 +71,9 @@ extension Endpoints {
             recordType = try record.optionalString("recordType", in: recordPath)
             name = try record.optionalString("recordName", in: recordPath)
             changeTag = try record.optionalString("recordChangeTag", in: recordPath)
-            let zone = try record["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: recordPath + ".zoneID") }
+            let zone = try record["zoneID"].map { zone throws(WireError) in
+                try Wire.parseZoneID(zone, path: recordPath + ".zoneID")
+            }
             guard let zone = zone ?? requestZone else {
                 throw WireError(.badRequest, "\(path): give zoneID (in the record or the request)")
             }
@@ -159,7 +163,8 @@ extension Endpoints {
                 return ["recordName": .string(id.recordName), "zoneID": Wire.zoneID(share.recordID.zoneID), "deleted": true]
             }
             if let tag, tag != share.recordChangeTag {
-                throw LedgerError(.serverRecordChanged, "the share changed since it was fetched; fetch it, apply your change, and save again")
+                throw LedgerError(
+                    .serverRecordChanged, "the share changed since it was fetched; fetch it, apply your change, and save again")
             }
             if let permission = operation.publicPermission, permission != share.publicPermission {
                 share = try await container.setPublicPermission(permission, for: share.url)
@@ -169,7 +174,8 @@ extension Endpoints {
             }
         }
         if let participants = operation.participants {
-            share = try await applyParticipants(participants, to: share, container: container, removeMissing: operation.kind != .create)
+            share = try await applyParticipants(
+                participants, to: share, container: container, removeMissing: operation.kind != .create)
         }
         return Wire.share(share)
     }
@@ -194,9 +200,10 @@ extension Endpoints {
             let email = try info.optionalString("emailAddress", in: infoPath)
             let phone = try info.optionalString("phoneNumber", in: infoPath)
             let user = try info.optionalString("userRecordName", in: infoPath)
-            let permission = try item["permission"].map { value throws(WireError) in
-                try Wire.parsePermission(value, path: itemPath + ".permission")
-            } ?? .readOnly
+            let permission =
+                try item["permission"].map { value throws(WireError) in
+                    try Wire.parsePermission(value, path: itemPath + ".permission")
+                } ?? .readOnly
             // Not invited: the owner is there already, public users join through the URL.
             if type == "OWNER" || type == "PUBLIC_USER" { continue }
             let lookup: LookupInfo
@@ -209,7 +216,9 @@ extension Endpoints {
             } else {
                 throw WireError(.badRequest, "\(infoPath) needs emailAddress, phoneNumber or userRecordName")
             }
-            out.append(RequestedParticipant(lookup: lookup, permission: permission, role: type == "ADMINISTRATOR" ? .administrator : .privateUser))
+            out.append(
+                RequestedParticipant(
+                    lookup: lookup, permission: permission, role: type == "ADMINISTRATOR" ? .administrator : .privateUser))
         }
         return out
     }
@@ -229,14 +238,17 @@ extension Endpoints {
         }
         var kept = Set<String>()
         for wanted in requested {
-            if let existing = share.participants.first(where: { $0.role != .owner && $0.acceptanceStatus != .removed && matches($0, wanted.lookup) }) {
+            if let existing = share.participants.first(where: {
+                $0.role != .owner && $0.acceptanceStatus != .removed && matches($0, wanted.lookup)
+            }) {
                 kept.insert(existing.participantID)
                 if existing.permission != wanted.permission || existing.role != wanted.role {
                     share = try await container.setPermission(
                         wanted.permission, role: wanted.role, forParticipant: existing.participantID, in: share.url)
                 }
             } else {
-                share = try await container.addParticipant(wanted.lookup, permission: wanted.permission, role: wanted.role, to: share.url)
+                share = try await container.addParticipant(
+                    wanted.lookup, permission: wanted.permission, role: wanted.role, to: share.url)
                 if let added = share.participants.last(where: { matches($0, wanted.lookup) }) { kept.insert(added.participantID) }
             }
         }

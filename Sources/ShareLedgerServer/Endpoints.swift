@@ -137,7 +137,9 @@ enum Endpoints {
             metadatas[url] = Result { () throws(LedgerError) in try request.container.shareMetadataWithoutLogging(for: url) }
         }
         var seen = Set<Share.Metadata>()
-        let toAccept = items.compactMap { item in item.url.flatMap { try? metadatas[$0]?.get() } }.filter { seen.insert($0).inserted }
+        let toAccept = items.compactMap { item in item.url.flatMap { try? metadatas[$0]?.get() } }.filter {
+            seen.insert($0).inserted
+        }
         let accepted: [Share.Metadata: Result<Share, LedgerError>]
         do {
             accepted = toAccept.isEmpty ? [:] : try await request.container.accept(toAccept)
@@ -208,7 +210,9 @@ enum Endpoints {
         var desired: Set<String>?
         if let keys = request.body.nullable("desiredKeys") {
             desired = []
-            for (index, key) in try keys.array("desiredKeys").enumerated() { desired?.insert(try key.string("desiredKeys[\(index)]")) }
+            for (index, key) in try keys.array("desiredKeys").enumerated() {
+                desired?.insert(try key.string("desiredKeys[\(index)]"))
+            }
         }
         let caller = request.caller.userRecordName
         var shares: [RecordID: Share]?
@@ -243,7 +247,8 @@ enum Endpoints {
             switch request.database {
             case .private: return ["zones": .array(try request.container.recordZones().map { zone($0.zoneID) })]
             case .shared: return ["zones": .array(try request.container.sharedDatabaseZones().map(zone))]
-            case .public: return ["zones": [zone(RecordZoneID(zoneName: RecordZoneID.defaultZoneName, ownerName: "_defaultOwner"))]]
+            case .public:
+                return ["zones": [zone(RecordZoneID(zoneName: RecordZoneID.defaultZoneName, ownerName: "_defaultOwner"))]]
             }
         } catch {
             throw WireError(error)
@@ -298,7 +303,8 @@ enum Endpoints {
                 if let identity = try request.container.userIdentity(forEmailAddress: email) {
                     results.append(Wire.identity(identity))
                 } else {
-                    results.append(itemError(WireError(.notFound, "no user has this email address"), ["emailAddress": .string(email)]))
+                    results.append(
+                        itemError(WireError(.notFound, "no user has this email address"), ["emailAddress": .string(email)]))
                 }
             } catch {
                 throw WireError(error)

@@ -48,7 +48,8 @@ struct RequestAuthenticator: Sendable {
             throw WireError(.authenticationFailed, "the API token is not valid for this container")
         }
         guard let webAuthToken, !webAuthToken.isEmpty else {
-            throw WireError(.authenticationRequired, "this request needs a signed-in user: add ckWebAuthToken", redirectURL: signInURL)
+            throw WireError(
+                .authenticationRequired, "this request needs a signed-in user: add ckWebAuthToken", redirectURL: signInURL)
         }
         guard let web = credentials.entry(forToken: webAuthToken, kind: .webAuthToken, now: now), web.container == container,
             let user = web.userRecordName
@@ -58,7 +59,9 @@ struct RequestAuthenticator: Sendable {
         return Caller(userRecordName: user, credentialID: web.id, method: .webAuthToken)
     }
 
-    private func checkSignature(_ signature: Signature, container: String, subpath: String, body: [UInt8], now: Date)
+    private func checkSignature(
+        _ signature: Signature, container: String, subpath: String, body: [UInt8], now: Date
+    )
         throws(WireError) -> Caller
     {
         let failed = WireError(.authenticationFailed, "the server-to-server signature does not verify")
@@ -70,7 +73,8 @@ struct RequestAuthenticator: Sendable {
         guard let date = Self.parseDate(signature.date), abs(date.timeIntervalSince(now)) <= signatureWindow else {
             throw WireError(
                 .authenticationFailed,
-                "X-Apple-CloudKit-Request-ISO8601Date must be yyyy-MM-ddTHH:mm:ssZ within \(Int(signatureWindow)) s of the server's clock")
+                "X-Apple-CloudKit-Request-ISO8601Date must be yyyy-MM-ddTHH:mm:ssZ within \(Int(signatureWindow)) s of the server's clock"
+            )
         }
         guard let bytes = Data(base64Encoded: signature.signature) else { throw failed }
         let message = Self.signedMessage(date: signature.date, body: body, subpath: subpath)

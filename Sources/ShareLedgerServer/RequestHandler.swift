@@ -30,7 +30,8 @@ struct RequestHandler: Sendable {
             }
             endpointName = subpath
             guard endpoint.methods.contains(request.method.rawValue) else {
-                throw WireError(.badRequest, "\(subpath) takes \(endpoint.methods.sorted().joined(separator: " or "))", status: 405)
+                throw WireError(
+                    .badRequest, "\(subpath) takes \(endpoint.methods.sorted().joined(separator: " or "))", status: 405)
             }
             let environment = context.parameters.get("environment") ?? ""
             guard Self.environments.contains(environment) else {
@@ -78,7 +79,9 @@ struct RequestHandler: Sendable {
         server.metrics.recordRequest(endpoint: endpointName, status: status, items: items, duration: elapsed)
         var metadata: Logger.Metadata = [
             "http.method": "\(request.method.rawValue)", "endpoint": "\(endpointName)", "http.status": "\(status)",
-            "items": "\(items)", "duration_ms": "\(Double(elapsed.components.attoseconds / 1_000_000_000_000) / 1_000 + Double(elapsed.components.seconds) * 1_000)",
+            "items": "\(items)",
+            "duration_ms":
+                "\(Double(elapsed.components.attoseconds / 1_000_000_000_000) / 1_000 + Double(elapsed.components.seconds) * 1_000)",
         ]
         if server.credentials.knows(container: container) { metadata["container"] = "\(container)" }
         if let credentialID { metadata["credential"] = "\(credentialID)" }

@@ -89,7 +89,9 @@ public final class ServerCredentials: Sendable {
     }
 
     /// Makes a web auth token naming `userRecordName` in `container`, valid until `expiresAt`.
-    public func createWebAuthToken(container: String, userRecordName: String, expiresAt: Date) throws(ServerError)
+    public func createWebAuthToken(
+        container: String, userRecordName: String, expiresAt: Date
+    ) throws(ServerError)
         -> IssuedToken
     {
         try issue(kind: .webAuthToken, container: container, user: userRecordName, expiresAt: expiresAt)
@@ -121,7 +123,9 @@ public final class ServerCredentials: Sendable {
             contents.credentials.removeAll { $0.id == id }
             found = contents.credentials.count < before
         }
-        guard found else { throw ServerError(.unknownCredential, "there is no credential \(id); list them with `share-ledger token list`") }
+        guard found else {
+            throw ServerError(.unknownCredential, "there is no credential \(id); list them with `share-ledger token list`")
+        }
     }
 
     /// Every credential, in the order they were made.

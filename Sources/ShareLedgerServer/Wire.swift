@@ -191,7 +191,10 @@ enum Wire {
             "publicPermission": permission(share.publicPermission),
             "participants": .array(share.participants.map(participant)),
             "owner": participant(share.owner),
-            "created": ["timestamp": millis(share.creationDate), "userRecordName": .string(share.owner.userIdentity.userRecordID?.recordName ?? "")],
+            "created": [
+                "timestamp": millis(share.creationDate),
+                "userRecordName": .string(share.owner.userIdentity.userRecordID?.recordName ?? ""),
+            ],
             "deleted": false,
         ]
         if let current = share.currentUserParticipant { object["currentUserParticipant"] = participant(current) }

@@ -1,7 +1,7 @@
 import Foundation
 import ShareLedger
-import Testing
 import TestSupport
+import Testing
 
 /// The same life from another language: Tests/ShareLedgerServerTests/python/share_life.py, written
 /// from docs/openapi.yaml only, with Python's standard library (urllib). Skipped without python3.

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// `share-ledger serve` as the operator runs it: the binary, its tokens made with `share-ledger
 /// token`, /metrics through the process-wide Prometheus bootstrap, and a clean stop on SIGTERM.
@@ -30,11 +30,14 @@ struct ServeCommandTests {
 
     static func get(_ url: String, query: String = "") async throws -> (status: Int, body: String) {
         // curl is not on every machine; Python's urllib is what the other client test uses.
-        let text = try capture(URL(fileURLWithPath: "/usr/bin/env"), [
-            "python3", "-c",
-            "import sys,urllib.request,urllib.error\ntry:\n r=urllib.request.urlopen(sys.argv[1]);print(r.status);print(r.read().decode())\nexcept urllib.error.HTTPError as e:\n print(e.code);print(e.read().decode())",
-            url + query,
-        ]).output
+        let text = try capture(
+            URL(fileURLWithPath: "/usr/bin/env"),
+            [
+                "python3", "-c",
+                "import sys,urllib.request,urllib.error\ntry:\n r=urllib.request.urlopen(sys.argv[1]);print(r.status);print(r.read().decode())\nexcept urllib.error.HTTPError as e:\n print(e.code);print(e.read().decode())",
+                url + query,
+            ]
+        ).output
         let lines = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
         return (Int(lines.first ?? "") ?? 0, lines.count > 1 ? String(lines[1]) : "")
     }

@@ -8,8 +8,8 @@ import ServiceLifecycle
 import ShareLedger
 import ShareLedgerServer
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 /// A real server on a free loopback port over a fresh ledger (its own temporary directory), with
 /// two registered users and their tokens, and an HTTP client to call it.
@@ -102,7 +102,9 @@ final class ServerHarness: Sendable {
     var baseURL: String { "http://127.0.0.1:\(port)" }
 
     /// `/database/1/{container}/development/{database}/{subpath}` with the user's tokens.
-    func url(_ subpath: String, database: String = "private", as user: String?, container: String = ServerHarness.container)
+    func url(
+        _ subpath: String, database: String = "private", as user: String?, container: String = ServerHarness.container
+    )
         -> String
     {
         var url = "\(baseURL)/database/1/\(container)/development/\(database)/\(subpath)?ckAPIToken=\(apiToken)"

@@ -3,8 +3,8 @@ import Foundation
 import NIOHTTP1
 import ShareLedger
 import ShareLedgerServer
-import Testing
 import TestSupport
+import Testing
 
 /// A share's whole life over HTTP, from a real client against the real server on loopback.
 @Suite("Server: a share's life over HTTP")
@@ -17,7 +17,8 @@ struct ShareLifeTests {
         try await ServerHarness.run { server in
             // The owner: a zone, a record, a share of it inviting _bob by email.
             let zone = try await server.post(
-                "zones/modify", as: "_alice", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Notes"]]]]])
+                "zones/modify", as: "_alice",
+                ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Notes"]]]]])
             #expect(zone.status == 200)
             let record = try await server.post(
                 "records/modify", as: "_alice",
@@ -56,7 +57,10 @@ struct ShareLifeTests {
                                 "fields": ["cloudkit.title": ["value": "Groceries", "type": "STRING"]],
                                 "publicPermission": "NONE",
                                 "participants": [
-                                    ["userIdentity": ["lookupInfo": ["emailAddress": "bob@example.com"]], "permission": "READ_WRITE", "type": "USER"]
+                                    [
+                                        "userIdentity": ["lookupInfo": ["emailAddress": "bob@example.com"]],
+                                        "permission": "READ_WRITE", "type": "USER",
+                                    ]
                                 ],
                             ],
                         ]
@@ -99,7 +103,9 @@ struct ShareLifeTests {
                 "records/lookup", database: "shared", as: "_bob",
                 [
                     "zoneID": ["zoneName": "Notes", "ownerRecordName": "_alice"],
-                    "records": [["recordName": "Note-1"], ["recordName": share["recordName"] as? String ?? ""], ["recordName": "Nope"]],
+                    "records": [
+                        ["recordName": "Note-1"], ["recordName": share["recordName"] as? String ?? ""], ["recordName": "Nope"],
+                    ],
                 ])
             #expect(lookup.status == 200, "\(lookup.text)")
             let found = lookup.json["records"] as? [[String: Any]] ?? []
