@@ -17,6 +17,7 @@ let package = Package(
         // The generic, hash-chained event log alone (ShareLedger re-exports it).
         .library(name: "EventLog", targets: ["EventLog"]),
         .library(name: "ShareLedgerReplication", targets: ["ShareLedgerReplication"]),
+        .library(name: "ShareLedgerServer", targets: ["ShareLedgerServer"]),
         .executable(name: "share-ledger", targets: ["ShareLedgerCLI"]),
     ],
     dependencies: [
@@ -31,6 +32,13 @@ let package = Package(
         // `swift package generate-documentation --target ShareLedger` (the DocC catalog).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        // `share-ledger serve`: the HTTP server (ShareLedgerServer), its Prometheus /metrics, and the
+        // real HTTP client its tests drive it with.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         // liblmdb from the system (Debian: liblmdb-dev), found through pkg-config "lmdb".
@@ -96,12 +104,33 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The ledger as an HTTP service in CloudKit Web Services' shape (`share-ledger serve`). Uses the
+        // public API of ShareLedger only: no LMDB, no package access.
+        .target(
+            name: "ShareLedgerServer",
+            dependencies: [
+                "ShareLedger",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "ShareLedgerCLI",
             dependencies: [
                 "ShareLedger",
                 "ShareLedgerBaselines",
                 "ShareLedgerReplication",
+                "ShareLedgerServer",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -151,6 +180,27 @@ let package = Package(
         .target(
             name: "TestSupport",
             path: "Tests/TestSupport",
+            swiftSettings: strictSettings
+        ),
+        // The HTTP server, driven over loopback by a real HTTP client (and by Python's urllib).
+        .testTarget(
+            name: "ShareLedgerServerTests",
+            dependencies: [
+                "ShareLedger",
+                "ShareLedgerServer",
+                "TestSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                // Depended on so that `swift test` builds the binary ServeCommandTests runs.
+                "ShareLedgerCLI",
+            ],
+            // The Python client test's script, run with python3.
+            exclude: ["python"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -17,9 +17,10 @@ struct BenchCommand: AsyncParsableCommand {
 
             Parts (--only): append (share actions: 64 callers and one), events (bare event appends), \
             fetch (logged metadata fetches), residual (accept to zone latency), scale (metadata \
-            queries at growing ledger sizes, raw scan, chain verification, rebuild, snapshot, memory), \
-            replicate (the share workload while shipping to NATS JetStream and following into a replica; \
-            needs --nats, not in the default set).
+            queries at growing ledger sizes, raw scan, chain verification, rebuild, snapshot, memory). \
+            Only when asked: replicate (the share workload while shipping to NATS JetStream and following \
+            into a replica; needs --nats), http (`serve` on loopback driven by wrk with 64 keep-alive \
+            connections: resolves per second and accept p99, next to the same work in-process; needs wrk).
             """)
 
     @Option(help: "A directory for the scratch ledgers (created; emptied of bench-* folders first).")
@@ -40,7 +41,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print {\"figures\": {NAME: number}} as JSON.")
     var json = false
 
-    @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale (default: all).")
+    @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale, http (default: all but http).")
     var only: String?
 
     @Option(
@@ -65,10 +66,12 @@ struct BenchCommand: AsyncParsableCommand {
         }
     }
 
-    static let allParts = ["append", "events", "fetch", "residual", "scale"]
+    static let allParts = ["append", "events", "fetch", "residual", "scale", "http"]
+    /// The parts run without --only (http needs wrk and a free port).
+    static let defaultParts = ["append", "events", "fetch", "residual", "scale"]
 
     private var parts: Set<String> {
-        Set((only ?? Self.allParts.joined(separator: ",")).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        Set((only ?? Self.defaultParts.joined(separator: ",")).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
     }
 
     struct Report: Encodable {
@@ -216,6 +219,21 @@ struct BenchCommand: AsyncParsableCommand {
                 figures["accept.residual.acceptsPerSecond"] = residual.acceptsPerSecond
                 figures["accept.residual.commitsPerSecond"] = residual.commitsPerSecond
                 figures["accept.residual.meanCommitEvents"] = residual.meanCommitEvents
+            }
+            if parts.contains("http") {
+                let http = try await HTTPBench(directory: bench.directory, durability: durability, seconds: quick ? 2 : 5)
+                    .run { Output.progress("round \(round)/\(repeats): \($0)") }
+                Output.endProgress()
+                figures["http.resolve.perSecond"] = http.httpResolvePerSecond
+                figures["http.resolve.inProcessPerSecond"] = http.inProcessResolvePerSecond
+                figures["http.resolve.ratio"] = http.httpResolvePerSecond / http.inProcessResolvePerSecond
+                figures["http.accept.p99Millis"] = http.httpAcceptP99Millis
+                figures["http.accept.p50Millis"] = http.httpAcceptP50Millis
+                figures["http.accept.perSecond"] = http.httpAcceptPerSecond
+                figures["http.accept.inProcessP99Millis"] = http.inProcessAcceptP99Millis
+                figures["http.accept.inProcessP50Millis"] = http.inProcessAcceptP50Millis
+                figures["http.accept.inProcessPerSecond"] = http.inProcessAcceptPerSecond
+                figures["http.errors"] = Double(http.httpErrors)
             }
             for (name, value) in figures { samples[name, default: []].append(value) }
             try? FileManager.default.removeItem(at: bench.directory)

@@ -50,7 +50,6 @@ enum Fixtures {
     }
 }
 
-
 /// Runs a built product to completion and returns its exit status and standard output.
 func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
     let process = Process()

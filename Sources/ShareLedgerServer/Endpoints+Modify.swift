@@ -1,0 +1,265 @@
+import Foundation
+import ShareLedger
+
+/// `records/modify`: records (create, update, forceUpdate, replace, delete, forceDelete), shares
+/// (`cloudkit.share` records: `forRecord` for a hierarchy share, record name `cloudkit.zoneshare` for
+/// a zone share, `publicPermission`, `participants`) — each operation one ledger call, in order.
+extension Endpoints {
+    @Sendable static func modify(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        try request.requirePrivateOrShared("records/modify")
+        let operations = try request.items("operations")
+        if try request.body["atomic"].map({ flag throws(WireError) in try flag.bool("atomic") }) == true, operations.count > 1 {
+            throw WireError(
+                .badRequest,
+                "atomic: true is not supported for more than one operation; send atomic: false (each operation "
+                    + "is applied on its own and answered per item)")
+        }
+        let requestZone = try request.zoneID()
+        // Every operation is read before any is applied: a malformed one fails the request and changes nothing.
+        var parsed: [ParsedOperation] = []
+        for (index, operation) in operations.enumerated() {
+            parsed.append(try ParsedOperation(operation, path: "operations[\(index)]", requestZone: requestZone))
+        }
+        var results: [JSONValue] = []
+        for operation in parsed {
+            do {
+                if operation.isShare {
+                    results.append(try await modifyShare(request, operation))
+                } else {
+                    results.append(try await modifyRecord(request, operation))
+                }
+            } catch let error as LedgerError {
+                results.append(itemError(WireError(error), ["recordName": operation.name.map(JSONValue.string) ?? .null]))
+            } catch let error as WireError {
+                results.append(itemError(error, ["recordName": operation.name.map(JSONValue.string) ?? .null]))
+            } catch {
+                results.append(itemError(WireError(.internalError, "the operation failed"), [:]))
+            }
+        }
+        return ["records": .array(results)]
+    }
+
+    /// One operation of `records/modify`, read and checked.
+    struct ParsedOperation {
+        enum Kind: String {
+            case create, update, forceUpdate, replace, delete, forceDelete
+        }
+
+        var kind: Kind
+        var name: String?
+        var zone: RecordZoneID
+        var isShare: Bool
+        var recordType: String?
+        var changeTag: String?
+        var fields: [String: FieldValue] = [:]
+        var parentName: String?
+        var rootName: String?
+        var title: String?
+        var publicPermission: Share.Participant.Permission?
+        var participants: [RequestedParticipant]?
+
+        init(_ operation: JSONValue, path: String, requestZone: RecordZoneID?) throws(WireError) {
+            let typeText = try operation.required("operationType", in: path).string(path + ".operationType")
+            guard let kind = Kind(rawValue: typeText) else {
+                throw WireError(
+                    .badRequest, "\(path).operationType must be create, update, forceUpdate, replace, delete or forceDelete")
+            }
+            self.kind = kind
+            let record = try operation.required("record", in: path)
+            let recordPath = path + ".record"
+            _ = try record.object(recordPath)
+            recordType = try record.optionalString("recordType", in: recordPath)
+            name = try record.optionalString("recordName", in: recordPath)
+            changeTag = try record.optionalString("recordChangeTag", in: recordPath)
+            let zone = try record["zoneID"].map { zone throws(WireError) in
+                try Wire.parseZoneID(zone, path: recordPath + ".zoneID")
+            }
+            guard let zone = zone ?? requestZone else {
+                throw WireError(.badRequest, "\(path): give zoneID (in the record or the request)")
+            }
+            self.zone = zone
+            isShare = recordType == Share.recordType || name == Share.zoneWideShareRecordName
+            if let given = record["fields"] {
+                for (key, value) in try given.object(recordPath + ".fields") {
+                    fields[key] = try Wire.parseField(value, path: "\(recordPath).fields.\(key)")
+                }
+            }
+            parentName = try record["parent"].map { parent throws(WireError) in
+                try parent.required("recordName", in: recordPath + ".parent").string(recordPath + ".parent.recordName")
+            }
+            // The share keys are read (and their types checked) on every record; only shares use them.
+            rootName = try record["forRecord"].map { root throws(WireError) in
+                _ = try root.optionalString("recordChangeTag", in: recordPath + ".forRecord")
+                return try root.required("recordName", in: recordPath + ".forRecord").string(recordPath + ".forRecord.recordName")
+            }
+            publicPermission = try record["publicPermission"].map { value throws(WireError) in
+                try Wire.parsePermission(value, path: recordPath + ".publicPermission")
+            }
+            participants = try record["participants"].map { list throws(WireError) in
+                try Endpoints.parseParticipants(list, path: recordPath + ".participants")
+            }
+            if isShare {
+                if let title = fields["cloudkit.title"] {
+                    guard case .string(let text) = title else {
+                        throw WireError.wrongType(recordPath + ".fields.cloudkit.title", "a STRING field")
+                    }
+                    self.title = text
+                }
+                if kind == .create, name != Share.zoneWideShareRecordName, rootName == nil {
+                    throw WireError(.badRequest, "\(recordPath).forRecord is required for a hierarchy share")
+                }
+            }
+            if kind != .create || !isShare, name == nil {
+                throw WireError(.badRequest, "\(recordPath).recordName is required")
+            }
+            if !isShare, kind != .delete, kind != .forceDelete, recordType == nil {
+                throw WireError(.badRequest, "\(recordPath).recordType is required")
+            }
+        }
+    }
+
+    private static func modifyRecord(_ request: DatabaseRequest, _ operation: ParsedOperation) async throws -> JSONValue {
+        let id = RecordID(recordName: operation.name ?? "", zoneID: operation.zone)
+        switch operation.kind {
+        case .delete, .forceDelete:
+            try await request.container.deleteRecord(withID: id)
+            return ["recordName": .string(id.recordName), "zoneID": Wire.zoneID(id.zoneID), "deleted": true]
+        case .create, .update, .forceUpdate, .replace:
+            var record = Record(
+                recordType: operation.recordType ?? "", recordID: id, fields: operation.fields,
+                parent: operation.parentName.map { RecordID(recordName: $0, zoneID: id.zoneID) })
+            switch operation.kind {
+            case .create: break
+            // Without a change tag check: take the current one.
+            case .forceUpdate, .replace: record.recordChangeTag = (try? request.container.record(for: id))?.recordChangeTag
+            default: record.recordChangeTag = operation.changeTag
+            }
+            return Wire.record(try await request.container.save(record))
+        }
+    }
+
+    private static func modifyShare(_ request: DatabaseRequest, _ operation: ParsedOperation) async throws -> JSONValue {
+        let container = request.container
+        var share: Share
+        switch operation.kind {
+        case .create:
+            if let root = operation.rootName {
+                share = try await container.share(
+                    rootRecord: RecordID(recordName: root, zoneID: operation.zone), title: operation.title,
+                    publicPermission: operation.publicPermission ?? .none)
+            } else {
+                share = try await container.share(
+                    recordZoneID: operation.zone, title: operation.title, publicPermission: operation.publicPermission ?? .none)
+            }
+        case .update, .forceUpdate, .replace, .delete, .forceDelete:
+            let id = RecordID(recordName: operation.name ?? "", zoneID: operation.zone)
+            guard let found = findShare(id, in: try visibleShares(container), caller: request.caller.userRecordName) else {
+                throw WireError(.notFound, "unknownItem: the share does not exist, or it is not shared with you")
+            }
+            share = found
+            let tag = operation.kind == .update || operation.kind == .delete ? operation.changeTag : nil
+            if operation.kind == .delete || operation.kind == .forceDelete {
+                try await container.deleteShare(share.url, ifChangeTag: tag)
+                return ["recordName": .string(id.recordName), "zoneID": Wire.zoneID(share.recordID.zoneID), "deleted": true]
+            }
+            if let tag, tag != share.recordChangeTag {
+                throw LedgerError(
+                    .serverRecordChanged, "the share changed since it was fetched; fetch it, apply your change, and save again")
+            }
+            if let permission = operation.publicPermission, permission != share.publicPermission {
+                share = try await container.setPublicPermission(permission, for: share.url)
+            }
+            if let title = operation.title, title != share.title {
+                share = try await container.setTitle(title, for: share.url)
+            }
+        }
+        if let participants = operation.participants {
+            share = try await applyParticipants(
+                participants, to: share, container: container, removeMissing: operation.kind != .create)
+        }
+        return Wire.share(share)
+    }
+
+    struct RequestedParticipant {
+        var lookup: LookupInfo
+        var permission: Share.Participant.Permission
+        var role: Share.Participant.Role
+    }
+
+    static func parseParticipants(_ list: JSONValue, path: String) throws(WireError) -> [RequestedParticipant] {
+        var out: [RequestedParticipant] = []
+        for (index, item) in try list.array(path).enumerated() {
+            let itemPath = "\(path)[\(index)]"
+            let type = try item.optionalString("type", in: itemPath) ?? "USER"
+            guard ["OWNER", "ADMINISTRATOR", "USER", "PUBLIC_USER"].contains(type) else {
+                throw WireError(.badRequest, "\(itemPath).type must be OWNER, ADMINISTRATOR, USER or PUBLIC_USER")
+            }
+            let info = try item.required("userIdentity", in: itemPath).required("lookupInfo", in: itemPath + ".userIdentity")
+            let infoPath = itemPath + ".userIdentity.lookupInfo"
+            _ = try info.object(infoPath)
+            let email = try info.optionalString("emailAddress", in: infoPath)
+            let phone = try info.optionalString("phoneNumber", in: infoPath)
+            let user = try info.optionalString("userRecordName", in: infoPath)
+            let permission =
+                try item["permission"].map { value throws(WireError) in
+                    try Wire.parsePermission(value, path: itemPath + ".permission")
+                } ?? .readOnly
+            // Not invited: the owner is there already, public users join through the URL.
+            if type == "OWNER" || type == "PUBLIC_USER" { continue }
+            let lookup: LookupInfo
+            if let email {
+                lookup = LookupInfo(emailAddress: email)
+            } else if let phone {
+                lookup = LookupInfo(phoneNumber: phone)
+            } else if let user {
+                lookup = LookupInfo(userRecordID: RecordID(userRecordName: user))
+            } else {
+                throw WireError(.badRequest, "\(infoPath) needs emailAddress, phoneNumber or userRecordName")
+            }
+            out.append(
+                RequestedParticipant(
+                    lookup: lookup, permission: permission, role: type == "ADMINISTRATOR" ? .administrator : .privateUser))
+        }
+        return out
+    }
+
+    /// Makes the share's invited participants the requested ones: invites the new, changes the
+    /// permission of the changed, and (on an update) removes the invited ones not listed.
+    private static func applyParticipants(
+        _ requested: [RequestedParticipant], to share: Share, container: Container, removeMissing: Bool
+    ) async throws -> Share {
+        var share = share
+        func matches(_ participant: Share.Participant, _ lookup: LookupInfo) -> Bool {
+            let identity = participant.userIdentity
+            if let email = lookup.emailAddress { return identity.lookupInfo?.emailAddress?.lowercased() == email.lowercased() }
+            if let phone = lookup.phoneNumber { return identity.lookupInfo?.phoneNumber == phone }
+            if let user = lookup.userRecordID?.recordName { return identity.userRecordID?.recordName == user }
+            return false
+        }
+        var kept = Set<String>()
+        for wanted in requested {
+            if let existing = share.participants.first(where: {
+                $0.role != .owner && $0.acceptanceStatus != .removed && matches($0, wanted.lookup)
+            }) {
+                kept.insert(existing.participantID)
+                if existing.permission != wanted.permission || existing.role != wanted.role {
+                    share = try await container.setPermission(
+                        wanted.permission, role: wanted.role, forParticipant: existing.participantID, in: share.url)
+                }
+            } else {
+                share = try await container.addParticipant(
+                    wanted.lookup, permission: wanted.permission, role: wanted.role, to: share.url)
+                if let added = share.participants.last(where: { matches($0, wanted.lookup) }) { kept.insert(added.participantID) }
+            }
+        }
+        if removeMissing {
+            for participant in share.participants
+            where participant.role != .owner && participant.role != .publicUser && participant.acceptanceStatus != .removed
+                && !kept.contains(participant.participantID)
+            {
+                share = try await container.removeParticipant(participant.participantID, from: share.url)
+            }
+        }
+        return share
+    }
+}

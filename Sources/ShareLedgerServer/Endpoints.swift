@@ -1,0 +1,315 @@
+import Foundation
+import ShareLedger
+
+/// One request to `/database/1/{container}/{environment}/{database}/{subpath}`, authenticated:
+/// what the endpoint handlers work with.
+struct DatabaseRequest: Sendable {
+    /// CloudKit's database scopes.
+    enum Database: String, Sendable {
+        case `public`, `private`, shared
+    }
+
+    var container: Container
+    var environment: String
+    var database: Database
+    var caller: Caller
+    var body: JSONValue
+    var maxItems: Int
+    var shareURLHost: String
+
+    /// The items of `key`, at most ``maxItems`` (else the whole request fails with `BAD_REQUEST`).
+    func items(_ key: String) throws(WireError) -> [JSONValue] {
+        let items = try body.required(key, in: "body").array(key)
+        guard items.count <= maxItems else {
+            throw WireError(.badRequest, "\(items.count) items in \(key); the limit is \(maxItems). Split the request")
+        }
+        return items
+    }
+
+    /// The request-level `zoneID`, if any.
+    func zoneID() throws(WireError) -> RecordZoneID? {
+        try body["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: "zoneID") }
+    }
+
+    func requirePrivateOrShared(_ what: String) throws(WireError) {
+        guard database != .public else {
+            throw WireError(.badRequest, "\(what) works in the private and shared databases; the ledger keeps no public records")
+        }
+    }
+}
+
+/// The endpoints: each takes the request and returns the response body (HTTP 200) or throws the
+/// error that fails the whole request. Per-item failures are error dictionaries in the results.
+enum Endpoints {
+    typealias Handler = @Sendable (DatabaseRequest) async throws(WireError) -> JSONValue
+
+    /// Endpoints by subpath (after the database), with the HTTP methods they take.
+    static let all: [String: (methods: Set<String>, handler: Handler)] = [
+        "records/resolve": (["POST"], resolve),
+        "records/accept": (["POST"], accept),
+        "records/lookup": (["POST"], lookup),
+        "records/modify": (["POST"], modify),
+        "zones/list": (["GET", "POST"], listZones),
+        "zones/modify": (["POST"], modifyZones),
+        "users/caller": (["GET", "POST"], caller),
+        "users/lookup/email": (["POST"], lookupEmail),
+    ]
+
+    static func itemError(_ error: WireError, _ extra: [String: JSONValue]) -> JSONValue {
+        error.dictionary(uuid: nil, extra: extra)
+    }
+
+    // MARK: - records/resolve and records/accept
+
+    struct ShortGUIDItem {
+        var echo: JSONValue
+        var url: URL?
+        var shouldFetchRootRecord: Bool
+        var desiredKeys: [String]?
+    }
+
+    static func shortGUIDs(_ request: DatabaseRequest) throws(WireError) -> [ShortGUIDItem] {
+        var out: [ShortGUIDItem] = []
+        for (index, item) in try request.items("shortGUIDs").enumerated() {
+            let path = "shortGUIDs[\(index)]"
+            let value = try item.required("value", in: path).string(path + ".value")
+            let fetchRoot = try item["shouldFetchRootRecord"].map { flag throws(WireError) in
+                try flag.bool(path + ".shouldFetchRootRecord")
+            }
+            var keys: [String]?
+            if let desired = item.nullable("rootRecordDesiredKeys") {
+                keys = []
+                for (keyIndex, key) in try desired.array(path + ".rootRecordDesiredKeys").enumerated() {
+                    keys?.append(try key.string("\(path).rootRecordDesiredKeys[\(keyIndex)]"))
+                }
+            }
+            let url = ShareToken(value).flatMap { ShareURL.make(host: request.shareURLHost, token: $0) }
+            out.append(ShortGUIDItem(echo: item, url: url, shouldFetchRootRecord: fetchRoot ?? false, desiredKeys: keys))
+        }
+        return out
+    }
+
+    static let unknownShortGUID = WireError(.notFound, "unknownItem: the share does not exist, or it is not shared with you")
+
+    @Sendable static func resolve(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        let items = try shortGUIDs(request)
+        // One logged fetch per group of items asking the same about the root record.
+        struct Options: Hashable {
+            var fetchRoot: Bool
+            var keys: [String]?
+        }
+        var groups: [Options: [URL]] = [:]
+        for item in items {
+            guard let url = item.url else { continue }
+            groups[Options(fetchRoot: item.shouldFetchRootRecord, keys: item.desiredKeys), default: []].append(url)
+        }
+        var answers: [Options: [URL: Result<Share.Metadata, LedgerError>]] = [:]
+        for (options, urls) in groups {
+            do {
+                answers[options] = try await request.container.shareMetadatas(
+                    for: urls, shouldFetchRootRecord: options.fetchRoot, rootRecordDesiredKeys: options.keys)
+            } catch {
+                throw WireError(error)
+            }
+        }
+        let results: [JSONValue] = items.map { item in
+            let options = Options(fetchRoot: item.shouldFetchRootRecord, keys: item.desiredKeys)
+            guard let url = item.url, let result = answers[options]?[url] else {
+                return itemError(unknownShortGUID, ["shortGUID": item.echo])
+            }
+            switch result {
+            case .success(let metadata):
+                return Wire.shortGUIDResult(
+                    metadata, shortGUID: item.echo, environment: request.environment,
+                    caller: request.caller.userRecordName, desiredKeys: item.desiredKeys.map(Set.init))
+            case .failure(let error):
+                return itemError(WireError(error), ["shortGUID": item.echo])
+            }
+        }
+        return ["results": .array(results)]
+    }
+
+    @Sendable static func accept(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        let items = try shortGUIDs(request)
+        var metadatas: [URL: Result<Share.Metadata, LedgerError>] = [:]
+        for item in items {
+            guard let url = item.url, metadatas[url] == nil else { continue }
+            metadatas[url] = Result { () throws(LedgerError) in try request.container.shareMetadataWithoutLogging(for: url) }
+        }
+        var seen = Set<Share.Metadata>()
+        let toAccept = items.compactMap { item in item.url.flatMap { try? metadatas[$0]?.get() } }.filter {
+            seen.insert($0).inserted
+        }
+        let accepted: [Share.Metadata: Result<Share, LedgerError>]
+        do {
+            accepted = toAccept.isEmpty ? [:] : try await request.container.accept(toAccept)
+        } catch {
+            throw WireError(error)
+        }
+        let results: [JSONValue] = items.map { item in
+            guard let url = item.url, let found = metadatas[url] else {
+                return itemError(unknownShortGUID, ["shortGUID": item.echo])
+            }
+            let result = found.flatMap { metadata in
+                (accepted[metadata] ?? .failure(LedgerError(.unknownItem, "not accepted"))).map { (metadata, $0) }
+            }
+            switch result {
+            case .success(let (found, share)):
+                var metadata = found
+                metadata.share = share
+                if let current = share.currentUserParticipant {
+                    metadata.participantStatus = current.acceptanceStatus
+                    metadata.participantPermission = current.permission
+                    metadata.participantRole = current.role
+                }
+                return Wire.shortGUIDResult(
+                    metadata, shortGUID: item.echo, environment: request.environment,
+                    caller: request.caller.userRecordName, desiredKeys: nil)
+            case .failure(let error):
+                return itemError(WireError(error), ["shortGUID": item.echo])
+            }
+        }
+        return ["results": .array(results)]
+    }
+
+    // MARK: - records/lookup
+
+    /// The shares the caller owns or takes part in, by record name and zone: what lookup and modify
+    /// find `cloudkit.share` records in.
+    static func visibleShares(_ container: Container) throws(WireError) -> [RecordID: Share] {
+        do {
+            var out: [RecordID: Share] = [:]
+            for share in try container.ownedShares() + container.participatingShares() {
+                out[share.recordID] = share
+            }
+            return out
+        } catch {
+            throw WireError(error)
+        }
+    }
+
+    /// A record id of the request in the ledger's terms, and the owner it resolves to.
+    static func recordID(_ name: String, zone: RecordZoneID?, caller: String, path: String) throws(WireError) -> RecordID {
+        guard let zone else { throw WireError(.badRequest, "\(path): give zoneID (in the record or the request)") }
+        return RecordID(recordName: name, zoneID: zone)
+    }
+
+    static func sameZone(_ lhs: RecordZoneID, _ rhs: RecordZoneID, caller: String) -> Bool {
+        func owner(_ id: RecordZoneID) -> String { id.ownerName == RecordZoneID.defaultOwnerName ? caller : id.ownerName }
+        return lhs.zoneName == rhs.zoneName && owner(lhs) == owner(rhs)
+    }
+
+    static func findShare(_ id: RecordID, in shares: [RecordID: Share], caller: String) -> Share? {
+        shares.first { key, _ in key.recordName == id.recordName && sameZone(key.zoneID, id.zoneID, caller: caller) }?.value
+    }
+
+    @Sendable static func lookup(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        try request.requirePrivateOrShared("records/lookup")
+        let items = try request.items("records")
+        let requestZone = try request.zoneID()
+        var desired: Set<String>?
+        if let keys = request.body.nullable("desiredKeys") {
+            desired = []
+            for (index, key) in try keys.array("desiredKeys").enumerated() {
+                desired?.insert(try key.string("desiredKeys[\(index)]"))
+            }
+        }
+        let caller = request.caller.userRecordName
+        var shares: [RecordID: Share]?
+        var results: [JSONValue] = []
+        for (index, item) in items.enumerated() {
+            let path = "records[\(index)]"
+            let name = try item.required("recordName", in: path).string(path + ".recordName")
+            let zone = try item["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: path + ".zoneID") }
+            let id = try recordID(name, zone: zone ?? requestZone, caller: caller, path: path)
+            do {
+                results.append(Wire.record(try request.container.record(for: id), desiredKeys: desired))
+            } catch {
+                if shares == nil { shares = try visibleShares(request.container) }
+                if let share = findShare(id, in: shares ?? [:], caller: caller) {
+                    results.append(Wire.share(share))
+                } else {
+                    results.append(itemError(WireError(error), ["recordName": .string(name)]))
+                }
+            }
+        }
+        return ["records": .array(results)]
+    }
+
+    // MARK: - zones
+
+    static func zone(_ id: RecordZoneID) -> JSONValue {
+        ["zoneID": Wire.zoneID(id), "atomic": true]
+    }
+
+    @Sendable static func listZones(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        do {
+            switch request.database {
+            case .private: return ["zones": .array(try request.container.recordZones().map { zone($0.zoneID) })]
+            case .shared: return ["zones": .array(try request.container.sharedDatabaseZones().map(zone))]
+            case .public:
+                return ["zones": [zone(RecordZoneID(zoneName: RecordZoneID.defaultZoneName, ownerName: "_defaultOwner"))]]
+            }
+        } catch {
+            throw WireError(error)
+        }
+    }
+
+    @Sendable static func modifyZones(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        guard request.database == .private else { throw WireError(.badRequest, "zones/modify works in the private database") }
+        // Read every operation first: a malformed one fails the request and changes nothing.
+        var operations: [(create: Bool, id: RecordZoneID, json: JSONValue)] = []
+        for (index, item) in try request.items("operations").enumerated() {
+            let path = "operations[\(index)]"
+            let type = try item.required("operationType", in: path).string(path + ".operationType")
+            guard type == "create" || type == "delete" else {
+                throw WireError(.badRequest, "\(path).operationType must be create or delete")
+            }
+            let zoneJSON = try item.required("zone", in: path).required("zoneID", in: path + ".zone")
+            operations.append((type == "create", try Wire.parseZoneID(zoneJSON, path: path + ".zone.zoneID"), zoneJSON))
+        }
+        var results: [JSONValue] = []
+        for operation in operations {
+            do {
+                if operation.create {
+                    results.append(zone(try await request.container.save(RecordZone(zoneID: operation.id)).zoneID))
+                } else {
+                    try await request.container.deleteRecordZone(withID: operation.id)
+                    results.append(["zoneID": Wire.zoneID(operation.id), "deleted": true])
+                }
+            } catch {
+                results.append(itemError(WireError(error), ["zoneID": operation.json]))
+            }
+        }
+        return ["zones": .array(results)]
+    }
+
+    // MARK: - users
+
+    @Sendable static func caller(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        do {
+            return Wire.identity(try request.container.currentUserIdentity())
+        } catch {
+            throw WireError(error)
+        }
+    }
+
+    @Sendable static func lookupEmail(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        var results: [JSONValue] = []
+        for (index, item) in try request.items("users").enumerated() {
+            let path = "users[\(index)]"
+            let email = try item.required("emailAddress", in: path).string(path + ".emailAddress")
+            do {
+                if let identity = try request.container.userIdentity(forEmailAddress: email) {
+                    results.append(Wire.identity(identity))
+                } else {
+                    results.append(
+                        itemError(WireError(.notFound, "no user has this email address"), ["emailAddress": .string(email)]))
+                }
+            } catch {
+                throw WireError(error)
+            }
+        }
+        return ["users": .array(results)]
+    }
+}

@@ -1,0 +1,203 @@
+import Foundation
+
+/// A JSON value as the wire carries it: the server parses request bodies into this and checks each
+/// key by hand, so that a wrong type or a missing key becomes a `BAD_REQUEST` naming the key (never
+/// the value, which may be personal data), and builds responses from it.
+enum JSONValue: Sendable, Hashable, Codable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    private struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    /// Objects and arrays are tried first (they are what requests are made of), then the scalars:
+    /// each failed attempt costs a thrown DecodingError.
+    init(from decoder: any Decoder) throws {
+        if let keyed = try? decoder.container(keyedBy: AnyKey.self) {
+            var object: [String: JSONValue] = [:]
+            for key in keyed.allKeys { object[key.stringValue] = try keyed.decode(JSONValue.self, forKey: key) }
+            self = .object(object)
+        } else if var unkeyed = try? decoder.unkeyedContainer() {
+            var values: [JSONValue] = []
+            while !unkeyed.isAtEnd { values.append(try unkeyed.decode(JSONValue.self)) }
+            self = .array(values)
+        } else {
+            let container = try decoder.singleValueContainer()
+            if container.decodeNil() {
+                self = .null
+            } else if let value = try? container.decode(String.self) {
+                self = .string(value)
+            } else if let value = try? container.decode(Bool.self) {
+                self = .bool(value)
+            } else if let value = try? container.decode(Int64.self) {
+                self = .int(value)
+            } else {
+                self = .double(try container.decode(Double.self))
+            }
+        }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .int(let value): try container.encode(value)
+        case .double(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
+    }
+
+    /// Parses a request body; malformed JSON is a `BAD_REQUEST`.
+    static func parse(_ bytes: [UInt8]) throws(WireError) -> JSONValue {
+        do {
+            return try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+        } catch {
+            throw WireError(.badRequest, "the request body is not valid JSON")
+        }
+    }
+
+    /// The value as compact JSON bytes with sorted keys. Written by hand: JSONEncoder over this enum
+    /// was a large share of a resolve's time on the HTTP path (docs/benchmarks.md).
+    var bytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(1_024)
+        write(into: &out)
+        return out
+    }
+
+    func write(into out: inout [UInt8]) {
+        switch self {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let value): out.append(contentsOf: (value ? "true" : "false").utf8)
+        case .int(let value): out.append(contentsOf: String(value).utf8)
+        // JSON has no infinity or NaN; Swift's shortest round-trip form is valid JSON otherwise.
+        case .double(let value): out.append(contentsOf: (value.isFinite ? String(value) : "null").utf8)
+        case .string(let value): Self.writeString(value, into: &out)
+        case .array(let values):
+            out.append(UInt8(ascii: "["))
+            for (index, value) in values.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                value.write(into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let object):
+            out.append(UInt8(ascii: "{"))
+            for (index, key) in object.keys.sorted().enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                Self.writeString(key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                object[key]?.write(into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    private static func writeString(_ text: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(contentsOf: "\\\"".utf8)
+            case UInt8(ascii: "\\"): out.append(contentsOf: "\\\\".utf8)
+            case 0x0A: out.append(contentsOf: "\\n".utf8)
+            case 0x0D: out.append(contentsOf: "\\r".utf8)
+            case 0x09: out.append(contentsOf: "\\t".utf8)
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: "\\u00".utf8)
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 0xF)])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// The value of `key` in an object (an explicit `null` included: where the document allows
+    /// `null`, the caller says so; everywhere else it is a wrong type).
+    subscript(key: String) -> JSONValue? {
+        guard case .object(let object) = self else { return nil }
+        return object[key]
+    }
+
+    /// The value of `key`, with `null` taken as absent (for the keys whose `null` means "all").
+    func nullable(_ key: String) -> JSONValue? {
+        guard let value = self[key], value != .null else { return nil }
+        return value
+    }
+}
+
+/// Typed reads of request keys: each names the key (its path) when it is missing or of the wrong type.
+extension JSONValue {
+    func object(_ path: String) throws(WireError) -> [String: JSONValue] {
+        guard case .object(let object) = self else { throw WireError.wrongType(path, "an object") }
+        return object
+    }
+
+    func string(_ path: String) throws(WireError) -> String {
+        guard case .string(let value) = self else { throw WireError.wrongType(path, "a string") }
+        return value
+    }
+
+    func array(_ path: String) throws(WireError) -> [JSONValue] {
+        guard case .array(let value) = self else { throw WireError.wrongType(path, "an array") }
+        return value
+    }
+
+    func bool(_ path: String) throws(WireError) -> Bool {
+        guard case .bool(let value) = self else { throw WireError.wrongType(path, "true or false") }
+        return value
+    }
+
+    func int64(_ path: String) throws(WireError) -> Int64 {
+        switch self {
+        case .int(let value): return value
+        case .double(let value) where value.rounded() == value && abs(value) < 9.0e15: return Int64(value)
+        case .string(let text) where Int64(text) != nil: return Int64(text)!
+        default: throw WireError.wrongType(path, "an integer")
+        }
+    }
+
+    func double(_ path: String) throws(WireError) -> Double {
+        switch self {
+        case .int(let value): return Double(value)
+        case .double(let value): return value
+        case .string(let text) where Double(text) != nil: return Double(text)!
+        default: throw WireError.wrongType(path, "a number")
+        }
+    }
+
+    /// A required key of an object.
+    func required(_ key: String, in path: String) throws(WireError) -> JSONValue {
+        guard let value = self[key] else { throw WireError(.badRequest, "\(path).\(key) is required") }
+        return value
+    }
+
+    /// An optional string key.
+    func optionalString(_ key: String, in path: String) throws(WireError) -> String? {
+        try self[key].map { value throws(WireError) in try value.string("\(path).\(key)") }
+    }
+}
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByDictionaryLiteral, ExpressibleByArrayLiteral,
+    ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral
+{
+    init(stringLiteral value: String) { self = .string(value) }
+    init(dictionaryLiteral elements: (String, JSONValue)...) {
+        self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
+    }
+    init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    init(booleanLiteral value: Bool) { self = .bool(value) }
+    init(integerLiteral value: Int64) { self = .int(value) }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import Logging
+import Metrics
+import NIOCore
+import Prometheus
+import ServiceLifecycle
+import ShareLedger
+import Synchronization
+
+/// The ledger as an HTTP service in CloudKit Web Services' shape (`share-ledger serve`).
+///
+/// Endpoints under `/database/1/{container}/{environment}/{database}/`: `records/resolve`,
+/// `records/accept`, `records/lookup`, `records/modify`, `zones/list`, `zones/modify`,
+/// `users/caller`, `users/lookup/email`; plus `/healthz`, `/readyz`, `/metrics` (Prometheus) and
+/// `/openapi.yaml` (the OpenAPI 3.1 document of all of them). Credentials are checked against
+/// ``ServerCredentials``. Each request acts through the ledger's public API as the caller's user, so
+/// the log records and audits it exactly as an in-process call.
+///
+/// A `Service`: run it in a `ServiceGroup`; graceful shutdown stops accepting connections, lets the
+/// requests in flight finish, and returns. The caller closes the ledger afterwards.
+///
+/// ```swift
+/// let server = LedgerServer(ledger: ledger, credentials: ServerCredentials(ledgerPath: path),
+///                           configuration: .init(host: "127.0.0.1", port: 8080), logger: logger)
+/// try await ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger).run()
+/// await ledger.close()
+/// ```
+public struct LedgerServer: Service {
+    /// Where the server listens and the limits it keeps.
+    public struct Configuration: Sendable {
+        /// The address to bind (`127.0.0.1` by default; put a reverse proxy in front for TLS).
+        public var host: String
+        /// The port; 0 picks a free one (``LedgerServer/init(ledger:credentials:configuration:logger:metrics:onServerRunning:)``
+        /// reports it).
+        public var port: Int
+        /// The largest request body accepted; larger ones get HTTP 413 (default 2 MiB, CloudKit's request limit).
+        public var maxBodyBytes: Int
+        /// The most items (shortGUIDs, records, operations, users) in one request (default 400, CloudKit's).
+        public var maxItemsPerRequest: Int
+        /// How far a server-to-server request's date may be from the server's clock (default 300 s).
+        public var signatureWindow: TimeInterval
+        /// A connection that sends nothing for this long is closed (default 60 s), a half-sent request's included.
+        public var idleTimeout: Duration
+        /// The most open connections; more wait to be accepted (default 4,096).
+        public var maxConnections: Int
+        /// Where `AUTHENTICATION_REQUIRED` answers send the user to sign in (`redirectURL`).
+        public var signInURL: String
+
+        /// A configuration with the defaults above.
+        public init(
+            host: String = "127.0.0.1", port: Int = 8080, maxBodyBytes: Int = 2 * 1024 * 1024, maxItemsPerRequest: Int = 400,
+            signatureWindow: TimeInterval = 300, idleTimeout: Duration = .seconds(60), maxConnections: Int = 4_096,
+            signInURL: String = "https://share.localhost/sign-in"
+        ) {
+            self.host = host
+            self.port = port
+            self.maxBodyBytes = maxBodyBytes
+            self.maxItemsPerRequest = maxItemsPerRequest
+            self.signatureWindow = signatureWindow
+            self.idleTimeout = idleTimeout
+            self.maxConnections = maxConnections
+            self.signInURL = signInURL
+        }
+    }
+
+    let ledger: ShareLedger
+    let credentials: ServerCredentials
+    let configuration: Configuration
+    let logger: Logger
+    let metrics: ServerMetrics
+    let onServerRunning: @Sendable (Int) async -> Void
+    let ready = ReadyFlag()
+
+    /// A server for `ledger`.
+    ///
+    /// - Parameters:
+    ///   - metrics: The Prometheus registry `/metrics` shows; bootstrap swift-metrics with a
+    ///     `PrometheusMetricsFactory` over the same registry for the per-endpoint counters and
+    ///     latencies (the CLI does). `nil` serves no `/metrics`.
+    ///   - onServerRunning: Called with the bound port once the server accepts connections.
+    public init(
+        ledger: ShareLedger, credentials: ServerCredentials, configuration: Configuration = Configuration(), logger: Logger,
+        metrics: PrometheusCollectorRegistry? = nil, onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) {
+        self.ledger = ledger
+        self.credentials = credentials
+        self.configuration = configuration
+        self.logger = logger
+        self.metrics = ServerMetrics(registry: metrics)
+        self.onServerRunning = onServerRunning
+    }
+
+    /// Serves until graceful shutdown (or cancellation), then returns once the requests in flight are answered.
+    public func run() async throws {
+        credentials.refresh(force: true)
+        let router = Router(context: BasicRequestContext.self)
+        let handler = RequestHandler(server: self)
+        router.get("/healthz") { _, _ in Self.json(200, ["status": "ok"]) }
+        router.get("/readyz") { _, _ in handler.readiness() }
+        router.get("/metrics") { _, _ in handler.metricsPage() }
+        router.get("/openapi.yaml") { _, _ in
+            var headers = HTTPFields()
+            headers[.contentType] = "application/yaml"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: OpenAPIDocument.yaml)))
+        }
+        for method in [HTTPRequest.Method.get, .post, .put, .delete, .patch] {
+            router.on("/database/1/:container/:environment/:database/**", method: method) { request, context in
+                await handler.handle(request, context: context)
+            }
+        }
+        let timeout = configuration.idleTimeout.components
+        let app = Application(
+            router: router,
+            server: .http1(configuration: .init(idleTimeout: .seconds(max(1, timeout.seconds)))),
+            configuration: ApplicationConfiguration(
+                address: .hostname(configuration.host, port: configuration.port), serverName: "share-ledger",
+                availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections)),
+            onServerRunning: { [ready, onServerRunning, logger] channel in
+                ready.set(true)
+                let port = channel.localAddress?.port ?? 0
+                logger.info("share-ledger serve: listening", metadata: ["port": "\(port)"])
+                await onServerRunning(port)
+            },
+            logger: logger)
+        try await withGracefulShutdownHandler {
+            try await app.run()
+        } onGracefulShutdown: { [ready, logger] in
+            ready.set(false)
+            logger.info("share-ledger serve: shutting down; answering the requests in flight")
+        }
+    }
+
+    static func json(_ status: Int, _ body: JSONValue, headers extra: HTTPFields = [:]) -> Response {
+        var headers = extra
+        headers[.contentType] = "application/json; charset=utf-8"
+        return Response(
+            status: HTTPResponse.Status(code: status), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body.bytes)))
+    }
+}
+
+/// Whether the server takes requests (for `/readyz`): set once it listens, cleared at graceful shutdown.
+final class ReadyFlag: Sendable {
+    private let value = Mutex(false)
+    var isReady: Bool { value.withLock { $0 } }
+    func set(_ ready: Bool) { value.withLock { $0 = ready } }
+}

@@ -1,0 +1,137 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ShareLedger
+
+/// Answers the `/database/1/...` requests: limits, the container, credentials, the endpoint, one log
+/// line and the metrics of each.
+struct RequestHandler: Sendable {
+    let server: LedgerServer
+
+    private static let environments: Set<String> = ["development", "production"]
+
+    func handle(_ request: Request, context: BasicRequestContext) async -> Response {
+        let start = ContinuousClock.now
+        // Hummingbird's request id lives in the logger's metadata; a log handler that keeps no metadata
+        // (SwiftLogNoOpLogHandler) loses it, and `context.id` would then trap: make one instead.
+        let requestID = context.logger[metadataKey: "hb.request.id"].map { "\($0)" } ?? ServerCredentials.randomHex(bytes: 16)
+        var endpointName = "unknown"
+        var items = 0
+        var credentialID: String?
+        let container = context.parameters.get("container") ?? ""
+        let status: Int
+        let body: JSONValue
+        do {
+            let subpath = context.parameters.getCatchAll().joined(separator: "/")
+            guard let endpoint = Endpoints.all[subpath] else {
+                throw WireError(.notFound, "there is no endpoint \(subpath.prefix(64)) under /database/1/", status: 404)
+            }
+            endpointName = subpath
+            guard endpoint.methods.contains(request.method.rawValue) else {
+                throw WireError(
+                    .badRequest, "\(subpath) takes \(endpoint.methods.sorted().joined(separator: " or "))", status: 405)
+            }
+            let environment = context.parameters.get("environment") ?? ""
+            guard Self.environments.contains(environment) else {
+                throw WireError(.notFound, "the environment must be development or production")
+            }
+            guard let database = DatabaseRequest.Database(rawValue: context.parameters.get("database") ?? "") else {
+                throw WireError(.notFound, "the database must be public, private or shared")
+            }
+            server.credentials.refresh()
+            guard server.credentials.knows(container: container) else {
+                throw WireError(.notFound, "unknown container: the server has no API token for it")
+            }
+            let bytes = try await collectBody(request)
+            let query = request.uri.queryParameters
+            let signature = request.headers[HTTPField.Name("X-Apple-CloudKit-Request-KeyID")!].map { keyID in
+                RequestAuthenticator.Signature(
+                    keyID: keyID, date: request.headers[HTTPField.Name("X-Apple-CloudKit-Request-ISO8601Date")!] ?? "",
+                    signature: request.headers[HTTPField.Name("X-Apple-CloudKit-Request-SignatureV1")!] ?? "")
+            }
+            let authenticator = RequestAuthenticator(
+                credentials: server.credentials, signatureWindow: server.configuration.signatureWindow,
+                signInURL: server.configuration.signInURL)
+            let caller = try authenticator.authenticate(
+                container: container, apiToken: query["ckAPIToken"].map(String.init),
+                webAuthToken: query["ckWebAuthToken"].map(String.init), signature: signature, subpath: request.uri.path,
+                body: bytes, now: Date())
+            credentialID = caller.credentialID
+            let json = bytes.isEmpty && request.method == .get ? JSONValue.object([:]) : try JSONValue.parse(bytes)
+            _ = try json.object("the request body")
+            let databaseRequest = DatabaseRequest(
+                container: server.ledger.container(container, userRecordName: caller.userRecordName), environment: environment,
+                database: database, caller: caller, body: json, maxItems: server.configuration.maxItemsPerRequest,
+                shareURLHost: server.ledger.configuration.shareURLHost)
+            body = try await endpoint.handler(databaseRequest)
+            items = Self.itemCount(json)
+            status = 200
+        } catch let error as WireError {
+            status = error.status
+            body = error.dictionary(uuid: requestID)
+        } catch {
+            status = 500
+            body = WireError(.internalError, "the request failed").dictionary(uuid: requestID)
+        }
+        let elapsed = ContinuousClock.now - start
+        server.metrics.recordRequest(endpoint: endpointName, status: status, items: items, duration: elapsed)
+        var metadata: Logger.Metadata = [
+            "http.method": "\(request.method.rawValue)", "endpoint": "\(endpointName)", "http.status": "\(status)",
+            "items": "\(items)",
+            "duration_ms":
+                "\(Double(elapsed.components.attoseconds / 1_000_000_000_000) / 1_000 + Double(elapsed.components.seconds) * 1_000)",
+        ]
+        if server.credentials.knows(container: container) { metadata["container"] = "\(container)" }
+        if let credentialID { metadata["credential"] = "\(credentialID)" }
+        if status >= 500 {
+            context.logger.error("request failed", metadata: metadata)
+        } else {
+            context.logger.info("request", metadata: metadata)
+        }
+        return LedgerServer.json(status, body)
+    }
+
+    /// The body, at most the configured limit (else HTTP 413, before reading more than the limit).
+    private func collectBody(_ request: Request) async throws(WireError) -> [UInt8] {
+        let limit = server.configuration.maxBodyBytes
+        let tooLarge = WireError(.badRequest, "the request body is larger than \(limit) bytes; split the request", status: 413)
+        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > limit { throw tooLarge }
+        do {
+            var buffer = try await request.body.collect(upTo: limit)
+            return buffer.readBytes(length: buffer.readableBytes) ?? []
+        } catch {
+            throw tooLarge
+        }
+    }
+
+    /// The items a request carries (for the log line and the batch-size metric).
+    static func itemCount(_ body: JSONValue) -> Int {
+        for key in ["shortGUIDs", "records", "operations", "users"] {
+            if case .array(let items)? = body[key] { return items.count }
+        }
+        return 0
+    }
+
+    func readiness() -> Response {
+        guard server.ready.isReady else {
+            return LedgerServer.json(503, ["status": "starting or shutting down"])
+        }
+        do {
+            _ = try server.ledger.log.head()
+            return LedgerServer.json(200, ["status": "ready"])
+        } catch {
+            return LedgerServer.json(503, ["status": "the ledger cannot be read"])
+        }
+    }
+
+    func metricsPage() -> Response {
+        guard let page = server.metrics.page(ledger: server.ledger) else {
+            return LedgerServer.json(404, WireError(.notFound, "metrics are off").dictionary(uuid: nil))
+        }
+        var headers = HTTPFields()
+        headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: page)))
+    }
+}

@@ -1,0 +1,240 @@
+import Crypto
+import Foundation
+import Synchronization
+
+/// The credentials `share-ledger serve` accepts, kept in one JSON file in the ledger directory
+/// (``fileName``, mode 0600) and managed with `share-ledger token create/revoke/list`:
+///
+/// - **API tokens**, one or more per container (CloudKit's `ckAPIToken`): a request without a valid
+///   one is refused, and a container with none is unknown to the server.
+/// - **Web auth tokens** (CloudKit's `ckWebAuthToken`): name the user a request acts as, in one
+///   container, until they expire.
+/// - **Server-to-server keys**: an ECDSA P-256 public key under a key id, for back-end callers that
+///   sign each request; each key acts as one user of one container.
+///
+/// The file holds only the SHA-256 of each token, never the token: the token is shown once, when it
+/// is made. The server reads the file again when it changes (checked at most once a second), so a
+/// token made or revoked while it runs takes effect without a restart.
+public final class ServerCredentials: Sendable {
+    /// The file's name in the ledger directory.
+    public static let fileName = "server-credentials.json"
+
+    /// What kind of credential.
+    public enum Kind: String, Sendable, Codable, CaseIterable {
+        /// A container's API token (`ckAPIToken`).
+        case apiToken
+        /// A user's web auth token (`ckWebAuthToken`).
+        case webAuthToken
+        /// A server-to-server key (`X-Apple-CloudKit-Request-KeyID`).
+        case serverKey
+    }
+
+    /// One credential as the file stores it (no secret: a token's SHA-256, a key's public half).
+    public struct Entry: Sendable, Codable, Hashable {
+        /// The credential's id: what `token revoke` takes, what log lines name; for a server key, its key id.
+        public var id: String
+        /// What kind of credential.
+        public var kind: Kind
+        /// The container it is for.
+        public var container: String
+        /// The user it acts as (web auth tokens and server keys).
+        public var userRecordName: String?
+        /// The SHA-256 (hex) of the token (API and web auth tokens).
+        public var tokenSHA256: String?
+        /// The PEM of the P-256 public key (server keys).
+        public var publicKeyPEM: String?
+        /// When it was made.
+        public var createdAt: Date
+        /// When it stops working (nil: never).
+        public var expiresAt: Date?
+    }
+
+    /// A token just made: ``token`` is shown this once and stored nowhere.
+    public struct IssuedToken: Sendable, Codable, Hashable {
+        /// The stored entry.
+        public var entry: Entry
+        /// The token itself.
+        public var token: String
+    }
+
+    private struct FileContents: Codable {
+        var version = 1
+        var credentials: [Entry] = []
+    }
+
+    private struct Loaded {
+        var modified: Date?
+        var size: Int?
+        var checkedAt: ContinuousClock.Instant?
+        var entries: [Entry] = []
+        var byTokenHash: [String: Entry] = [:]
+        var serverKeys: [String: (Entry, P256.Signing.PublicKey)] = [:]
+        var containers: Set<String> = []
+    }
+
+    /// The file's path.
+    public let path: String
+    private let state = Mutex(Loaded())
+
+    /// The credentials of the ledger at `ledgerPath` (the file need not exist yet).
+    public init(ledgerPath: String) {
+        self.path = URL(fileURLWithPath: ledgerPath).appendingPathComponent(ServerCredentials.fileName).path
+    }
+
+    // MARK: - Managing (the CLI)
+
+    /// Makes an API token for `container`.
+    public func createAPIToken(container: String, expiresAt: Date? = nil) throws(ServerError) -> IssuedToken {
+        try issue(kind: .apiToken, container: container, user: nil, expiresAt: expiresAt)
+    }
+
+    /// Makes a web auth token naming `userRecordName` in `container`, valid until `expiresAt`.
+    public func createWebAuthToken(
+        container: String, userRecordName: String, expiresAt: Date
+    ) throws(ServerError)
+        -> IssuedToken
+    {
+        try issue(kind: .webAuthToken, container: container, user: userRecordName, expiresAt: expiresAt)
+    }
+
+    /// Registers a server-to-server key: the PEM of an ECDSA P-256 public key; requests signed with
+    /// its private key act as `userRecordName` in `container`. Returns the entry; its ``Entry/id`` is
+    /// the key id callers send in `X-Apple-CloudKit-Request-KeyID`.
+    public func registerServerKey(
+        container: String, userRecordName: String, publicKeyPEM: String, expiresAt: Date? = nil
+    ) throws(ServerError) -> Entry {
+        guard (try? P256.Signing.PublicKey(pemRepresentation: publicKeyPEM)) != nil else {
+            throw ServerError(.invalidArguments, "the public key is not the PEM of an ECDSA P-256 public key")
+        }
+        let entry = Entry(
+            id: Self.randomHex(bytes: 16), kind: .serverKey, container: container, userRecordName: userRecordName,
+            tokenSHA256: nil, publicKeyPEM: publicKeyPEM, createdAt: Date(), expiresAt: expiresAt)
+        try update { $0.credentials.append(entry) }
+        return entry
+    }
+
+    /// Removes the credential with `id`.
+    ///
+    /// - Throws: ``ServerError/Code/unknownCredential`` when there is none.
+    public func revoke(id: String) throws(ServerError) {
+        var found = false
+        try update { contents in
+            let before = contents.credentials.count
+            contents.credentials.removeAll { $0.id == id }
+            found = contents.credentials.count < before
+        }
+        guard found else {
+            throw ServerError(.unknownCredential, "there is no credential \(id); list them with `share-ledger token list`")
+        }
+    }
+
+    /// Every credential, in the order they were made.
+    public func list() throws(ServerError) -> [Entry] {
+        try readFile().credentials
+    }
+
+    private func issue(kind: Kind, container: String, user: String?, expiresAt: Date?) throws(ServerError) -> IssuedToken {
+        guard !container.isEmpty, container.utf8.count <= 255 else {
+            throw ServerError(.invalidArguments, "the container identifier must be 1 to 255 bytes")
+        }
+        let token = (kind == .apiToken ? "sla_" : "slw_") + Self.randomHex(bytes: 32)
+        let entry = Entry(
+            id: Self.randomHex(bytes: 8), kind: kind, container: container, userRecordName: user,
+            tokenSHA256: Self.sha256Hex(token), publicKeyPEM: nil, createdAt: Date(), expiresAt: expiresAt)
+        try update { $0.credentials.append(entry) }
+        return IssuedToken(entry: entry, token: token)
+    }
+
+    private func readFile() throws(ServerError) -> FileContents {
+        guard FileManager.default.fileExists(atPath: path) else { return FileContents() }
+        do {
+            let data = try Data(contentsOf: URL(fileURLWithPath: path))
+            let decoder = JSONDecoder()
+            decoder.dateDecodingStrategy = .iso8601
+            return try decoder.decode(FileContents.self, from: data)
+        } catch {
+            throw ServerError(.unreadableFile, "\(path) is not a credentials file ShareLedger can read; fix or remove it")
+        }
+    }
+
+    /// Reads, changes and writes the file (a new file renamed over the old one, mode 0600).
+    private func update(_ change: (inout FileContents) -> Void) throws(ServerError) {
+        var contents = try readFile()
+        change(&contents)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        let temporary = path + ".tmp-\(Self.randomHex(bytes: 4))"
+        do {
+            let data = try encoder.encode(contents)
+            guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600])
+            else { throw CocoaError(.fileWriteUnknown) }
+            // rename(2) replaces the old file in one step: a reader sees the old or the new, never half.
+            guard rename(temporary, path) == 0 else { throw CocoaError(.fileWriteUnknown) }
+        } catch {
+            try? FileManager.default.removeItem(atPath: temporary)
+            throw ServerError(.unreadableFile, "could not write \(path): is the ledger directory writable?")
+        }
+        state.withLock { $0.checkedAt = nil }
+    }
+
+    // MARK: - Checking (the server)
+
+    /// Reads the file again if it changed since the last look (at most once a second, or now when
+    /// `force`). A file that cannot be read keeps the credentials loaded before.
+    func refresh(force: Bool = false) {
+        let now = ContinuousClock.now
+        let due = state.withLock { loaded in
+            guard force || loaded.checkedAt.map({ now - $0 >= .seconds(1) }) ?? true else { return false }
+            loaded.checkedAt = now
+            return true
+        }
+        guard due else { return }
+        let attributes = try? FileManager.default.attributesOfItem(atPath: path)
+        let modified = attributes?[.modificationDate] as? Date
+        let size = (attributes?[.size] as? NSNumber)?.intValue
+        let unchanged = state.withLock { $0.modified == modified && $0.size == size && !force }
+        guard !unchanged, let contents = try? readFile() else { return }
+        var loaded = Loaded(modified: modified, size: size, checkedAt: now, entries: contents.credentials)
+        for entry in contents.credentials {
+            loaded.containers.insert(entry.container)
+            if let hash = entry.tokenSHA256 { loaded.byTokenHash[hash] = entry }
+            if let pem = entry.publicKeyPEM, let key = try? P256.Signing.PublicKey(pemRepresentation: pem) {
+                loaded.serverKeys[entry.id] = (entry, key)
+            }
+        }
+        state.withLock { $0 = loaded }
+    }
+
+    /// Whether any credential names `container` (a container with none is unknown to the server).
+    func knows(container: String) -> Bool {
+        state.withLock { $0.containers.contains(container) }
+    }
+
+    /// The live (not expired) entry of `token` of `kind`, if any.
+    func entry(forToken token: String, kind: Kind, now: Date) -> Entry? {
+        let hash = Self.sha256Hex(token)
+        return state.withLock { loaded in
+            guard let entry = loaded.byTokenHash[hash], entry.kind == kind, entry.expiresAt.map({ $0 > now }) ?? true
+            else { return nil }
+            return entry
+        }
+    }
+
+    /// The live server key with `id`, if any.
+    func serverKey(id: String, now: Date) -> (Entry, P256.Signing.PublicKey)? {
+        state.withLock { loaded in
+            guard let found = loaded.serverKeys[id], found.0.expiresAt.map({ $0 > now }) ?? true else { return nil }
+            return found
+        }
+    }
+
+    static func sha256Hex(_ text: String) -> String {
+        SHA256.hash(data: Array(text.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    static func randomHex(bytes: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<bytes).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+    }
+}
