@@ -14,7 +14,7 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             SimulateCommand.self, FetchCommand.self, AcceptCommand.self, StatsCommand.self, WorkerCommand.self,
             TasksCommand.self, HistoryCommand.self, AccessCommand.self, AuditCommand.self, RebuildCommand.self,
             KeygenCommand.self, CheckpointCommand.self, ExportCommand.self, ImportCommand.self, VerifyCommand.self,
-            SnapshotCommand.self, BenchCommand.self, DemoCommand.self, ReplicateCommand.self, FollowCommand.self,
+            SnapshotCommand.self, BenchCommand.self, DemoCommand.self, ReplicateCommand.self, FollowCommand.self, FailoverCommand.self,
         ]
     )
 }
