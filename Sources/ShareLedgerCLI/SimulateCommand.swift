@@ -53,12 +53,23 @@ struct SimulateCommand: AsyncParsableCommand {
         guard actions >= 2 * users else { throw ValidationError("--actions must be at least 2 × --users (\(2 * users))") }
     }
 
+    @OptionGroup var replicationAck: ReplicationAckOptions
+
     func run() async throws {
         let sharing = try ledger.openSharing(create: true, durability: durability)
         let json = ledger.json
-        let summary: SimulationSummary = try await runReportingErrors(json: json) { () async throws(LedgerError) in
-            defer { Output.endProgress() }
-            return try await simulate(sharing)
+        var summary: SimulationSummary
+        do {
+            summary = try await runReportingErrors(json: json) { () async throws(LedgerError) in
+                defer { Output.endProgress() }
+                return try await simulate(sharing)
+            }
+            summary.replicatedThrough = try await runReportingReplicationErrors(json: json) {
+                try await replicationAck.acknowledge(sharing.log, logger: ledger.logger)
+            }
+        } catch {
+            await sharing.close()
+            throw error
         }
         await sharing.close()
         if json {
@@ -151,6 +162,7 @@ struct SimulateCommand: AsyncParsableCommand {
                 "  " + kind.rightPad(32) + Output.grouped(Double(latency.count)).leftPad(8)
                     + String(latency.p50).leftPad(8) + String(latency.p99).leftPad(8) + String(latency.max).leftPad(9))
         }
+        if let through = s.replicatedThrough { print("replicated: the stream acknowledged through position \(through)") }
         for problem in s.problems { print("PROBLEM \(problem)") }
         if s.participantZones != s.acceptedParticipants {
             print("PROBLEM \(s.participantZones) participant zones for \(s.acceptedParticipants) accepted participants")

@@ -366,6 +366,22 @@ struct ReplicationTests {
         let refused = try run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "OTHER", "--once", "--json"], in: cluster.directory)
         #expect(refused.status == 1)
         #expect((refused.json["error"] as? [String: Any])?["name"] as? String == "invalidArguments")
+
+        // --replication replicated: the command is done once the stream acknowledged its events;
+        // without a reachable cluster it fails (exit 1) though committed locally.
+        let writerPath = cluster.directory.child("acknowledged")
+        let simulated = try run(
+            ["simulate", "--path", writerPath, "--actions", "400", "--durability", "unsafeNoSync", "--replication", "replicated",
+             "--nats", urls, "--shard", "ack", "--json"], in: cluster.directory)
+        #expect(simulated.status == 0)
+        let through = try #require(simulated.json["replicatedThrough"] as? Int)
+        #expect(UInt64(through) == (try await streamLast(cluster, "LEDGER_ack").last))
+        let unreachable = try run(
+            ["simulate", "--path", writerPath, "--actions", "400", "--replication", "replicated", "--nats", "nats://127.0.0.1:1",
+             "--replication-timeout", "1", "--json"], in: cluster.directory)
+        #expect(unreachable.status == 1)
+        #expect((unreachable.json["error"] as? [String: Any])?["name"] as? String == "timedOut")
+        #expect(try run(["simulate", "--path", writerPath, "--replication", "replicated"], in: cluster.directory).status == 64)
     }
 
     /// `share-ledger failover` as processes: the first takes the free lease and writes (the
