@@ -54,7 +54,19 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "NATS servers for the replicate part, comma-separated (scripts/cluster start prints them).")
     var nats: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "With --only replicate: instead of the standard part, this many seconds of the workload in windows alternately "
+                + "without and with shipping and following (lag over time; the primary's rate with and without the shipper).",
+            valueName: "seconds"))
+    var replicateSeconds: Int?
+
+    @Option(help: "With --replicate-seconds: the length of one window, in seconds.")
+    var replicateWindow = 20
+
     func validate() throws {
+        if let replicateSeconds, !(2...7_200).contains(replicateSeconds) { throw ValidationError("--replicate-seconds must be 2...7200") }
+        guard (1...600).contains(replicateWindow) else { throw ValidationError("--replicate-window must be 1...600") }
         guard (1...50).contains(repeats) else { throw ValidationError("--repeats must be 1...50") }
         guard (100...50_000).contains(acceptRate) else { throw ValidationError("--accept-rate must be 100...50000") }
         guard (1...1_024).contains(callers) else { throw ValidationError("--callers must be 1...1024") }
@@ -190,7 +202,29 @@ struct BenchCommand: AsyncParsableCommand {
                 figures["memory.rebuildPeakAnonMB"] = scale.rebuildPeakAnonMB
                 figures["memory.rebuildAnonGrowthMB"] = scale.rebuildAnonGrowthMB
             }
-            if parts.contains("replicate"), let nats {
+            if parts.contains("replicate"), let nats, let replicateSeconds {
+                let servers = try NATSOptions.parse(["--nats", nats]).servers()
+                let windows = try await ReplicationBench(
+                    directory: bench.directory, durability: durability, servers: servers, logger: Logger(label: "bench") { _ in SwiftLogNoOpLogHandler() }
+                ).long(callers: callers, seconds: replicateSeconds, window: replicateWindow) { Output.progress("round \(round)/\(repeats): \($0)") }
+                Output.endProgress()
+                for (index, window) in windows.enumerated() {
+                    let name = String(format: "replicate.long.w%02d.", index + 1) + (window.replicating ? "replicating." : "alone.")
+                    figures[name + "actionsPerSecond"] = window.actionsPerSecond
+                    if window.replicating {
+                        figures[name + "lagP99Positions"] = window.lagP99Positions
+                        figures[name + "lagMaxPositions"] = window.lagMaxPositions
+                        figures[name + "lagP99Millis"] = window.lagP99Millis
+                    }
+                }
+                let alone = windows.filter { !$0.replicating }.map(\.actionsPerSecond)
+                let replicating = windows.filter(\.replicating).map(\.actionsPerSecond)
+                let aloneMean = alone.reduce(0, +) / Double(max(1, alone.count))
+                let replicatingMean = replicating.reduce(0, +) / Double(max(1, replicating.count))
+                figures["replicate.long.alone.actionsPerSecond"] = aloneMean
+                figures["replicate.long.replicating.actionsPerSecond"] = replicatingMean
+                figures["replicate.long.shippingOverheadPercent"] = aloneMean > 0 ? (1 - replicatingMean / aloneMean) * 100 : 0
+            } else if parts.contains("replicate"), let nats {
                 let servers = try NATSOptions.parse(["--nats", nats]).servers()
                 let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
                 let replicate = try await ReplicationBench(

@@ -26,11 +26,7 @@ struct ReplicationBench {
     }
 
     func run(callers: Int, cycles: Int, progress: (String) -> Void) async throws -> Figures {
-        var configuration = ShareLedger.Configuration(
-            path: directory.appendingPathComponent("replicate-primary").path, durability: durability, initialMapSize: 1 << 30)
-        configuration.residualTaskWorker = nil
-        configuration.logger = logger
-        let primary = try ShareLedger.open(configuration)
+        let primary = try open("replicate-primary")
         let replica = try open("replicate-replica")
         let tag = String(UInt32.random(in: 0...UInt32.max), radix: 36)
         let live = try ShardNames(shard: "bench\(tag)")
@@ -45,22 +41,7 @@ struct ReplicationBench {
         let shipping = Task { try await shipper.run() }
         let following = Task { try await follower.run() }
 
-        // Lag samples every 5 ms: positions the replica lacks, and how long ago the primary committed
-        // the first of them.
-        let sampling = Task { () -> [(positions: Double, millis: Double)] in
-            var samples: [(Double, Double)] = []
-            while !Task.isCancelled {
-                let head = try primary.log.head().position
-                let applied = follower.appliedPosition
-                var millis = 0.0
-                if applied < head, let first = try primary.log.event(at: applied.advanced(by: 1)) {
-                    millis = max(0, Date().timeIntervalSince1970 * 1000 - Double(first.recordedAtMicros) / 1000)
-                }
-                samples.append((Double(head.rawValue &- min(head.rawValue, applied.rawValue)), millis))
-                try? await Task.sleep(for: .milliseconds(5))
-            }
-            return samples
-        }
+        let sampling = sampleLag(primary, follower)
         progress("replicate: \(callers) callers × \(cycles) share cycles while shipping and following")
         let started = ContinuousClock.now
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -118,6 +99,109 @@ struct ReplicationBench {
             lagP99Positions: percentile(positions, 0.99), lagMaxPositions: positions.last ?? 0,
             lagP99Millis: percentile(millis, 0.99), drainMillis: seconds(appliedAt - workloadDone) * 1000,
             backlogShippedPerSecond: total / shipSeconds, backlogAppliedPerSecond: total / applySeconds)
+    }
+
+    /// One window of ``long(callers:seconds:window:progress:)``.
+    struct Window {
+        /// Whether the shipper and the follower ran during it.
+        var replicating: Bool
+        var actionsPerSecond: Double
+        var lagP99Positions: Double
+        var lagMaxPositions: Double
+        var lagP99Millis: Double
+    }
+
+    /// The long run: `seconds` of the share workload in windows of `window` seconds, alternately
+    /// without replication (no shipper, no follower: the primary alone) and with the shipper and the
+    /// follower running, so that the primary's rate with and without shipping is measured side by
+    /// side under the same drift (the ledger grows all along), and the lag of every replicating
+    /// window shows whether it stays flat. Between windows (not measured) the next window's records
+    /// are saved and, before a replicating window, the backlog of the one before is shipped and applied.
+    func long(callers: Int, seconds total: Int, window: Int, progress: (String) -> Void) async throws -> [Window] {
+        let primary = try open("replicate-long-primary")
+        let replica = try open("replicate-long-replica")
+        let shard = try ShardNames(shard: "benchlong\(String(UInt32.random(in: 0...UInt32.max), radix: 36))")
+        let shipper = LedgerShipper(log: primary.log, configuration: ShipperConfiguration(servers: servers, shard: shard, logger: logger))
+        let follower = LedgerFollower(ledger: replica, configuration: FollowerConfiguration(servers: servers, shard: shard, logger: logger))
+        // At most 12 cycles per caller and second (the primary did about half of that with 64 callers).
+        let perWindow = max(1, window * 768 / callers)
+        progress("replicate --long: setting up \(callers) callers")
+        let workload = try await ShareWorkload.setUp(primary, callers: callers, records: 0)
+        var windows: [Window] = []
+        var nextRecord = 0
+        for index in 0..<max(2, total / window) {
+            let replicating = index % 2 == 1
+            try await workload.addRecords(nextRecord..<(nextRecord + perWindow))
+            var shipping: Task<Void, any Error>?
+            var following: Task<Void, any Error>?
+            if replicating {
+                try await shipper.shipAvailable()
+                try await follower.catchUp(timeout: .seconds(600))
+                shipping = Task { try await shipper.run() }
+                following = Task { try await follower.run() }
+            }
+            progress("replicate --long: window \(index + 1) of \(max(2, total / window)), \(replicating ? "replicating" : "primary alone")")
+            let sampling = replicating ? sampleLag(primary, follower) : nil
+            let first = nextRecord
+            let started = ContinuousClock.now
+            let end = started + .seconds(window)
+            let cycles = try await withThrowingTaskGroup(of: Int.self) { group in
+                for caller in 0..<callers {
+                    group.addTask {
+                        var record = first
+                        while ContinuousClock.now < end && record < first + perWindow {
+                            try await workload.cycle(caller: caller, record: record)
+                            record += 1
+                        }
+                        return record - first
+                    }
+                }
+                return try await group.reduce(0, +)
+            }
+            let elapsed = seconds(ContinuousClock.now - started)
+            nextRecord += perWindow
+            sampling?.cancel()
+            let samples = try await sampling?.value ?? []
+            shipping?.cancel()
+            following?.cancel()
+            _ = try? await shipping?.value
+            _ = try? await following?.value
+            let positions = samples.map(\.positions).sorted()
+            let millis = samples.map(\.millis).sorted()
+            windows.append(
+                Window(
+                    replicating: replicating, actionsPerSecond: Double(cycles * ShareWorkload.actionsPerCycle) / elapsed,
+                    lagP99Positions: percentile(positions, 0.99), lagMaxPositions: positions.last ?? 0,
+                    lagP99Millis: percentile(millis, 0.99)))
+        }
+        try await shipper.shipAvailable()
+        try await follower.catchUp(timeout: .seconds(600))
+        let equal = try replica.readModelDigest().digest == primary.readModelDigest().digest
+        shipper.close()
+        follower.close()
+        await replica.close()
+        await primary.close()
+        guard equal else { throw BenchFailure("the replica's read models differ from the primary's") }
+        return windows
+    }
+
+    /// Lag samples every 5 ms until cancelled: positions the replica lacks, and how long ago the
+    /// primary committed the first of them.
+    private func sampleLag(_ primary: ShareLedger, _ follower: LedgerFollower) -> Task<[(positions: Double, millis: Double)], any Error> {
+        Task {
+            var samples: [(positions: Double, millis: Double)] = []
+            while !Task.isCancelled {
+                let head = try primary.log.head().position
+                let applied = follower.appliedPosition
+                var millis = 0.0
+                if applied < head, let first = try primary.log.event(at: applied.advanced(by: 1)) {
+                    millis = max(0, Date().timeIntervalSince1970 * 1000 - Double(first.recordedAtMicros) / 1000)
+                }
+                samples.append((Double(head.rawValue &- min(head.rawValue, applied.rawValue)), millis))
+                try? await Task.sleep(for: .milliseconds(5))
+            }
+            return samples
+        }
     }
 
     private func open(_ name: String) throws -> ShareLedger {

@@ -42,6 +42,51 @@ struct NATSOptions: ParsableArguments {
     }
 }
 
+/// `--replication local|replicated` on the commands that write (accept, simulate): when the command
+/// counts as done (docs/operations.md, "Durability across machines").
+struct ReplicationAckOptions: ParsableArguments {
+    @Option(
+        help: ArgumentHelp(
+            "local: done at the LMDB commit (a shipper sends it on later); replicated: done only once the shard's "
+                + "stream acknowledged it (needs --nats).", valueName: "local|replicated"))
+    var replication: ReplicationDurability = .local
+
+    @Option(name: .customLong("nats"), help: "With --replication replicated: the NATS servers, comma-separated.")
+    var nats: String?
+
+    @Option(name: .customLong("shard"), help: "With --replication replicated: the shard (its stream is LEDGER_<shard>).")
+    var shard: String = "default"
+
+    @Option(help: "With --replication replicated: seconds to wait for the stream's acknowledgement at most.")
+    var replicationTimeout = 10
+
+    func validate() throws {
+        if replication == .replicated && nats == nil { throw ValidationError("--replication replicated needs --nats URL[,URL…]") }
+        if !(1...3_600).contains(replicationTimeout) { throw ValidationError("--replication-timeout must be 1 to 3600 seconds") }
+    }
+
+    /// With `replicated`: ships what `log` has committed and returns the position the stream
+    /// acknowledged (the head: the command's events and everything before them); nil with `local`.
+    func acknowledge(_ log: EventLog, logger: Logger) async throws -> UInt64? {
+        guard replication == .replicated, let nats else { return nil }
+        let options = try NATSOptions.parse(["--nats", nats, "--shard", shard])
+        let head = try log.head().position
+        let shipper = LedgerShipper(
+            log: log, configuration: ShipperConfiguration(servers: try options.servers(), shard: try options.names(), logger: logger))
+        defer { shipper.close() }
+        do {
+            try await shipper.shipThrough(head, timeout: .seconds(replicationTimeout))
+        } catch {
+            throw ReplicationError(
+                error.code, "the command is committed in this ledger (through position \(head)) but not acknowledged as replicated: "
+                    + error.message)
+        }
+        return head.rawValue
+    }
+}
+
+extension ReplicationDurability: ExpressibleByArgument {}
+
 extension Output {
     /// Prints a replication failure: as JSON on standard output with --json, as text on standard error otherwise.
     static func failure(_ error: ReplicationError, json: Bool) {

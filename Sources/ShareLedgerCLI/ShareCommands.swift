@@ -91,6 +91,7 @@ struct AcceptCommand: AsyncParsableCommand {
 
     @OptionGroup var ledger: LedgerOptions
     @OptionGroup var share: ShareActorOptions
+    @OptionGroup var replicationAck: ReplicationAckOptions
 
     /// What `accept --json` prints.
     struct Report: Encodable {
@@ -108,6 +109,9 @@ struct AcceptCommand: AsyncParsableCommand {
         var residualTasksCompleted: Int
         /// The zones in the user's shared database afterwards.
         var sharedDatabaseZones: [String]
+        /// With `--replication replicated`: the position the shard's stream acknowledged (the
+        /// accept's events and all before them).
+        var replicatedThrough: UInt64?
     }
 
     func run() async throws {
@@ -133,9 +137,21 @@ struct AcceptCommand: AsyncParsableCommand {
         } catch {
             result = .failure(error)
         }
+        var replicatedThrough: UInt64?
+        if case .success = result {
+            do {
+                replicatedThrough = try await runReportingReplicationErrors(json: ledger.json) {
+                    try await replicationAck.acknowledge(sharing.log, logger: ledger.logger)
+                }
+            } catch {
+                await sharing.close()
+                throw error
+            }
+        }
         await sharing.close()
         switch result {
-        case .success(let report):
+        case .success(var report):
+            report.replicatedThrough = replicatedThrough
             if ledger.json {
                 Output.printJSON(report)
             } else {
@@ -143,6 +159,7 @@ struct AcceptCommand: AsyncParsableCommand {
                 print("residual tasks completed \(report.residualTasksCompleted); shared database zones: "
                     + (report.sharedDatabaseZones.isEmpty ? "none" : report.sharedDatabaseZones.joined(separator: ", ")))
                 report.share.printText()
+                if let replicatedThrough { print("replicated: the stream acknowledged through position \(replicatedThrough)") }
             }
         case .failure(let error):
             Output.failure(error, json: ledger.json)

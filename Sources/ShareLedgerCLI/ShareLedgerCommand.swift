@@ -15,7 +15,7 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             TasksCommand.self, HistoryCommand.self, AccessCommand.self, AuditCommand.self, RebuildCommand.self,
             KeygenCommand.self, CheckpointCommand.self, ExportCommand.self, ImportCommand.self, VerifyCommand.self,
             SnapshotCommand.self, BenchCommand.self, DemoCommand.self, ReplicateCommand.self, FollowCommand.self,
-            ServeCommand.self, TokenCommand.self, UserCommand.self,
+            FailoverCommand.self, ServeCommand.self, TokenCommand.self, UserCommand.self,
         ]
     )
 

@@ -59,12 +59,23 @@ struct SimulateCommand: AsyncParsableCommand {
         if let maxSizeMiB, !(1...(1 << 20)).contains(maxSizeMiB) { throw ValidationError("--max-size-mib must be 1...1048576") }
     }
 
+    @OptionGroup var replicationAck: ReplicationAckOptions
+
     func run() async throws {
         let sharing = try ledger.openSharing(create: true, durability: durability, maximumMapSize: maxSizeMiB.map { $0 << 20 })
         let json = ledger.json
-        let summary: SimulationSummary = try await runReportingErrors(json: json) { () async throws(LedgerError) in
-            defer { Output.endProgress() }
-            return try await simulate(sharing)
+        var summary: SimulationSummary
+        do {
+            summary = try await runReportingErrors(json: json) { () async throws(LedgerError) in
+                defer { Output.endProgress() }
+                return try await simulate(sharing)
+            }
+            summary.replicatedThrough = try await runReportingReplicationErrors(json: json) {
+                try await replicationAck.acknowledge(sharing.log, logger: ledger.logger)
+            }
+        } catch {
+            await sharing.close()
+            throw error
         }
         await sharing.close()
         if json {
@@ -164,6 +175,7 @@ struct SimulateCommand: AsyncParsableCommand {
                 print("  " + kind.rightPad(32) + Output.grouped(Double(count)).leftPad(8))
             }
         }
+        if let through = s.replicatedThrough { print("replicated: the stream acknowledged through position \(through)") }
         for problem in s.problems { print("PROBLEM \(problem)") }
         if let reason = s.stoppedEarly { print("STOPPED EARLY: \(reason)") }
         if s.participantZones != s.acceptedParticipants {

@@ -171,9 +171,7 @@ public final class LedgerShipper: Service, Sendable {
                 break
             } catch {
                 logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(backoff)"])
-                // Connect anew (creating the stream if it is gone) and re-read it before the next batch.
-                connection.close()
-                state.withLock { $0.shipped = nil }
+                reset()
                 try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(2))
             }
@@ -208,6 +206,39 @@ public final class LedgerShipper: Service, Sendable {
         return statistics
     }
 
+    /// Ships what is committed now and returns once the stream has acknowledged `position`,
+    /// retrying NATS errors (an election, a lost connection) until `timeout`: durability
+    /// ``ReplicationDurability/replicated`` for a writer that runs no shipper service, such as a
+    /// command-line process that commits and exits. Safe beside another shipper of the same ledger
+    /// (the stream's expected sequence orders them; neither sends an event twice into the history).
+    ///
+    /// - Throws: ``ReplicationError/Code/timedOut`` when the stream did not acknowledge `position`
+    ///   in time (the events stay committed locally: ship them later); ``ReplicationError/Code/fenced``
+    ///   or ``ReplicationError/Code/diverged`` (another writer owns the stream: this commit is not
+    ///   part of the history); ``ReplicationError/Code/invalidArguments`` when `position` is beyond
+    ///   the ledger's head.
+    public func shipThrough(_ position: LogPosition, timeout: Duration = .seconds(10)) async throws(ReplicationError) {
+        let deadline = ContinuousClock.now + timeout
+        var backoff = Duration.milliseconds(50)
+        while true {
+            do throws(ReplicationError) {
+                let shipped = try await shipAvailable()
+                if shipped.shippedPosition >= position.rawValue { return }
+                throw ReplicationError(
+                    .invalidArguments, "position \(position) is not committed in this ledger (head \(shipped.headPosition)); nothing to wait for")
+            } catch where (error.code == .unavailable || error.code == .timedOut) && ContinuousClock.now + backoff < deadline {
+                configuration.logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(backoff)"])
+                reset()
+                try? await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, .seconds(1))
+            } catch where error.code == .unavailable || error.code == .timedOut {
+                throw ReplicationError(
+                    .timedOut, "position \(position) was not acknowledged by stream \(configuration.shard.stream) within \(timeout) "
+                        + "(\(error.message)); it is committed in this ledger: ship it later (share-ledger replicate), check the NATS cluster")
+            }
+        }
+    }
+
     /// Acknowledges a command's commit the way `durability` asks: at once for
     /// ``ReplicationDurability/local`` (the LMDB commit is the acknowledgement; replication follows),
     /// after the stream acknowledged its last position for ``ReplicationDurability/replicated``.
@@ -240,6 +271,12 @@ public final class LedgerShipper: Service, Sendable {
 
     /// Closes the NATS connection.
     public func close() { connection.close() }
+
+    /// After a failure: connect anew (creating the stream if it is gone) and re-read it before the next batch.
+    private func reset() {
+        connection.close()
+        state.withLock { $0.shipped = nil }
+    }
 
     // MARK: - Internals
 

@@ -366,9 +366,98 @@ struct ReplicationTests {
         let refused = try run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "OTHER", "--once", "--json"], in: cluster.directory)
         #expect(refused.status == 1)
         #expect((refused.json["error"] as? [String: Any])?["name"] as? String == "invalidArguments")
+
+        // --replication replicated: the command is done once the stream acknowledged its events;
+        // without a reachable cluster it fails (exit 1) though committed locally.
+        let writerPath = cluster.directory.child("acknowledged")
+        let simulated = try run(
+            ["simulate", "--path", writerPath, "--actions", "400", "--durability", "unsafeNoSync", "--replication", "replicated",
+             "--nats", urls, "--shard", "ack", "--json"], in: cluster.directory)
+        #expect(simulated.status == 0)
+        let through = try #require(simulated.json["replicatedThrough"] as? Int)
+        #expect(UInt64(through) == (try await streamLast(cluster, "LEDGER_ack").last))
+        let unreachable = try run(
+            ["simulate", "--path", writerPath, "--actions", "400", "--replication", "replicated", "--nats", "nats://127.0.0.1:1",
+             "--replication-timeout", "1", "--json"], in: cluster.directory)
+        #expect(unreachable.status == 1)
+        #expect((unreachable.json["error"] as? [String: Any])?["name"] as? String == "timedOut")
+        #expect(try run(["simulate", "--path", writerPath, "--replication", "replicated"], in: cluster.directory).status == 64)
+    }
+
+    /// `share-ledger failover` as processes: the first takes the free lease and writes (the
+    /// application appends from another process, the command ships and runs the residual tasks);
+    /// it is killed with SIGKILL; a second, on a standby directory, takes the expired lease, catches
+    /// up from the stream and continues: the stream gapless and equal to its log, the prefix the old
+    /// writer's, every residual task done exactly once; SIGTERM stops it with exit 0.
+    @Test func failoverCommandContinuesAfterTheWriterIsKilled() async throws {
+        let cluster = try Cluster()
+        let urls = cluster.servers.joined(separator: ",")
+        let writerPath = cluster.directory.makeChild("writer")
+        let writer = try Ledgers.open(writerPath)
+        try await Ledgers.share(writer, round: 0)
+        func failover(_ path: String, _ holder: String) throws -> (process: Process, output: URL) {
+            try launch(
+                ["failover", "--path", path, "--nats", urls, "--shard", "fo", "--holder", holder, "--lease-seconds", "1", "--json"],
+                in: cluster.directory)
+        }
+        func settled(_ ledger: ShareLedger) async throws -> Bool {
+            let head = try ledger.log.head().position.rawValue
+            let streamed = try await streamLast(cluster, "LEDGER_fo").last
+            return try ledger.statistics().pendingResidualTasks == 0 && streamed == head
+        }
+
+        let (writerProcess, _) = try failover(writerPath, "writer")
+        try await Ledgers.share(writer, round: 1)
+        try await until("the writer shipped everything and did its tasks") { try await settled(writer) }
+        let handedOver = try writer.log.head()
+        kill(writerProcess.processIdentifier, SIGKILL)
+        writerProcess.waitUntilExit()
+
+        let standbyPath = cluster.directory.child("standby")
+        let (standbyProcess, standbyOutput) = try failover(standbyPath, "standby")
+        try await until("the standby took over") { jsonLines(standbyOutput).contains { $0["event"] as? String == "tookOver" } }
+        let tookOver = jsonLines(standbyOutput)[0]
+        #expect(tookOver["term"] as? Int == 2 && tookOver["tookOverAt"] as? Int == Int(handedOver.position.rawValue))
+        let standby = try Ledgers.open(standbyPath)
+        #expect(try standby.log.head() == handedOver)
+        try await Ledgers.share(standby, round: 2)
+        try await until("the standby shipped everything and did its tasks") { try await settled(standby) }
+        // While the standby writes, a third waits for the lease in vain; bad arguments are refused.
+        let refused = try run(
+            ["failover", "--path", cluster.directory.child("third"), "--nats", urls, "--shard", "fo", "--holder", "third", "--timeout", "1", "--json"],
+            in: cluster.directory)
+        #expect(refused.status == 1 && (refused.json["error"] as? [String: Any])?["name"] as? String == "timedOut")
+        #expect(try run(["failover", "--path", standbyPath, "--nats", urls, "--lease-seconds", "0"], in: cluster.directory).status == 64)
+        standbyProcess.terminate()
+        standbyProcess.waitUntilExit()
+        #expect(standbyProcess.terminationStatus == 0)
+        #expect(jsonLines(standbyOutput).last?["event"] as? String == "stopped")
+
+        let head = try standby.log.head()
+        let stream = try await streamLast(cluster, "LEDGER_fo")
+        #expect(stream.last == head.position.rawValue && stream.messages == head.position.rawValue)
+        #expect(try standby.log.verifyChain().isValid)
+        let prefix = Int(handedOver.position.rawValue)
+        #expect(try standby.log.storedEvents(after: .start, limit: prefix) == writer.log.storedEvents(after: .start, limit: prefix))
+        let stats = try standby.statistics()
+        let zonesCreated = try standby.log.events(after: .start, limit: 10_000).filter {
+            $0.eventType == "shareledger.events.v1.ParticipantZoneCreated"
+        }
+        #expect(zonesCreated.count == 9 && stats.acceptedParticipants == 9 && stats.participantZones == 9)
+        await standby.close()
+        await writer.close()
     }
 
     func run(_ arguments: [String], in directory: TemporaryDirectory) throws -> (status: Int32, json: [String: Any]) {
+        let (process, output) = try launch(arguments, in: directory)
+        process.waitUntilExit()
+        let data = try Data(contentsOf: output)
+        let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
+        return (process.terminationStatus, json)
+    }
+
+    /// Starts `share-ledger` with `arguments`, its standard output in a file; stop it by its PID.
+    func launch(_ arguments: [String], in directory: TemporaryDirectory) throws -> (process: Process, output: URL) {
         let process = Process()
         process.executableURL = builtProduct("share-ledger")
         process.arguments = arguments
@@ -376,10 +465,30 @@ struct ReplicationTests {
         process.standardOutput = output.handle
         process.standardError = FileHandle.nullDevice
         try process.run()
-        process.waitUntilExit()
-        let data = try Data(contentsOf: output.url)
-        let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
-        return (process.terminationStatus, json)
+        return (process, output.url)
+    }
+
+    /// The JSON lines a command printed so far.
+    func jsonLines(_ url: URL) -> [[String: Any]] {
+        let text = (try? String(contentsOf: url, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    /// The last sequence of a shard's stream (0 when it has none).
+    func streamLast(_ cluster: Cluster, _ stream: String) async throws -> (last: UInt64, messages: UInt64) {
+        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
+        defer { connection.close() }
+        let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: stream) }
+        return (state?.lastSequence ?? 0, state?.messages ?? 0)
+    }
+
+    /// Waits until `condition` holds (looked at every 50 ms), failing after `seconds`.
+    func until(_ what: String, seconds: Int = 30, _ condition: () async throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while try await !condition() {
+            guard ContinuousClock.now < deadline else { throw ClusterError(text: "timed out waiting until \(what)") }
+            try await Task.sleep(for: .milliseconds(50))
+        }
     }
 
     /// A file for a child's output (a file, not a pipe: nothing to drain while it runs).

@@ -230,6 +230,8 @@ struct SimulationSummary: Encodable {
     var latencyMicros: [String: Latency]
     /// A share to try `fetch` and `accept` with.
     var example: SimulationExample?
+    /// With `--replication replicated`: the position the shard's stream acknowledged at the end.
+    var replicatedThrough: UInt64? = nil
 
     /// Whether the ledger answered every call as the workload expected and left nothing behind.
     var isClean: Bool {
