@@ -317,9 +317,9 @@ public final class EventLog: Sendable {
     /// Commands submitted and not yet taken by the writer.
     package var queuedCommands: Int { writer.queuedCommands }
 
-    /// The CPU time the writer thread has spent on batches since the log was opened, in nanoseconds
-    /// (for `share-ledger bench`: writer CPU per action).
-    package var writerCPUNanoseconds: UInt64 { writer.cpuNanoseconds }
+    /// The CPU time the writer thread has spent on batches since the log was opened, in nanoseconds,
+    /// in user space and in the kernel (for `share-ledger bench`: writer CPU per action).
+    package var writerCPUNanoseconds: (user: UInt64, system: UInt64) { writer.cpuNanoseconds }
 
     /// The number of events of each group commit so far, when the configuration asked for them.
     package func commitSizes() -> [Int] {

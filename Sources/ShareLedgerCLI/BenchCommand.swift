@@ -125,8 +125,10 @@ struct BenchCommand: AsyncParsableCommand {
                     "append.single.ratio": single.perSecond / single.rawPerSecond,
                     "append.storedBytesPerEvent": Double(concurrent.valueSize),
                     "append.writerCpuMicrosPerAction": concurrent.writerCPUMicrosPerAction,
+                    "append.writerUserCpuMicrosPerAction": concurrent.writerUserMicrosPerAction,
                     "append.pagesPerAction": concurrent.pagesPerAction,
                     "append.single.writerCpuMicrosPerAction": single.writerCPUMicrosPerAction,
+                    "append.single.writerUserCpuMicrosPerAction": single.writerUserMicrosPerAction,
                     "append.single.pagesPerAction": single.pagesPerAction,
                 ]) { $1 }
             }

@@ -98,8 +98,10 @@ struct ShareActionBench {
         var rawPerSecond: Double
         var meanCommitSize: Double
         var valueSize: Int
-        /// The writer thread's CPU time per action, in microseconds.
+        /// The writer thread's CPU time per action, in microseconds (user space and kernel).
         var writerCPUMicrosPerAction: Double
+        /// The writer thread's CPU time in user space per action (deciding, applying, encoding).
+        var writerUserMicrosPerAction: Double
         /// 4 KiB pages the process wrote to storage per action while the ledger ran.
         var pagesPerAction: Double
     }
@@ -166,7 +168,7 @@ struct ShareActionBench {
         return Figures(
             perSecond: run.perSecond, rawPerSecond: run.rawPerSecond[0], meanCommitSize: run.meanCommitSize,
             valueSize: run.valueSize, writerCPUMicrosPerAction: run.writerCPUMicrosPerAction,
-            pagesPerAction: run.pagesPerAction)
+            writerUserMicrosPerAction: run.writerUserMicrosPerAction, pagesPerAction: run.pagesPerAction)
     }
 }
 
@@ -174,13 +176,14 @@ struct ShareActionBench {
 /// actions done) in ``AppendBench/segments`` segments on `log`; after each segment, replays its
 /// commits (their sizes, the events' mean stored size) on each raw baseline. Returns the ledger's
 /// rate, each baseline's rate, the mean commit size, the value size replayed, and (ledger segments
-/// only) the writer thread's CPU microseconds and the 4 KiB pages written to storage per action.
+/// only) the writer thread's CPU microseconds (all, and user space alone) and the 4 KiB pages written
+/// to storage per action.
 func interleavedSegments(
     _ log: EventLog, raws: [RawReplayer], rounds: Int, progress: (Int, Int) -> Void,
     _ segment: (_ first: Int, _ count: Int) async throws -> Int
 ) async throws -> (
     perSecond: Double, rawPerSecond: [Double], meanCommitSize: Double, valueSize: Int, writerCPUMicrosPerAction: Double,
-    pagesPerAction: Double
+    writerUserMicrosPerAction: Double, pagesPerAction: Double
 ) {
     let segments = min(AppendBench.segments, rounds)
     var ledgerSeconds = 0.0
@@ -190,6 +193,7 @@ func interleavedSegments(
     var next = 0
     var measuredSizes: [Int] = []
     var writerNanoseconds: UInt64 = 0
+    var writerUserNanoseconds: UInt64 = 0
     var writtenBytes: UInt64 = 0
     for index in 0..<segments {
         progress(index + 1, segments)
@@ -201,7 +205,9 @@ func interleavedSegments(
         let started = ContinuousClock.now
         actions += try await segment(next, count)
         ledgerSeconds += (ContinuousClock.now - started).seconds
-        writerNanoseconds += log.writerCPUNanoseconds &- cpuBefore
+        let cpuAfter = log.writerCPUNanoseconds
+        writerNanoseconds += (cpuAfter.user &- cpuBefore.user) &+ (cpuAfter.system &- cpuBefore.system)
+        writerUserNanoseconds += cpuAfter.user &- cpuBefore.user
         writtenBytes += processWrittenBytes() &- writtenBefore
         next += count
         let head = try log.head().position.rawValue
@@ -213,7 +219,8 @@ func interleavedSegments(
     return (
         Double(actions) / ledgerSeconds, rawSeconds.map { Double(actions) / $0 },
         Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize,
-        Double(writerNanoseconds) / 1_000 / Double(max(1, actions)), Double(writtenBytes) / 4_096 / Double(max(1, actions))
+        Double(writerNanoseconds) / 1_000 / Double(max(1, actions)),
+        Double(writerUserNanoseconds) / 1_000 / Double(max(1, actions)), Double(writtenBytes) / 4_096 / Double(max(1, actions))
     )
 }
 
