@@ -189,6 +189,9 @@ extension ShareLedger {
         do {
             let comparison = try verifyReadModels(scratchPath: scratchPath)
             projectionsMatch = comparison.matches
+            if let inadmissible = comparison.inadmissible {
+                bad(inadmissible.position, inadmissible.text)
+            }
             for difference in comparison.differences {
                 differences[difference.database] = difference.firstDifferingKeyHex
                 problems.append(
@@ -228,14 +231,21 @@ extension ShareLedger {
             try FileManager.default.createDirectory(atPath: scratchPath, withIntermediateDirectories: true)
             scratch = try LogStore.openLedger(
                 EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
-            replayed = try ReadModelRebuild.replay(from: store, into: scratch) { progress?($0, head) }
+            replayed = try ReadModelRebuild.replay(from: store, into: scratch, validate: true) { progress?($0, head) }
+        } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
+            throw inadmissible.error
         } catch {
             throw LedgerError.wrap(error, while: "replaying the log into \(scratchPath)")
         }
         defer { scratch.environment.close() }
         let copied = try await maintain { txn in
             // Events committed since the replay finished (none can be committed while this runs).
-            let last = try ReadModelRebuild.replay(from: store, into: scratch, after: replayed)
+            let last: UInt64
+            do {
+                last = try ReadModelRebuild.replay(from: store, into: scratch, after: replayed, validate: true)
+            } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
+                throw inadmissible.error
+            }
             try scratch.environment.read { built in
                 for (live, rebuilt) in zip(store.models.all, scratch.models.all) {
                     try txn.clear(live)
