@@ -170,4 +170,55 @@ struct EventValidatorTests {
         let problems = try #require(report["problems"] as? [String])
         #expect(problems.contains { $0.contains("event \(position) (shareledger.events.v1.ShareAccepted by _carol)") }, "\(problems)")
     }
+    @Test("a ledger the writer produced, with every event type, audits clean and imports")
+    func everyEventTypeAdmissible() async throws {
+        let f = try await SharingFixture(#function)
+        var share = try await f.makeHierarchy()
+        // Invitations: by email to Bob (an account), and to an address nobody has yet, which Carol claims.
+        share = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
+        share = try await f.alice.addParticipant(LookupInfo(emailAddress: "carol.other@example.com"), permission: .readOnly, to: share.url)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        let verification = try await f.carol.requestParticipantVerification(
+            for: share.url, lookupInfo: LookupInfo(emailAddress: "carol.other@example.com"))
+        _ = try await f.carol.verifyParticipant(for: share.url, code: verification.code)
+        _ = try await f.carol.accept(try await f.carol.shareMetadata(for: share.url))
+        try await f.ledger.completeResidualTasks()
+        // A participant writes; roles change; the title changes; a participant leaves.
+        var item = try f.bob.record(for: RecordID(recordName: "item", zoneID: RecordZoneID(zoneName: "Notes", ownerName: "_alice")))
+        item["name"] = .string("bread")
+        _ = try await f.bob.save(item)
+        let bobID = try #require(share.participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" }).participantID
+        _ = try await f.alice.setPermission(.readWrite, role: .administrator, forParticipant: bobID, in: share.url)
+        _ = try await f.bob.setTitle("Weekly", for: share.url)
+        try await f.carol.leaveShare(share.url)
+        // Public: Carol joins by URL; the permission changes and she follows; back to private drops her.
+        _ = try await f.alice.setPublicPermission(.readOnly, for: share.url)
+        _ = try await f.carol.accept(try await f.carol.shareMetadata(for: share.url))
+        _ = try await f.alice.setPublicPermission(.readWrite, for: share.url)
+        _ = try await f.alice.setPublicPermission(.none, for: share.url)
+        _ = try await f.alice.removeParticipant(bobID, from: share.url)
+        try await f.ledger.completeResidualTasks()
+        // A zone-wide share, then the zone deleted with it; the hierarchy's share deleted by its root.
+        let wide = RecordZoneID(zoneName: "Wide")
+        _ = try await f.alice.save(RecordZone(zoneID: wide))
+        _ = try await f.alice.share(recordZoneID: wide, title: "All")
+        try await f.alice.deleteRecordZone(withID: wide)
+        try await f.alice.deleteRecord(withID: SharingFixture.recordID("list"))
+        try await f.ledger.completeResidualTasks()
+
+        let report = try f.ledger.audit(scratchPath: f.dir.child("audit"))
+        #expect(report.ok, "\(report.problems)")
+        let types = Set(try f.ledger.log.events(after: .start, limit: .max).map(\.eventType))
+        for type in DomainEvent.typeNames where type != "shareledger.events.v1.ShareMetadataFetched" {
+            #expect(types.contains(type), "the scenario never produced \(type)")
+        }
+        let dir = TemporaryDirectory("every-type-target")
+        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
+        configuration.residualTaskWorker = nil
+        let target = try ShareLedger.open(configuration)
+        let summary = try await Forge.importing(try Forge.export(f), into: target, dir, "all.ndjson")
+        #expect(summary.headPosition == report.headPosition)
+        await target.close()
+        await f.ledger.close()
+    }
 }
