@@ -85,9 +85,7 @@ struct EventValidatorTests {
         let file = try Forge.export(f)
             + (try Forge.forgedLines(f.ledger, token: share.token.text, actor: forged.actor, [forged.event(share.token.text, bobID)]))
         let dir = TemporaryDirectory("import-target-\(forged.type)")
-        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
-        configuration.residualTaskWorker = nil
-        let target = try ShareLedger.open(configuration)
+        let target = try HostileStoredDataTests.emptyLedger(dir)
         do {
             _ = try await Forge.importing(file, into: target, dir, "file.ndjson")
             Issue.record("the forged import was accepted")
@@ -117,9 +115,7 @@ struct EventValidatorTests {
         let (f, share, bobID) = try await ledger(#function, bobAccepts: false)
         // The target holds the source's events already; the forged line continues its head.
         let dir = TemporaryDirectory("continuing-target")
-        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
-        configuration.residualTaskWorker = nil
-        let target = try ShareLedger.open(configuration)
+        let target = try HostileStoredDataTests.emptyLedger(dir)
         _ = try await Forge.importing(try Forge.export(f), into: target, dir, "base.ndjson")
         let head = try target.log.head()
         // Bob's own acceptance of his invitation is admissible; Carol's is not.
@@ -213,9 +209,7 @@ struct EventValidatorTests {
             #expect(types.contains(type), "the scenario never produced \(type)")
         }
         let dir = TemporaryDirectory("every-type-target")
-        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
-        configuration.residualTaskWorker = nil
-        let target = try ShareLedger.open(configuration)
+        let target = try HostileStoredDataTests.emptyLedger(dir)
         let summary = try await Forge.importing(try Forge.export(f), into: target, dir, "all.ndjson")
         #expect(summary.headPosition == report.headPosition)
         await target.close()

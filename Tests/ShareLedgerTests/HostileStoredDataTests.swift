@@ -189,6 +189,13 @@ struct HostileStoredDataTests {
         return forged.first?.fields.position ?? 0
     }
 
+    /// An empty ledger in `dir` with no worker: the target of an import.
+    static func emptyLedger(_ dir: TemporaryDirectory) throws -> ShareLedger {
+        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
+        configuration.residualTaskWorker = nil
+        return try ShareLedger.open(configuration)
+    }
+
     static func importing(_ bytes: [UInt8], into ledger: ShareLedger, _ dir: TemporaryDirectory, _ name: String) async throws(LedgerError) -> ImportSummary {
         let file = dir.child(name)
         _ = FileManager.default.createFile(atPath: file, contents: Data(bytes))
@@ -217,9 +224,7 @@ struct HostileStoredDataTests {
 
         // The target must be empty: a fresh directory. The import is refused, nothing written.
         let dir = TemporaryDirectory()
-        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
-        configuration.residualTaskWorker = nil
-        let ledger = try ShareLedger.open(configuration)
+        let ledger = try HostileStoredDataTests.emptyLedger(dir)
         let first = try f.ledger.log.head().position.rawValue + 1
         do {
             _ = try await Self.importing(file, into: ledger, dir, "file.ndjson")
@@ -278,9 +283,7 @@ struct HostileStoredDataTests {
             .shareAccepted(ghost), .participantRemoved(removed),
         ]))
         let dir = TemporaryDirectory()
-        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
-        configuration.residualTaskWorker = nil
-        let ledger = try ShareLedger.open(configuration)
+        let ledger = try HostileStoredDataTests.emptyLedger(dir)
         let outcome = await errorCode { try await Self.importing(file, into: ledger, dir, "file.ndjson") }
         // Refused (they break the sharing rules), and the ledger still answers.
         #expect(outcome == .invalidArguments, "\(String(describing: outcome))")
