@@ -127,30 +127,73 @@ struct HostileStoredDataTests {
         return Array(try Data(contentsOf: URL(fileURLWithPath: file)))
     }
 
-    /// Lines continuing `ledger`'s head with `events` (domain events appended to the share's stream),
-    /// with the hash chain recomputed as a forger would.
-    static func forgedLines(_ ledger: ShareLedger, token: String, _ events: [DomainEvent]) throws -> [UInt8] {
+    /// Events continuing `ledger`'s head with `events` (domain events by `actor` appended to the
+    /// share's stream, one command each), with the hash chain recomputed as a forger would.
+    static func forgedEvents(_ ledger: ShareLedger, token: String, actor: String = "_alice", _ events: [DomainEvent]) throws
+        -> [(fields: EnvelopeCodec.Fields, stored: [UInt8], envelope: EventEnvelope)]
+    {
         var head = try ledger.log.head()
         let stream = Streams.share(token)
         let streamEvents = try ledger.log.events(after: .start, limit: 10_000).filter { $0.stream == stream }
         var streamVersion = UInt64(streamEvents.count)
         var streamLast = streamEvents.last?.position.rawValue ?? 0
-        var out: [UInt8] = []
+        var out: [(fields: EnvelopeCodec.Fields, stored: [UInt8], envelope: EventEnvelope)] = []
         for event in events {
             let position = head.position.rawValue + 1
             let fields = EnvelopeCodec.Fields(
-                position: position, recordedAtMicros: head.recordedAtMicros + 1, container: SharingFixture.container, actor: "_alice",
+                position: position, recordedAtMicros: head.recordedAtMicros + 1, container: SharingFixture.container, actor: actor,
                 commandID: UUID(), correlationID: nil, causationID: nil, schemaVersion: 1, stream: stream,
                 streamVersion: streamVersion + 1, streamPreviousPosition: streamLast, eventType: event.typeName,
                 payload: try event.payload(), previousHash: head.hash.bytes)
             let (stored, hash) = EnvelopeCodec.encode(fields)
             let envelope = try stored.withUnsafeBytes { raw throws(LedgerError) in try EnvelopeCodec.decode(raw, key: position) }
-            out += Array(LogNDJSON.line(envelope).utf8) + [UInt8(ascii: "\n")]
+            out.append((fields, stored, envelope))
             head = LogHead(position: LogPosition(position), hash: EventHash(bytes: hash)!, recordedAtMicros: fields.recordedAtMicros)
             streamVersion += 1
             streamLast = position
         }
         return out
+    }
+
+    /// Lines continuing `ledger`'s head with `events` (``forgedEvents(_:token:actor:_:)``).
+    static func forgedLines(_ ledger: ShareLedger, token: String, actor: String = "_alice", _ events: [DomainEvent]) throws -> [UInt8] {
+        try forgedEvents(ledger, token: token, actor: actor, events).flatMap { Array(LogNDJSON.line($0.envelope).utf8) + [UInt8(ascii: "\n")] }
+    }
+
+    /// Writes `events` into `ledger` behind its back, as someone with write access to its files would:
+    /// chained, with their stream and command records, and projected into the live read models (so
+    /// that they match a rebuild). Returns the position of the first.
+    @discardableResult
+    static func forgeBehindTheBack(_ ledger: ShareLedger, token: String, actor: String, _ events: [DomainEvent]) throws -> UInt64 {
+        let forged = try forgedEvents(ledger, token: token, actor: actor, events)
+        let store = ledger.log.store
+        let projector = Projector(models: store.models)
+        try store.environment.write { txn in
+            for (fields, stored, _) in forged {
+                try txn.put(store.log, key: BigEndian.bytes(of: fields.position), value: stored)
+                try store.writeStreamRecord(
+                    txn, key: LogStore.streamKey(container: fields.container, stream: fields.stream), version: fields.streamVersion,
+                    last: fields.position)
+                try store.writeCommandRecord(
+                    txn, key: LogStore.commandKey(container: fields.container, commandID: fields.commandID), first: fields.position,
+                    count: 1, streamVersion: 0)
+                let event = try #require(
+                    try DomainEvent.decode(type: fields.eventType, schemaVersion: 1, payload: fields.payload, position: fields.position))
+                try projector.apply(
+                    event,
+                    Projector.Context(
+                        position: fields.position, recordedAtMicros: fields.recordedAtMicros, container: fields.container,
+                        actor: fields.actor), txn)
+            }
+        }
+        return forged.first?.fields.position ?? 0
+    }
+
+    /// An empty ledger in `dir` with no worker: the target of an import.
+    static func emptyLedger(_ dir: TemporaryDirectory) throws -> ShareLedger {
+        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
+        configuration.residualTaskWorker = nil
+        return try ShareLedger.open(configuration)
     }
 
     static func importing(_ bytes: [UInt8], into ledger: ShareLedger, _ dir: TemporaryDirectory, _ name: String) async throws(LedgerError) -> ImportSummary {
@@ -161,7 +204,7 @@ struct HostileStoredDataTests {
         return try await ledger.importLog(from: handle)
     }
 
-    @Test("a forged import (chain recomputed) with unknown enum values imports; the values read as unknown and grant nothing")
+    @Test("unknown enum values forged into the log: an import refuses them; written behind the ledger's back they grant nothing and the audit names them")
     func forgedUnknownEnums() async throws {
         let f = try await SharingFixture()
         let share = try await f.makeHierarchy()
@@ -176,32 +219,40 @@ struct HostileStoredDataTests {
         accepted.token = share.token.text
         accepted.participantID = "forged"
         accepted.userRecordName = "_bob"
-        let file = try Self.export(f) + (try Self.forgedLines(f.ledger, token: share.token.text, [.participantAdded(added), .shareAccepted(accepted)]))
+        let forged: [DomainEvent] = [.participantAdded(added), .shareAccepted(accepted)]
+        let file = try Self.export(f) + (try Self.forgedLines(f.ledger, token: share.token.text, forged))
 
-        // The target must be empty: a fresh directory.
+        // The target must be empty: a fresh directory. The import is refused, nothing written.
         let dir = TemporaryDirectory()
-        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
-        configuration.residualTaskWorker = nil
-        let ledger = try ShareLedger.open(configuration)
-        let summary = try await Self.importing(file, into: ledger, dir, "file.ndjson")
-        #expect(summary.headPosition == (try f.ledger.log.head().position.rawValue) + 2)
-        let bob = ledger.container(SharingFixture.container, userRecordName: "_bob")
-        let alice = ledger.container(SharingFixture.container, userRecordName: "_alice")
-        let seen = try alice.share(for: share.url).participants.first { $0.participantID == "forged" }
+        let ledger = try HostileStoredDataTests.emptyLedger(dir)
+        let first = try f.ledger.log.head().position.rawValue + 1
+        do {
+            _ = try await Self.importing(file, into: ledger, dir, "file.ndjson")
+            Issue.record("the forged import was accepted")
+        } catch {
+            #expect(error.code == .invalidArguments)
+            #expect(error.message.contains("event \(first) (shareledger.events.v1.ParticipantAdded by _alice)"), "\(error.message)")
+        }
+        #expect(try ledger.log.head().position == .start)
+        await ledger.close()
+
+        // Behind the ledger's back: the values read as unknown and grant nothing.
+        try Self.forgeBehindTheBack(f.ledger, token: share.token.text, actor: "_alice", forged)
+        let seen = try f.alice.share(for: share.url).participants.first { $0.participantID == "forged" }
         #expect(seen?.role == .unknown)
         #expect(seen?.permission == .unknown)
         // Accepted with an unknown permission: Bob may read (he accepted), never write or manage.
-        var item = try bob.record(for: RecordID(recordName: "item", zoneID: RecordZoneID(zoneName: "Notes", ownerName: "_alice")))
+        var item = try f.bob.record(for: RecordID(recordName: "item", zoneID: RecordZoneID(zoneName: "Notes", ownerName: "_alice")))
         item["name"] = .string("forged")
-        #expect(await errorCode { try await bob.save(item) } == .permissionFailure)
-        #expect(await errorCode { try await bob.setTitle("forged", for: share.url) } == .permissionFailure)
-        let report = try ledger.audit(scratchPath: dir.child("audit"))
-        #expect(report.ok, "\(report.problems)")
-        await ledger.close()
+        #expect(await errorCode { try await f.bob.save(item) } == .permissionFailure)
+        #expect(await errorCode { try await f.bob.setTitle("forged", for: share.url) } == .permissionFailure)
+        let report = try f.ledger.audit(scratchPath: f.dir.child("audit"))
+        #expect(!report.ok)
+        #expect(report.firstBadPosition == first, "\(report.problems)")
         await f.ledger.close()
     }
 
-    @Test("a forged import whose events contradict each other is applied without a crash")
+    @Test("a forged import whose events contradict each other is refused; written behind the ledger's back, it is projected without a crash")
     func forgedContradictions() async throws {
         let f = try await SharingFixture()
         let share = try await f.makeHierarchy()
@@ -232,15 +283,23 @@ struct HostileStoredDataTests {
             .shareAccepted(ghost), .participantRemoved(removed),
         ]))
         let dir = TemporaryDirectory()
-        var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
-        configuration.residualTaskWorker = nil
-        let ledger = try ShareLedger.open(configuration)
+        let ledger = try HostileStoredDataTests.emptyLedger(dir)
         let outcome = await errorCode { try await Self.importing(file, into: ledger, dir, "file.ndjson") }
-        // Imported, or refused with a typed error; either way the ledger still answers.
-        #expect(outcome == nil || outcome == .corruptedData, "\(String(describing: outcome))")
+        // Refused (they break the sharing rules), and the ledger still answers.
+        #expect(outcome == .invalidArguments, "\(String(describing: outcome))")
         _ = try ledger.statistics()
-        _ = try ledger.audit(scratchPath: dir.child("audit"))
+        #expect(try ledger.audit(scratchPath: dir.child("audit")).ok)
         await ledger.close()
+        // Written behind the ledger's back, they are projected without a crash (no counter below
+        // zero), and the audit names the first.
+        let first = try Self.forgeBehindTheBack(f.ledger, token: token, actor: "_alice", [
+            .participantAdded(added), .participantVerified(verified), .participantRemoved(removed), .participantRemoved(ownerRemoved),
+            .shareAccepted(ghost), .participantRemoved(removed),
+        ])
+        _ = try f.ledger.statistics()
+        let report = try f.ledger.audit(scratchPath: f.dir.child("audit"))
+        #expect(!report.ok)
+        #expect(report.firstBadPosition == first + 1, "\(report.problems)")
         await f.ledger.close()
     }
 }

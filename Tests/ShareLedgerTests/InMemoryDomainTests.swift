@@ -251,6 +251,9 @@ struct InMemoryDomainTests {
             }
             outcomes.add(seen)
             try pair.expectSameState()
+            // Every event the writer produced is one the rules could have produced (EventValidator).
+            let comparison = try pair.ledger.verifyReadModels(scratchPath: dir.child("rebuilt"))
+            #expect(comparison.matches, "\(comparison.inadmissible?.text ?? "") \(comparison.differences)")
             await pair.ledger.close()
         }
         // Fixed sequences first: the coverage check below rests on them alone, so it is deterministic.

@@ -5,7 +5,8 @@ import SwiftProtobuf
 /// What ``ShareLedger/audit(scratchPath:options:progress:)`` found.
 public struct AuditReport: Sendable, Hashable, Codable {
     /// Whether everything holds: the chain, every event's payload, the stream and command records,
-    /// and every read model against a rebuild from the log.
+    /// every sharing event being one the rules could have produced from the state before it
+    /// (``EventValidator``), and every read model against a rebuild from the log.
     public var ok: Bool
     /// Events checked.
     public var events: UInt64
@@ -38,7 +39,9 @@ public struct AuditReport: Sendable, Hashable, Codable {
 extension ShareLedger {
     /// Audits the ledger: verifies the hash chain from the first event, decodes every event, checks
     /// the stream and command records against the log, rebuilds every read model from the log into a
-    /// scratch ledger at `scratchPath` (created, then removed) and compares it with the live one.
+    /// scratch ledger at `scratchPath` (created, then removed), checking each sharing event against
+    /// the rules as it goes (the first the rules could not have produced is reported with its position,
+    /// and the rebuild stops there), and compares it with the live one.
     /// Checks every stored checkpoint against the log (and, with ``AuditOptions/trustedKeys``, its
     /// signature), and every head pinned in ``AuditOptions/expectedHeads``.
     ///
@@ -189,6 +192,9 @@ extension ShareLedger {
         do {
             let comparison = try verifyReadModels(scratchPath: scratchPath)
             projectionsMatch = comparison.matches
+            if let inadmissible = comparison.inadmissible {
+                bad(inadmissible.position, inadmissible.text)
+            }
             for difference in comparison.differences {
                 differences[difference.database] = difference.firstDifferingKeyHex
                 problems.append(
@@ -211,6 +217,10 @@ extension ShareLedger {
     /// read model with it (sorted appends). A crash or an error before that transaction commits leaves
     /// the old read models (nothing was committed), a finished rebuild the new ones, never a mix.
     /// Other writes wait only for the final copy. Returns the events replayed.
+    ///
+    /// Each sharing event is checked against the rules (``EventValidator``) as it is replayed: at
+    /// the first the rules could not have produced, the rebuild stops with
+    /// ``LedgerError/Code/corruptedData`` naming it, and the read models stay as they were.
     @discardableResult
     public func rebuildReadModels(progress: (@Sendable (UInt64, UInt64) -> Void)? = nil) async throws(LedgerError) -> UInt64 {
         guard !configuration.readOnly else {
@@ -228,14 +238,21 @@ extension ShareLedger {
             try FileManager.default.createDirectory(atPath: scratchPath, withIntermediateDirectories: true)
             scratch = try LogStore.openLedger(
                 EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
-            replayed = try ReadModelRebuild.replay(from: store, into: scratch) { progress?($0, head) }
+            replayed = try ReadModelRebuild.replay(from: store, into: scratch, validate: true) { progress?($0, head) }
+        } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
+            throw inadmissible.error
         } catch {
             throw LedgerError.wrap(error, while: "replaying the log into \(scratchPath)")
         }
         defer { scratch.environment.close() }
         let copied = try await maintain { txn in
             // Events committed since the replay finished (none can be committed while this runs).
-            let last = try ReadModelRebuild.replay(from: store, into: scratch, after: replayed)
+            let last: UInt64
+            do {
+                last = try ReadModelRebuild.replay(from: store, into: scratch, after: replayed, validate: true)
+            } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
+                throw inadmissible.error
+            }
             try scratch.environment.read { built in
                 for (live, rebuilt) in zip(store.models.all, scratch.models.all) {
                     try txn.clear(live)

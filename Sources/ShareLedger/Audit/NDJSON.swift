@@ -187,7 +187,14 @@ extension ShareLedger {
     /// transaction, so a crash at any moment leaves whole commands with read models that match them,
     /// and the rest can be imported with an export `--since` the head.
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` naming the first bad line (nothing is written);
+    /// Then every domain event is checked against the sharing rules (``EventValidator``: one the
+    /// rules could have produced from the state before it), replayed into a scratch ledger that
+    /// starts from the live read models; the first that is not refuses the whole import, before
+    /// anything is written.
+    ///
+    /// - Throws: ``LedgerError/Code/invalidArguments`` naming the first bad line (nothing is written),
+    ///   or the first event the sharing rules could not have produced (its line, position, type and
+    ///   why; nothing is written);
     ///   ``LedgerError/Code/invalidArguments`` when the ledger is not empty and the file does not
     ///   continue it; ``LedgerError/Code/serverRecordChanged`` when another writer appends during the
     ///   import; storage errors.
@@ -201,6 +208,7 @@ extension ShareLedger {
         let data = try LogNDJSON.readImport(from: handle)
         let start = try log.head()
         let entries = try validateImport(data, after: start)
+        try checkImportRules(entries.events, after: start)
         // Write in batches, each one transaction on the writer thread.
         let store = log.store
         let total = UInt64(entries.events.count)
@@ -389,6 +397,61 @@ extension ShareLedger {
             recordedAt = fields.recordedAtMicros
         }
         return (events, commands)
+    }
+
+    /// Replays the import's domain events, each checked by the ``EventValidator`` against the state
+    /// before it, into a scratch ledger next to this one (`.import-check-*`, no fsync, removed after)
+    /// that starts from a copy of the live read models: throws naming the first event the sharing
+    /// rules could not have produced, before anything is written.
+    func checkImportRules(_ events: [ImportEvent], after start: LogHead) throws(LedgerError) {
+        guard events.contains(where: { $0.projection != nil }) else { return }
+        guard !configuration.readOnly else {
+            throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
+        }
+        let scratchPath = (configuration.path as NSString).appendingPathComponent(".import-check-\(UUID().uuidString)")
+        ShareLedger.removeAbandonedFolders(in: configuration.path, prefix: ".import-check-")
+        defer { try? FileManager.default.removeItem(atPath: scratchPath) }
+        let store = log.store
+        do {
+            try FileManager.default.createDirectory(atPath: scratchPath, withIntermediateDirectories: true)
+            let scratch = try LogStore.openLedger(
+                EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
+            defer { scratch.environment.close() }
+            if start.position.rawValue > 0 {
+                // The state the import continues: the live read models, copied (sorted appends).
+                try store.environment.read { live in
+                    try scratch.environment.write { txn in
+                        for (source, copy) in zip(store.models.all, scratch.models.all) {
+                            try live.withCursor(source) { cursor in
+                                var entry = try cursor.first()
+                                try ReadModelRebuild.copy(&entry, with: cursor, into: copy, in: txn)
+                            }
+                        }
+                    }
+                }
+            }
+            let projector = Projector(models: scratch.models)
+            let validator = EventValidator(models: scratch.models)
+            var done = 0
+            while done < events.count {
+                let end = min(done + ReadModelRebuild.chunk, events.count)
+                try scratch.environment.write { txn in
+                    for index in done..<end {
+                        guard let (event, context) = events[index].projection else { continue }
+                        if let problem = try validator.problem(event, context, txn) {
+                            throw LedgerError(
+                                .invalidArguments, "line \(index + 1) of the import is refused: "
+                                    + EventValidator.describe(position: context.position, event, actor: context.actor, problem)
+                                    + "; nothing was imported")
+                        }
+                        try projector.apply(event, context, txn)
+                    }
+                }
+                done = end
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "checking the import against the sharing rules in \(scratchPath)")
+        }
     }
 
     private func streamRecordForImport(_ key: [UInt8]) throws(LedgerError) -> (version: UInt64, last: UInt64) {

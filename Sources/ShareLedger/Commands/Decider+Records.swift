@@ -90,6 +90,57 @@ extension Decider {
         }
     }
 
+    /// A write by someone other than the zone's owner of record `name` (`existing`, or a new one under
+    /// `parent`): the writer must be an accepted readWrite participant of the covering share, and the
+    /// record must stay in that share. Shared by ``saveRecord`` and the ``EventValidator``.
+    func checkParticipantWrite(
+        _ txn: borrowing some ReadModelStore & ~Copyable, zone: ZoneState, _ name: String, existing: RecordState?, parent: String?
+    ) throws {
+        let current = existing != nil ? name : parent
+        try requireWriteAccess(txn, zone: zone, coveringFrom: current)
+        // The record must stay in the share the participant may write: no moving it out (or in).
+        let before = try models.coveringShare(txn, zone: zone, from: current)
+        let after: String?
+        if let existing, !existing.shareToken.isEmpty {
+            after = existing.shareToken
+        } else {
+            after = try models.coveringShare(txn, zone: zone, from: parent)
+        }
+        guard before == after else {
+            throw LedgerError(.permissionFailure, "a participant cannot move a record out of the share it belongs to")
+        }
+    }
+
+    /// `parent` as the parent of record `name` (`existing` when it exists): it exists, no cycle, and
+    /// no record ends up in two shares. Shared by ``saveRecord`` and the ``EventValidator``.
+    func checkParent(
+        _ txn: borrowing some ReadModelStore & ~Copyable, zone: ZoneState, _ name: String, parent: String, existing: RecordState?
+    ) throws {
+        guard parent != name else {
+            throw LedgerError(.invalidArguments, "record \(name) cannot be its own parent")
+        }
+        guard try models.record(txn, zoneID: zone.zoneID, parent) != nil else {
+            throw LedgerError(.referenceViolation, "the parent record \(parent) does not exist; save it first")
+        }
+        // No cycles: the parent's chain must not lead back to this record.
+        var current: String? = parent
+        var seen = Set<String>()
+        while let next = current, !next.isEmpty, seen.insert(next).inserted {
+            guard next != name else {
+                throw LedgerError(.invalidArguments, "making \(parent) the parent of \(name) would form a cycle")
+            }
+            current = try models.record(txn, zoneID: zone.zoneID, next)?.parentRecordName
+        }
+        if parent != existing?.parentRecordName,
+            try ancestorHasShare(txn, zoneID: zone.zoneID, parent),
+            try subtreeHasShare(txn, zoneID: zone.zoneID, name)
+        {
+            throw LedgerError(
+                .alreadyShared, "record \(name) (or a record below it) is shared already, and \(parent) is in "
+                    + "another share; a record belongs to at most one share")
+        }
+    }
+
     func saveRecord(_ txn: borrowing some ReadModelStore & ~Copyable, _ record: Record) throws -> Decision {
         try requireSignedIn(txn)
         let owner = owner(of: record.recordID.zoneID)
@@ -105,19 +156,7 @@ extension Decider {
         }
         let existing = try models.record(txn, zoneID: zone.zoneID, name)
         if owner != actor {
-            let current = existing != nil ? name : record.parent?.recordName
-            try requireWriteAccess(txn, zone: zone, coveringFrom: current)
-            // The record must stay in the share the participant may write: no moving it out (or in).
-            let before = try models.coveringShare(txn, zone: zone, from: current)
-            let after: String?
-            if let existing, !existing.shareToken.isEmpty {
-                after = existing.shareToken
-            } else {
-                after = try models.coveringShare(txn, zone: zone, from: record.parent?.recordName)
-            }
-            guard before == after else {
-                throw LedgerError(.permissionFailure, "a participant cannot move a record out of the share it belongs to")
-            }
+            try checkParticipantWrite(txn, zone: zone, name, existing: existing, parent: record.parent?.recordName)
         }
         if let existing {
             guard let tag = record.recordChangeTag, tag == String(existing.changeTag) else {
@@ -147,30 +186,8 @@ extension Decider {
             guard parent.zoneID.zoneName == zoneName, self.owner(of: parent.zoneID) == owner else {
                 throw LedgerError(.invalidArguments, "the parent of \(name) must be in the same zone")
             }
-            guard parent.recordName != name else {
-                throw LedgerError(.invalidArguments, "record \(name) cannot be its own parent")
-            }
-            guard try models.record(txn, zoneID: zone.zoneID, parent.recordName) != nil else {
-                throw LedgerError(.referenceViolation, "the parent record \(parent.recordName) does not exist; save it first")
-            }
-            // No cycles: the parent's chain must not lead back to this record.
-            var current: String? = parent.recordName
-            var seen = Set<String>()
-            while let next = current, !next.isEmpty, seen.insert(next).inserted {
-                guard next != name else {
-                    throw LedgerError(.invalidArguments, "making \(parent.recordName) the parent of \(name) would form a cycle")
-                }
-                current = try models.record(txn, zoneID: zone.zoneID, next)?.parentRecordName
-            }
+            try checkParent(txn, zone: zone, name, parent: parent.recordName, existing: existing)
             parentName = parent.recordName
-            if parentName != existing?.parentRecordName,
-                try ancestorHasShare(txn, zoneID: zone.zoneID, parentName),
-                try subtreeHasShare(txn, zoneID: zone.zoneID, name)
-            {
-                throw LedgerError(
-                    .alreadyShared, "record \(name) (or a record below it) is shared already, and \(parentName) is in "
-                        + "another share; a record belongs to at most one share")
-            }
         }
         var e = Shareledger_Events_V1_RecordSaved()
         e.ownerName = owner

@@ -11,53 +11,11 @@ extension Decider {
         guard owner == actor else {
             throw LedgerError(.badDatabase, "shares are created in the owner's private database; only \(owner) can share this zone")
         }
-        guard c.publicPermission != .unknown else {
-            throw LedgerError(.invalidArguments, "the public permission must be none, readOnly or readWrite")
-        }
-        guard c.title.utf8.count <= Limits.maxTitleBytes else {
-            throw LedgerError(.invalidArguments, "the title is longer than \(Limits.maxTitleBytes) bytes")
-        }
-        guard let zone = try models.zone(txn, container, owner: owner, zone: c.zoneID.zoneName) else {
-            throw LedgerError(.zoneNotFound, "zone \(c.zoneID.zoneName) does not exist; save the zone first")
-        }
-        let capabilities = RecordZone.Capabilities(rawValue: zone.capabilities)
-        var token = c.tokenCandidate
-        var shareRecordName = c.shareRecordName
-        if let root = c.rootRecordName {
-            guard capabilities.contains(.sharing) else {
-                throw LedgerError(.invalidArguments, "zone \(c.zoneID.zoneName) does not have the sharing capability")
-            }
-            guard zone.zoneShareToken.isEmpty else {
-                throw LedgerError(
-                    .serverRejectedRequest, "zone \(c.zoneID.zoneName) is shared as a whole; a hierarchy in it cannot be shared too")
-            }
-            guard let record = try models.record(txn, zoneID: zone.zoneID, root) else {
-                throw LedgerError(.unknownItem, "the root record \(root) does not exist; save it before sharing it")
-            }
-            guard record.shareToken.isEmpty else {
-                throw LedgerError(.alreadyShared, "record \(root) is shared already; fetch its share instead of creating one")
-            }
-            if !record.parentRecordName.isEmpty, try ancestorHasShare(txn, zoneID: zone.zoneID, record.parentRecordName) {
-                throw LedgerError(.alreadyShared, "a parent of record \(root) is shared already; \(root) is part of that share")
-            }
-            if try subtreeHasShare(txn, zoneID: zone.zoneID, root) {
-                throw LedgerError(.alreadyShared, "a record below \(root) is shared already; a record belongs to at most one share")
-            }
-            if !record.lastShareToken.isEmpty { token = record.lastShareToken }
-        } else {
-            guard capabilities.contains(.zoneWideSharing) else {
-                throw LedgerError(.invalidArguments, "zone \(c.zoneID.zoneName) does not have the zoneWideSharing capability")
-            }
-            guard zone.zoneShareToken.isEmpty else {
-                throw LedgerError(.serverRecordChanged, "zone \(c.zoneID.zoneName) is shared already (record to insert already exists)")
-            }
-            guard zone.hierarchyShareCount == 0 else {
-                throw LedgerError(
-                    .invalidArguments, "zone \(c.zoneID.zoneName) holds shared hierarchies; delete those shares before sharing the zone")
-            }
-            if !zone.lastZoneShareToken.isEmpty { token = zone.lastZoneShareToken }
-            shareRecordName = Share.zoneWideShareRecordName
-        }
+        let (_, reused) = try checkNewShare(
+            txn, zoneName: c.zoneID.zoneName, root: c.rootRecordName, publicPermission: PBPermission(c.publicPermission),
+            title: c.title)
+        let token = reused ?? c.tokenCandidate
+        let shareRecordName = c.rootRecordName == nil ? Share.zoneWideShareRecordName : c.shareRecordName
         guard try models.share(txn, token) == nil else {
             throw LedgerError(.serverRejectedRequest, "the share token is in use; try again")
         }
@@ -71,6 +29,59 @@ extension Decider {
         e.publicPermission = PBPermission(c.publicPermission)
         e.ownerParticipantID = c.ownerParticipantID
         return .output([event(Streams.share(token), .shareCreated(e))], shareOutput(token))
+    }
+
+    /// The rules for a new share of the actor's zone `zoneName` (of its record `root`, or of the whole
+    /// zone): returns the zone and the token an earlier share of the same root or zone used (a share
+    /// URL is kept across deleting and sharing again). Shared by ``createShare`` and the
+    /// ``EventValidator``.
+    func checkNewShare(
+        _ txn: borrowing some ReadModelStore & ~Copyable, zoneName: String, root: String?, publicPermission: PBPermission,
+        title: String
+    ) throws -> (zone: ZoneState, reusedToken: String?) {
+        guard publicPermission == .none || Decider.isPublic(publicPermission) else {
+            throw LedgerError(.invalidArguments, "the public permission must be none, readOnly or readWrite")
+        }
+        guard title.utf8.count <= Limits.maxTitleBytes else {
+            throw LedgerError(.invalidArguments, "the title is longer than \(Limits.maxTitleBytes) bytes")
+        }
+        guard let zone = try models.zone(txn, container, owner: actor, zone: zoneName) else {
+            throw LedgerError(.zoneNotFound, "zone \(zoneName) does not exist; save the zone first")
+        }
+        let capabilities = RecordZone.Capabilities(rawValue: zone.capabilities)
+        if let root {
+            guard capabilities.contains(.sharing) else {
+                throw LedgerError(.invalidArguments, "zone \(zoneName) does not have the sharing capability")
+            }
+            guard zone.zoneShareToken.isEmpty else {
+                throw LedgerError(
+                    .serverRejectedRequest, "zone \(zoneName) is shared as a whole; a hierarchy in it cannot be shared too")
+            }
+            guard let record = try models.record(txn, zoneID: zone.zoneID, root) else {
+                throw LedgerError(.unknownItem, "the root record \(root) does not exist; save it before sharing it")
+            }
+            guard record.shareToken.isEmpty else {
+                throw LedgerError(.alreadyShared, "record \(root) is shared already; fetch its share instead of creating one")
+            }
+            if !record.parentRecordName.isEmpty, try ancestorHasShare(txn, zoneID: zone.zoneID, record.parentRecordName) {
+                throw LedgerError(.alreadyShared, "a parent of record \(root) is shared already; \(root) is part of that share")
+            }
+            if try subtreeHasShare(txn, zoneID: zone.zoneID, root) {
+                throw LedgerError(.alreadyShared, "a record below \(root) is shared already; a record belongs to at most one share")
+            }
+            return (zone, record.lastShareToken.isEmpty ? nil : record.lastShareToken)
+        }
+        guard capabilities.contains(.zoneWideSharing) else {
+            throw LedgerError(.invalidArguments, "zone \(zoneName) does not have the zoneWideSharing capability")
+        }
+        guard zone.zoneShareToken.isEmpty else {
+            throw LedgerError(.serverRecordChanged, "zone \(zoneName) is shared already (record to insert already exists)")
+        }
+        guard zone.hierarchyShareCount == 0 else {
+            throw LedgerError(
+                .invalidArguments, "zone \(zoneName) holds shared hierarchies; delete those shares before sharing the zone")
+        }
+        return (zone, zone.lastZoneShareToken.isEmpty ? nil : zone.lastZoneShareToken)
     }
 
     func addParticipant(

@@ -5,6 +5,19 @@ import SwiftProtobuf
 extension Decider {
     // MARK: - Residual tasks
 
+    /// Whether another accepted share in the task's zone keeps the zone in the user's shared database
+    /// when a removal task completes. Shared by ``completeTask`` and the ``EventValidator``.
+    func zoneKept(_ txn: borrowing some ReadModelStore & ~Copyable, _ task: ResidualTaskState) throws -> Bool {
+        for (token, participantID) in try models.participations(txn, task.container, user: task.userRecordName) {
+            guard let share = try models.share(txn, token), share.zoneID == task.zoneID,
+                let participant = try models.participant(txn, token, participantID),
+                participant.status == .statusAccepted
+            else { continue }
+            return true
+        }
+        return false
+    }
+
     func completeTask(_ txn: borrowing some ReadModelStore & ~Copyable, id: UInt64) throws -> Decision {
         guard let task = try models.residualTask(txn, id: id) else {
             // Completed already: applying a completion twice has no further effect.
@@ -25,15 +38,7 @@ extension Decider {
             e.ownerName = task.ownerName
             e.zoneName = task.zoneName
             e.taskID = id
-            // Another accepted share in the same zone keeps the zone in the user's shared database.
-            for (token, participantID) in try models.participations(txn, task.container, user: task.userRecordName) {
-                guard let share = try models.share(txn, token), share.zoneID == task.zoneID,
-                    let participant = try models.participant(txn, token, participantID),
-                    participant.status == .statusAccepted
-                else { continue }
-                e.zoneKept = true
-                break
-            }
+            e.zoneKept = try zoneKept(txn, task)
             return .output([event(stream, .participantZoneRemoved(e))], .none)
         }
     }

@@ -15,12 +15,17 @@ enum ReadModelRebuild {
     /// Two stages overlap: while one chunk is applied in a write transaction of `target`, the next is
     /// read and decoded (envelopes and payloads, upcast) on another thread. Chunks are applied in
     /// order, one transaction each, exactly as a single pass would.
+    ///
+    /// With `validate`, each event is first checked by the ``EventValidator`` against the read models
+    /// as they stand before it (the transaction the projection then writes): the first event the
+    /// rules could not have produced stops the replay with ``InadmissibleEvent``.
     @discardableResult
     static func replay(
         from source: LogStore, into target: LogStore, after start: UInt64 = 0, through last: UInt64 = .max,
-        progress: ((UInt64) -> Void)? = nil
+        validate: Bool = false, progress: ((UInt64) -> Void)? = nil
     ) throws -> UInt64 {
         let projector = Projector(models: target.models)
+        let validator = validate ? EventValidator(models: target.models) : nil
         var after: UInt64 = start
         var next = Result { () throws -> DecodedChunk in try decodeChunk(source, after: start, through: last) }
         while true {
@@ -34,12 +39,30 @@ enum ReadModelRebuild {
             }
             defer { group.wait() }
             try target.environment.write { txn in
-                for (event, context) in chunk.events { try projector.apply(event, context, txn) }
+                for (event, context) in chunk.events {
+                    if let validator, let problem = try validator.problem(event, context, txn) {
+                        throw InadmissibleEvent(
+                            position: context.position,
+                            text: EventValidator.describe(position: context.position, event, actor: context.actor, problem))
+                    }
+                    try projector.apply(event, context, txn)
+                }
             }
             group.wait()
             next = following.get()
             after = chunkLast
             progress?(after)
+        }
+    }
+
+    /// The first event of a replay that the sharing rules could not have produced (``EventValidator``).
+    struct InadmissibleEvent: Error, Sendable, Hashable {
+        var position: UInt64
+        var text: String
+
+        /// As the error of a rebuild that met it.
+        var error: LedgerError {
+            LedgerError(.corruptedData, text + "; the read models were not rebuilt: audit the ledger (share-ledger audit)")
         }
     }
 
@@ -123,8 +146,11 @@ enum ReadModelRebuild {
         var differences: [Difference]
         /// SHA-256 over every key and value, per database (of the first set).
         var digests: [String: String]
+        /// The first event the rules could not have produced, when the rebuild stopped at one (then
+        /// nothing was compared).
+        var inadmissible: InadmissibleEvent? = nil
 
-        var matches: Bool { differences.isEmpty }
+        var matches: Bool { differences.isEmpty && inadmissible == nil }
 
         struct Difference: Sendable, Hashable {
             var database: String
@@ -170,8 +196,10 @@ enum ReadModelRebuild {
 }
 
 extension ShareLedger {
-    /// Rebuilds every read model from the log into a new ledger directory at `scratchPath` and
-    /// compares it with the live read models, entry by entry.
+    /// Rebuilds every read model from the log into a new ledger directory at `scratchPath`, checking
+    /// every event against the sharing rules (``EventValidator``), and compares it with the live read
+    /// models, entry by entry. At the first event the rules could not have produced, it stops and
+    /// reports that event (``ReadModelRebuild/Comparison/inadmissible``) instead.
     ///
     /// - Returns: whether they are identical, the databases that differ (with the first differing
     ///   key) and a digest per database.
@@ -180,7 +208,11 @@ extension ShareLedger {
             let scratch = try LogStore.openLedger(
                 EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
             defer { scratch.environment.close() }
-            try ReadModelRebuild.replay(from: log.store, into: scratch)
+            do {
+                try ReadModelRebuild.replay(from: log.store, into: scratch, validate: true)
+            } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
+                return ReadModelRebuild.Comparison(differences: [], digests: [:], inadmissible: inadmissible)
+            }
             return try ReadModelRebuild.compare(log.store, scratch)
         } catch {
             throw LedgerError.wrap(error, while: "rebuilding the read models into \(scratchPath)")
