@@ -537,6 +537,9 @@ public struct Container: Sendable {
         }
     }
 
+    /// The live shares this user owns in the container, as the owner sees them.
+    ///
+    /// - Throws: ``LedgerError/Code/notAuthenticated`` without a registered account.
     public func ownedShares() throws(LedgerError) -> [Share] {
         let user = try registeredUser()
         let container = containerIdentifier
