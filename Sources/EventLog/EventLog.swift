@@ -278,6 +278,14 @@ public final class EventLog: Sendable {
 
     /// Counters of the log, read in one transaction.
     public func statistics() throws(LedgerError) -> Statistics {
+        try statistics { txn, log throws in log }
+    }
+
+    /// The log's counters and what `more` reads alongside them, in the same read transaction (a layer
+    /// above adds its own counters from the same snapshot).
+    package func statistics<R>(
+        _ more: (borrowing Transaction, Statistics) throws -> R
+    ) throws(LedgerError) -> R {
         let info: EnvironmentInfo
         do {
             info = try store.environment.info()
@@ -286,7 +294,7 @@ public final class EventLog: Sendable {
         }
         return try read("reading statistics") { txn in
             let head = try store.readHead(txn)
-            return Statistics(
+            let log = Statistics(
                 events: UInt64(try txn.statistics(store.log).entries),
                 headPosition: head.position.rawValue,
                 headHash: head.hash.hex,
@@ -296,6 +304,7 @@ public final class EventLog: Sendable {
                 usedBytes: info.usedBytes,
                 formatVersion: LogStore.formatVersion,
                 durability: configuration.durability.rawValue)
+            return try more(txn, log)
         }
     }
 

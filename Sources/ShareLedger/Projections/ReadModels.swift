@@ -265,8 +265,17 @@ extension LogStore {
     /// Opens a ledger's databases, the read models' included, without a writer thread: scratch
     /// ledgers of rebuilds and snapshots, and copies read by the audit.
     static func openLedger(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
+        try open(ReadModels.ledgerConfiguration(configuration))
+    }
+}
+
+extension ReadModels {
+    /// `configuration` with the read models' databases added: how every opening of a sharing
+    /// ledger's environment (``ShareLedger/open(_:)``, ``ShareLedger/openLog(_:)``, scratch copies)
+    /// asks the log for them.
+    static func ledgerConfiguration(_ configuration: EventLog.Configuration) -> EventLog.Configuration {
         var configuration = configuration
-        configuration.databases = ReadModels.specs
-        return try open(configuration)
+        configuration.databases = specs
+        return configuration
     }
 }

@@ -38,10 +38,9 @@ public final class ShareLedger: Sendable {
         self.log = log
         self.configuration = configuration
         self.models = log.store.models
-        self.shareTags = ShareTagTracker(
-            environment: log.store.environment, capacity: max(1, configuration.metadataCacheCapacity))
-        log.writer.setCommitObserver(shareTags)
         let capacity = configuration.metadataCacheCapacity
+        self.shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
+        log.writer.setCommitObserver(shareTags)
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
         if let workerConfiguration = configuration.residualTaskWorker, !configuration.readOnly {
             let worker = ResidualTaskWorker(ledger: self, configuration: workerConfiguration)
@@ -70,9 +69,7 @@ public final class ShareLedger: Sendable {
     /// new or older ledger opened for writing, creates) the read models' databases too, so that the
     /// directory can later be opened as a ``ShareLedger``, read-only included.
     public static func openLog(_ configuration: EventLog.Configuration) throws(LedgerError) -> EventLog {
-        var configuration = configuration
-        configuration.databases = ReadModels.specs
-        return try EventLog.open(configuration)
+        try EventLog.open(ReadModels.ledgerConfiguration(configuration))
     }
 
     /// Share URLs are made with this host for every share the ledger presents: a host no URL can
@@ -130,10 +127,9 @@ public final class ShareLedger: Sendable {
 
     // MARK: - Statistics
 
-    /// Counters of the ledger and its read models, the read models' read in one transaction.
+    /// Counters of the ledger and its read models, read in one transaction.
     public func statistics() throws(LedgerError) -> Statistics {
-        let log = try self.log.statistics()
-        return try read("reading statistics") { txn in
+        try log.statistics { txn, log in
             Statistics(
                 log: log,
                 users: try models.counter(txn, .users),
