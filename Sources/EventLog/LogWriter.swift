@@ -86,20 +86,35 @@ package struct CommitScope {
         package var eventType: String
         package var schemaVersion: UInt32
         package var payload: [UInt8]
+        /// Whether the event takes the next version of its stream. An unversioned event (a record of
+        /// a read, such as a logged metadata fetch) names the stream it concerns but has stream version
+        /// 0 and no back-link, and leaves the stream record alone: appending it writes only the log.
+        package var versioned: Bool
 
-        package init(metadata: CommandMetadata, stream: String, eventType: String, schemaVersion: UInt32, payload: [UInt8]) {
+        package init(
+            metadata: CommandMetadata, stream: String, eventType: String, schemaVersion: UInt32, payload: [UInt8],
+            versioned: Bool = true
+        ) {
             self.metadata = metadata
             self.stream = stream
             self.eventType = eventType
             self.schemaVersion = schemaVersion
             self.payload = payload
+            self.versioned = versioned
         }
     }
 
     /// Appends one event after the head: its position, stream version, stream back-link and hash
-    /// chain come from the transaction's state; it updates the stream record. Returns its position.
+    /// chain come from the transaction's state; it updates the stream record (unless the event is
+    /// unversioned). Returns its position.
     @discardableResult
     package mutating func append(_ event: NewEvent, txn: borrowing Transaction, log: borrowing Cursor) throws -> UInt64 {
+        guard event.versioned else {
+            try appendEnvelope(
+                event.metadata, stream: event.stream, streamVersion: 0, streamPrevious: 0, eventType: event.eventType,
+                schemaVersion: event.schemaVersion, payload: event.payload, log: log)
+            return head.position.rawValue
+        }
         let streamKey = LogStore.streamKey(container: event.metadata.container, stream: event.stream)
         let (version, streamLast) = try store.streamRecord(txn, key: streamKey)
         let position = head.position.rawValue + 1

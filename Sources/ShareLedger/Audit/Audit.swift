@@ -122,11 +122,18 @@ extension ShareLedger {
                     bad(envelope.position.rawValue, "event \(envelope.position): \(error.message)")
                 }
                 let streamKey = LogStore.streamKey(container: envelope.container, stream: envelope.stream)
-                let previous = streams[streamKey] ?? (0, 0)
-                if envelope.streamVersion != previous.version + 1 || envelope.streamPreviousPosition.rawValue != previous.last {
-                    bad(envelope.position.rawValue, "event \(envelope.position): stream \(envelope.stream) version or back-link is off")
+                if envelope.streamVersion == 0 {
+                    // Unversioned (a record of a read): no place in the stream, so no back-link either.
+                    if envelope.streamPreviousPosition.rawValue != 0 {
+                        bad(envelope.position.rawValue, "event \(envelope.position): unversioned but with a stream back-link")
+                    }
+                } else {
+                    let previous = streams[streamKey] ?? (0, 0)
+                    if envelope.streamVersion != previous.version + 1 || envelope.streamPreviousPosition.rawValue != previous.last {
+                        bad(envelope.position.rawValue, "event \(envelope.position): stream \(envelope.stream) version or back-link is off")
+                    }
+                    streams[streamKey] = (envelope.streamVersion, envelope.position.rawValue)
                 }
-                streams[streamKey] = (envelope.streamVersion, envelope.position.rawValue)
                 let commandKey = LogStore.commandKey(container: envelope.container, commandID: envelope.commandID)
                 if let existing = commands[commandKey] {
                     commands[commandKey] = (existing.first, existing.count + 1)

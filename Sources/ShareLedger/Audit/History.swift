@@ -34,8 +34,8 @@ public struct HistoryEntry: Sendable, Hashable {
 }
 
 extension ShareLedger {
-    /// The timeline of a share, a user or a container, oldest first, from the history indexes (not a
-    /// scan of the log), within `since`...`until`, at most `limit` entries.
+    /// The timeline of a share, a user or a container, oldest first, from the history indexes and
+    /// their journal (not a scan of the log), within `since`...`until`, at most `limit` entries.
     public func history(
         of subject: HistorySubject, since: HistoryBound? = nil, until: HistoryBound? = nil, limit: Int = 10_000
     ) throws(LedgerError) -> [HistoryEntry] {
@@ -61,12 +61,15 @@ extension ShareLedger {
             if case .position(let p) = until { return p.rawValue }
             return .max
         }()
-        // Positions from the index, in chunks of a fresh read transaction each.
+        // Positions from the index, in chunks of a fresh read transaction each; the chunk that
+        // reaches the end of the index also takes, in the same transaction, the journal's positions
+        // (all above the index's: see ``HistoryJournalEntry``).
+        let models = self.models
         var positions: [UInt64] = []
         var from = startPosition
         while positions.count < limit {
-            let chunk: [UInt64] = try read("reading the history index") { txn in
-                try txn.withCursor(db) { cursor in
+            let (chunk, complete): ([UInt64], Bool) = try read("reading the history index") { txn in
+                var out: [UInt64] = try txn.withCursor(db) { cursor in
                     var out: [UInt64] = []
                     var entry = try key.withUnsafeBytes { k in
                         try BigEndian.withBytes(of: from) { v in try cursor.seek(key: k, valueAtLeast: v) }
@@ -78,10 +81,13 @@ extension ShareLedger {
                     }
                     return out
                 }
+                guard out.count < 4_096 else { return (out, false) }
+                out.append(contentsOf: try models.journalPositions(txn, db, key: key, from: out.last.map { $0 + 1 } ?? from))
+                return (out, true)
             }
             let inWindow = chunk.filter { $0 <= endPosition }
             positions.append(contentsOf: inWindow.prefix(limit - positions.count))
-            guard chunk.count == 4_096, inWindow.count == chunk.count, let last = chunk.last else { break }
+            guard !complete, inWindow.count == chunk.count, let last = chunk.last else { break }
             from = last + 1
         }
         var entries: [HistoryEntry] = []

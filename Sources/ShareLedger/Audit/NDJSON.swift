@@ -229,7 +229,9 @@ extension ShareLedger {
                 }
                 for event in batch {
                     try txn.put(store.log, key: BigEndian.bytes(of: event.position), value: event.stored)
-                    try store.writeStreamRecord(txn, key: event.streamKey, version: event.streamVersion, last: event.position)
+                    if event.streamVersion != 0 {
+                        try store.writeStreamRecord(txn, key: event.streamKey, version: event.streamVersion, last: event.position)
+                    }
                 }
                 for command in commands {
                     try store.writeCommandRecord(
@@ -352,14 +354,21 @@ extension ShareLedger {
                 throw refuse("its payload does not decode as \(fields.eventType): \(error.message)")
             }
             let streamKey = LogStore.streamKey(container: fields.container, stream: fields.stream)
-            let stream: (version: UInt64, last: UInt64)
-            if let known = streams[streamKey] { stream = known } else { stream = try streamRecordForImport(streamKey) }
-            guard fields.streamVersion == stream.version + 1, fields.streamPreviousPosition == stream.last else {
-                throw refuse(
-                    "stream \(fields.stream) is at version \(stream.version) (last position \(stream.last)), the event "
-                        + "says version \(fields.streamVersion) after \(fields.streamPreviousPosition)")
+            if fields.streamVersion == 0 {
+                // Unversioned (a record of a read): no place in its stream, no back-link.
+                guard fields.streamPreviousPosition == 0 else {
+                    throw refuse("it has stream version 0 (unversioned) but a stream back-link")
+                }
+            } else {
+                let stream: (version: UInt64, last: UInt64)
+                if let known = streams[streamKey] { stream = known } else { stream = try streamRecordForImport(streamKey) }
+                guard fields.streamVersion == stream.version + 1, fields.streamPreviousPosition == stream.last else {
+                    throw refuse(
+                        "stream \(fields.stream) is at version \(stream.version) (last position \(stream.last)), the event "
+                            + "says version \(fields.streamVersion) after \(fields.streamPreviousPosition)")
+                }
+                streams[streamKey] = (fields.streamVersion, fields.position)
             }
-            streams[streamKey] = (fields.streamVersion, fields.position)
             let commandKey = LogStore.commandKey(container: fields.container, commandID: fields.commandID)
             let command = commandIndex[commandKey] ?? commands.count
             if let index = commandIndex[commandKey] {

@@ -194,6 +194,16 @@ struct PendingEvent: Sendable {
     var event: DomainEvent
 }
 
+extension DomainEvent {
+    /// Whether the event records a read (a logged metadata fetch) rather than a change: such events
+    /// are unversioned (stream version 0, `docs/log-format.md`), so appending one writes only the
+    /// log, its command record and its history entry, never the stream record.
+    var recordsARead: Bool {
+        if case .shareMetadataFetched = self { return true }
+        return false
+    }
+}
+
 enum Streams {
     static func user(_ name: String) -> String { "user/\(name)" }
     static func zone(owner: String, zone: String) -> String { "zone/\(owner)/\(zone)" }

@@ -37,12 +37,10 @@ struct Projector {
         // Who and what the event is about, read before it changes the read models.
         let (tokens, users) = try subjects(of: event, context, txn)
         try project(event, context, txn)
-        let position = BigEndian.bytes(of: context.position)
-        for token in tokens { try txn.put(models.shareHistory, key: Array(token.utf8), value: position) }
-        for user in users where !user.isEmpty && user != "system" && user != "(no account)" {
-            try txn.put(models.userHistory, key: ReadModels.userKey(context.container, user), value: position)
-        }
-        try txn.put(models.containerHistory, key: Array(context.container.utf8), value: position)
+        let entry = HistoryJournalEntry(
+            container: context.container, tokens: tokens.sorted(),
+            users: users.filter { !$0.isEmpty && $0 != "system" && $0 != "(no account)" }.sorted())
+        try models.journalHistory(txn, position: context.position, entry)
         return tokens
     }
 

@@ -27,6 +27,10 @@ protocol ReadModelStore: ~Copyable {
     /// Visits the values of `key` in a database with sorted duplicates, in order.
     func visitDuplicates(_ db: Database, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
         throws
+    /// The number of entries in `db` (sorted duplicates each counted).
+    func entryCount(_ db: Database) throws -> Int
+    /// Deletes every entry of `db`.
+    func clear(_ db: Database) throws
 }
 
 extension ReadModelStore where Self: ~Copyable {
@@ -48,6 +52,8 @@ extension ReadModelStore where Self: ~Copyable {
 }
 
 extension Transaction: ReadModelStore {
+    func entryCount(_ db: Database) throws -> Int { try statistics(db).entries }
+
     func visit(
         _ db: Database, from start: UnsafeRawBufferPointer?,
         _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
@@ -171,6 +177,10 @@ final class InMemoryReadModelStore: ReadModelStore {
             index += 1
         }
     }
+
+    func entryCount(_ db: Database) throws -> Int { tables[db.name]?.count ?? 0 }
+
+    func clear(_ db: Database) throws { tables[db.name] = nil }
 
     func visitDuplicates(_ db: Database, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
         throws

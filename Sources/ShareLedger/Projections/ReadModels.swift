@@ -53,6 +53,9 @@ struct ReadModels: Sendable {
     let userHistory: Database
     /// (dupsort, 8-byte values) container → positions of the container's domain events.
     let containerHistory: Database
+    /// position (8, big-endian) → ``HistoryJournalEntry``: history entries not yet folded into the
+    /// three indexes above (``ReadModels/foldHistory(_:)``).
+    let historyJournal: Database
     /// task id → WorkerTaskState: the worker's bookkeeping (not a read model: not rebuilt or compared).
     let workerTasks: Database
     /// `worker_lease` → WorkerLease: which residual-task worker may take tasks, until when (not a read
@@ -77,6 +80,7 @@ struct ReadModels: Sendable {
         DatabaseSpec("idx_share_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_user_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_container_history", [.dupSort, .dupFixed]),
+        DatabaseSpec("idx_history_journal"),
         DatabaseSpec("worker_tasks"),
         DatabaseSpec("worker_state"),
     ]
@@ -108,16 +112,18 @@ struct ReadModels: Sendable {
         shareHistory = byName["idx_share_history"]!
         userHistory = byName["idx_user_history"]!
         containerHistory = byName["idx_container_history"]!
+        historyJournal = byName["idx_history_journal"]!
         workerTasks = byName["worker_tasks"]!
         workerState = byName["worker_state"]!
     }
 
     /// Every read-model database, in `specs` order: every database of `specs` but the worker's
-    /// bookkeeping and lease, which are not derived from the log.
+    /// bookkeeping and lease, which are not derived from the log. Copies take them all; comparisons
+    /// compare their ``logicalEntries(_:_:)`` (the history journal as part of the history indexes).
     var all: [Database] {
         [
             users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
-            sharedZones, outbox, verifications, counters, shareHistory, userHistory, containerHistory,
+            sharedZones, outbox, verifications, counters, shareHistory, userHistory, containerHistory, historyJournal,
         ]
     }
 

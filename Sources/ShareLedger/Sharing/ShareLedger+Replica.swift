@@ -72,17 +72,14 @@ extension ShareLedger {
         let store = log.store
         return try read("computing the read-model digest") { txn in
             var hasher = SHA256()
-            for database in models.all {
+            // The history journal counts as part of the history indexes (``ReadModels/logicalEntries(_:_:)``).
+            for database in models.all where database.name != models.historyJournal.name {
                 hasher.update(data: Array(database.name.utf8) + [0])
-                try txn.withCursor(database) { cursor in
-                    var entry = try cursor.first()
-                    while let current = entry {
-                        hasher.update(data: BigEndian.bytes(of: UInt32(current.key.count)))
-                        hasher.update(bufferPointer: current.key)
-                        hasher.update(data: BigEndian.bytes(of: UInt32(current.value.count)))
-                        hasher.update(bufferPointer: current.value)
-                        entry = try cursor.next()
-                    }
+                for (key, value) in try models.logicalEntries(txn, database) {
+                    hasher.update(data: BigEndian.bytes(of: UInt32(key.count)))
+                    hasher.update(data: key)
+                    hasher.update(data: BigEndian.bytes(of: UInt32(value.count)))
+                    hasher.update(data: value)
                 }
             }
             return (try store.readHead(txn), EventHash.hex(Array(hasher.finalize())))
@@ -168,8 +165,12 @@ private struct ReplicatedEvent: Sendable {
     func write(store: LogStore, projector: Projector, txn: borrowing Transaction) throws {
         let position = envelope.position.rawValue
         let streamKey = LogStore.streamKey(container: envelope.container, stream: envelope.stream)
-        let stream = try store.streamRecord(txn, key: streamKey)
-        guard envelope.streamVersion == stream.version + 1, envelope.streamPreviousPosition.rawValue == stream.last else {
+        // An unversioned event (stream version 0) takes no place in its stream and has no back-link.
+        let versioned = envelope.streamVersion != 0
+        let stream = versioned ? try store.streamRecord(txn, key: streamKey) : (version: 0, last: 0)
+        guard versioned ? envelope.streamVersion == stream.version + 1 && envelope.streamPreviousPosition.rawValue == stream.last
+            : envelope.streamPreviousPosition.rawValue == 0
+        else {
             throw ReplicatedEvent.refuse(
                 envelope.position, "stream \(envelope.stream) is at version \(stream.version) (last position "
                     + "\(stream.last)), the event says version \(envelope.streamVersion) after \(envelope.streamPreviousPosition)")
@@ -189,7 +190,7 @@ private struct ReplicatedEvent: Sendable {
                 txn, key: commandKey, first: position, count: 1, streamVersion: domain == nil ? envelope.streamVersion : 0)
         }
         try txn.put(store.log, key: BigEndian.bytes(of: position), value: stored)
-        try store.writeStreamRecord(txn, key: streamKey, version: envelope.streamVersion, last: position)
+        if versioned { try store.writeStreamRecord(txn, key: streamKey, version: envelope.streamVersion, last: position) }
         if let domain {
             _ = try projector.apply(
                 domain,

@@ -1,0 +1,179 @@
+import EventLog
+import Foundation
+import LMDB
+
+/// The history indexes' journal: how an event's history entries are written without dirtying a
+/// random page of three B-trees per event.
+///
+/// The history of a share, a user or a container is a list of log positions. Written directly, each
+/// event would add a position under its share's token, under each of its users and under its
+/// container: three or four B-trees with random keys touched per event, and one of the largest
+/// costs of a commit. Instead, each event adds one entry to `idx_history_journal`, keyed by its
+/// position (so each commit appends to one page at the journal's right edge), holding the event's
+/// subjects. When the journal reaches ``foldThreshold`` entries, the event that filled it moves
+/// them all, sorted by key, into the three history indexes and empties the journal: one pass over
+/// each index's pages for many events, in the same transaction as that event.
+///
+/// A history is then the positions in its index followed by the journal's entries that name its
+/// subject: every folded position is below every journal position, and a fold moves the whole
+/// journal in one transaction, so any read transaction sees each position in exactly one of them.
+///
+/// The fold is decided by the journal's size alone, so the same events applied to the same read
+/// models (the writer, a rebuild, a replica, an import, a state as of a past point) leave the same
+/// bytes; comparisons of read models still compare the indexes and the journal as one logical set
+/// (``ReadModels/logicalEntries(_:_:)``), so read models written before the journal (all in the
+/// indexes) compare equal to their rebuild.
+struct HistoryJournalEntry: Equatable {
+    /// The container of the event (its container history, and the scope of its users).
+    var container: String
+    /// The shares (tokens) the event is about.
+    var tokens: [String]
+    /// The users the event was done by or is about, sorted.
+    var users: [String]
+
+    /// Version 1: `1`, then the container, the number of tokens (1 byte), the tokens, the number of
+    /// users (1 byte), the users; each string as a 2-byte big-endian length and its UTF-8 bytes.
+    static let layoutVersion: UInt8 = 1
+
+    func encoded() -> [UInt8] {
+        var out: [UInt8] = [HistoryJournalEntry.layoutVersion]
+        out.reserveCapacity(4 + container.utf8.count + tokens.reduce(0) { $0 + 2 + $1.utf8.count } + users.reduce(0) { $0 + 2 + $1.utf8.count })
+        func string(_ value: String) {
+            let count = min(value.utf8.count, Int(UInt16.max))
+            out.append(UInt8(count >> 8))
+            out.append(UInt8(count & 0xFF))
+            out.append(contentsOf: value.utf8.prefix(count))
+        }
+        string(container)
+        out.append(UInt8(min(tokens.count, 255)))
+        for token in tokens.prefix(255) { string(token) }
+        out.append(UInt8(min(users.count, 255)))
+        for user in users.prefix(255) { string(user) }
+        return out
+    }
+
+    /// Decodes an entry; throws ``LedgerError/Code/corruptedData`` for bytes that are not one.
+    init(decoding bytes: UnsafeRawBufferPointer) throws {
+        var offset = 0
+        func fail() -> LedgerError {
+            LedgerError(.corruptedData, "an entry of the history journal does not decode; run `share-ledger rebuild`")
+        }
+        func byte() throws -> UInt8 {
+            guard offset < bytes.count else { throw fail() }
+            defer { offset += 1 }
+            return bytes[offset]
+        }
+        func string() throws -> String {
+            let count = Int(try byte()) << 8 | Int(try byte())
+            guard offset + count <= bytes.count else { throw fail() }
+            defer { offset += count }
+            return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count]), as: UTF8.self)
+        }
+        guard try byte() == HistoryJournalEntry.layoutVersion else { throw fail() }
+        container = try string()
+        tokens = try (0..<Int(try byte())).map { _ in try string() }
+        users = try (0..<Int(try byte())).map { _ in try string() }
+        guard offset == bytes.count else { throw fail() }
+    }
+
+    init(container: String, tokens: [String], users: [String]) {
+        self.container = container
+        self.tokens = tokens
+        self.users = users
+    }
+
+    /// The (history index, key) pairs this entry stands for.
+    func indexKeys(_ models: ReadModels) -> [(db: Database, key: [UInt8])] {
+        var out: [(db: Database, key: [UInt8])] = tokens.map { (models.shareHistory, Array($0.utf8)) }
+        for user in users { out.append((models.userHistory, ReadModels.userKey(container, user))) }
+        out.append((models.containerHistory, Array(container.utf8)))
+        return out
+    }
+}
+
+extension ReadModels {
+    /// Journal entries that make a fold: about 1,000 events' history moved at once keeps a fold to a
+    /// few milliseconds of one commit, while each index page it dirties takes many positions.
+    static let historyFoldThreshold = 1_024
+
+    /// Adds the history entry of the event at `position`, folding the journal when it is full.
+    func journalHistory(
+        _ txn: borrowing some ReadModelStore & ~Copyable, position: UInt64, _ entry: HistoryJournalEntry
+    ) throws {
+        try txn.put(historyJournal, key: BigEndian.bytes(of: position), value: entry.encoded())
+        if try txn.entryCount(historyJournal) >= ReadModels.historyFoldThreshold {
+            try foldHistory(txn)
+        }
+    }
+
+    /// Moves every journal entry into the history indexes, sorted by index and key, and empties the
+    /// journal. Returns the number of index entries written.
+    @discardableResult
+    func foldHistory(_ txn: borrowing some ReadModelStore & ~Copyable) throws -> Int {
+        var moves: [(db: Int, key: [UInt8], position: [UInt8])] = []
+        let databases = [shareHistory, userHistory, containerHistory]
+        try txn.visit(historyJournal, from: nil) { key, value in
+            let entry = try HistoryJournalEntry(decoding: value)
+            let position = Array(key)
+            for (db, indexKey) in entry.indexKeys(self) {
+                moves.append((databases.firstIndex { $0.name == db.name }!, indexKey, position))
+            }
+            return true
+        }
+        guard !moves.isEmpty else { return 0 }
+        // Sorted by index, key and position: each index is walked once, left to right.
+        moves.sort { a, b in
+            if a.db != b.db { return a.db < b.db }
+            if a.key != b.key { return a.key.lexicographicallyPrecedes(b.key) }
+            return a.position.lexicographicallyPrecedes(b.position)
+        }
+        for move in moves where ReadModels.isStorable(move.key) {
+            try txn.put(databases[move.db], key: move.key, value: move.position)
+        }
+        try txn.clear(historyJournal)
+        return moves.count
+    }
+
+    /// The positions in the journal of the entries about (`db`, `key`), from `from` on, in order.
+    func journalPositions(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, key: [UInt8], from: UInt64
+    ) throws -> [UInt64] {
+        var out: [UInt64] = []
+        try BigEndian.withBytes(of: from) { start in
+            try txn.visit(historyJournal, from: start) { positionBytes, value in
+                let entry = try HistoryJournalEntry(decoding: value)
+                if entry.indexKeys(self).contains(where: { $0.db.name == db.name && $0.key == key }),
+                    let position = BigEndian.uint64(positionBytes)
+                {
+                    out.append(position)
+                }
+                return true
+            }
+        }
+        return out
+    }
+
+    /// The entries of a read model as a comparison must see them: for a history index, its own
+    /// entries and the journal's entries for it, in LMDB's order (key, then position); for the
+    /// journal, none (its entries are in the indexes' views); for any other database, its entries.
+    func logicalEntries(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database) throws -> [([UInt8], [UInt8])] {
+        if db.name == historyJournal.name { return [] }
+        var out: [([UInt8], [UInt8])] = []
+        try txn.visit(db, from: nil) { key, value in
+            out.append((Array(key), Array(value)))
+            return true
+        }
+        guard [shareHistory.name, userHistory.name, containerHistory.name].contains(db.name) else { return out }
+        var journaled: [([UInt8], [UInt8])] = []
+        try txn.visit(historyJournal, from: nil) { position, value in
+            for (index, key) in try HistoryJournalEntry(decoding: value).indexKeys(self) where index.name == db.name {
+                journaled.append((key, Array(position)))
+            }
+            return true
+        }
+        guard !journaled.isEmpty else { return out }
+        out.append(contentsOf: journaled)
+        out.sort { a, b in a.0 != b.0 ? a.0.lexicographicallyPrecedes(b.0) : a.1.lexicographicallyPrecedes(b.1) }
+        return out
+    }
+}

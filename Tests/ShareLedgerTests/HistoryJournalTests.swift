@@ -1,0 +1,116 @@
+import Foundation
+import LMDB
+@testable import ShareLedger
+import TestSupport
+import Testing
+
+@Suite("History journal and unversioned fetches")
+struct HistoryJournalTests {
+    @Test("a journal entry round-trips, and damaged bytes are a typed error, not a trap")
+    func entryCodec() throws {
+        let entry = HistoryJournalEntry(container: "iCloud.c", tokens: ["T0K3N"], users: ["_alice", "_bob"])
+        let bytes = entry.encoded()
+        #expect(try bytes.withUnsafeBytes { try HistoryJournalEntry(decoding: $0) } == entry)
+        for cut in 0..<bytes.count {
+            #expect(throws: LedgerError.self) { try Array(bytes.prefix(cut)).withUnsafeBytes { try HistoryJournalEntry(decoding: $0) } }
+        }
+        var wrongLayout = bytes
+        wrongLayout[0] = 2
+        #expect(throws: LedgerError.self) { try wrongLayout.withUnsafeBytes { try HistoryJournalEntry(decoding: $0) } }
+        #expect(throws: LedgerError.self) { try (bytes + [0]).withUnsafeBytes { try HistoryJournalEntry(decoding: $0) } }
+    }
+
+    @Test("histories span folded and journaled events; the fold empties the journal; audit and rebuild agree")
+    func foldAcrossThreshold() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let models = f.ledger.models
+        let store = f.ledger.log.store
+        // Enough fetches to fold the journal at least once, and leave some entries in it.
+        let fetches = ReadModels.historyFoldThreshold + 100
+        for _ in 0..<fetches { _ = try await f.bob.shareMetadata(for: share.url) }
+        let (journal, indexed) = try store.environment.read { txn in
+            (try txn.statistics(models.historyJournal).entries, try txn.statistics(models.shareHistory).entries)
+        }
+        #expect(journal > 0 && journal < ReadModels.historyFoldThreshold)
+        #expect(indexed > 0)
+
+        // Every event about the share, in order, once: folded ones then journaled ones.
+        let history = try f.ledger.history(of: .share(share.url))
+        let positions = history.map(\.envelope.position.rawValue)
+        #expect(positions == positions.sorted() && Set(positions).count == positions.count)
+        #expect(history.filter { $0.name == "ShareMetadataFetched" }.count == fetches)
+        let bobs = try f.ledger.history(of: .user("_bob", container: SharingFixture.container))
+        #expect(bobs.filter { $0.name == "ShareMetadataFetched" }.count == fetches)
+        let all = try f.ledger.history(of: .container(SharingFixture.container))
+        #expect(UInt64(all.count) == (try f.ledger.statistics().events))
+        // A window that starts inside the journal.
+        let tail = try f.ledger.history(of: .share(share.url), since: .position(LogPosition(positions[positions.count - 3])))
+        #expect(tail.map(\.envelope.position.rawValue) == Array(positions.suffix(3)))
+        // A limit that ends inside the index.
+        #expect(try f.ledger.history(of: .share(share.url), limit: 5).map(\.envelope.position.rawValue) == Array(positions.prefix(5)))
+
+        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(report.ok, "\(report.problems)")
+        try await f.ledger.rebuildReadModels()
+        #expect(try f.ledger.history(of: .share(share.url)).map(\.envelope.position.rawValue) == positions)
+        await f.ledger.close()
+    }
+
+    @Test("read models with every history entry in the indexes (before the journal) match their rebuild")
+    func unfoldedMatchesFolded() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        // Carol is not invited: each fetch fails, and is logged all the same.
+        for _ in 0..<10 { _ = try? await f.carol.shareMetadata(for: share.url) }
+        // As a ledger written before the journal would hold them: fold everything now.
+        let moved = try await f.ledger.maintain { txn in try f.ledger.models.foldHistory(txn) }
+        #expect(moved > 0)
+        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(report.ok && report.projectionsMatch, "\(report.problems)")
+        // But a lost index entry is still a difference.
+        _ = try f.ledger.log.store.environment.write { txn in
+            try txn.delete(f.ledger.models.shareHistory, key: Array(share.token.text.utf8))
+        }
+        let damaged = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(damaged.projectionDifferences.keys.contains("idx_share_history"))
+        await f.ledger.close()
+    }
+
+    @Test("a logged fetch is unversioned: it writes no stream record, and audit, export and import accept it")
+    func unversionedFetch() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let streamsBefore = try f.ledger.log.store.environment.read { txn in try txn.statistics(f.ledger.log.store.streams).entries }
+        // A refused fetch (Carol is not invited) is logged too.
+        _ = try? await f.carol.shareMetadata(for: share.url)
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        _ = try await f.bob.shareMetadata(for: share.url)
+        let streamsAfter = try f.ledger.log.store.environment.read { txn in try txn.statistics(f.ledger.log.store.streams).entries }
+        #expect(streamsAfter == streamsBefore)
+        let fetches = try f.ledger.log.events(after: .start, limit: .max).filter { $0.eventType.hasSuffix("ShareMetadataFetched") }
+        #expect(fetches.map(\.stream) == ["user/_carol", "user/_bob"])
+        #expect(fetches.allSatisfy { $0.streamVersion == 0 && $0.streamPreviousPosition.rawValue == 0 })
+        // Bob accepts: the accept is a versioned event whatever fetches came before.
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(report.ok && report.indexesMatch, "\(report.problems)")
+
+        let export = f.dir.child("export.ndjson")
+        _ = FileManager.default.createFile(atPath: export, contents: nil)
+        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: export))
+        try f.ledger.export(to: out)
+        try out.close()
+        var configuration = ShareLedger.Configuration(path: f.dir.child("copy"), durability: .unsafeNoSync)
+        configuration.residualTaskWorker = nil
+        let copy = try ShareLedger.open(configuration)
+        let input = try #require(FileHandle(forReadingAtPath: export))
+        _ = try await copy.importLog(from: input)
+        try input.close()
+        #expect(try copy.readModelDigest().digest == (try f.ledger.readModelDigest().digest))
+        #expect(try copy.audit(scratchPath: f.dir.child("scratch2")).ok)
+        await copy.close()
+        await f.ledger.close()
+    }
+}
