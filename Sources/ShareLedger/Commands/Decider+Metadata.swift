@@ -9,6 +9,14 @@ extension Decider {
     enum Standing {
         case participant(role: PBRole, status: PBStatus, permission: PBPermission)
         case prospectivePublicUser(PBPermission)
+
+        /// The role, status and permission the metadata reports.
+        var reported: (PBRole, PBStatus, PBPermission) {
+            switch self {
+            case .participant(let role, let status, let permission): return (role, status, permission)
+            case .prospectivePublicUser(let permission): return (.publicUser, .statusPending, permission)
+            }
+        }
     }
 
     /// How the share looks to the caller, or the error CloudKit gives.
@@ -35,6 +43,10 @@ extension Decider {
         throw LedgerError(.unknownItem, Decider.shareNotFound)
     }
 
+    /// Decides a logged fetch: the event records who asked, for what, and what the metadata said of
+    /// them (or the error); the metadata itself is built after the commit
+    /// (``StepAnswer/metadata(token:fetchRoot:keys:)``), so the writer reads only the caller's
+    /// account, the share's row and the caller's participant entry.
     func fetchMetadata(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, fetchRoot: Bool, keys: [String]?) throws
         -> Decision
     {
@@ -45,25 +57,47 @@ extension Decider {
             e.errorCode = Int32(error.code.rawValue)
             return Decision(events: [event(stream, .shareMetadataFetched(e))], outcome: .failed(error))
         }
-        guard signedIn, try models.user(txn, container, actor) != nil else {
-            return failed(
-                LedgerError(.notAuthenticated, "fetching share metadata needs a signed-in user; register the user and act as them"))
-        }
-        guard ShareToken(tokenText) != nil, let share = try models.share(txn, tokenText) else {
-            return failed(LedgerError(.unknownItem, Decider.shareNotFound))
-        }
-        e.shareContainer = share.container
+        let share: ShareState
         let standing: Standing
         do {
+            share = try fetchableShare(txn, tokenText: tokenText)
+            // Known from here on, failed or not: the fetch is part of the share's history.
+            e.shareContainer = share.container
             standing = try self.standing(txn, share, token: tokenText)
         } catch let error as LedgerError {
             return failed(error)
         }
-        let (role, status, permission): (PBRole, PBStatus, PBPermission)
-        switch standing {
-        case .participant(let r, let s, let p): (role, status, permission) = (r, s, p)
-        case .prospectivePublicUser(let p): (role, status, permission) = (.publicUser, .statusPending, p)
+        let (role, status, permission) = standing.reported
+        if fetchRoot, !share.rootRecordName.isEmpty, try models.record(txn, zoneID: share.zoneID, share.rootRecordName) != nil {
+            e.rootRecordFetched = true
         }
+        e.participantRole = role
+        e.participantStatus = status
+        e.participantPermission = permission
+        return .output(
+            [event(stream, .shareMetadataFetched(e))], .metadata(token: tokenText, fetchRoot: fetchRoot, keys: keys))
+    }
+
+    /// The share at `tokenText`, or the error a fetch of its metadata gives before looking at the
+    /// caller's standing: no account, an unknown URL.
+    private func fetchableShare(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String) throws -> ShareState {
+        guard signedIn, try models.user(txn, container, actor) != nil else {
+            throw LedgerError(.notAuthenticated, "fetching share metadata needs a signed-in user; register the user and act as them")
+        }
+        guard ShareToken(tokenText) != nil, let share = try models.share(txn, tokenText) else {
+            throw LedgerError(.unknownItem, Decider.shareNotFound)
+        }
+        return share
+    }
+
+    /// The metadata of the share at `tokenText` as the caller sees it in `txn` (the same rules and
+    /// errors as a fetch, nothing logged): the answer of a logged fetch, built after its commit, and
+    /// of ``Container/shareMetadataWithoutLogging(for:)``.
+    func presentMetadata(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, fetchRoot: Bool, keys: [String]?)
+        throws -> Share.Metadata
+    {
+        let share = try fetchableShare(txn, tokenText: tokenText)
+        let (role, status, permission) = try standing(txn, share, token: tokenText).reported
         let viewer = share.container == container ? actor : nil
         let shareValue = try presenter.share(txn, token: tokenText, state: share, viewer: viewer)
         let zoneID = RecordZoneID(zoneName: share.zoneName, ownerName: share.ownerName)
@@ -71,17 +105,12 @@ extension Decider {
         let rootID = share.rootRecordName.isEmpty ? nil : RecordID(recordName: share.rootRecordName, zoneID: zoneID)
         if fetchRoot, let rootID, let state = try models.record(txn, zoneID: share.zoneID, share.rootRecordName) {
             rootRecord = try presenter.record(txn, state, id: rootID, desiredKeys: keys)
-            e.rootRecordFetched = true
         }
-        let metadata = Share.Metadata(
+        return Share.Metadata(
             share: shareValue, containerIdentifier: share.container,
             ownerIdentity: try presenter.identity(txn, share.container, user: share.ownerName),
             hierarchicalRootRecordID: rootID, rootRecord: rootRecord, participantRole: role.role,
             participantStatus: status.status, participantPermission: permission.permission)
-        e.participantRole = role
-        e.participantStatus = status
-        e.participantPermission = permission
-        return .output([event(stream, .shareMetadataFetched(e))], .metadata(metadata))
     }
 
     // MARK: - Accepting

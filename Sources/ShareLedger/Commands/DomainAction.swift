@@ -73,6 +73,10 @@ enum StepAnswer: Sendable {
     case record(zoneKey: UInt64, name: String, id: RecordID)
     /// A share, as the command's actor may see it.
     case share(token: String)
+    /// A share's metadata, as the command's actor (a signed-in user of the command's container)
+    /// fetched it: built after the commit (``Decider/presentMetadata(_:tokenText:fetchRoot:keys:)``),
+    /// by the caller, possibly from a kept answer, so the writer spends no time on it.
+    case metadata(token: String, fetchRoot: Bool, keys: [String]?)
 }
 
 /// The outcome of deciding a step: the events to append and, once they are applied, what to return.

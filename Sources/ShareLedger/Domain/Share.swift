@@ -187,6 +187,18 @@ public struct Share: Sendable, Hashable {
         /// The fetching user's permission.
         public var participantPermission: Participant.Permission
 
+        /// Hashes the share's token and change tag and the viewer's place in it: enough to tell
+        /// metadatas apart (equal ones hash alike), without hashing every participant and the root
+        /// record, which made keying the answers of ``Container/accept(_:)`` by metadata costly.
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(share.token)
+            hasher.combine(share.recordChangeTag)
+            hasher.combine(containerIdentifier)
+            hasher.combine(participantRole)
+            hasher.combine(participantStatus)
+            hasher.combine(participantPermission)
+        }
+
         /// Deprecated in CloudKit (iOS 16): the same as ``hierarchicalRootRecordID``.
         public var rootRecordID: RecordID? { hierarchicalRootRecordID }
         /// Deprecated in CloudKit (iOS 12): the type derived from ``participantRole``.

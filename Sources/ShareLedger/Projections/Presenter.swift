@@ -36,6 +36,10 @@ struct Presenter: Sendable {
                 throw LedgerError(.unknownItem, "your change was committed, but the share was deleted right after it")
             }
             return .share(share)
+        case .metadata(let token, let fetchRoot, let keys):
+            let decider = Decider(
+                models: models, presenter: self, container: container, actor: viewer, signedIn: true, now: 0)
+            return .metadata(try decider.presentMetadata(txn, tokenText: token, fetchRoot: fetchRoot, keys: keys))
         }
     }
 

@@ -37,13 +37,23 @@ public struct Container: Sendable {
             metadata: metadata, signedIn: user != nil, steps: steps,
             bytes: steps.reduce(0) { $0 + $1.approximateBytes })
         let results = try await ledger.submit(command).results
-        // The answers are built here, after the commit, in one short read transaction.
+        // The answers are built here, after the commit, in one short read transaction. Metadata a
+        // fetch asked for may be a kept answer (``shareMetadataWithoutLogging(for:)``'s).
         let presenter = ledger.presenter
         let container = containerIdentifier
+        let ledger = self.ledger
+        let generation = ledger.shareTags.generation
         return try ledger.read("reading the results") { txn in
             results.map { result in
                 result.flatMap { answer in
                     do {
+                        if case .metadata(let token, false, _) = answer {
+                            return .success(
+                                .metadata(
+                                    try Container.metadata(
+                                        txn, ledger: ledger, token: token, container: container, viewer: metadata.actor,
+                                        cache: ledger.metadataCache, generation: generation)))
+                        }
                         return .success(try presenter.present(answer, container: container, viewer: metadata.actor, txn))
                     } catch let error as LedgerError {
                         return .failure(error)
@@ -515,26 +525,31 @@ public struct Container: Sendable {
         // Read before the transaction: an answer built from rows a later swap replaced is never used.
         let generation = tags.generation
         return try ledger.read("reading share metadata") { txn in
-            let validator = try cache == nil ? nil : ledger.models.shareChangeTag(txn, token: token)
-            if let validator { tags.remember(token, tag: validator, snapshot: txn.id) }
-            if let cache, let validator, let hit = cache.entry(key), hit.validator == validator, hit.generation == generation {
-                return hit.metadata
-            }
-            let decider = Decider(
-                models: ledger.models, presenter: ledger.presenter, container: container, actor: user, signedIn: true,
-                now: 0)
-            let decision = try decider.decide(
-                .fetchMetadata(tokenText: token, shouldFetchRootRecord: false, desiredKeys: nil), txn)
-            switch decision.outcome {
-            case .failed(let error): throw error
-            case .answer(let answer):
-                guard case .output(.metadata(let metadata)) = answer else { throw LedgerError.unexpectedOutput("metadata") }
-                if let cache, let validator {
-                    cache.store(key, MetadataCache.Entry(validator: validator, generation: generation, metadata: metadata))
-                }
-                return metadata
-            }
+            try Container.metadata(
+                txn, ledger: ledger, token: token, container: container, viewer: user, cache: cache, generation: generation)
         }
+    }
+
+    /// The metadata of share `token` for `viewer` in `txn`: a kept answer while the share's change tag
+    /// is the one it was built at (and no swap happened since `generation` was read, before `txn`
+    /// began), else built (``Decider/presentMetadata(_:tokenText:fetchRoot:keys:)``) and kept.
+    static func metadata(
+        _ txn: borrowing Transaction, ledger: ShareLedger, token: String, container: String, viewer: String,
+        cache: MetadataCache?, generation: UInt64
+    ) throws -> Share.Metadata {
+        let key = MetadataCache.Key(token: token, container: container, viewer: viewer)
+        let validator = try cache == nil ? nil : ledger.models.shareChangeTag(txn, token: token)
+        if let validator { ledger.shareTags.remember(token, tag: validator, snapshot: txn.id) }
+        if let cache, let validator, let hit = cache.entry(key), hit.validator == validator, hit.generation == generation {
+            return hit.metadata
+        }
+        let decider = Decider(
+            models: ledger.models, presenter: ledger.presenter, container: container, actor: viewer, signedIn: true, now: 0)
+        let metadata = try decider.presentMetadata(txn, tokenText: token, fetchRoot: false, keys: nil)
+        if let cache, let validator {
+            cache.store(key, MetadataCache.Entry(validator: validator, generation: generation, metadata: metadata))
+        }
+        return metadata
     }
 
     /// The live shares this user owns in the container, as the owner sees them.
