@@ -48,6 +48,16 @@ package struct CommitNotice: Sendable {
     package var invalidatedKeys: [String]
     /// Whether a step declared that it may have changed anything (``CommitScope/invalidateEverything()``).
     package var invalidatedEverything: Bool
+    /// The writer's number of the committed transaction (``CommitScope/serial``).
+    package var serial: UInt64
+
+    package init(transactionID: UInt64, appended: Bool, invalidatedKeys: [String], invalidatedEverything: Bool, serial: UInt64) {
+        self.transactionID = transactionID
+        self.appended = appended
+        self.invalidatedKeys = invalidatedKeys
+        self.invalidatedEverything = invalidatedEverything
+        self.serial = serial
+    }
 }
 
 /// Told about every commit of the writer, on the writer's thread, after the commit and before any
@@ -65,6 +75,10 @@ package struct CommitScope {
     package let recordedAt: Int64
     /// The head as the transaction sees it so far: the last event appended (by this batch or before it).
     package private(set) var head: LogHead
+    /// This writer's number of the transaction: every write transaction the writer begins has a new
+    /// one, committed or not (LMDB gives an aborted transaction's id to the next one, so its id
+    /// cannot tell them apart). State a step keeps in memory for the transaction can be keyed by it.
+    package let serial: UInt64
     fileprivate var invalidatedKeys: [String] = []
     fileprivate var invalidatedEverything = false
 
@@ -218,6 +232,8 @@ package final class LogWriter: @unchecked Sendable {
 
     // Guarded by `lock`: a pause for tests that need to control which commands share a batch.
     private var paused = false
+    /// The last ``CommitScope/serial`` given; only the writer's thread touches it.
+    private var transactionSerial: UInt64 = 0
 
     package init(store: LogStore, configuration: EventLog.Configuration, head: LogHead) {
         self.store = store
@@ -386,8 +402,10 @@ package final class LogWriter: @unchecked Sendable {
                 // The head is read inside the transaction, not cached: another process may have
                 // appended since this thread's last commit (LMDB serializes writers across processes).
                 let startHead = try store.readHead(txn)
+                transactionSerial &+= 1
                 var scope = CommitScope(
-                    store: store, recordedAt: max(startHead.recordedAtMicros, clock.nowMicros()), head: startHead)
+                    store: store, recordedAt: max(startHead.recordedAtMicros, clock.nowMicros()), head: startHead,
+                    serial: transactionSerial)
                 var resumers: [() -> Void] = []
                 resumers.reserveCapacity(batch.count)
                 try txn.withCursor(store.log) { logCursor in
@@ -403,7 +421,7 @@ package final class LogWriter: @unchecked Sendable {
                 observer.committed(
                     CommitNotice(
                         transactionID: txnID, appended: newHead != startHead, invalidatedKeys: scope.invalidatedKeys,
-                        invalidatedEverything: scope.invalidatedEverything))
+                        invalidatedEverything: scope.invalidatedEverything, serial: scope.serial))
             }
             if newHead != startHead {
                 commitSizes?.record(Int(newHead.position.rawValue - startHead.position.rawValue))

@@ -8,6 +8,7 @@ extension DomainCommand {
     /// errors, which abort the whole transaction.
     func commitStep(models: ReadModels, presenter: Presenter) -> CommitStep<Result<DomainOutcome, LedgerError>> {
         { txn, log, scope in
+            models.rowCache?.begin(serial: scope.serial, transactionID: txn.id)
             if let record = try scope.commandRecord(txn, metadata) {
                 return .failure(
                     LedgerError(

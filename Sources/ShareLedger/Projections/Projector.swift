@@ -125,7 +125,7 @@ struct Projector {
             for entry in try m.scan(txn, m.recordChildren, prefix: prefix) {
                 try txn.delete(m.recordChildren, key: prefix + entry.suffix, value: entry.value)
             }
-            try txn.delete(m.zones, key: key)
+            try m.deleteRow(txn, m.zones, key)
             try m.add(txn, .zones, -1)
             try m.add(txn, .records, -Int64(records.count))
 
@@ -231,7 +231,7 @@ struct Projector {
                         taskIndex += 1
                     }
                 }
-                try txn.delete(m.participants, key: ReadModels.participantKey(e.token, id))
+                try m.deleteRow(txn, m.participants, ReadModels.participantKey(e.token, id))
                 if !participant.userRecordName.isEmpty {
                     try txn.delete(m.sharesByUser, key: ReadModels.key(share.container, participant.userRecordName, e.token))
                 }
@@ -240,7 +240,7 @@ struct Projector {
                 try txn.delete(m.verifications, key: Array(e.token.utf8) + entry.suffix)
             }
             try txn.delete(m.sharesByOwner, key: ReadModels.key(share.container, share.ownerName, e.token))
-            try txn.delete(m.shares, key: Array(e.token.utf8))
+            try m.deleteRow(txn, m.shares, Array(e.token.utf8))
             let zoneKey = ReadModels.zoneKey(share.container, owner: share.ownerName, zone: share.zoneName)
             if var zone = try m.message(ZoneState.self, txn, m.zones, zoneKey) {
                 if share.rootRecordName.isEmpty {

@@ -24,8 +24,10 @@ enum ReadModelRebuild {
         from source: LogStore, into target: LogStore, after start: UInt64 = 0, through last: UInt64 = .max,
         validate: Bool = false, progress: ((UInt64) -> Void)? = nil
     ) throws -> UInt64 {
-        let projector = Projector(models: target.models)
-        let validator = validate ? EventValidator(models: target.models) : nil
+        // Nothing else writes `target` during a replay: decoded rows are kept for all of it.
+        let models = target.models.keepingRows(in: RowCache())
+        let projector = Projector(models: models)
+        let validator = validate ? EventValidator(models: models) : nil
         var after: UInt64 = start
         var next = Result { () throws -> DecodedChunk in try decodeChunk(source, after: start, through: last) }
         while true {

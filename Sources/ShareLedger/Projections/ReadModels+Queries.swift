@@ -27,9 +27,16 @@ extension ReadModels {
 
     /// Every participant of a share (removed ones included), by participant id.
     func participants(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> [(id: String, state: ParticipantState)] {
-        try scan(txn, participants, prefix: Array(token.utf8)).map { entry in
+        let prefix = Array(token.utf8)
+        return try scan(txn, participants, prefix: prefix).map { entry in
+            let id = String(decoding: entry.suffix, as: UTF8.self)
+            if let rowCache, case .some(.some(let kept)) = rowCache.row(ParticipantState.self, participants, prefix + entry.suffix) {
+                return (id, kept)
+            }
             do {
-                return (String(decoding: entry.suffix, as: UTF8.self), try ParticipantState(serializedBytes: entry.value))
+                let state = try ParticipantState(serializedBytes: entry.value)
+                rowCache?.keep(participants, prefix + entry.suffix, state)
+                return (id, state)
             } catch {
                 throw LedgerError(.corruptedData, "a participant of share \(token) does not decode; run `share-ledger rebuild`")
             }

@@ -62,6 +62,16 @@ struct ReadModels: Sendable {
     /// model). Until format 2's databases gained it, the lease lived in the log's `meta`.
     let workerState: Database
 
+    /// Decoded rows kept between reads (``RowCache``): the writer's, or a replay's; nil for readers.
+    private(set) var rowCache: RowCache?
+
+    /// These read models, keeping decoded rows in `cache`.
+    func keepingRows(in cache: RowCache) -> ReadModels {
+        var models = self
+        models.rowCache = cache
+        return models
+    }
+
     /// The databases the sharing layer adds to the log's environment (``EventLog/Configuration/databases``).
     static let specs: [DatabaseSpec] = [
         DatabaseSpec("rm_users"),
@@ -190,7 +200,20 @@ struct ReadModels: Sendable {
         _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8]
     ) throws -> M? {
         guard ReadModels.isStorable(key) else { return nil }
-        return try key.withUnsafeBytes { k in
+        if let rowCache, RowCache.keeps(db) {
+            if let kept = rowCache.row(M.self, db, key) { return kept }
+            let row = try decode(M.self, txn, db, key)
+            rowCache.keep(db, key, row)
+            return row
+        }
+        return try decode(M.self, txn, db, key)
+    }
+
+    /// The row of `key` in `db`, decoded from its stored bytes.
+    private func decode<M: SwiftProtobuf.Message>(
+        _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8]
+    ) throws -> M? {
+        try key.withUnsafeBytes { k in
             try txn.withValue(db, key: k) { raw in
                 do {
                     return try M(serializedBytes: Array(raw.bindMemory(to: UInt8.self)))
@@ -207,6 +230,14 @@ struct ReadModels: Sendable {
         options.useDeterministicOrdering = true
         let bytes: [UInt8] = try message.serializedBytes(options: options)
         try txn.put(db, key: key, value: bytes)
+        if let rowCache, RowCache.keeps(db) { rowCache.keep(db, key, message) }
+    }
+
+    /// Deletes the row of `key` in `db` (and forgets it in the ``rowCache``); returns whether there was one.
+    @discardableResult
+    func deleteRow(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8]) throws -> Bool {
+        if let rowCache, RowCache.keeps(db) { rowCache.keep(db, key, nil) }
+        return try txn.delete(db, key: key)
     }
 
     func putRaw(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8], _ value: [UInt8]) throws {

@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 import LMDB
 import Synchronization
@@ -209,5 +210,18 @@ extension ShareTagTracker: CommitObserver {
         committed(
             notice.transactionID, appended: notice.appended, tokens: notice.invalidatedKeys,
             everything: notice.invalidatedEverything)
+    }
+}
+
+/// What the sharing layer keeps in memory about commits, told about each by the log's writer (on its
+/// thread, after the commit, before any caller resumes): the share tags of the metadata cache, and
+/// the writer's decoded rows.
+struct SharingCommitObserver: CommitObserver {
+    let tags: ShareTagTracker
+    let rows: RowCache
+
+    func committed(_ notice: CommitNotice) {
+        rows.committed(notice)
+        tags.committed(notice)
     }
 }

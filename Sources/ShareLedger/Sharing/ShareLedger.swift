@@ -28,6 +28,9 @@ public final class ShareLedger: Sendable {
     let models: ReadModels
     /// Share change tags known in memory; told about every commit by the log's writer.
     let shareTags: ShareTagTracker
+    /// ``models`` with the writer's ``RowCache``: for the commit steps of sharing commands only (on
+    /// the writer's thread).
+    let writerModels: ReadModels
     /// The in-process residual-task worker and the task running it, when the configuration asks for one.
     private let workerState = Mutex<(worker: ResidualTaskWorker?, task: Task<Void, Never>?)>((nil, nil))
     var inProcessWorker: ResidualTaskWorker? { workerState.withLock { $0.worker } }
@@ -40,7 +43,9 @@ public final class ShareLedger: Sendable {
         self.models = log.store.models
         let capacity = configuration.metadataCacheCapacity
         self.shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
-        log.writer.setCommitObserver(shareTags)
+        let rows = RowCache()
+        self.writerModels = models.keepingRows(in: rows)
+        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows))
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
         if let workerConfiguration = configuration.residualTaskWorker, !configuration.readOnly {
             let worker = ResidualTaskWorker(ledger: self, configuration: workerConfiguration)
@@ -294,7 +299,7 @@ public final class ShareLedger: Sendable {
     /// Submits `command` to the log's writer and returns its outcome once committed, without the
     /// caller-side checks of ``submit(_:)`` (the worker completes its tasks even while cancelled).
     func commit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
-        try await log.writer.submit(bytes: command.bytes, command.commitStep(models: models, presenter: presenter)).get().get()
+        try await log.writer.submit(bytes: command.bytes, command.commitStep(models: writerModels, presenter: presenter)).get().get()
     }
 
     /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``.
