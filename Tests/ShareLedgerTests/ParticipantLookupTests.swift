@@ -4,7 +4,8 @@ import Synchronization
 import TestSupport
 import Testing
 
-/// Participant lookup (CloudKit's `shareParticipants(for:)` and `CKFetchShareParticipantsOperation`).
+/// Participant lookup (CloudKit's `shareParticipants(for:)` and `CKFetchShareParticipantsOperation`)
+/// and `participantAlreadyInvited`.
 @Suite("Participant lookup")
 struct ParticipantLookupTests {
     /// The `ShareParticipantFetched` events of the log.
@@ -204,6 +205,29 @@ struct ParticipantLookupTests {
         await anonymous.waitUntilFinished()
         #expect(anonymousItems.withLock { $0 } == 0)
         #expect(anonymousError.withLock { $0 }?.code == .notAuthenticated)
+        await f.ledger.close()
+    }
+
+    @Test("participantAlreadyInvited (37): a pending invitee verifying another invitation of the same share")
+    func alreadyInvited() async throws {
+        let f = try await SharingFixture()
+        var share = try await f.makeHierarchy()
+        // Bob is invited by account, and an address nobody has is invited too.
+        share = try await f.alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readOnly, to: share.url)
+        share = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob.work@unclaimed.example"), permission: .readWrite, to: share.url)
+        let other = LookupInfo(emailAddress: "bob.work@unclaimed.example")
+
+        // Pending: he must accept the invitation he has.
+        #expect(LedgerError.Code.participantAlreadyInvited.rawValue == 37)
+        #expect(await errorCode { try await f.bob.requestParticipantVerification(for: share.url, lookupInfo: other) } == .participantAlreadyInvited)
+        #expect(await errorCode { try await f.bob.verifyParticipant(for: share.url, code: "0000000000000000000000000A") } == .participantAlreadyInvited)
+        // Accepted: nothing to verify, as before.
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        #expect(await errorCode { try await f.bob.requestParticipantVerification(for: share.url, lookupInfo: other) } == .invalidArguments)
+        // The owner is not "invited".
+        #expect(await errorCode { try await f.alice.requestParticipantVerification(for: share.url, lookupInfo: other) } == .invalidArguments)
+        // Someone not in the share may still claim the address.
+        _ = try await f.carol.requestParticipantVerification(for: share.url, lookupInfo: other)
         await f.ledger.close()
     }
 }
