@@ -547,6 +547,7 @@ struct ShareCommand: AsyncParsableCommand {
                         print(subject + "failed: \(error.message) (\(error.name))")
                     }
                 }
+                fflush(nil)  // the results before the summary on standard error
                 if let partial { FileHandle.standardError.write(Data("share-ledger: \(partial.message) (\(partial.name))\n".utf8)) }
             }
             if partial != nil { throw ExitCode(1) }

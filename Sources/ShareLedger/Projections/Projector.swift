@@ -75,7 +75,7 @@ struct Projector {
         case .participantVerified(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .shareAccepted(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .shareMetadataFetched(let e): if !e.shareContainer.isEmpty { tokens = [e.token] }
-        case .shareParticipantFetched: break
+        case .shareParticipantFetched(let e): users.insert(e.userRecordName)  // whom the lookup found, if anyone
         case .participantZoneCreated(let e):
             users.insert(e.userRecordName)
             if let task = try task(e.taskID) { tokens = [task.token] }
