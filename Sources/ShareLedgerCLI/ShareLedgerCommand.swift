@@ -10,12 +10,28 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             Every command takes --path (default ./.share-ledger) and can print --json.
             Exit codes: 0 success, 1 the command failed, 2 the ledger could not be read (or is damaged), 64 the arguments were refused.
             """,
-        subcommands: [
-            SimulateCommand.self, FetchCommand.self, AcceptCommand.self, StatsCommand.self, WorkerCommand.self,
-            TasksCommand.self, HistoryCommand.self, AccessCommand.self, AuditCommand.self, RebuildCommand.self,
-            KeygenCommand.self, CheckpointCommand.self, ExportCommand.self, ImportCommand.self, VerifyCommand.self,
-            SnapshotCommand.self, BenchCommand.self, DemoCommand.self, ReplicateCommand.self, FollowCommand.self,
-            FailoverCommand.self, ServeCommand.self, TokenCommand.self, UserCommand.self,
+        groupedSubcommands: [
+            CommandGroup(
+                name: "Sharing by hand, as one user",
+                subcommands: [
+                    UserCommand.self, ZoneCommand.self, RecordCommand.self, ShareCommand.self, FetchCommand.self,
+                    AcceptCommand.self,
+                ]),
+            CommandGroup(
+                name: "Workload and residual tasks",
+                subcommands: [SimulateCommand.self, WorkerCommand.self, TasksCommand.self, StatsCommand.self]),
+            CommandGroup(
+                name: "History and audit",
+                subcommands: [
+                    HistoryCommand.self, AccessCommand.self, SnapshotCommand.self, AuditCommand.self, VerifyCommand.self,
+                    RebuildCommand.self, KeygenCommand.self, CheckpointCommand.self, ExportCommand.self, ImportCommand.self,
+                ]),
+            CommandGroup(
+                name: "Server and replication",
+                subcommands: [
+                    ServeCommand.self, TokenCommand.self, ReplicateCommand.self, FollowCommand.self, FailoverCommand.self,
+                ]),
+            CommandGroup(name: "Benchmarks", subcommands: [BenchCommand.self, DemoCommand.self]),
         ]
     )
 

@@ -170,6 +170,9 @@ struct EventValidatorTests {
     func everyEventTypeAdmissible() async throws {
         let f = try await SharingFixture(#function)
         var share = try await f.makeHierarchy()
+        // A participant lookup, one that finds an account and one that fails (both are logged).
+        _ = try await f.alice.shareParticipants(
+            for: [LookupInfo(emailAddress: "bob@example.com"), LookupInfo(userRecordID: RecordID(userRecordName: "_nobody"))])
         // Invitations: by email to Bob (an account), and to an address nobody has yet, which Carol claims.
         share = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
         share = try await f.alice.addParticipant(LookupInfo(emailAddress: "carol.other@example.com"), permission: .readOnly, to: share.url)

@@ -48,6 +48,11 @@ struct HostileCLITests {
             ["export", "--path", path], ["fetch", "--path", path, url, "--as", "_alice", "--container", "iCloud.x"],
             ["accept", "--path", path, url, "--as", "_alice", "--container", "iCloud.x"], ["tasks", "list", "--path", path],
             ["tasks", "retry", "--all", "--path", path], ["worker", "--drain", "--path", path],
+            ["zone", "create", "Z", "--path", path, "--as", "_alice", "--container", "iCloud.x"],
+            ["record", "save", "r", "--zone", "Z", "--type", "T", "--path", path, "--as", "_alice", "--container", "iCloud.x"],
+            ["share", "create", "--zone", "Z", "--path", path, "--as", "_alice", "--container", "iCloud.x"],
+            ["share", "lookup", "--user", "_bob", "--path", path, "--as", "_alice", "--container", "iCloud.x"],
+            ["share", "delete", url, "--path", path, "--as", "_alice", "--container", "iCloud.x"],
         ]
     }
 

@@ -103,23 +103,7 @@ extension Decider {
         guard permission == .readOnly || permission == .readWrite else {
             throw LedgerError(.invalidArguments, "an invited participant's permission is readOnly or readWrite")
         }
-        var user = ""
-        if let id = lookup.userRecordID {
-            guard try models.user(txn, container, id.recordName) != nil else {
-                throw LedgerError(.unknownItem, "there is no user \(id.recordName) in \(container)")
-            }
-            user = id.recordName
-        } else if let email = lookup.emailAddress {
-            try Decider.checkName(email, "email address", max: Limits.maxLookupBytes)
-            guard email.contains("@") else { throw LedgerError(.invalidArguments, "\"\(email)\" is not an email address") }
-            user = try models.userName(txn, container, email: email) ?? ""
-        } else if let phone = lookup.phoneNumber {
-            try Decider.checkName(phone, "phone number", max: 32)
-            guard ReadModels.normalizePhone(phone).count >= 3 else {
-                throw LedgerError(.invalidArguments, "\"\(phone)\" is not a phone number")
-            }
-            user = try models.userName(txn, container, phone: phone) ?? ""
-        }
+        let user = try account(txn, for: lookup)
         guard user != share.ownerName else {
             throw LedgerError(.invalidArguments, "the owner is a participant already")
         }

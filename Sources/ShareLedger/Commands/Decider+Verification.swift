@@ -14,9 +14,7 @@ extension Decider {
             throw LedgerError(.invalidArguments, "verification proves an email address or a phone number")
         }
         let share = try liveShare(txn, token)
-        if try activeEntry(txn, share, token) != nil {
-            throw LedgerError(.invalidArguments, "you are a participant of this share already")
-        }
+        try refuseActiveParticipant(txn, share, token)
         try requireVerificationCase(share)
         let match = try models.participants(txn, token).first { entry in
             entry.state.status == .statusPending && entry.state.userRecordName.isEmpty
@@ -37,6 +35,20 @@ extension Decider {
         return .output([event(Streams.share(token), .verificationRequested(e))], .participantID(match.id))
     }
 
+    /// A caller in the share already has nothing to verify: a pending invitee gets
+    /// ``LedgerError/Code/participantAlreadyInvited`` (CloudKit's answer to a user who is invited and
+    /// must accept the existing invitation first), an accepted participant or the owner
+    /// ``LedgerError/Code/invalidArguments``.
+    func refuseActiveParticipant(_ txn: borrowing some ReadModelStore & ~Copyable, _ share: ShareState, _ token: String) throws {
+        guard let entry = try activeEntry(txn, share, token) else { return }
+        if entry.state.status == .statusPending && entry.state.role != .owner {
+            throw LedgerError(
+                .participantAlreadyInvited, "you are invited to this share already: fetch its metadata and accept that "
+                    + "invitation instead of verifying another")
+        }
+        throw LedgerError(.invalidArguments, "you are a participant of this share already")
+    }
+
     /// Verification concerns only a share with invitations not tied to an account (the case in which
     /// fetching its metadata answers `participantMayNeedVerification`). For any other share, a caller
     /// who is not a participant gets the answer of an unknown URL, so that verifying tells a stranger
@@ -50,9 +62,7 @@ extension Decider {
     func verify(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, hash: [UInt8]) throws -> Decision {
         try requireSignedIn(txn)
         let share = try liveShare(txn, token)
-        if try activeEntry(txn, share, token) != nil {
-            throw LedgerError(.invalidArguments, "you are a participant of this share already")
-        }
+        try refuseActiveParticipant(txn, share, token)
         try requireVerificationCase(share)
         let suffix = [UInt8(0)] + Array(actor.utf8)
         var found: (participantID: String, state: VerificationState)?

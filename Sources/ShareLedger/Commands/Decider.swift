@@ -104,6 +104,8 @@ struct Decider {
                 return try requestVerification(txn, token: token, lookup: lookup, hash: hash, expires: expires)
             case .verify(let token, let hash):
                 return try verify(txn, token: token, hash: hash)
+            case .lookupParticipant(let lookup):
+                return try lookupParticipant(txn, lookup)
             case .completeTask(let id):
                 return try completeTask(txn, id: id)
             }

@@ -25,6 +25,8 @@ enum DomainAction: Sendable {
     case accept(token: String, metadataContainer: String, newParticipantID: String)
     case requestVerification(token: String, lookup: LookupInfo, codeSHA256: [UInt8], expiresAtMicros: Int64)
     case verify(token: String, codeSHA256: [UInt8])
+    /// CloudKit's `CKFetchShareParticipantsOperation`, one lookup info.
+    case lookupParticipant(LookupInfo)
     case completeTask(taskID: UInt64)
 
     /// A rough size, for bounding a group commit.
@@ -57,6 +59,8 @@ enum StepOutput: Sendable {
     case share(Share)
     case metadata(Share.Metadata)
     case participantID(String)
+    /// A participant found by a lookup, not in any share yet.
+    case participant(Share.Participant)
 }
 
 /// What a step gives its caller, as data: either complete now, or which read-model row to present

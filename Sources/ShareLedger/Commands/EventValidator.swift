@@ -260,6 +260,15 @@ struct EventValidator {
             // A fetch changes no read model; it is in the log for the audit trail, refused fetches too.
             break
 
+        case .shareParticipantFetched(let e):
+            // A lookup changes no read model either; one that succeeded was made by a signed-in user and
+            // found an account of the container, or none.
+            guard e.errorCode == 0 else { break }
+            try d.requireSignedIn(txn)
+            if !e.userRecordName.isEmpty, try m.user(txn, d.container, e.userRecordName) == nil {
+                throw Self.refuse("the lookup names user \(e.userRecordName), who is not registered in the container")
+            }
+
         case .participantZoneCreated(let e):
             let task = try task(txn, e.taskID, user: e.userRecordName, owner: e.ownerName, zone: e.zoneName)
             guard task.kind == .createZone else { throw Self.refuse("task \(e.taskID) removes a zone") }

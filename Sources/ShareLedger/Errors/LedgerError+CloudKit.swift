@@ -33,4 +33,7 @@ extension LedgerError.Code {
     public static let referenceViolation = LedgerError.Code(31, "referenceViolation")
     /// The caller may be an invited participant who still has to verify an email or phone.
     public static let participantMayNeedVerification = LedgerError.Code(33, "participantMayNeedVerification")
+    /// The caller is an invited participant of the share already (pending): accept that invitation
+    /// instead of claiming another.
+    public static let participantAlreadyInvited = LedgerError.Code(37, "participantAlreadyInvited")
 }

@@ -802,6 +802,40 @@ package nonisolated struct Shareledger_Events_V1_ParticipantZoneRemoved: Sendabl
   package init() {}
 }
 
+/// A user (envelope.actor) looked up a person to invite, as CloudKit's
+/// CKFetchShareParticipantsOperation does, with the outcome: one event per distinct lookup info, failed
+/// or not. It changes no read model; it is in the log because a lookup tells the caller whether an
+/// email address or phone number belongs to an account. Stream "user/<caller>" (or "anonymous"
+/// without an account).
+package nonisolated struct Shareledger_Events_V1_ShareParticipantFetched: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The lookup as given: one of its fields is set, cut to at most 254 bytes.
+  package var lookupInfo: Shareledger_Events_V1_LookupInfo {
+    get {_lookupInfo ?? Shareledger_Events_V1_LookupInfo()}
+    set {_lookupInfo = newValue}
+  }
+  /// Returns true if `lookupInfo` has been explicitly set.
+  package var hasLookupInfo: Bool {self._lookupInfo != nil}
+  /// Clears the value of `lookupInfo`. Subsequent reads from it will return its default value.
+  package mutating func clearLookupInfo() {self._lookupInfo = nil}
+
+  /// 0 on success, else the LedgerError code number of the outcome.
+  package var errorCode: Int32 = 0
+
+  /// On success: the account the lookup found; empty when no account has that email address or phone
+  /// number (the participant then has no account until someone verifies the invitation).
+  package var userRecordName: String = String()
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+
+  fileprivate var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "shareledger.events.v1"
@@ -1965,6 +1999,50 @@ nonisolated extension Shareledger_Events_V1_ParticipantZoneRemoved: SwiftProtobu
     if lhs.zoneName != rhs.zoneName {return false}
     if lhs.taskID != rhs.taskID {return false}
     if lhs.zoneKept != rhs.zoneKept {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Events_V1_ShareParticipantFetched: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".ShareParticipantFetched"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}lookup_info\0\u{3}error_code\0\u{3}user_record_name\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._lookupInfo) }()
+      case 2: try { try decoder.decodeSingularInt32Field(value: &self.errorCode) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._lookupInfo {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.errorCode != 0 {
+      try visitor.visitSingularInt32Field(value: self.errorCode, fieldNumber: 2)
+    }
+    if !self.userRecordName.isEmpty {
+      try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Events_V1_ShareParticipantFetched, rhs: Shareledger_Events_V1_ShareParticipantFetched) -> Bool {
+    if lhs._lookupInfo != rhs._lookupInfo {return false}
+    if lhs.errorCode != rhs.errorCode {return false}
+    if lhs.userRecordName != rhs.userRecordName {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -32,6 +32,7 @@ package enum DomainEvent: Sendable, Equatable {
     case shareMetadataFetched(Shareledger_Events_V1_ShareMetadataFetched)
     case participantZoneCreated(Shareledger_Events_V1_ParticipantZoneCreated)
     case participantZoneRemoved(Shareledger_Events_V1_ParticipantZoneRemoved)
+    case shareParticipantFetched(Shareledger_Events_V1_ShareParticipantFetched)
 
     /// The schema version this code writes for each event type that is past version 1.
     static let currentVersions: [String: UInt32] = [
@@ -72,6 +73,7 @@ package enum DomainEvent: Sendable, Equatable {
         case .shareMetadataFetched(let m): return m
         case .participantZoneCreated(let m): return m
         case .participantZoneRemoved(let m): return m
+        case .shareParticipantFetched(let m): return m
         }
     }
 
@@ -105,6 +107,7 @@ package enum DomainEvent: Sendable, Equatable {
         Shareledger_Events_V1_ShareMetadataFetched.protoMessageName,
         Shareledger_Events_V1_ParticipantZoneCreated.protoMessageName,
         Shareledger_Events_V1_ParticipantZoneRemoved.protoMessageName,
+        Shareledger_Events_V1_ShareParticipantFetched.protoMessageName,
     ]
 
     private static let decoders: [String: @Sendable ([UInt8]) throws -> DomainEvent] = {
@@ -132,6 +135,7 @@ package enum DomainEvent: Sendable, Equatable {
             entry(Shareledger_Events_V1_ShareMetadataFetched.self, DomainEvent.shareMetadataFetched),
             entry(Shareledger_Events_V1_ParticipantZoneCreated.self, DomainEvent.participantZoneCreated),
             entry(Shareledger_Events_V1_ParticipantZoneRemoved.self, DomainEvent.participantZoneRemoved),
+            entry(Shareledger_Events_V1_ShareParticipantFetched.self, DomainEvent.shareParticipantFetched),
         ])
     }()
 

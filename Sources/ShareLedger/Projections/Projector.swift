@@ -73,6 +73,7 @@ struct Projector {
         case .participantVerified(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .shareAccepted(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .shareMetadataFetched(let e): if !e.shareContainer.isEmpty { tokens = [e.token] }
+        case .shareParticipantFetched(let e): users.insert(e.userRecordName)  // whom the lookup found, if anyone
         case .participantZoneCreated(let e):
             users.insert(e.userRecordName)
             if let task = try task(e.taskID) { tokens = [task.token] }
@@ -361,8 +362,8 @@ struct Projector {
                 id: Projector.taskID(position: context.position, index: 0), context, txn)
             try updateShare(e.token, txn) { _ in }
 
-        case .shareMetadataFetched:
-            // A fetch changes nothing but the log (it is there for the audit trail).
+        case .shareMetadataFetched, .shareParticipantFetched:
+            // A fetch or a lookup changes nothing but the log (it is there for the audit trail).
             break
 
         case .participantZoneCreated(let e):

@@ -342,7 +342,7 @@ public struct Container: Sendable {
     /// The one loop behind the batch calls: distinct items, at most 400 (else `limitExceeded` and
     /// nothing done), one command per `chunkSize` items, each item's result to `perItem` in input
     /// order; once `isCancelled` says so, the items not yet submitted end with `operationCancelled`.
-    private func runChunked<Item: Hashable, Value>(
+    func runChunked<Item: Hashable, Value>(
         _ items: [Item], what: String, chunkSize: Int, isCancelled: @Sendable () -> Bool, step: (Item) -> DomainAction,
         value: (StepOutput) -> Value?, perItem: (Item, Result<Value, LedgerError>) async -> Void
     ) async throws(LedgerError) {
