@@ -199,12 +199,14 @@ struct PendingEvent: Sendable {
 }
 
 extension DomainEvent {
-    /// Whether the event records a read (a logged metadata fetch) rather than a change: such events
+    /// Whether the event records a read (a logged metadata fetch or participant lookup) rather than a change: such events
     /// are unversioned (stream version 0, `docs/log-format.md`), so appending one writes only the
     /// log, its command record and its history entry, never the stream record.
     var recordsARead: Bool {
-        if case .shareMetadataFetched = self { return true }
-        return false
+        switch self {
+        case .shareMetadataFetched, .shareParticipantFetched: return true
+        default: return false
+        }
     }
 }
 
