@@ -155,12 +155,28 @@ extension ReadModels {
 
     /// The entries of a read model as a comparison must see them: for a history index, its own
     /// entries and the journal's entries for it, in LMDB's order (key, then position); for the
-    /// journal, none (its entries are in the indexes' views); for any other database, its entries.
+    /// journal, none (its entries are in the indexes' views); for a database of ``CompactRow``s, its
+    /// rows in the compact layout (rows an earlier release wrote as protobuf, re-encoded); for any
+    /// other database, its entries.
     func logicalEntries(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database) throws -> [([UInt8], [UInt8])] {
         if db.name == historyJournal.name { return [] }
         var out: [([UInt8], [UInt8])] = []
+        // Rows of the compact databases by content: a row an earlier release wrote (protobuf) is
+        // compared as the compact bytes it stands for.
+        let compact: (any CompactRow.Type)? =
+            switch db.name {
+            case shares.name: ShareState.self
+            case participants.name: ParticipantState.self
+            case zones.name: ZoneState.self
+            case users.name: UserState.self
+            default: nil
+            }
         try txn.visit(db, from: nil) { key, value in
-            out.append((Array(key), Array(value)))
+            if let compact, value.first.map({ $0 < 0x80 }) ?? true {
+                out.append((Array(key), try compact.decodeStored(value, database: db.name).compactBytes()))
+            } else {
+                out.append((Array(key), Array(value)))
+            }
             return true
         }
         guard [shareHistory.name, userHistory.name, containerHistory.name].contains(db.name) else { return out }

@@ -33,13 +33,9 @@ extension ReadModels {
             if let rowCache, case .some(.some(let kept)) = rowCache.row(ParticipantState.self, participants, prefix + entry.suffix) {
                 return (id, kept)
             }
-            do {
-                let state = try ParticipantState(serializedBytes: entry.value)
-                rowCache?.keep(participants, prefix + entry.suffix, state)
-                return (id, state)
-            } catch {
-                throw LedgerError(.corruptedData, "a participant of share \(token) does not decode; run `share-ledger rebuild`")
-            }
+            let state = try entry.value.withUnsafeBytes { try ParticipantState.decodeStored($0, database: participants.name) }
+            rowCache?.keep(participants, prefix + entry.suffix, state)
+            return (id, state)
         }
     }
 

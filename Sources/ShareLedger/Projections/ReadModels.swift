@@ -16,8 +16,10 @@ typealias VerificationState = Shareledger_Readmodels_V1_VerificationState
 /// The read models' named databases and their key layouts (`docs/log-format.md`, "Read models").
 ///
 /// Every read model is derived from the log and written in the same transaction as the events it
-/// reflects. Values are protobuf messages (`Protos/shareledger/readmodels/v1`), serialized
-/// deterministically, so a rebuild from the log reproduces them byte for byte.
+/// reflects. Values are the hand-written compact layout for the rows every action touches
+/// (``CompactRow``: shares, participants, zones, users) and protobuf messages
+/// (`Protos/shareledger/readmodels/v1`, serialized deterministically) for the others, so a rebuild
+/// from the log reproduces them byte for byte.
 struct ReadModels: Sendable {
     /// container ‖ 0 ‖ user record name → UserState.
     let users: Database
@@ -214,22 +216,33 @@ struct ReadModels: Sendable {
         _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8]
     ) throws -> M? {
         try key.withUnsafeBytes { k in
-            try txn.withValue(db, key: k) { raw in
-                do {
-                    return try M(serializedBytes: Array(raw.bindMemory(to: UInt8.self)))
-                } catch {
-                    throw LedgerError(
-                        .corruptedData, "a value in read model \(db.name) does not decode (\(error)); run `share-ledger rebuild`")
-                }
-            }
+            try txn.withValue(db, key: k) { raw in try ReadModels.decodeRow(M.self, raw, database: db.name) }
         }
     }
 
-    func put(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8], _ message: some SwiftProtobuf.Message) throws {
+    /// A stored row: the compact layout (``CompactRow``) or protobuf, whichever the bytes are.
+    static func decodeRow<M: SwiftProtobuf.Message>(_ type: M.Type, _ raw: UnsafeRawBufferPointer, database: String) throws -> M {
+        if let compact = M.self as? any CompactRow.Type {
+            return try compact.decodeStored(raw, database: database) as! M
+        }
+        do {
+            return try M(serializedBytes: Array(raw.bindMemory(to: UInt8.self)))
+        } catch {
+            throw LedgerError(
+                .corruptedData, "a value in read model \(database) does not decode (\(error)); run `share-ledger rebuild`")
+        }
+    }
+
+    /// The bytes a row is stored as: the compact layout for a ``CompactRow``, else deterministic protobuf.
+    static func encodeRow(_ message: some SwiftProtobuf.Message) throws -> [UInt8] {
+        if let compact = message as? any CompactRow { return compact.compactBytes() }
         var options = BinaryEncodingOptions()
         options.useDeterministicOrdering = true
-        let bytes: [UInt8] = try message.serializedBytes(options: options)
-        try txn.put(db, key: key, value: bytes)
+        return try message.serializedBytes(options: options)
+    }
+
+    func put(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8], _ message: some SwiftProtobuf.Message) throws {
+        try txn.put(db, key: key, value: try ReadModels.encodeRow(message))
         if let rowCache, RowCache.keeps(db) { rowCache.keep(db, key, message) }
     }
 

@@ -166,7 +166,7 @@ public struct Container: Sendable {
         let ledger = self.ledger
         return try ledger.read("listing zones") { txn in
             try ledger.models.scan(txn, ledger.models.zones, prefix: ReadModels.key(container, user) + [0]).map { entry in
-                let state = try ZoneState(serializedBytes: entry.value)
+                let state = try entry.value.withUnsafeBytes { try ZoneState.decodeStored($0, database: "rm_zones") }
                 let id = RecordZoneID(zoneName: String(decoding: entry.suffix, as: UTF8.self), ownerName: user)
                 return ledger.presenter.zone(state, id: id)
             }

@@ -54,12 +54,12 @@ final class MetadataCache: @unchecked Sendable {
 }
 
 extension ReadModels {
-    /// The change tag of the share `token` (field 9 of its `ShareState` row, read from the stored
-    /// bytes without decoding the rest), or nil when there is no such share.
+    /// The change tag of the share `token` (read from its stored `ShareState` row without decoding
+    /// the rest, in either layout: ``ShareState/storedChangeTag(_:)``), or nil when there is no such share.
     func shareChangeTag(_ txn: borrowing Transaction, token: String) throws -> UInt64? {
         var key = token
         return try key.withUTF8 { bytes in
-            try txn.withValue(shares, key: UnsafeRawBufferPointer(bytes)) { ProtobufScan.varint(field: 9, in: $0) } ?? nil
+            try txn.withValue(shares, key: UnsafeRawBufferPointer(bytes)) { ShareState.storedChangeTag($0) } ?? nil
         }
     }
 }

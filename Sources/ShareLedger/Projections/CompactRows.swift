@@ -1,0 +1,268 @@
+import EventLog
+import Foundation
+import SwiftProtobuf
+
+/// The hand-written, versioned layout of the read-model rows every share action reads or writes:
+/// `rm_shares`, `rm_participants`, `rm_zones` and `rm_users` (byte layouts in
+/// `docs/log-format.md`, "Compact rows").
+///
+/// SwiftProtobuf decodes and encodes through generic visitors; these rows are read and written many
+/// times per action, so they are stored as a layout byte (`C1`) and their fields in a fixed order:
+/// strings and numbers as a LEB128 length or value, enums as their raw value, the share's change tag
+/// as 8 fixed bytes right after the layout byte (the metadata cache reads it without decoding the
+/// row). The in-memory types stay the generated messages.
+///
+/// Rows written by earlier releases are protobuf: a protobuf encoding of these messages never
+/// starts with a byte at or above `0x80` (every field number is below 16, so every tag is one byte
+/// under `0x80`), so the first byte tells the layouts apart, and both are read. A row is written in
+/// the compact layout the next time it changes; comparisons of read models (audit, rebuild, replica
+/// digests) compare rows by content (``ReadModels/logicalEntries(_:_:)``), so old rows match their
+/// rebuild without a migration.
+protocol CompactRow: SwiftProtobuf.Message {
+    /// Appends the row's fields after the layout byte.
+    func writeCompact(_ writer: inout CompactWriter)
+    /// Reads the row's fields after the layout byte.
+    init(compact reader: inout CompactReader) throws(LedgerError)
+}
+
+/// The layout byte of the first compact layout.
+let compactLayoutOne: UInt8 = 0xC1
+
+extension CompactRow {
+    /// The row in the compact layout.
+    func compactBytes() -> [UInt8] {
+        var writer = CompactWriter()
+        writer.bytes.append(compactLayoutOne)
+        writeCompact(&writer)
+        return writer.bytes
+    }
+
+    /// Decodes a stored row in either layout; damaged bytes are ``LedgerError/Code/corruptedData``.
+    static func decodeStored(_ bytes: UnsafeRawBufferPointer, database: String) throws(LedgerError) -> Self {
+        if let first = bytes.first, first >= 0x80 {
+            guard first == compactLayoutOne else {
+                throw LedgerError(
+                    .corruptedData, "a row of \(database) has layout \(first), which this version does not know; "
+                        + "run `share-ledger rebuild` (or upgrade ShareLedger)")
+            }
+            var reader = CompactReader(bytes, database: database)
+            reader.offset = 1
+            let row = try Self(compact: &reader)
+            try reader.finish()
+            return row
+        }
+        do {
+            return try Self(serializedBytes: Array(bytes))
+        } catch {
+            throw LedgerError(.corruptedData, "a row of \(database) does not decode (\(error)); run `share-ledger rebuild`")
+        }
+    }
+}
+
+/// Appends compact fields.
+struct CompactWriter {
+    var bytes: [UInt8] = []
+
+    init() { bytes.reserveCapacity(96) }
+
+    mutating func varint(_ value: UInt64) {
+        var value = value
+        while value >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        bytes.append(UInt8(value))
+    }
+
+    mutating func int64(_ value: Int64) { varint(UInt64(bitPattern: value)) }
+
+    mutating func string(_ value: String) {
+        var value = value
+        value.withUTF8 { utf8 in
+            varint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func fixed64(_ value: UInt64) {
+        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+    }
+}
+
+/// Reads compact fields, throwing ``LedgerError/Code/corruptedData`` past the end or on a malformed value.
+struct CompactReader {
+    let bytes: UnsafeRawBufferPointer
+    let database: String
+    var offset = 0
+
+    init(_ bytes: UnsafeRawBufferPointer, database: String) {
+        self.bytes = bytes
+        self.database = database
+    }
+
+    func damaged() -> LedgerError {
+        LedgerError(.corruptedData, "a row of \(database) is damaged (at byte \(offset)); run `share-ledger rebuild`")
+    }
+
+    mutating func varint() throws(LedgerError) -> UInt64 {
+        guard let value = EnvelopeCodec.readVarint(bytes, &offset, limit: bytes.count) else { throw damaged() }
+        return value
+    }
+
+    mutating func int64() throws(LedgerError) -> Int64 { Int64(bitPattern: try varint()) }
+
+    mutating func uint32() throws(LedgerError) -> UInt32 {
+        let value = try varint()
+        guard value <= UInt64(UInt32.max) else { throw damaged() }
+        return UInt32(value)
+    }
+
+    mutating func enumValue() throws(LedgerError) -> Int {
+        let value = try varint()
+        guard value <= UInt64(Int32.max) else { throw damaged() }
+        return Int(value)
+    }
+
+    mutating func string() throws(LedgerError) -> String {
+        let count = try varint()
+        guard count <= UInt64(bytes.count - offset) else { throw damaged() }
+        let start = offset
+        offset += Int(count)
+        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<offset]), as: UTF8.self)
+    }
+
+    mutating func fixed64() throws(LedgerError) -> UInt64 {
+        guard bytes.count - offset >= 8 else { throw damaged() }
+        var value: UInt64 = 0
+        for index in offset..<offset + 8 { value = value << 8 | UInt64(bytes[index]) }
+        offset += 8
+        return value
+    }
+
+    /// Every byte must have been read.
+    func finish() throws(LedgerError) {
+        guard offset == bytes.count else { throw damaged() }
+    }
+}
+
+extension ShareState: CompactRow {
+    func writeCompact(_ w: inout CompactWriter) {
+        w.fixed64(changeTag)
+        w.string(container)
+        w.string(ownerName)
+        w.string(zoneName)
+        w.varint(zoneID)
+        w.string(shareRecordName)
+        w.string(rootRecordName)
+        w.string(title)
+        w.varint(UInt64(publicPermission.rawValue))
+        w.int64(createdAtMicros)
+        w.string(ownerParticipantID)
+        w.varint(UInt64(activeParticipantCount))
+        w.varint(UInt64(unmatchedPendingCount))
+    }
+
+    init(compact r: inout CompactReader) throws(LedgerError) {
+        self.init()
+        changeTag = try r.fixed64()
+        container = try r.string()
+        ownerName = try r.string()
+        zoneName = try r.string()
+        zoneID = try r.varint()
+        shareRecordName = try r.string()
+        rootRecordName = try r.string()
+        title = try r.string()
+        publicPermission = Shareledger_Events_V1_Permission(rawValue: try r.enumValue()) ?? .unknown
+        createdAtMicros = try r.int64()
+        ownerParticipantID = try r.string()
+        activeParticipantCount = try r.uint32()
+        unmatchedPendingCount = try r.uint32()
+    }
+
+    /// The change tag of a stored share row in either layout, without decoding the rest; nil for
+    /// bytes that are not a row.
+    static func storedChangeTag(_ bytes: UnsafeRawBufferPointer) -> UInt64? {
+        if let first = bytes.first, first >= 0x80 {
+            guard first == compactLayoutOne, bytes.count >= 9 else { return nil }
+            var reader = CompactReader(bytes, database: "rm_shares")
+            reader.offset = 1
+            return try? reader.fixed64()
+        }
+        return ProtobufScan.varint(field: 9, in: bytes)
+    }
+}
+
+extension ParticipantState: CompactRow {
+    func writeCompact(_ w: inout CompactWriter) {
+        w.string(userRecordName)
+        w.string(lookupInfo.emailAddress)
+        w.string(lookupInfo.phoneNumber)
+        w.string(lookupInfo.userRecordName)
+        w.varint(UInt64(role.rawValue))
+        w.varint(UInt64(permission.rawValue))
+        w.varint(UInt64(status.rawValue))
+        w.int64(addedAtMicros)
+    }
+
+    init(compact r: inout CompactReader) throws(LedgerError) {
+        self.init()
+        userRecordName = try r.string()
+        let email = try r.string()
+        let phone = try r.string()
+        let name = try r.string()
+        // Only a lookup info that names something is a set message field (as protobuf would decode it).
+        if !(email.isEmpty && phone.isEmpty && name.isEmpty) {
+            lookupInfo.emailAddress = email
+            lookupInfo.phoneNumber = phone
+            lookupInfo.userRecordName = name
+        }
+        role = Shareledger_Events_V1_Role(rawValue: try r.enumValue()) ?? .unknown
+        permission = Shareledger_Events_V1_Permission(rawValue: try r.enumValue()) ?? .unknown
+        status = Shareledger_Events_V1_AcceptanceStatus(rawValue: try r.enumValue()) ?? .statusUnknown
+        addedAtMicros = try r.int64()
+    }
+}
+
+extension ZoneState: CompactRow {
+    func writeCompact(_ w: inout CompactWriter) {
+        w.varint(zoneID)
+        w.varint(UInt64(capabilities))
+        w.string(zoneShareToken)
+        w.string(lastZoneShareToken)
+        w.varint(UInt64(hierarchyShareCount))
+        w.int64(createdAtMicros)
+    }
+
+    init(compact r: inout CompactReader) throws(LedgerError) {
+        self.init()
+        zoneID = try r.varint()
+        capabilities = try r.uint32()
+        zoneShareToken = try r.string()
+        lastZoneShareToken = try r.string()
+        hierarchyShareCount = try r.uint32()
+        createdAtMicros = try r.int64()
+    }
+}
+
+extension UserState: CompactRow {
+    func writeCompact(_ w: inout CompactWriter) {
+        w.string(emailAddress)
+        w.string(phoneNumber)
+        w.string(givenName)
+        w.string(familyName)
+        w.string(middleName)
+        w.string(nickname)
+        w.int64(registeredAtMicros)
+    }
+
+    init(compact r: inout CompactReader) throws(LedgerError) {
+        self.init()
+        emailAddress = try r.string()
+        phoneNumber = try r.string()
+        givenName = try r.string()
+        familyName = try r.string()
+        middleName = try r.string()
+        nickname = try r.string()
+        registeredAtMicros = try r.int64()
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+import LMDB
+@testable import ShareLedger
+import SwiftProtobuf
+import TestSupport
+import Testing
+
+@Suite("Compact read-model rows")
+struct CompactRowTests {
+    private static func text(_ random: inout SplitMix64) -> String {
+        let alphabet = Array("aZ9_.@+ éß漢")
+        return String((0..<Int.random(in: 0...12, using: &random)).map { _ in alphabet.randomElement(using: &random)! })
+    }
+
+    private static func share(_ random: inout SplitMix64) -> ShareState {
+        var s = ShareState()
+        s.container = text(&random)
+        s.ownerName = text(&random)
+        s.zoneName = text(&random)
+        s.zoneID = random.next() >> Int.random(in: 0...63, using: &random)
+        s.shareRecordName = text(&random)
+        s.rootRecordName = text(&random)
+        s.title = text(&random)
+        s.publicPermission = Shareledger_Events_V1_Permission(rawValue: Int.random(in: 0...3, using: &random))!
+        s.changeTag = random.next()
+        s.createdAtMicros = Int64(bitPattern: random.next())
+        s.ownerParticipantID = text(&random)
+        s.activeParticipantCount = UInt32.random(in: 0...UInt32.max, using: &random)
+        s.unmatchedPendingCount = UInt32.random(in: 0...100, using: &random)
+        return s
+    }
+
+    private static func participant(_ random: inout SplitMix64) -> ParticipantState {
+        var p = ParticipantState()
+        p.userRecordName = text(&random)
+        if Bool.random(using: &random) {
+            p.lookupInfo.emailAddress = text(&random)
+            p.lookupInfo.phoneNumber = text(&random)
+            p.lookupInfo.userRecordName = text(&random) + "x"
+        }
+        p.role = Shareledger_Events_V1_Role(rawValue: Int.random(in: 0...4, using: &random))!
+        p.permission = Shareledger_Events_V1_Permission(rawValue: Int.random(in: 0...3, using: &random))!
+        p.status = Shareledger_Events_V1_AcceptanceStatus(rawValue: Int.random(in: 0...3, using: &random))!
+        p.addedAtMicros = Int64.random(in: 0...Int64.max, using: &random)
+        return p
+    }
+
+    private static func zone(_ random: inout SplitMix64) -> ZoneState {
+        var z = ZoneState()
+        z.zoneID = random.next()
+        z.capabilities = UInt32.random(in: 0...7, using: &random)
+        z.zoneShareToken = text(&random)
+        z.lastZoneShareToken = text(&random)
+        z.hierarchyShareCount = UInt32.random(in: 0...1_000, using: &random)
+        z.createdAtMicros = Int64.random(in: 0...Int64.max, using: &random)
+        return z
+    }
+
+    private static func user(_ random: inout SplitMix64) -> UserState {
+        var u = UserState()
+        u.emailAddress = text(&random)
+        u.phoneNumber = text(&random)
+        u.givenName = text(&random)
+        u.familyName = text(&random)
+        u.middleName = text(&random)
+        u.nickname = text(&random)
+        u.registeredAtMicros = Int64.random(in: 0...Int64.max, using: &random)
+        return u
+    }
+
+    private func roundTrips<M: CompactRow & Equatable>(_ row: M) throws {
+        let compact = row.compactBytes()
+        #expect(compact.first == 0xC1)
+        #expect(try compact.withUnsafeBytes { try M.decodeStored($0, database: "t") } == row)
+        // Rows an earlier release wrote (protobuf) read the same.
+        var options = BinaryEncodingOptions()
+        options.useDeterministicOrdering = true
+        let old: [UInt8] = try row.serializedBytes(options: options)
+        #expect(old.first.map { $0 < 0x80 } ?? true)
+        #expect(try old.withUnsafeBytes { try M.decodeStored($0, database: "t") } == row)
+        // Damage is a typed error, never a trap: every truncation, and a trailing byte.
+        for cut in 1..<compact.count {
+            #expect(throws: LedgerError.self) { try Array(compact.prefix(cut)).withUnsafeBytes { try M.decodeStored($0, database: "t") } }
+        }
+        #expect(throws: LedgerError.self) { try (compact + [0]).withUnsafeBytes { try M.decodeStored($0, database: "t") } }
+    }
+
+    @Test("random rows round-trip; protobuf rows of earlier releases decode to the same; damage is a typed error")
+    func roundTrip() throws {
+        var random = SplitMix64(state: 0xC0_4DAC7)
+        for _ in 0..<200 {
+            try roundTrips(Self.share(&random))
+            try roundTrips(Self.participant(&random))
+            try roundTrips(Self.zone(&random))
+            try roundTrips(Self.user(&random))
+        }
+        #expect(throws: LedgerError.self) { try [UInt8]([0xC7, 0]).withUnsafeBytes { try ShareState.decodeStored($0, database: "t") } }
+        #expect(try [UInt8]().withUnsafeBytes { try ShareState.decodeStored($0, database: "t") } == ShareState())
+    }
+
+    @Test("the change tag reads from either layout without decoding the row")
+    func changeTag() throws {
+        var random = SplitMix64(state: 7)
+        let row = Self.share(&random)
+        #expect(row.compactBytes().withUnsafeBytes { ShareState.storedChangeTag($0) } == row.changeTag)
+        let old: [UInt8] = try row.serializedBytes()
+        #expect(old.withUnsafeBytes { ShareState.storedChangeTag($0) } == row.changeTag)
+        #expect([UInt8]([0xC1, 1, 2]).withUnsafeBytes { ShareState.storedChangeTag($0) } == nil)
+    }
+
+    @Test("a ledger whose rows are protobuf (an earlier release) audits clean, and its rows turn compact as they change")
+    func oldRowsCompareByContent() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let models = f.ledger.models
+        let key = Array(share.token.text.utf8)
+        // Write the share's row back as an earlier release would have (protobuf).
+        _ = try await f.ledger.maintain { txn in
+            let row = try #require(try models.share(txn, share.token.text))
+            var options = BinaryEncodingOptions()
+            options.useDeterministicOrdering = true
+            try txn.put(models.shares, key: key, value: try row.serializedBytes(options: options) as [UInt8])
+            return 1
+        }
+        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(report.ok && report.projectionsMatch, "\(report.problems)")
+        #expect(try f.alice.shareMetadataWithoutLogging(for: share.url).share.title == "Groceries")
+        _ = try await f.alice.setTitle("Shopping", for: share.url)
+        let stored = try f.ledger.log.store.environment.read { txn in try txn.get(models.shares, key: key) }
+        #expect(stored?.first == 0xC1)
+        await f.ledger.close()
+    }
+}
+
+extension CompactRowTests {
+    @Test("the worked example of docs/log-format.md")
+    func workedExample() {
+        var zone = ZoneState()
+        zone.zoneID = 5
+        zone.capabilities = 3
+        zone.createdAtMicros = 1
+        #expect(zone.compactBytes() == [0xC1, 0x05, 0x03, 0x00, 0x00, 0x00, 0x01])
+    }
+}
