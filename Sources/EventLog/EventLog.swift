@@ -276,6 +276,26 @@ public final class EventLog: Sendable {
         public var durability: String
     }
 
+    /// The writer's group commits since this process opened the log: how many, how many commands
+    /// they held, and how their sizes fall into buckets (for a histogram of batch sizes).
+    public struct GroupCommits: Sendable, Hashable {
+        /// Write transactions the writer committed.
+        public var commits: UInt64
+        /// Commands those transactions held (refused ones included: each was decided in the commit).
+        public var commands: UInt64
+        /// Commits per bucket of ``upperBounds``, not cumulative: `buckets[i]` counts the commits of
+        /// more than `upperBounds[i - 1]` and at most `upperBounds[i]` commands. Commits larger than
+        /// the last bound are in ``commits`` only.
+        public var buckets: [UInt64]
+
+        /// The buckets' upper bounds, in commands per commit: 1, 2, 4, ... 1,024.
+        public var upperBounds: [Int] { GroupCommitCounter.upperBounds }
+    }
+
+    /// The writer's group commits so far (no transaction: counters in memory, reset when the log is
+    /// opened). Commits by other processes are not counted.
+    public var groupCommits: GroupCommits { writer.groupCommits.snapshot }
+
     /// Counters of the log, read in one transaction.
     public func statistics() throws(LedgerError) -> Statistics {
         try statistics { txn, log throws in log }

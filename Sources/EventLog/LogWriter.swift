@@ -188,6 +188,10 @@ package final class LogWriter: @unchecked Sendable {
     /// in a baseline benchmark.
     package let commitSizes: CommitSizeRecorder?
 
+    /// Every commit's size in commands, counted into a histogram (for monitoring: always on, one
+    /// short lock per commit).
+    package let groupCommits = GroupCommitCounter()
+
     /// CPU time the writer thread spent running batches, in nanoseconds: in user space (deciding,
     /// applying, encoding) and in the kernel on its behalf (mostly writing and flushing the commit's
     /// pages). `share-ledger bench` divides them by the actions.
@@ -383,6 +387,7 @@ package final class LogWriter: @unchecked Sendable {
                 return (resumers, startHead, scope, txn.id)
             }
             let newHead = scope.head
+            groupCommits.record(commands: batch.count)
             // Before any caller hears of the commit (see CommitObserver).
             if let observer = lock.withLock({ self.observer }) {
                 observer.committed(
@@ -455,4 +460,25 @@ package final class CommitSizeRecorder: Sendable {
 
     package func record(_ size: Int) { sizes.withLock { $0.append(size) } }
     package var all: [Int] { sizes.withLock { $0 } }
+}
+
+/// The writer's commits so far and their sizes in commands, as a cumulative histogram.
+package final class GroupCommitCounter: Sendable {
+    /// The buckets' upper bounds (commands per commit): powers of two up to the largest batch a
+    /// writer may take by default, then everything above.
+    package static let upperBounds: [Int] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1_024]
+
+    private let state = Mutex(EventLog.GroupCommits(commits: 0, commands: 0, buckets: Array(repeating: 0, count: upperBounds.count)))
+
+    func record(commands: Int) {
+        let bucket = Self.upperBounds.firstIndex { commands <= $0 }
+        state.withLock { counts in
+            counts.commits += 1
+            counts.commands += UInt64(commands)
+            if let bucket { counts.buckets[bucket] += 1 }
+        }
+    }
+
+    /// The counts so far.
+    package var snapshot: EventLog.GroupCommits { state.withLock { $0 } }
 }
