@@ -71,6 +71,7 @@ struct RequestHandler: Sendable {
                 container: server.ledger.container(container, userRecordName: caller.userRecordName), environment: environment,
                 database: database, caller: caller, body: json, maxItems: server.configuration.maxItemsPerRequest,
                 shareURLHost: server.ledger.configuration.shareURLHost)
+            if let hook = server.testHooks.beforeEndpoint { await hook(subpath) }
             body = try await endpoint.handler(databaseRequest)
             items = Self.itemCount(json)
             status = 200
