@@ -130,6 +130,23 @@ package struct CommitScope {
         head = LogHead(position: LogPosition(position), hash: EventHash(bytes: hash)!, recordedAtMicros: recordedAt)
     }
 
+    /// Runs `body` all or nothing: in a transaction nested in `txn`, with its own cursor on the
+    /// log. When `body` returns `true` what it appended and wrote joins the batch's transaction; when
+    /// it returns `false` (or throws) nothing it did remains, the head and the declared
+    /// invalidations included. Returns what `body` returned. `txn` and the batch's log cursor must not
+    /// be used inside `body` (LMDB's rule for a parent transaction): use the ones it gets.
+    package mutating func allOrNothing(
+        _ txn: borrowing Transaction, _ body: (borrowing Transaction, borrowing Cursor, inout CommitScope) throws -> Bool
+    ) throws -> Bool {
+        let before = self
+        var inner = self
+        let kept = try txn.nested { child in
+            try child.withCursor(store.log) { log in try body(child, log, &inner) }
+        }
+        self = kept ? inner : before
+        return kept
+    }
+
     /// The recorded outcome of a command id in a container, if the ledger has seen it.
     package func commandRecord(_ txn: borrowing Transaction, _ metadata: CommandMetadata) throws
         -> (first: UInt64, count: UInt32, streamVersion: UInt64)?
