@@ -61,6 +61,50 @@ struct AtomicModifyTests {
         }
     }
 
+    /// Atomic commands queued behind a paused writer, so that they commit in one group with others:
+    /// a failed one (its nested transaction aborted) and a sound one (kept) between plain saves;
+    /// every plain save lands, the log's chain and the read models audit clean.
+    @Test func atomicCommandsShareAGroupCommit() async throws {
+        try await ServerHarness.run { server in
+            try await Self.makeZones(server, ["A", "B"])
+            let alice = server.ledger.container(ServerHarness.container, userRecordName: "_alice")
+            func record(_ name: String, _ zone: String, parent: String? = nil) -> Record {
+                let zoneID = RecordZoneID(zoneName: zone)
+                return Record(
+                    recordType: "Note", recordID: RecordID(recordName: name, zoneID: zoneID),
+                    parent: parent.map { RecordID(recordName: $0, zoneID: zoneID) })
+            }
+            server.ledger.log.setWriterPaused(true)
+            let batches: [[RecordChange]] = [
+                [.save(record("p1", "B"))],
+                [.save(record("f1", "A")), .save(record("f2", "A", parent: "missing"))],
+                [.save(record("p2", "B"))],
+                [.save(record("k1", "A")), .save(record("k2", "A", parent: "k1"))],
+                [.save(record("p3", "B"))],
+            ]
+            let results = Task {
+                try await withThrowingTaskGroup(of: (Int, [Result<Record?, LedgerError>]).self) { group in
+                    for (index, changes) in batches.enumerated() {
+                        group.addTask { (index, try await alice.modifyRecords(changes)) }
+                    }
+                    return try await group.reduce(into: [Int: [Result<Record?, LedgerError>]]()) { $0[$1.0] = $1.1 }
+                }
+            }
+            while server.ledger.writerQueueDepth < batches.count { await Task.yield() }
+            server.ledger.log.setWriterPaused(false)
+            let answered = try await results.value
+            let failed = try #require(answered[1])
+            if case .failure(let error) = failed[0] { #expect(error.code == .batchRequestFailed) } else { Issue.record("f1 was saved") }
+            if case .failure(let error) = failed[1] { #expect(error.code == .referenceViolation) } else { Issue.record("f2 was saved") }
+            for name in ["p1", "p2", "p3", "k1", "k2"] {
+                #expect(try Self.exists(server, name, zone: name.hasPrefix("p") ? "B" : "A"), "\(name)")
+            }
+            #expect(try !Self.exists(server, "f1", zone: "A") && !Self.exists(server, "f2", zone: "A"))
+            let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
+            #expect(report.ok, "\(report.problems)")
+        }
+    }
+
     @Test func notAtomicAppliesEachOperationOnItsOwn() async throws {
         try await ServerHarness.run { server in
             try await Self.makeZones(server, ["A"])
