@@ -248,8 +248,18 @@ public final class EventLog: Sendable {
         do {
             return try store.environment.read(body)
         } catch {
-            throw LedgerError.wrap(error, while: doing())
+            throw namingTheFile(LedgerError.wrap(error, while: doing()))
         }
+    }
+
+    /// `error`, naming the ledger's data file when it reports damage found in a value (a row, an
+    /// entry) without saying where: the operator must know which file to restore.
+    package func namingTheFile(_ error: LedgerError) -> LedgerError {
+        let file = (configuration.path as NSString).appendingPathComponent("data.mdb")
+        guard error.code == .corruptedData, !error.message.contains(file) else { return error }
+        var named = error
+        named.message += " (in \(file))"
+        return named
     }
 
     // MARK: - Statistics
@@ -275,6 +285,26 @@ public final class EventLog: Sendable {
         /// The durability mode this process opened it with.
         public var durability: String
     }
+
+    /// The writer's group commits since this process opened the log: how many, how many commands
+    /// they held, and how their sizes fall into buckets (for a histogram of batch sizes).
+    public struct GroupCommits: Sendable, Hashable {
+        /// Write transactions the writer committed.
+        public var commits: UInt64
+        /// Commands those transactions held (refused ones included: each was decided in the commit).
+        public var commands: UInt64
+        /// Commits per bucket of ``upperBounds``, not cumulative: `buckets[i]` counts the commits of
+        /// more than `upperBounds[i - 1]` and at most `upperBounds[i]` commands. Commits larger than
+        /// the last bound are in ``commits`` only.
+        public var buckets: [UInt64]
+
+        /// The buckets' upper bounds, in commands per commit: 1, 2, 4, ... 1,024.
+        public var upperBounds: [Int] { GroupCommitCounter.upperBounds }
+    }
+
+    /// The writer's group commits so far (no transaction: counters in memory, reset when the log is
+    /// opened). Commits by other processes are not counted.
+    public var groupCommits: GroupCommits { writer.groupCommits.snapshot }
 
     /// Counters of the log, read in one transaction.
     public func statistics() throws(LedgerError) -> Statistics {

@@ -159,6 +159,23 @@ package struct CommitScope {
         head = LogHead(position: LogPosition(position), hash: EventHash(bytes: hash)!, recordedAtMicros: recordedAt)
     }
 
+    /// Runs `body` all or nothing: in a transaction nested in `txn`, with its own cursor on the
+    /// log. When `body` returns `true` what it appended and wrote joins the batch's transaction; when
+    /// it returns `false` (or throws) nothing it did remains, the head and the declared
+    /// invalidations included. Returns what `body` returned. `txn` and the batch's log cursor must not
+    /// be used inside `body` (LMDB's rule for a parent transaction): use the ones it gets.
+    package mutating func allOrNothing(
+        _ txn: borrowing Transaction, _ body: (borrowing Transaction, borrowing Cursor, inout CommitScope) throws -> Bool
+    ) throws -> Bool {
+        let before = self
+        var inner = self
+        let kept = try txn.nested { child in
+            try child.withCursor(store.log) { log in try body(child, log, &inner) }
+        }
+        self = kept ? inner : before
+        return kept
+    }
+
     /// The recorded outcome of a command id in a container, if the ledger has seen it.
     package func commandRecord(_ txn: borrowing Transaction, _ metadata: CommandMetadata) throws
         -> (first: UInt64, count: UInt32, streamVersion: UInt64)?
@@ -216,6 +233,10 @@ package final class LogWriter: @unchecked Sendable {
     /// When set, the size (in events) of every committed group, for replaying the same commit pattern
     /// in a baseline benchmark.
     package let commitSizes: CommitSizeRecorder?
+
+    /// Every commit's size in commands, counted into a histogram (for monitoring: always on, one
+    /// short lock per commit).
+    package let groupCommits = GroupCommitCounter()
 
     /// CPU time the writer thread spent running batches, in nanoseconds: in user space (deciding,
     /// applying, encoding) and in the kernel on its behalf (mostly writing and flushing the commit's
@@ -416,6 +437,7 @@ package final class LogWriter: @unchecked Sendable {
                 return (resumers, startHead, scope, txn.id)
             }
             let newHead = scope.head
+            groupCommits.record(commands: batch.count)
             // Before any caller hears of the commit (see CommitObserver).
             if let observer = lock.withLock({ self.observer }) {
                 observer.committed(
@@ -488,4 +510,25 @@ package final class CommitSizeRecorder: Sendable {
 
     package func record(_ size: Int) { sizes.withLock { $0.append(size) } }
     package var all: [Int] { sizes.withLock { $0 } }
+}
+
+/// The writer's commits so far and their sizes in commands, as a cumulative histogram.
+package final class GroupCommitCounter: Sendable {
+    /// The buckets' upper bounds (commands per commit): powers of two up to the largest batch a
+    /// writer may take by default, then everything above.
+    package static let upperBounds: [Int] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1_024]
+
+    private let state = Mutex(EventLog.GroupCommits(commits: 0, commands: 0, buckets: Array(repeating: 0, count: upperBounds.count)))
+
+    func record(commands: Int) {
+        let bucket = Self.upperBounds.firstIndex { commands <= $0 }
+        state.withLock { counts in
+            counts.commits += 1
+            counts.commands += UInt64(commands)
+            if let bucket { counts.buckets[bucket] += 1 }
+        }
+    }
+
+    /// The counts so far.
+    package var snapshot: EventLog.GroupCommits { state.withLock { $0 } }
 }

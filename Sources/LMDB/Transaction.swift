@@ -130,6 +130,42 @@ package struct Transaction: ~Copyable {
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name))") }
     }
 
+    // MARK: Nested transactions
+
+    /// Runs `body` in a transaction nested in this write transaction (`mdb_txn_begin` with this one
+    /// as the parent). When `body` returns `true`, its writes join this transaction (they commit or
+    /// abort with it); when it returns `false` or throws, they are dropped and this transaction is as
+    /// it was before. Inside `body` use only the nested transaction: this one and its cursors must
+    /// not be touched until `body` returns (LMDB's rule for a parent with a live child). An LMDB error
+    /// inside `body` is also this transaction's: it aborts the whole write, as anywhere else.
+    package func nested(_ body: (borrowing Transaction) throws -> Bool) throws -> Bool {
+        precondition(isWritable, "a nested transaction needs a write transaction")
+        var childPointer: OpaquePointer?
+        let rc = mdb_txn_begin(mdb_txn_env(handle), handle, 0, &childPointer)
+        guard rc == MDB_SUCCESS, let child = childPointer else { throw fail(rc, "mdb_txn_begin(nested)") }
+        let childState = TransactionState()
+        let keep: Bool
+        do {
+            keep = try body(Transaction(txn: child, isWritable: true, state: childState, path: path))
+        } catch {
+            mdb_txn_abort(child)
+            if let first = childState.firstError { throw state.record(first) }
+            throw error
+        }
+        if let first = childState.firstError {
+            mdb_txn_abort(child)
+            throw state.record(first)
+        }
+        guard keep else {
+            mdb_txn_abort(child)
+            return false
+        }
+        // mdb_txn_commit frees the child, success or not.
+        let committed = mdb_txn_commit(child)
+        guard committed == MDB_SUCCESS else { throw fail(committed, "mdb_txn_commit(nested)") }
+        return true
+    }
+
     // MARK: Cursors
 
     /// Calls `body` with a cursor on `db`; the cursor is closed when `body` returns.

@@ -270,6 +270,8 @@ struct BenchCommand: AsyncParsableCommand {
                 figures["http.accept.inProcessP50Millis"] = http.inProcessAcceptP50Millis
                 figures["http.accept.inProcessPerSecond"] = http.inProcessAcceptPerSecond
                 figures["http.errors"] = Double(http.httpErrors)
+                figures["http.resolve.commandsPerCommit"] = http.httpResolveCommandsPerCommit
+                figures["http.resolve.inProcessCommandsPerCommit"] = http.inProcessResolveCommandsPerCommit
             }
             for (name, value) in figures { samples[name, default: []].append(value) }
             try? FileManager.default.removeItem(at: bench.directory)

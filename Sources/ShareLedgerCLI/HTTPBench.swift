@@ -34,6 +34,16 @@ struct HTTPBench {
         var inProcessAcceptPerSecond: Double
         /// Non-2xx answers, and accepts answered without a new acceptance.
         var httpErrors: Int
+        /// Commands per group commit of the writer during each resolve phase (how well the callers'
+        /// fetches batch: each commit costs one fsync in durable mode).
+        var httpResolveCommandsPerCommit: Double
+        var inProcessResolveCommandsPerCommit: Double
+    }
+
+    /// Commands per commit between two readings of the writer's counters.
+    static func commandsPerCommit(_ before: EventLog.GroupCommits, _ after: EventLog.GroupCommits) -> Double {
+        let commits = after.commits - before.commits
+        return commits == 0 ? 0 : Double(after.commands - before.commands) / Double(commits)
     }
 
     struct WrkResult {
@@ -101,9 +111,12 @@ struct HTTPBench {
             ).write(to: script, atomically: true, encoding: .utf8)
 
             progress("http: in-process resolve, 64 tasks, \(seconds) s")
+            let beforeInProcess = ledger.log.groupCommits
             let inProcessResolve = try await inProcessResolves(ledger, shares: httpShares)
             progress("http: HTTP resolve, wrk, 64 connections, \(seconds) s")
+            let beforeHTTP = ledger.log.groupCommits
             let resolve = try runWrk(wrk, port: port, script: script, endpoint: "resolve")
+            let afterHTTP = ledger.log.groupCommits
             progress("http: in-process accept, 64 tasks")
             let inProcessAccept = try await inProcessAccepts(ledger, shares: inProcessShares)
             progress("http: HTTP accept, wrk, 64 connections, \(seconds) s")
@@ -118,7 +131,9 @@ struct HTTPBench {
                 httpAcceptP99Millis: accept.p99Micros / 1_000, httpAcceptP50Millis: accept.p50Micros / 1_000,
                 httpAcceptPerSecond: accept.perSecond, inProcessAcceptP99Millis: inProcessAccept.p99Millis,
                 inProcessAcceptP50Millis: inProcessAccept.p50Millis, inProcessAcceptPerSecond: inProcessAccept.perSecond,
-                httpErrors: resolve.errors + accept.errors + max(0, accept.requests - accepted))
+                httpErrors: resolve.errors + accept.errors + max(0, accept.requests - accepted),
+                httpResolveCommandsPerCommit: Self.commandsPerCommit(beforeHTTP, afterHTTP),
+                inProcessResolveCommandsPerCommit: Self.commandsPerCommit(beforeInProcess, beforeHTTP))
         }
         await ledger.close()
         return figures

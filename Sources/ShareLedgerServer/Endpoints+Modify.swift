@@ -3,22 +3,32 @@ import ShareLedger
 
 /// `records/modify`: records (create, update, forceUpdate, replace, delete, forceDelete), shares
 /// (`cloudkit.share` records: `forRecord` for a hierarchy share, record name `cloudkit.zoneshare` for
-/// a zone share, `publicPermission`, `participants`) — each operation one ledger call, in order.
+/// a zone share, `publicPermission`, `participants`).
+///
+/// Record operations go to the ledger as one ``Container/modifyRecords(_:atomically:)`` call: with
+/// `atomic` (CloudKit's default, true) all or nothing per zone, the failed operation answered with its
+/// error and the zone's others with `ATOMIC_ERROR`. A share operation is several ledger calls (the
+/// share, then each participant), so it cannot join an atomic batch: `atomic: true` with a share among
+/// several operations is refused; without `atomic`, such a request is applied one operation at a time.
 extension Endpoints {
     @Sendable static func modify(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
         try request.requirePrivateOrShared("records/modify")
         let operations = try request.items("operations")
-        if try request.body["atomic"].map({ flag throws(WireError) in try flag.bool("atomic") }) == true, operations.count > 1 {
-            throw WireError(
-                .badRequest,
-                "atomic: true is not supported for more than one operation; send atomic: false (each operation "
-                    + "is applied on its own and answered per item)")
-        }
+        let atomicFlag = try request.body["atomic"].map { flag throws(WireError) in try flag.bool("atomic") }
         let requestZone = try request.zoneID()
         // Every operation is read before any is applied: a malformed one fails the request and changes nothing.
         var parsed: [ParsedOperation] = []
         for (index, operation) in operations.enumerated() {
             parsed.append(try ParsedOperation(operation, path: "operations[\(index)]", requestZone: requestZone))
+        }
+        if !parsed.contains(where: \.isShare) {
+            return ["records": .array(try await modifyRecords(request, parsed, atomically: atomicFlag ?? true))]
+        }
+        if atomicFlag == true, parsed.count > 1 {
+            throw WireError(
+                .badRequest,
+                "atomic: true cannot take a cloudkit.share operation among several (a share is several ledger changes); "
+                    + "send it in a request of its own, or send atomic: false")
         }
         var results: [JSONValue] = []
         for operation in parsed {
@@ -26,7 +36,9 @@ extension Endpoints {
                 if operation.isShare {
                     results.append(try await modifyShare(request, operation))
                 } else {
-                    results.append(try await modifyRecord(request, operation))
+                    guard let result = try await request.container.modifyRecords([recordChange(request, operation)]).first
+                    else { throw WireError(.internalError, "the operation had no result") }
+                    results.append(try recordResult(operation, result).get())
                 }
             } catch let error as LedgerError {
                 results.append(itemError(WireError(error), ["recordName": operation.name.map(JSONValue.string) ?? .null]))
@@ -118,23 +130,53 @@ extension Endpoints {
         }
     }
 
-    private static func modifyRecord(_ request: DatabaseRequest, _ operation: ParsedOperation) async throws -> JSONValue {
+    /// The record operations, as one ledger call (all or nothing per zone when `atomically`).
+    private static func modifyRecords(
+        _ request: DatabaseRequest, _ operations: [ParsedOperation], atomically: Bool
+    ) async throws(WireError) -> [JSONValue] {
+        let changes = operations.map { recordChange(request, $0) }
+        let results: [Result<Record?, LedgerError>]
+        do {
+            results = try await request.container.modifyRecords(changes, atomically: atomically)
+        } catch {
+            throw WireError(error)
+        }
+        return zip(operations, results).map { operation, result in
+            switch recordResult(operation, result) {
+            case .success(let json): return json
+            case .failure(let error):
+                return itemError(WireError(error), ["recordName": operation.name.map(JSONValue.string) ?? .null])
+            }
+        }
+    }
+
+    /// A record operation as the ledger's change. forceUpdate and replace take the record's current
+    /// change tag (they skip the check).
+    private static func recordChange(_ request: DatabaseRequest, _ operation: ParsedOperation) -> RecordChange {
         let id = RecordID(recordName: operation.name ?? "", zoneID: operation.zone)
         switch operation.kind {
         case .delete, .forceDelete:
-            try await request.container.deleteRecord(withID: id)
-            return ["recordName": .string(id.recordName), "zoneID": Wire.zoneID(id.zoneID), "deleted": true]
+            return .delete(id)
         case .create, .update, .forceUpdate, .replace:
             var record = Record(
                 recordType: operation.recordType ?? "", recordID: id, fields: operation.fields,
                 parent: operation.parentName.map { RecordID(recordName: $0, zoneID: id.zoneID) })
             switch operation.kind {
             case .create: break
-            // Without a change tag check: take the current one.
             case .forceUpdate, .replace: record.recordChangeTag = (try? request.container.record(for: id))?.recordChangeTag
             default: record.recordChangeTag = operation.changeTag
             }
-            return Wire.record(try await request.container.save(record))
+            return .save(record)
+        }
+    }
+
+    /// The answer to one record operation: the saved record, or the deletion.
+    private static func recordResult(
+        _ operation: ParsedOperation, _ result: Result<Record?, LedgerError>
+    ) -> Result<JSONValue, LedgerError> {
+        result.map { saved in
+            if let saved { return Wire.record(saved) }
+            return ["recordName": .string(operation.name ?? ""), "zoneID": Wire.zoneID(operation.zone), "deleted": true]
         }
     }
 

@@ -3,7 +3,7 @@ import Foundation
 /// A JSON value as the wire carries it: the server parses request bodies into this and checks each
 /// key by hand, so that a wrong type or a missing key becomes a `BAD_REQUEST` naming the key (never
 /// the value, which may be personal data), and builds responses from it.
-enum JSONValue: Sendable, Hashable, Codable {
+enum JSONValue: Sendable, Hashable {
     case null
     case bool(Bool)
     case int(Int64)
@@ -12,60 +12,17 @@ enum JSONValue: Sendable, Hashable, Codable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    private struct AnyKey: CodingKey {
-        var stringValue: String
-        var intValue: Int? { nil }
-        init(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
-    }
-
-    /// Objects and arrays are tried first (they are what requests are made of), then the scalars:
-    /// each failed attempt costs a thrown DecodingError.
-    init(from decoder: any Decoder) throws {
-        if let keyed = try? decoder.container(keyedBy: AnyKey.self) {
-            var object: [String: JSONValue] = [:]
-            for key in keyed.allKeys { object[key.stringValue] = try keyed.decode(JSONValue.self, forKey: key) }
-            self = .object(object)
-        } else if var unkeyed = try? decoder.unkeyedContainer() {
-            var values: [JSONValue] = []
-            while !unkeyed.isAtEnd { values.append(try unkeyed.decode(JSONValue.self)) }
-            self = .array(values)
-        } else {
-            let container = try decoder.singleValueContainer()
-            if container.decodeNil() {
-                self = .null
-            } else if let value = try? container.decode(String.self) {
-                self = .string(value)
-            } else if let value = try? container.decode(Bool.self) {
-                self = .bool(value)
-            } else if let value = try? container.decode(Int64.self) {
-                self = .int(value)
-            } else {
-                self = .double(try container.decode(Double.self))
-            }
-        }
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        switch self {
-        case .null: try container.encodeNil()
-        case .bool(let value): try container.encode(value)
-        case .int(let value): try container.encode(value)
-        case .double(let value): try container.encode(value)
-        case .string(let value): try container.encode(value)
-        case .array(let value): try container.encode(value)
-        case .object(let value): try container.encode(value)
-        }
-    }
-
-    /// Parses a request body; malformed JSON is a `BAD_REQUEST`.
+    /// Parses a request body (RFC 8259; at most ``JSONParser/maxDepth`` nested arrays and objects);
+    /// malformed JSON is a `BAD_REQUEST`. Hand-written: `JSONDecoder` over this enum (through
+    /// `Data`, and a thrown `DecodingError` for every type it tried first) was about 4% of the
+    /// server's CPU under `bench --only http` (docs/benchmarks.md).
     static func parse(_ bytes: [UInt8]) throws(WireError) -> JSONValue {
-        do {
-            return try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
-        } catch {
-            throw WireError(.badRequest, "the request body is not valid JSON")
+        let parsed = bytes.withUnsafeBufferPointer { buffer -> JSONValue? in
+            var parser = JSONParser(buffer)
+            return parser.document()
         }
+        guard let parsed else { throw WireError(.badRequest, "the request body is not valid JSON") }
+        return parsed
     }
 
     /// The value as compact JSON bytes with sorted keys. Written by hand: JSONEncoder over this enum
@@ -94,11 +51,12 @@ enum JSONValue: Sendable, Hashable, Codable {
             out.append(UInt8(ascii: "]"))
         case .object(let object):
             out.append(UInt8(ascii: "{"))
-            for (index, key) in object.keys.sorted().enumerated() {
+            // The pairs sorted once (no second hash lookup per key).
+            for (index, pair) in object.sorted(by: { $0.key < $1.key }).enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                Self.writeString(key, into: &out)
+                Self.writeString(pair.key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                object[key]?.write(into: &out)
+                pair.value.write(into: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
@@ -106,6 +64,18 @@ enum JSONValue: Sendable, Hashable, Codable {
 
     private static func writeString(_ text: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Most strings need no escape: copy them whole.
+        let plain = text.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            guard !bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+                return false
+            }
+            out.append(contentsOf: bytes)
+            return true
+        }
+        if plain == true {
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: "\\\"".utf8)

@@ -73,6 +73,17 @@ public struct LedgerServer: Service {
     let metrics: ServerMetrics
     let onServerRunning: @Sendable (Int) async -> Void
     let ready = ReadyFlag()
+    /// Where tests hold the server to make an interleaving happen (none by default).
+    var testHooks = TestHooks()
+
+    /// Points where a test can hold the server, so that it waits on state instead of time.
+    struct TestHooks: Sendable {
+        /// Awaited in each `/database/1/...` request after its credentials are checked and before its
+        /// endpoint runs, with the endpoint's subpath.
+        var beforeEndpoint: (@Sendable (String) async -> Void)?
+        /// Called once graceful shutdown has begun (the server no longer reports ready).
+        var shutdownBegan: (@Sendable () -> Void)?
+    }
 
     /// A server for `ledger`.
     ///
@@ -127,9 +138,10 @@ public struct LedgerServer: Service {
             logger: logger)
         try await withGracefulShutdownHandler {
             try await app.run()
-        } onGracefulShutdown: { [ready, logger] in
+        } onGracefulShutdown: { [ready, logger, testHooks] in
             ready.set(false)
             logger.info("share-ledger serve: shutting down; answering the requests in flight")
+            testHooks.shutdownBegan?()
         }
     }
 

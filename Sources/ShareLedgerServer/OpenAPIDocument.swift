@@ -24,8 +24,8 @@ info:
     Error dictionaries inside a 200 response's `results`, `records`, `zones` or `users`.
     A request whose body breaks this document (a wrong type, a missing key, an unknown enum
     value) fails as a whole with 400 and changes nothing; an item the ledger refuses fails alone.
-    Status codes: 400 BAD_REQUEST (malformed JSON, wrong types, more than 400 items, or
-    `atomic: true`), 401 AUTHENTICATION_FAILED, 404 NOT_FOUND (unknown container, environment,
+    Status codes: 400 BAD_REQUEST (malformed JSON or JSON nested deeper than 64 arrays and objects,
+    wrong types, more than 400 items, or `atomic: true` with a share among several operations), 401 AUTHENTICATION_FAILED, 404 NOT_FOUND (unknown container, environment,
     database or endpoint), 405 (wrong method), 413 (body over the limit, 2 MiB by default),
     421 AUTHENTICATION_REQUIRED (with `redirectURL`).
 servers:
@@ -182,12 +182,19 @@ paths:
     parameters: *recordDatabase
     post:
       operationId: recordsModify
-      summary: Create, update and delete records and shares (private or shared database), one operation at a time.
+      summary: Create, update and delete records and shares (private or shared database).
       description: |
         A `cloudkit.share` record with `forRecord` shares that record's hierarchy; record name
         `cloudkit.zoneshare` shares the zone. `participants` (by `userIdentity.lookupInfo`) are
         invited on create; on update the invited participants become exactly the listed ones.
-        `atomic: true` with more than one operation is refused (400).
+
+        `atomic` (default true, as in CloudKit): the record operations of one zone are all or
+        nothing. When one fails, none of that zone's is made: the failed one answers its own error
+        and the zone's others `ATOMIC_ERROR`, in a 200 response; zones stand or fall on their own.
+        With `atomic: false` each operation stands alone. A `cloudkit.share` operation is several
+        ledger changes and cannot join an atomic batch: `atomic: true` with a share among several
+        operations is refused (400 BAD_REQUEST, nothing changed); without `atomic` such a request is
+        applied one operation at a time, in order.
       requestBody:
         required: true
         content:
@@ -205,6 +212,7 @@ paths:
                   $ref: "#/components/schemas/ZoneID"
                 atomic:
                   type: boolean
+                  default: true
       responses:
         "200":
           description: One record, share, deletion or Error dictionary per operation, in order.

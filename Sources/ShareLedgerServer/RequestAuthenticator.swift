@@ -35,7 +35,7 @@ struct RequestAuthenticator: Sendable {
         container: String, apiToken: String?, webAuthToken: String?, signature: Signature?, subpath: String, body: [UInt8],
         now: Date
     ) throws(WireError) -> Caller {
-        credentials.refresh()
+        // The caller refreshed the credentials (``ServerCredentials/refresh(force:)``) for this request.
         if let signature {
             return try checkSignature(signature, container: container, subpath: subpath, body: body, now: now)
         }

@@ -11,12 +11,19 @@ struct RequestHandler: Sendable {
     let server: LedgerServer
 
     private static let environments: Set<String> = ["development", "production"]
+    private static let keyIDHeader = HTTPField.Name("X-Apple-CloudKit-Request-KeyID")!
+    private static let dateHeader = HTTPField.Name("X-Apple-CloudKit-Request-ISO8601Date")!
+    private static let signatureHeader = HTTPField.Name("X-Apple-CloudKit-Request-SignatureV1")!
+
+    /// The request's id, for the `uuid` of an error dictionary (made only when one is answered).
+    /// Hummingbird's lives in the logger's metadata; a log handler that keeps no metadata
+    /// (SwiftLogNoOpLogHandler) loses it, and `context.id` would then trap: make one instead.
+    private static func requestID(_ context: BasicRequestContext) -> String {
+        context.logger[metadataKey: "hb.request.id"].map { "\($0)" } ?? ServerCredentials.randomHex(bytes: 16)
+    }
 
     func handle(_ request: Request, context: BasicRequestContext) async -> Response {
         let start = ContinuousClock.now
-        // Hummingbird's request id lives in the logger's metadata; a log handler that keeps no metadata
-        // (SwiftLogNoOpLogHandler) loses it, and `context.id` would then trap: make one instead.
-        let requestID = context.logger[metadataKey: "hb.request.id"].map { "\($0)" } ?? ServerCredentials.randomHex(bytes: 16)
         var endpointName = "unknown"
         var items = 0
         var credentialID: String?
@@ -46,10 +53,9 @@ struct RequestHandler: Sendable {
             }
             let bytes = try await collectBody(request)
             let query = request.uri.queryParameters
-            let signature = request.headers[HTTPField.Name("X-Apple-CloudKit-Request-KeyID")!].map { keyID in
+            let signature = request.headers[Self.keyIDHeader].map { keyID in
                 RequestAuthenticator.Signature(
-                    keyID: keyID, date: request.headers[HTTPField.Name("X-Apple-CloudKit-Request-ISO8601Date")!] ?? "",
-                    signature: request.headers[HTTPField.Name("X-Apple-CloudKit-Request-SignatureV1")!] ?? "")
+                    keyID: keyID, date: request.headers[Self.dateHeader] ?? "", signature: request.headers[Self.signatureHeader] ?? "")
             }
             let authenticator = RequestAuthenticator(
                 credentials: server.credentials, signatureWindow: server.configuration.signatureWindow,
@@ -65,18 +71,22 @@ struct RequestHandler: Sendable {
                 container: server.ledger.container(container, userRecordName: caller.userRecordName), environment: environment,
                 database: database, caller: caller, body: json, maxItems: server.configuration.maxItemsPerRequest,
                 shareURLHost: server.ledger.configuration.shareURLHost)
+            if let hook = server.testHooks.beforeEndpoint { await hook(subpath) }
             body = try await endpoint.handler(databaseRequest)
             items = Self.itemCount(json)
             status = 200
         } catch let error as WireError {
             status = error.status
-            body = error.dictionary(uuid: requestID)
+            body = error.dictionary(uuid: Self.requestID(context))
         } catch {
             status = 500
-            body = WireError(.internalError, "the request failed").dictionary(uuid: requestID)
+            body = WireError(.internalError, "the request failed").dictionary(uuid: Self.requestID(context))
         }
         let elapsed = ContinuousClock.now - start
         server.metrics.recordRequest(endpoint: endpointName, status: status, items: items, duration: elapsed)
+        let level: Logger.Level = status >= 500 ? .error : .info
+        // The line's metadata is built only when the line is written.
+        guard context.logger.logLevel <= level else { return LedgerServer.json(status, body) }
         var metadata: Logger.Metadata = [
             "http.method": "\(request.method.rawValue)", "endpoint": "\(endpointName)", "http.status": "\(status)",
             "items": "\(items)",
@@ -85,11 +95,7 @@ struct RequestHandler: Sendable {
         ]
         if server.credentials.knows(container: container) { metadata["container"] = "\(container)" }
         if let credentialID { metadata["credential"] = "\(credentialID)" }
-        if status >= 500 {
-            context.logger.error("request failed", metadata: metadata)
-        } else {
-            context.logger.info("request", metadata: metadata)
-        }
+        context.logger.log(level: level, status >= 500 ? "request failed" : "request", metadata: metadata)
         return LedgerServer.json(status, body)
     }
 

@@ -65,7 +65,7 @@ struct ErrorTests {
             let method = try await server.send(.GET, server.url("records/resolve", as: "_bob"))
             #expect(method.status == 405)
 
-            // atomic: true with several operations is refused, not half done.
+            // An atomic batch whose operations all fail (the zone does not exist) changes nothing.
             let atomic = try await server.post(
                 "records/modify", as: "_alice",
                 [
@@ -75,7 +75,9 @@ struct ErrorTests {
                         ["operationType": "create", "record": ["recordName": "b", "recordType": "T"]],
                     ],
                 ])
-            #expect(atomic.status == 400)
+            #expect(atomic.status == 200)
+            let atomicResults = atomic.json["records"] as? [[String: Any]] ?? []
+            #expect(atomicResults.count == 2 && atomicResults.allSatisfy { $0["serverErrorCode"] as? String == "ZONE_NOT_FOUND" })
 
             #expect(try server.ledger.log.head() == head)
 
@@ -154,6 +156,46 @@ struct ErrorTests {
             #expect(bad.status == 400 && (bad.json["uuid"] as? String)?.count == 32)
             let good = try await server.send(.GET, server.url("users/caller", database: "public", as: "_bob"))
             #expect(good.status == 200)
+        }
+    }
+
+    /// The value of the Prometheus sample `name` (with its labels, as written) in a /metrics page.
+    static func sample(_ name: String, in page: String) -> Double? {
+        page.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Double($0.split(separator: " ").last ?? "") }
+    }
+
+    /// /metrics shows the writer's queue depth and its group commits' sizes: three commands held
+    /// behind a paused writer are one queue of three, then one commit of three (bucket `le="4"`).
+    @Test func groupCommitMetrics() async throws {
+        try await ServerHarness.run { server in
+            func page() async throws -> String { try await server.send(.GET, server.baseURL + "/metrics").text }
+            let histogram = "shareledger_ledger_group_commit_commands"
+            let before = try await page()
+            let threeOrFour = { (page: String) -> Double in
+                (Self.sample("\(histogram)_bucket{le=\"4\"}", in: page) ?? 0) - (Self.sample("\(histogram)_bucket{le=\"2\"}", in: page) ?? 0)
+            }
+            #expect(Self.sample("\(histogram)_count", in: before) ?? 0 >= 2)  // the harness's two users
+
+            server.ledger.log.setWriterPaused(true)
+            let ledger = server.ledger
+            let users = Task {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for name in ["_c1", "_c2", "_c3"] {
+                        group.addTask { try await ledger.registerUser(name, in: ServerHarness.container) }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            while server.ledger.writerQueueDepth < 3 { await Task.yield() }
+            let held = try await page()
+            #expect(Self.sample("shareledger_ledger_writer_queue_depth", in: held) ?? 0 >= 3, "\(held)")
+            server.ledger.log.setWriterPaused(false)
+            try await users.value
+
+            let after = try await page()
+            #expect(threeOrFour(after) >= threeOrFour(before) + 1, "\(after)")
+            #expect((Self.sample("\(histogram)_sum", in: after) ?? 0) >= (Self.sample("\(histogram)_sum", in: before) ?? 0) + 3)
+            #expect(after.contains("# TYPE \(histogram) histogram") && after.contains("\(histogram)_bucket{le=\"+Inf\"}"))
         }
     }
 

@@ -6,7 +6,7 @@ import NIOHTTP1
 import Prometheus
 import ServiceLifecycle
 import ShareLedger
-import ShareLedgerServer
+@testable import ShareLedgerServer
 import Synchronization
 import TestSupport
 import Testing
@@ -28,10 +28,11 @@ final class ServerHarness: Sendable {
     let client: HTTPClient
     /// Every log line the server wrote (message and metadata).
     let logLines: LogCapture
+    private let group: ServiceGroup
 
     private init(
         directory: TemporaryDirectory, ledger: ShareLedger, credentials: ServerCredentials, port: Int, apiToken: String,
-        webTokens: [String: String], webTokenIDs: [String: String], logLines: LogCapture
+        webTokens: [String: String], webTokenIDs: [String: String], logLines: LogCapture, group: ServiceGroup
     ) {
         self.directory = directory
         self.ledger = ledger
@@ -41,14 +42,18 @@ final class ServerHarness: Sendable {
         self.webTokens = webTokens
         self.webTokenIDs = webTokenIDs
         self.logLines = logLines
+        self.group = group
         self.client = HTTPClient(eventLoopGroupProvider: .singleton)
     }
 
     /// Runs `body` against a started server, then shuts the server down gracefully and closes the ledger.
-    /// - Parameter keepingLogs: false runs the server with `SwiftLogNoOpLogHandler` (which keeps no
-    ///   metadata, not even the request id).
+    /// - Parameters:
+    ///   - keepingLogs: false runs the server with `SwiftLogNoOpLogHandler` (which keeps no
+    ///     metadata, not even the request id).
+    ///   - hooks: Where the test holds the server (see ``LedgerServer/TestHooks``).
     static func run(
-        _ label: String = #function, keepingLogs: Bool = true, _ body: @Sendable (ServerHarness) async throws -> Void
+        _ label: String = #function, keepingLogs: Bool = true, hooks: LedgerServer.TestHooks = .init(),
+        _ body: @Sendable (ServerHarness) async throws -> Void
     ) async throws {
         let directory = TemporaryDirectory(label)
         var configuration = ShareLedger.Configuration(path: directory.path, createIfMissing: true)
@@ -72,11 +77,12 @@ final class ServerHarness: Sendable {
             keepingLogs ? capture.handler() : SwiftLogNoOpLogHandler()
         }
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
-        let server = LedgerServer(
+        var server = LedgerServer(
             ledger: ledger, credentials: credentials,
             configuration: .init(host: "127.0.0.1", port: 0, maxBodyBytes: 64 * 1024), logger: logger,
             metrics: PrometheusCollectorRegistry(),
             onServerRunning: { port in portContinuation.yield(port) })
+        server.testHooks = hooks
         let group = ServiceGroup(services: [server], logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
@@ -84,7 +90,7 @@ final class ServerHarness: Sendable {
             guard let port = await iterator.next() else { throw HarnessError(message: "the server did not start") }
             let harness = ServerHarness(
                 directory: directory, ledger: ledger, credentials: credentials, port: port, apiToken: api.token,
-                webTokens: webTokens, webTokenIDs: webTokenIDs, logLines: capture)
+                webTokens: webTokens, webTokenIDs: webTokenIDs, logLines: capture, group: group)
             do {
                 try await body(harness)
             } catch {
@@ -97,6 +103,11 @@ final class ServerHarness: Sendable {
             try await harness.client.shutdown()
         }
         await ledger.close()
+    }
+
+    /// Begins the server's graceful shutdown (as SIGTERM would) and returns without waiting for it.
+    func shutdown() async {
+        await group.triggerGracefulShutdown()
     }
 
     var baseURL: String { "http://127.0.0.1:\(port)" }

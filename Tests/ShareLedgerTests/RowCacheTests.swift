@@ -110,3 +110,21 @@ struct RowCacheTests {
         await f.ledger.close()
     }
 }
+
+extension RowCacheTests {
+    @Test("an atomic batch that fails rolls its rows back in the cache too: the share it deleted is still there")
+    func failedAtomicBatch() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        // Deleting the root deletes its share; the missing record fails the batch, so neither happens.
+        let results = try await f.alice.modifyRecords(
+            [.delete(SharingFixture.recordID("list")), .delete(SharingFixture.recordID("missing"))], atomically: true)
+        #expect(results.allSatisfy { (try? $0.get()) == nil })
+        // The writer must not answer from a row the rolled-back transaction wrote.
+        _ = try await f.alice.setTitle("Still here", for: share.url)
+        #expect(try f.alice.shareMetadataWithoutLogging(for: share.url).share.title == "Still here")
+        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(report.ok, "\(report.problems)")
+        await f.ledger.close()
+    }
+}

@@ -119,6 +119,9 @@ struct DomainCommand: Sendable {
     var signedIn: Bool
     var steps: [DomainAction]
     var bytes: Int
+    /// All or nothing: when one step fails, none of the command's steps changes anything and the
+    /// ones that would have succeeded answer `batchRequestFailed` (CloudKit's atomic zones).
+    var atomic = false
 }
 
 /// What a domain command did: one result per step, in order.

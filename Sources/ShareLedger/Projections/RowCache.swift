@@ -60,6 +60,14 @@ final class RowCache: @unchecked Sendable {
         if transactionID != committedTransactionID &+ 1 { committedRows.removeAll(keepingCapacity: true) }
     }
 
+    /// Forgets every row, pending and committed: after a nested transaction was rolled back inside
+    /// the open one (an atomic batch that failed), whose reads and writes may be among them.
+    func forgetAll() {
+        pending.removeAll(keepingCapacity: true)
+        committedRows.removeAll(keepingCapacity: true)
+        committedTransactionID = 0
+    }
+
     /// Called by the writer's commit observer after every commit.
     func committed(_ notice: CommitNotice) {
         if notice.serial == pendingSerial && !notice.invalidatedEverything {

@@ -29,13 +29,14 @@ public struct Container: Sendable {
         return userRecordName
     }
 
-    func run(_ steps: [DomainAction]) async throws(LedgerError) -> [Result<StepOutput, LedgerError>] {
+    /// Runs `steps` as one command; `atomic` makes it all or nothing (see ``DomainCommand/atomic``).
+    func run(_ steps: [DomainAction], atomic: Bool = false) async throws(LedgerError) -> [Result<StepOutput, LedgerError>] {
         try Decider.checkContainer(containerIdentifier)
         let user = validUser
         let metadata = CommandMetadata(container: containerIdentifier, actor: user ?? "(no account)")
         let command = DomainCommand(
             metadata: metadata, signedIn: user != nil, steps: steps,
-            bytes: steps.reduce(0) { $0 + $1.approximateBytes })
+            bytes: steps.reduce(0) { $0 + $1.approximateBytes }, atomic: atomic)
         let results = try await ledger.submit(command).results
         // The answers are built here, after the commit, in one short read transaction. Metadata a
         // fetch asked for may be a kept answer (``shareMetadataWithoutLogging(for:)``'s).
@@ -461,7 +462,7 @@ public struct Container: Sendable {
 
     /// The acting user, who must be registered in this container (`ShareLedger.registerUser`):
     /// a name the container does not know is no account (`notAuthenticated`), as docs/semantics.md says.
-    private func registeredUser() throws(LedgerError) -> String {
+    func registeredUser() throws(LedgerError) -> String {
         try Decider.checkContainer(containerIdentifier)
         let user = try signedInUser()
         let ledger = self.ledger

@@ -299,7 +299,12 @@ public final class ShareLedger: Sendable {
     /// Submits `command` to the log's writer and returns its outcome once committed, without the
     /// caller-side checks of ``submit(_:)`` (the worker completes its tasks even while cancelled).
     func commit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
-        try await log.writer.submit(bytes: command.bytes, command.commitStep(models: writerModels, presenter: presenter)).get().get()
+        do {
+            return try await log.writer.submit(bytes: command.bytes, command.commitStep(models: writerModels, presenter: presenter))
+                .get().get()
+        } catch {
+            throw log.namingTheFile(error)
+        }
     }
 
     /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``.
