@@ -324,18 +324,12 @@ struct WorkerTests {
         let acks = dir.child("acks")
         var random = SplitMix64(state: 0xACCE97)
         for _ in 0..<3 {
-            let process = Process()
-            process.executableURL = builtProduct("ShareLedgerCrashChild")
-            process.arguments = ["--sharing", ledgerPath, acks, "6"]
-            let out = Pipe()
-            process.standardOutput = out
-            process.standardError = FileHandle.standardError
-            try process.run()
-            #expect(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).contains("ready"))
-            usleep(useconds_t(Int.random(in: 150...400, using: &random) * 1_000))
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            #expect(process.terminationReason == .uncaughtSignal)
+            let child = try await startCrashChild(["--sharing", ledgerPath, acks, "6"], in: dir)
+            // The kill lands at a seeded moment of the run: the one sleep that is the point of the test.
+            try await Task.sleep(for: .milliseconds(Int.random(in: 150...400, using: &random)))
+            child.send(SIGKILL)
+            let ended = await child.exit()
+            #expect(ended.signaled, "\(ended.summary)")
         }
         let accepted = try String(contentsOfFile: acks, encoding: .utf8).split(separator: "\n").map(String.init)
         #expect(accepted.count > 10, "the child acknowledged \(accepted.count) accepts")
