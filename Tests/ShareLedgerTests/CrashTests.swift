@@ -48,7 +48,7 @@ struct CrashTests {
         #expect(ended.signaled && ended.status == SIGKILL, "\(ended.summary)")
     }
 
-    @Test("appends acknowledged before SIGKILL are all there after reopening, once each", .timeLimit(.minutes(2)))
+    @Test("appends acknowledged before SIGKILL are all there after reopening, once each", .timeLimit(.minutes(5)))
     func acknowledgedAppendsSurviveSIGKILL() async throws {
         let dir = TemporaryDirectory()
         let ledger = dir.child("ledger")
@@ -102,7 +102,7 @@ struct MixedCrashTests {
 
     @Test(
         "SIGKILL at 20 seeded moments of a mixed sharing workload: every acknowledged command exactly once, the worker drains",
-        .timeLimit(.minutes(3)))
+        .timeLimit(.minutes(5)))
     func mixedWorkloadSurvivesSIGKILL() async throws {
         let dir = TemporaryDirectory()
         var options = SoakDriver.Options(
@@ -182,7 +182,7 @@ struct ImportCrashTests {
 
     @Test(
         "SIGKILL during an import at seeded moments: the read models always match the log, the rest imports after",
-        .timeLimit(.minutes(3)))
+        .timeLimit(.minutes(5)))
     func importSurvivesSIGKILL() async throws {
         let f = try await SharingFixture()
         let file = try await Self.export(f)

@@ -72,7 +72,7 @@ struct EventLogTests {
         await log.close()
     }
 
-    @Test("64 concurrent appenders get gapless positions, each its own", .timeLimit(.minutes(2)))
+    @Test("64 concurrent appenders get gapless positions, each its own", .timeLimit(.minutes(5)))
     func concurrentAppendersGetGaplessPositions() async throws {
         let dir = TemporaryDirectory()
         let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable).log)

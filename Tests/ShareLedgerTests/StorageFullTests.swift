@@ -150,7 +150,7 @@ struct StorageFullTests {
         let after = reopened.container(Self.container, userRecordName: "_after")
         _ = try await after.accept(try await after.shareMetadata(for: late.url))
         _ = try await reopened.container(Self.container, userRecordName: "_u249").accept(metadatas[49])
-        try await reopened.waitForResidualTasks(timeout: .seconds(20))
+        try await reopened.waitForResidualTasks(timeout: .seconds(120))
         let final = try reopened.statistics()
         #expect(final.pendingResidualTasks == 0)
         #expect(final.participantZones == final.acceptedParticipants)
@@ -163,7 +163,7 @@ struct StorageFullTests {
     @Test(
         "a full file system (ENOSPC on a small tmpfs) gives storageFull; nothing acknowledged is lost; a larger file system resumes",
         .enabled("needs root and mount -t tmpfs (not available in this sandbox)") { await Tmpfs.isAvailable() },
-        .timeLimit(.minutes(2)))
+        .timeLimit(.minutes(5)))
     func fileSystemFull() async throws {
         let dir = TemporaryDirectory()
         let mountPoint = dir.makeChild("fs")
@@ -243,7 +243,7 @@ struct StorageFullTests {
             let share = try await owner2.share(rootRecord: Self.recordID("after"), publicPermission: .readOnly)
             let after = reopened.container(Self.container, userRecordName: "_after")
             _ = try await after.accept(try await after.shareMetadata(for: share.url))
-            try await reopened.waitForResidualTasks(timeout: .seconds(30))
+            try await reopened.waitForResidualTasks(timeout: .seconds(120))
             let statistics = try reopened.statistics()
             #expect(statistics.pendingResidualTasks == 0)
             #expect(statistics.parkedResidualTasks == 0)

@@ -265,7 +265,7 @@ struct WorkerTests {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await worker.run() }
                 try await f.bobAccepts(share)
-                try await f.ledger.waitForResidualTasks(timeout: .seconds(60))
+                try await f.ledger.waitForResidualTasks(timeout: .seconds(120))
                 trigger.triggerGracefulShutdown()
                 try await group.waitForAll()
             }
@@ -317,7 +317,7 @@ struct WorkerTests {
         await f.ledger.close()
     }
 
-    @Test("SIGKILL between accepts and their zones: after a restart every task completes exactly once", .timeLimit(.minutes(2)))
+    @Test("SIGKILL between accepts and their zones: after a restart every task completes exactly once", .timeLimit(.minutes(5)))
     func killedBetweenAcceptAndZone() async throws {
         let dir = TemporaryDirectory()
         let ledgerPath = dir.child("ledger")
@@ -339,7 +339,7 @@ struct WorkerTests {
         let ledger = try ShareLedger.open(configuration)
         #expect(try ledger.log.verifyChain().isValid)
         // The killed worker's lease (500 ms) must expire before another worker may take its tasks.
-        try await ledger.waitForResidualTasks(timeout: .seconds(20))
+        try await ledger.waitForResidualTasks(timeout: .seconds(120))
         let stats = try ledger.statistics()
         #expect(stats.pendingResidualTasks == 0)
         #expect(stats.participantZones == stats.acceptedParticipants)
