@@ -76,7 +76,19 @@ struct DamagedLedgerCLITests {
         #expect(error["name"] as? String == "corruptedData")
     }
 
-    @Test("random bit flips in data.mdb: audit answers 0, 1 or 2 (corruptedData naming the file), never a crash")
+    /// The typed answers (exit 2) a damaged `data.mdb` may get, by where the damage lands: a bad page
+    /// or record (corruptedData), a file that is no longer LMDB (notALedger), a hit on the format-version
+    /// record (formatTooNew), an error LMDB itself reports (storageFailure). Anything else is a failure.
+    static let damagedFileAnswers: Set<String> = ["corruptedData", "notALedger", "formatTooNew", "storageFailure"]
+
+    /// The error code a failed command named at the end of its standard error ("... (code)"), if any.
+    static func typedAnswer(_ stderr: String) -> String? {
+        let line = stderr.split(separator: "\n").last { $0.hasPrefix("share-ledger: ") }
+        guard let line, line.hasSuffix(")"), let open = line.lastIndex(of: "(") else { return nil }
+        return String(line[line.index(after: open)..<line.index(before: line.endIndex)])
+    }
+
+    @Test("random (seeded) bit flips in data.mdb: audit answers 0, 1 or 2 with a typed error, never a crash")
     func flippedBits() async throws {
         let dir = TemporaryDirectory()
         let source = try await Self.simulatedLedger(dir)
@@ -93,7 +105,10 @@ struct DamagedLedgerCLITests {
             let run = try await runCLI(["audit", "--path", path])
             #expect(!run.signaled, "trial \(trial): \(run.summary)")
             #expect([0, 1, 2].contains(run.status), "trial \(trial): \(run.summary)")
-            if run.status == 2 { #expect(run.stderr.contains("corruptedData") || run.stderr.contains("notALedger"), "trial \(trial): \(run.summary)") }
+            if run.exited(2) {
+                let answer = Self.typedAnswer(run.stderr)
+                #expect(answer.map(Self.damagedFileAnswers.contains) == true, "trial \(trial): untyped or unexpected answer: \(run.summary)")
+            }
             outcomes[run.status, default: 0] += 1
         }
         #expect(outcomes.values.reduce(0, +) == 12, "\(outcomes)")
