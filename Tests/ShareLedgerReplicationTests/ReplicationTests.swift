@@ -473,11 +473,21 @@ struct ReplicationTests {
     }
 
     /// The last sequence of a shard's stream (0 when it has none).
+    /// A call that times out (JetStream answers Timeout while the cluster elects a leader) is asked again.
     func streamLast(_ cluster: Cluster, _ stream: String) async throws -> (last: UInt64, messages: UInt64) {
-        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check", wait: Ledgers.callTimeout)
-        defer { connection.close() }
-        let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: stream) }
-        return (state?.lastSequence ?? 0, state?.messages ?? 0)
+        var answer: (last: UInt64, messages: UInt64)?
+        try await until("stream \(stream) tells its state") {
+            do {
+                let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check", wait: Ledgers.callTimeout)
+                defer { connection.close() }
+                let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: stream) }
+                answer = (state?.lastSequence ?? 0, state?.messages ?? 0)
+                return true
+            } catch let error as ReplicationError where error.code == .timedOut {
+                return false
+            }
+        }
+        return try #require(answer)
     }
 
     /// Waits until `condition` holds (looked at every 50 ms), failing after `seconds`.
