@@ -16,15 +16,22 @@ final class Cluster: Sendable {
     let path: String
     let servers: [String]
 
-    init(_ label: String = #function) throws {
+    init(_ label: String = #function) async throws {
         directory = TemporaryDirectory(label)
         path = directory.child("cluster")
-        try Cluster.script(["start", path])
+        try await Cluster.script(["start", path])
         servers = try String(contentsOfFile: "\(path)/urls", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ",").map(String.init)
     }
 
     deinit {
-        try? Cluster.script(["stop", path])
+        // A deinit cannot await: the stop (kills by PID, quick) is the one wait left on the caller's
+        // thread. It must end before the directory with the PID files goes.
+        let stop = Process()
+        stop.executableURL = packageRoot.appendingPathComponent("scripts/cluster")
+        stop.arguments = ["stop", path]
+        stop.standardOutput = FileHandle.nullDevice
+        stop.standardError = FileHandle.nullDevice
+        if (try? stop.run()) != nil { stop.waitUntilExit() }
     }
 
     /// The PID of node `n` (1 to 3).
@@ -44,23 +51,17 @@ final class Cluster: Sendable {
     }
 
     /// Starts node `n` again with its data.
-    func start(_ n: Int) throws { try Cluster.script(["start-node", String(n), path]) }
+    func start(_ n: Int) async throws { try await Cluster.script(["start-node", String(n), path]) }
 
     /// Node number of a server name (`n1` → 1).
     static func node(named name: String) -> Int? { name.hasPrefix("n") ? Int(name.dropFirst()) : nil }
 
     /// Runs scripts/cluster. Its output goes nowhere (the URLs are in DIR/urls): a pipe would stay
     /// open in the nats-server processes it starts, and reading it to its end would never end.
-    static func script(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = packageRoot.appendingPathComponent("scripts/cluster")
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw ClusterError(text: "scripts/cluster \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
+    static func script(_ arguments: [String]) async throws {
+        let run = try await runProcess(packageRoot.appendingPathComponent("scripts/cluster"), arguments)
+        guard run.exited(0) else {
+            throw ClusterError(text: "scripts/cluster \(arguments.joined(separator: " ")) exited \(run.status)")
         }
     }
 }
@@ -111,6 +112,9 @@ enum Ledgers {
                 metadata: CommandMetadata(container: container, actor: "_loader"))
         }
     }
+
+    /// The wait for one NATS call in the tests: generous (a safety net), for a loaded machine.
+    static let callTimeout: Duration = .seconds(20)
 
     static func logger(_ label: String) -> Logger {
         var logger = Logger(label: label)

@@ -13,21 +13,29 @@ struct ReplicationTests {
     func shipper(_ log: EventLog, _ cluster: Cluster, shard: String = "s1") throws -> LedgerShipper {
         LedgerShipper(
             log: log,
-            configuration: ShipperConfiguration(
-                servers: cluster.servers, shard: try ShardNames(shard: shard), logger: Ledgers.logger("shipper")))
+            configuration: try {
+                var configuration = ShipperConfiguration(
+                    servers: cluster.servers, shard: try ShardNames(shard: shard), logger: Ledgers.logger("shipper"))
+                configuration.callTimeout = Ledgers.callTimeout
+                return configuration
+            }())
     }
 
     func follower(_ ledger: ShareLedger, _ cluster: Cluster, shard: String = "s1") throws -> LedgerFollower {
         LedgerFollower(
             ledger: ledger,
-            configuration: FollowerConfiguration(
-                servers: cluster.servers, shard: try ShardNames(shard: shard), logger: Ledgers.logger("follower")))
+            configuration: try {
+                var configuration = FollowerConfiguration(
+                    servers: cluster.servers, shard: try ShardNames(shard: shard), logger: Ledgers.logger("follower"))
+                configuration.callTimeout = Ledgers.callTimeout
+                return configuration
+            }())
     }
 
     /// The replica's head, chain, read models and audit equal the primary's; the stream's sequence
     /// is the ledger's position; a new shipper resumes after the stream's last sequence.
     @Test func replicaEqualsPrimary() async throws {
-        let cluster = try Cluster()
+        let cluster = try await Cluster()
         let primary = try Ledgers.open(cluster.directory.makeChild("primary"))
         try await Ledgers.share(primary, round: 0)
         try await primary.completeResidualTasks()
@@ -50,7 +58,7 @@ struct ReplicationTests {
 
         let replica = try Ledgers.open(cluster.directory.makeChild("replica"))
         let follower = try follower(replica, cluster)
-        let replicaHead = try await follower.catchUp(timeout: .seconds(20))
+        let replicaHead = try await follower.catchUp(timeout: .seconds(120))
         follower.close()
         #expect(replicaHead == newHead)
         #expect(try replica.log.verifyChain().isValid)
@@ -71,7 +79,7 @@ struct ReplicationTests {
 
     /// A ledger whose history differs from the stream's is refused, and nothing is published.
     @Test func refusesAStreamWithAnotherHistory() async throws {
-        let cluster = try Cluster()
+        let cluster = try await Cluster()
         let primary = try Ledgers.open(cluster.directory.makeChild("primary"))
         try await Ledgers.append(primary.log, count: 20)
         try await shipper(primary.log, cluster).shipAvailable()
@@ -80,22 +88,15 @@ struct ReplicationTests {
         try await Ledgers.append(other.log, count: 30, stream: "other")
         let intruder = try shipper(other.log, cluster)
         await #expect(throws: ReplicationError.self) { try await intruder.shipAvailable() }
-        do {
-            try await intruder.shipAvailable()
-        } catch {
-            #expect(error.code == .diverged)
-            #expect(error.message.contains("position 20"))
-        }
+        let refusal = try await shipAnswer(intruder)
+        #expect(refusal?.code == .diverged, "\(String(describing: refusal))")
+        #expect(refusal?.message.contains("position 20") == true)
         // A ledger behind the stream is refused too (it would have to follow first).
         let behind = try Ledgers.open(cluster.directory.makeChild("behind"))
         try await Ledgers.append(behind.log, count: 5)
-        do {
-            try await shipper(behind.log, cluster).shipAvailable()
-            Issue.record("a ledger behind the stream shipped")
-        } catch let error as ReplicationError {
-            #expect(error.code == .diverged)
-        }
-        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
+        let behindRefusal = try await shipAnswer(try shipper(behind.log, cluster))
+        #expect(behindRefusal?.code == .diverged, "a ledger behind the stream: \(String(describing: behindRefusal))")
+        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check", wait: Ledgers.callTimeout)
         let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }
         #expect(state?.lastSequence == 20)
         #expect(state?.denyDelete == true && state?.denyPurge == true && state?.replicas == 3)
@@ -109,9 +110,9 @@ struct ReplicationTests {
     /// stored each round (position 1, expecting 0, included); two holders racing for an expired lease:
     /// exactly one gets it each round.
     @Test func racingWritersExactlyOneWins() async throws {
-        let cluster = try Cluster()
-        let a = try await NATSConnection.connect(servers: cluster.servers, name: "a")
-        let b = try await NATSConnection.connect(servers: [cluster.servers[2]], name: "b")
+        let cluster = try await Cluster()
+        let a = try await NATSConnection.connect(servers: cluster.servers, name: "a", wait: Ledgers.callTimeout)
+        let b = try await NATSConnection.connect(servers: [cluster.servers[2]], name: "b", wait: Ledgers.callTimeout)
         _ = try await a.call("stream") { c throws(ReplicationError) in
             try c.ensureStream(name: "LEDGER_race", subject: "ledger.race.events", replicas: 3, duplicatesWindow: .seconds(60))
         }
@@ -153,7 +154,7 @@ struct ReplicationTests {
     /// acknowledged before the kill, and every later one, ends up in the stream exactly as the ledger
     /// holds it (the shipper rides out the election), and the restarted node rejoins.
     @Test func streamLeaderKilledDuringAppends() async throws {
-        let cluster = try Cluster()
+        let cluster = try await Cluster()
         let primary = try Ledgers.open(cluster.directory.makeChild("primary"))
         let shipper = try shipper(primary.log, cluster)
         let shipping = Task { try await shipper.run() }
@@ -161,17 +162,17 @@ struct ReplicationTests {
         // A command acknowledged with durability `replicated` returns only once the stream has it.
         let early = try await primary.log.append(
             [EventDraft(type: "example.Early", payload: [1])], to: "early", metadata: CommandMetadata(container: Ledgers.container, actor: "_t"))
-        try await shipper.acknowledge(early.positions, durability: .replicated, timeout: .seconds(20))
+        try await shipper.acknowledge(early.positions, durability: .replicated, timeout: .seconds(120))
         #expect(shipper.statistics.shippedPosition >= early.positions.upperBound.rawValue)
-        try await shipper.waitUntilShipped(300, timeout: .seconds(20))
-        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
+        try await shipper.waitUntilShipped(300, timeout: .seconds(120))
+        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check", wait: Ledgers.callTimeout)
         let leader = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }?.leader
         let node = try #require(leader.flatMap(Cluster.node(named:)))
         let acknowledged = shipper.statistics.shippedPosition
         cluster.kill9(node)
         try await appending.value
         let head = try primary.log.head()
-        try await shipper.acknowledge(head.position...head.position, durability: .replicated, timeout: .seconds(60))
+        try await shipper.acknowledge(head.position...head.position, durability: .replicated, timeout: .seconds(120))
         shipping.cancel()
         _ = try? await shipping.value
         #expect(acknowledged >= 300)
@@ -179,13 +180,13 @@ struct ReplicationTests {
 
         let replica = try Ledgers.open(cluster.directory.makeChild("replica"))
         let follower = try follower(replica, cluster)
-        #expect(try await follower.catchUp(timeout: .seconds(30)) == head)
+        #expect(try await follower.catchUp(timeout: .seconds(120)) == head)
         follower.close()
         #expect(try replica.log.verifyChain().isValid)
         #expect(try replica.log.storedEvents(after: .start, limit: 5_000) == primary.log.storedEvents(after: .start, limit: 5_000))
 
         // The killed node comes back and catches up: the stream has a leader and all the events.
-        try cluster.start(node)
+        try await cluster.start(node)
         let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }
         #expect(state?.lastSequence == head.position.rawValue)
         connection.close()
@@ -197,7 +198,7 @@ struct ReplicationTests {
     /// continues: positions gapless, the chain intact, every residual task done exactly once; the
     /// deposed writer's next publish is fenced and it stops.
     @Test func standbyTakesOverWhenTheWriterDies() async throws {
-        let cluster = try Cluster()
+        let cluster = try await Cluster()
         let shard = try ShardNames(shard: "s1")
         // The writer: holds the lease, ships, leaves residual tasks pending (does one of three).
         let writer = try Ledgers.open(cluster.directory.makeChild("writer"))
@@ -217,7 +218,7 @@ struct ReplicationTests {
         #expect(try await standbyLease.acquire().held == false)
 
         // The writer dies (no more renewals); the standby takes over after the lease expires.
-        let grant = try await Failover.takeOver(lease: standbyLease, follower: follower, timeout: .seconds(20))
+        let grant = try await Failover.takeOver(lease: standbyLease, follower: follower, timeout: .seconds(120))
         #expect(grant.held && grant.record.term == 2)
         follower.close()
         #expect(try replica.log.head() == handedOver)
@@ -242,7 +243,7 @@ struct ReplicationTests {
         #expect(writerShipper.statistics.fenced)
 
         // One history: the stream is the standby's log, gapless, its prefix the writer's up to the handover.
-        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
+        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check", wait: Ledgers.callTimeout)
         let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: "LEDGER_s1") }
         #expect(state?.lastSequence == head.position.rawValue && state?.messages == head.position.rawValue)
         connection.close()
@@ -265,7 +266,7 @@ struct ReplicationTests {
     /// `writer` queue group) and its reads to a replica; it refuses cross-container commands before
     /// sending anything, and says "no writer" when nobody answers a shard.
     @Test func routerSendsCommandsToTheShardWriter() async throws {
-        let cluster = try Cluster()
+        let cluster = try await Cluster()
         let writer = try Ledgers.open(cluster.directory.makeChild("writer"))
         let s1 = try ShardNames(shard: "s1")
         let log = writer.log
@@ -318,7 +319,7 @@ struct ReplicationTests {
 
     /// The lease keeper renews while it holds the lease and reports the moment another writer has it.
     @Test func leaseKeeperReportsTheLoss() async throws {
-        let cluster = try Cluster()
+        let cluster = try await Cluster()
         let shard = try ShardNames(shard: "keep")
         let leaseA = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "a", duration: .seconds(1))
         let leaseB = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "b", duration: .seconds(1))
@@ -327,12 +328,7 @@ struct ReplicationTests {
             lostTo.withLock { $0 = record?.holder ?? "?" }
         }
         let keeping = Task { try await keeper.run() }
-        var waited = 0
-        while !keeper.isHeld && waited < 250 {
-            try await Task.sleep(for: .milliseconds(20))
-            waited += 1
-        }
-        #expect(keeper.isHeld)
+        try await until("the keeper holds the lease") { keeper.isHeld }
         #expect(try await leaseB.acquire().held == false)
         // A's lease ends (as if its renewals came too late) and B takes it: the keeper reports the loss.
         #expect(try await leaseA.release())
@@ -346,42 +342,42 @@ struct ReplicationTests {
 
     /// `replicate`, `follow` and `stats --nats` from the command line, with --json, and a refusal.
     @Test func commandLine() async throws {
-        let cluster = try Cluster()
+        let cluster = try await Cluster()
         let primaryPath = cluster.directory.makeChild("primary")
         let primary = try Ledgers.open(primaryPath)
         try await Ledgers.share(primary, round: 0)
         let head = try primary.log.head().position.rawValue
         await primary.close()
         let urls = cluster.servers.joined(separator: ",")
-        let shipped = try run(["replicate", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--once", "--json"], in: cluster.directory)
+        let shipped = try await run(["replicate", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--once", "--json"], in: cluster.directory)
         #expect(shipped.status == 0)
         #expect(shipped.json["shippedPosition"] as? Int == Int(head))
         let replicaPath = cluster.directory.child("replica")
-        let followed = try run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "LEDGER_cli", "--once", "--json"], in: cluster.directory)
+        let followed = try await run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "LEDGER_cli", "--once", "--json"], in: cluster.directory)
         #expect(followed.status == 0)
         #expect(followed.json["appliedPosition"] as? Int == Int(head))
-        let stats = try run(["stats", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--json"], in: cluster.directory)
+        let stats = try await run(["stats", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--json"], in: cluster.directory)
         let replication = stats.json["replication"] as? [String: Any]
         #expect(replication?["streamPosition"] as? Int == Int(head) && replication?["lagPositions"] as? Int == 0)
-        let refused = try run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "OTHER", "--once", "--json"], in: cluster.directory)
+        let refused = try await run(["follow", "--path", replicaPath, "--nats", urls, "--stream", "OTHER", "--once", "--json"], in: cluster.directory)
         #expect(refused.status == 1)
         #expect((refused.json["error"] as? [String: Any])?["name"] as? String == "invalidArguments")
 
         // --replication replicated: the command is done once the stream acknowledged its events;
         // without a reachable cluster it fails (exit 1) though committed locally.
         let writerPath = cluster.directory.child("acknowledged")
-        let simulated = try run(
+        let simulated = try await run(
             ["simulate", "--path", writerPath, "--actions", "400", "--durability", "unsafeNoSync", "--replication", "replicated",
              "--nats", urls, "--shard", "ack", "--json"], in: cluster.directory)
         #expect(simulated.status == 0)
         let through = try #require(simulated.json["replicatedThrough"] as? Int)
         #expect(UInt64(through) == (try await streamLast(cluster, "LEDGER_ack").last))
-        let unreachable = try run(
+        let unreachable = try await run(
             ["simulate", "--path", writerPath, "--actions", "400", "--replication", "replicated", "--nats", "nats://127.0.0.1:1",
              "--replication-timeout", "1", "--json"], in: cluster.directory)
         #expect(unreachable.status == 1)
         #expect((unreachable.json["error"] as? [String: Any])?["name"] as? String == "timedOut")
-        #expect(try run(["simulate", "--path", writerPath, "--replication", "replicated"], in: cluster.directory).status == 64)
+        #expect(try await run(["simulate", "--path", writerPath, "--replication", "replicated"], in: cluster.directory).status == 64)
     }
 
     /// `share-ledger failover` as processes: the first takes the free lease and writes (the
@@ -390,12 +386,12 @@ struct ReplicationTests {
     /// up from the stream and continues: the stream gapless and equal to its log, the prefix the old
     /// writer's, every residual task done exactly once; SIGTERM stops it with exit 0.
     @Test func failoverCommandContinuesAfterTheWriterIsKilled() async throws {
-        let cluster = try Cluster()
+        let cluster = try await Cluster()
         let urls = cluster.servers.joined(separator: ",")
         let writerPath = cluster.directory.makeChild("writer")
         let writer = try Ledgers.open(writerPath)
         try await Ledgers.share(writer, round: 0)
-        func failover(_ path: String, _ holder: String) throws -> (process: Process, output: URL) {
+        func failover(_ path: String, _ holder: String) throws -> (process: ChildProcess, output: URL) {
             try launch(
                 ["failover", "--path", path, "--nats", urls, "--shard", "fo", "--holder", holder, "--lease-seconds", "1", "--json"],
                 in: cluster.directory)
@@ -410,8 +406,8 @@ struct ReplicationTests {
         try await Ledgers.share(writer, round: 1)
         try await until("the writer shipped everything and did its tasks") { try await settled(writer) }
         let handedOver = try writer.log.head()
-        kill(writerProcess.processIdentifier, SIGKILL)
-        writerProcess.waitUntilExit()
+        writerProcess.send(SIGKILL)
+        await writerProcess.exit()
 
         let standbyPath = cluster.directory.child("standby")
         let (standbyProcess, standbyOutput) = try failover(standbyPath, "standby")
@@ -423,14 +419,14 @@ struct ReplicationTests {
         try await Ledgers.share(standby, round: 2)
         try await until("the standby shipped everything and did its tasks") { try await settled(standby) }
         // While the standby writes, a third waits for the lease in vain; bad arguments are refused.
-        let refused = try run(
+        let refused = try await run(
             ["failover", "--path", cluster.directory.child("third"), "--nats", urls, "--shard", "fo", "--holder", "third", "--timeout", "1", "--json"],
             in: cluster.directory)
         #expect(refused.status == 1 && (refused.json["error"] as? [String: Any])?["name"] as? String == "timedOut")
-        #expect(try run(["failover", "--path", standbyPath, "--nats", urls, "--lease-seconds", "0"], in: cluster.directory).status == 64)
-        standbyProcess.terminate()
-        standbyProcess.waitUntilExit()
-        #expect(standbyProcess.terminationStatus == 0)
+        #expect(try await run(["failover", "--path", standbyPath, "--nats", urls, "--lease-seconds", "0"], in: cluster.directory).status == 64)
+        standbyProcess.send(SIGTERM)
+        let stopped = await standbyProcess.exit()
+        #expect(stopped.exited(0), "\(stopped.summary)")
         #expect(jsonLines(standbyOutput).last?["event"] as? String == "stopped")
 
         let head = try standby.log.head()
@@ -448,24 +444,19 @@ struct ReplicationTests {
         await writer.close()
     }
 
-    func run(_ arguments: [String], in directory: TemporaryDirectory) throws -> (status: Int32, json: [String: Any]) {
+    func run(_ arguments: [String], in directory: TemporaryDirectory) async throws -> (status: Int32, json: [String: Any]) {
         let (process, output) = try launch(arguments, in: directory)
-        process.waitUntilExit()
+        let ended = await process.exit()
         let data = try Data(contentsOf: output)
         let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
-        return (process.terminationStatus, json)
+        return (ended.status, json)
     }
 
     /// Starts `share-ledger` with `arguments`, its standard output in a file; stop it by its PID.
-    func launch(_ arguments: [String], in directory: TemporaryDirectory) throws -> (process: Process, output: URL) {
-        let process = Process()
-        process.executableURL = builtProduct("share-ledger")
-        process.arguments = arguments
-        let output = outputFile(in: directory)
-        process.standardOutput = output.handle
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        return (process, output.url)
+    func launch(_ arguments: [String], in directory: TemporaryDirectory) throws -> (process: ChildProcess, output: URL) {
+        let output = directory.url.appendingPathComponent("output-\(UUID().uuidString).json")
+        let process = try ChildProcess(builtProduct("share-ledger"), arguments, stdout: output.path)
+        return (process, output)
     }
 
     /// The JSON lines a command printed so far.
@@ -475,27 +466,49 @@ struct ReplicationTests {
     }
 
     /// The last sequence of a shard's stream (0 when it has none).
+    /// Ships what `shipper`'s ledger has; returns nil when that worked, else the refusal. A Timeout
+    /// answer (JetStream electing a leader; the error says "retry") is asked again.
+    func shipAnswer(_ shipper: LedgerShipper) async throws -> ReplicationError? {
+        var answer: ReplicationError?
+        try await until("the stream answers the shipper") {
+            do {
+                try await shipper.shipAvailable()
+                answer = nil
+                return true
+            } catch let error as ReplicationError where error.code == .timedOut {
+                return false
+            } catch let error as ReplicationError {
+                answer = error
+                return true
+            }
+        }
+        return answer
+    }
+
+    /// A call that times out (JetStream answers Timeout while the cluster elects a leader) is asked again.
     func streamLast(_ cluster: Cluster, _ stream: String) async throws -> (last: UInt64, messages: UInt64) {
-        let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check")
-        defer { connection.close() }
-        let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: stream) }
-        return (state?.lastSequence ?? 0, state?.messages ?? 0)
+        var answer: (last: UInt64, messages: UInt64)?
+        try await until("stream \(stream) tells its state") {
+            do {
+                let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check", wait: Ledgers.callTimeout)
+                defer { connection.close() }
+                let state = try await connection.call("state") { c throws(ReplicationError) in try c.streamState(name: stream) }
+                answer = (state?.lastSequence ?? 0, state?.messages ?? 0)
+                return true
+            } catch let error as ReplicationError where error.code == .timedOut {
+                return false
+            }
+        }
+        return try #require(answer)
     }
 
     /// Waits until `condition` holds (looked at every 50 ms), failing after `seconds`.
-    func until(_ what: String, seconds: Int = 30, _ condition: () async throws -> Bool) async throws {
+    func until(_ what: String, seconds: Int = 120, _ condition: () async throws -> Bool) async throws {
         let deadline = ContinuousClock.now + .seconds(seconds)
         while try await !condition() {
             guard ContinuousClock.now < deadline else { throw ClusterError(text: "timed out waiting until \(what)") }
             try await Task.sleep(for: .milliseconds(50))
         }
-    }
-
-    /// A file for a child's output (a file, not a pipe: nothing to drain while it runs).
-    func outputFile(in directory: TemporaryDirectory) -> (url: URL, handle: FileHandle) {
-        let url = directory.url.appendingPathComponent("output-\(UUID().uuidString).json")
-        _ = FileManager.default.createFile(atPath: url.path, contents: nil)
-        return (url, FileHandle(forWritingAtPath: url.path)!)
     }
 
     /// Runs `body` until it does not fail with "no writer" (at most 50 times, 100 ms apart).

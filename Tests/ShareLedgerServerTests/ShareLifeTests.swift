@@ -92,7 +92,7 @@ struct ShareLifeTests {
             #expect((accepted.json["results"] as? [[String: Any]])?.first?["participantStatus"] as? String == "ACCEPTED")
 
             // The zone appears in _bob's shared database once the worker has run the residual task.
-            try await server.ledger.waitForResidualTasks(timeout: .seconds(30))
+            try await server.ledger.waitForResidualTasks(timeout: .seconds(120))
             let zones = try await server.post("zones/list", database: "shared", as: "_bob", [:])
             #expect(zones.status == 200)
             let zoneIDs = (zones.json["zones"] as? [[String: Any]])?.compactMap { $0["zoneID"] as? [String: Any] } ?? []

@@ -52,7 +52,7 @@ struct AuditAnchorTests {
 
         let pub = dir.child("k.pub")
         try CheckpointKeyFile.text(key.publicKey.rawRepresentation).write(toFile: pub, atomically: true, encoding: .utf8)
-        let run = try runCLI(["audit", "--path", path, "--trusted-key", pub, "--from-checkpoint", "--json"])
+        let run = try await runCLI(["audit", "--path", path, "--trusted-key", pub, "--from-checkpoint", "--json"])
         #expect(run.exited(1), "\(run.summary)")
         #expect(jsonObject(run.stdout)?["firstBadPosition"] as? Int == 4, "\(run.summary)")
     }
@@ -69,10 +69,10 @@ struct AuditAnchorTests {
         #expect(report.problems.contains { $0.contains("cut tail") }, "\(report.problems)")
         await ledger.close()
 
-        let verify = try runCLI(["verify", "--path", path])
+        let verify = try await runCLI(["verify", "--path", path])
         #expect(verify.exited(0), "\(verify.summary)")
         #expect(verify.stdout.contains("cannot show a removed tail"), "\(verify.summary)")
-        let audit = try runCLI(["audit", "--path", path, "--json"])
+        let audit = try await runCLI(["audit", "--path", path, "--json"])
         #expect(audit.exited(1), "\(audit.summary)")
         #expect(jsonObject(audit.stdout)?["firstBadPosition"] as? Int == 8, "\(audit.summary)")
     }
@@ -93,7 +93,7 @@ struct AuditAnchorTests {
         try Self.cut(after: 7, through: 10, in: ledger)
         await ledger.close()
         for command in ["verify", "audit"] {
-            let run = try runCLI([command, "--path", path, "--json"])
+            let run = try await runCLI([command, "--path", path, "--json"])
             #expect(run.exited(1), "\(command): \(run.summary)")
             #expect(jsonObject(run.stdout)?["firstBadPosition"] as? Int == 8, "\(command): \(run.summary)")
         }
@@ -107,7 +107,7 @@ struct AuditAnchorTests {
         let head = try ledger.log.head()
         try Self.flipByte(of: 3, in: ledger)
         await ledger.close()
-        let run = try runCLI(["verify", "--path", path, "--json"])
+        let run = try await runCLI(["verify", "--path", path, "--json"])
         #expect(run.exited(1), "\(run.summary)")
         let report = try #require(jsonObject(run.stdout), "\(run.summary)")
         #expect(report["ok"] as? Bool == false)
@@ -116,7 +116,7 @@ struct AuditAnchorTests {
         #expect(report["headHash"] as? String == head.hash.hex)
         #expect(report["firstBadPosition"] as? Int == 3)
         #expect(report["lastGoodPosition"] as? Int == 2)
-        let good = try runCLI(["verify", "--path", dir.child("none"), "--json"])
+        let good = try await runCLI(["verify", "--path", dir.child("none"), "--json"])
         #expect(good.exited(2))
     }
 }

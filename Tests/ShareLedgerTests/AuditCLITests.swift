@@ -19,7 +19,7 @@ struct AuditCLITests {
         await f.ledger.close()
         let path = f.dir.child("ledger")
 
-        let audit = try runProduct("share-ledger", ["audit", "--path", path, "--json"])
+        let audit = try await runProduct("share-ledger", ["audit", "--path", path, "--json"])
         #expect(audit.status == 0, "\(audit.stdout) \(audit.stderr)")
         let report = try #require(try json(audit.stdout) as? [String: Any])
         #expect(report["ok"] as? Bool == true)
@@ -27,24 +27,24 @@ struct AuditCLITests {
         #expect(report["projectionsMatch"] as? Bool == true)
         #expect((report["headHash"] as? String)?.count == 64)
 
-        let history = try runProduct("share-ledger", ["history", "--path", path, "--share", share.url.absoluteString, "--json"])
+        let history = try await runProduct("share-ledger", ["history", "--path", path, "--share", share.url.absoluteString, "--json"])
         #expect(history.status == 0, "\(history.stderr)")
         let entries = try #require(try json(history.stdout) as? [[String: Any]])
         #expect(entries.first?["event"] as? String == "ShareCreated")
         #expect(entries.map { $0["event"] as? String }.contains("ParticipantZoneCreated"))
-        let text = try runProduct("share-ledger", ["history", "--path", path, "--user", "_bob", "--container", SharingFixture.container])
+        let text = try await runProduct("share-ledger", ["history", "--path", path, "--user", "_bob", "--container", SharingFixture.container])
         #expect(text.stdout.contains("ShareAccepted"))
-        #expect(try runProduct("share-ledger", ["history", "--path", path]).status != 0)
+        #expect(try await runProduct("share-ledger", ["history", "--path", path]).status != 0)
 
-        let access = try runProduct("share-ledger", ["access", "--path", path, "--share", share.url.absoluteString, "--at", "\(events)", "--json"])
+        let access = try await runProduct("share-ledger", ["access", "--path", path, "--share", share.url.absoluteString, "--at", "\(events)", "--json"])
         #expect(access.status == 0, "\(access.stderr)")
         let accessJSON = try #require(try json(access.stdout) as? [String: Any])
         #expect(accessJSON["existed"] as? Bool == true)
         #expect((accessJSON["participants"] as? [[String: Any]])?.count == 2)
-        let early = try runProduct("share-ledger", ["access", "--path", path, "--share", share.url.absoluteString, "--at", "1"])
+        let early = try await runProduct("share-ledger", ["access", "--path", path, "--share", share.url.absoluteString, "--at", "1"])
         #expect(early.stdout.contains("did not exist"))
 
-        let rebuild = try runProduct("share-ledger", ["rebuild", "--path", path, "--json"])
+        let rebuild = try await runProduct("share-ledger", ["rebuild", "--path", path, "--json"])
         #expect(rebuild.status == 0, "\(rebuild.stderr)")
         #expect((try json(rebuild.stdout) as? [String: Any])?["events"] as? Int == Int(events))
 
@@ -59,11 +59,11 @@ struct AuditCLITests {
             }
             environment.close()
         }
-        let broken = try runProduct("share-ledger", ["audit", "--path", path, "--json"])
+        let broken = try await runProduct("share-ledger", ["audit", "--path", path, "--json"])
         #expect(broken.status == 1)
         let brokenReport = try #require(try json(broken.stdout) as? [String: Any])
         #expect(brokenReport["ok"] as? Bool == false)
         #expect(brokenReport["firstBadPosition"] as? Int == 3)
-        #expect(try runProduct("share-ledger", ["audit", "--path", f.dir.child("nothing")]).status == 2)
+        #expect(try await runProduct("share-ledger", ["audit", "--path", f.dir.child("nothing")]).status == 2)
     }
 }

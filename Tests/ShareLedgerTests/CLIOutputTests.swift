@@ -11,7 +11,7 @@ struct CLIOutputTests {
     func accessJSON() async throws {
         let (dir, path, url) = try await WorkerCLITests.ledgerWithPendingTask()
         _ = dir
-        let run = try runCLI(["access", "--path", path, "--share", url.absoluteString, "--at", "100", "--json"])
+        let run = try await runCLI(["access", "--path", path, "--share", url.absoluteString, "--at", "100", "--json"])
         #expect(run.exited(0), "\(run.summary)")
         let access = try #require(jsonObject(run.stdout), "\(run.summary)")
         #expect((access["recordedAt"] as? String)?.hasPrefix("20") == true, "\(access)")
@@ -23,21 +23,21 @@ struct CLIOutputTests {
     }
 
     @Test("history --limit below 1 is refused before the ledger is opened (64); the README lists exit code 64")
-    func limitsAndExitCodes() throws {
+    func limitsAndExitCodes() async throws {
         let dir = TemporaryDirectory()
         for limit in ["-1", "0"] {
-            let run = try runCLI(["history", "--path", dir.child("none"), "--container", "iCloud.x", "--limit=\(limit)"])
+            let run = try await runCLI(["history", "--path", dir.child("none"), "--container", "iCloud.x", "--limit=\(limit)"])
             #expect(run.exited(64), "--limit=\(limit): \(run.summary)")
         }
         let readme = try String(contentsOf: packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
         #expect(readme.contains("64 the arguments were refused"))
-        #expect(try runCLI(["--help"]).stdout.contains("64"))
+        #expect(try await runCLI(["--help"]).stdout.contains("64"))
     }
 
     @Test("simulate on a full ledger stops after a run of storageFull, counts problems by kind and says why it stopped")
-    func simulateStopsWhenFull() throws {
+    func simulateStopsWhenFull() async throws {
         let dir = TemporaryDirectory()
-        let run = try runCLI([
+        let run = try await runCLI([
             "simulate", "--path", dir.child("ledger"), "--actions", "20000", "--users", "60", "--clients", "2",
             "--max-size-mib", "1", "--durability", "unsafeNoSync", "--json",
         ])

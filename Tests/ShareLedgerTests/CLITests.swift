@@ -9,14 +9,14 @@ import Testing
 @Suite("share-ledger command")
 struct CLITests {
     @Test("demo writes a ledger; stats --json and verify --json report it")
-    func demoStatsVerify() throws {
+    func demoStatsVerify() async throws {
         let dir = TemporaryDirectory()
-        let demo = try runProduct("share-ledger", ["demo", "--path", dir.path, "--events", "300", "--writers", "3", "--json"])
+        let demo = try await runProduct("share-ledger", ["demo", "--path", dir.path, "--events", "300", "--writers", "3", "--json"])
         #expect(demo.status == 0, "\(demo.stderr)")
         let summary = try JSONSerialization.jsonObject(with: Data(demo.stdout.utf8)) as? [String: Any]
         #expect(summary?["appended"] as? Int == 300)
 
-        let stats = try runProduct("share-ledger", ["stats", "--path", dir.path, "--json"])
+        let stats = try await runProduct("share-ledger", ["stats", "--path", dir.path, "--json"])
         #expect(stats.status == 0, "\(stats.stderr)")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any])
         #expect(object["events"] as? Int == 300)
@@ -26,7 +26,7 @@ struct CLITests {
         #expect((object["usedBytes"] as? Int ?? 0) > 0)
         #expect(object["streams"] as? Int == 3)
 
-        let verify = try runProduct("share-ledger", ["verify", "--path", dir.path, "--json"])
+        let verify = try await runProduct("share-ledger", ["verify", "--path", dir.path, "--json"])
         #expect(verify.status == 0)
         let result = try #require(try JSONSerialization.jsonObject(with: Data(verify.stdout.utf8)) as? [String: Any])
         #expect(result["eventsChecked"] as? Int == 300)
@@ -34,15 +34,15 @@ struct CLITests {
     }
 
     @Test("a path that holds no ledger exits with 2 and a clear message, and creates nothing")
-    func notALedger() throws {
+    func notALedger() async throws {
         let dir = TemporaryDirectory()
         let missing = dir.child("missing")
-        let text = try runProduct("share-ledger", ["stats", "--path", missing])
+        let text = try await runProduct("share-ledger", ["stats", "--path", missing])
         #expect(text.status == 2)
         #expect(text.stderr.contains("no ledger"))
         #expect(!FileManager.default.fileExists(atPath: missing))
 
-        let json = try runProduct("share-ledger", ["verify", "--path", missing, "--json"])
+        let json = try await runProduct("share-ledger", ["verify", "--path", missing, "--json"])
         #expect(json.status == 2)
         let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
         let error = object?["error"] as? [String: Any]
@@ -51,12 +51,12 @@ struct CLITests {
     }
 
     @Test("--help lists the commands; bad arguments are refused before anything is written")
-    func helpAndValidation() throws {
-        let help = try runProduct("share-ledger", ["--help"])
+    func helpAndValidation() async throws {
+        let help = try await runProduct("share-ledger", ["--help"])
         #expect(help.status == 0)
         for command in ["stats", "demo", "verify", "bench"] { #expect(help.stdout.contains(command)) }
         let dir = TemporaryDirectory()
-        let bad = try runProduct("share-ledger", ["demo", "--path", dir.child("x"), "--events", "0"])
+        let bad = try await runProduct("share-ledger", ["demo", "--path", dir.child("x"), "--events", "0"])
         #expect(bad.status != 0)
         #expect(!FileManager.default.fileExists(atPath: dir.child("x")))
     }
@@ -70,10 +70,10 @@ private let canDropPrivileges: Bool = getuid() == 0 && FileManager.default.isExe
 struct UnprivilegedCLITests {
     @Test("a ledger directory the user cannot write is refused with exit 2 and a message that says so",
           .enabled(if: canDropPrivileges))
-    func unwritableDirectory() throws {
+    func unwritableDirectory() async throws {
         let dir = TemporaryDirectory()
         let ledger = dir.child("ledger")
-        let demo = try runProduct("share-ledger", ["demo", "--path", ledger, "--events", "10"])
+        let demo = try await runProduct("share-ledger", ["demo", "--path", ledger, "--events", "10"])
         #expect(demo.status == 0)
         // `nobody` may reach the (root-owned, 0755) directories but not write them. The binary is copied
         // next to the ledger: the checkout it was built in may sit in a directory only root can enter.
@@ -82,16 +82,9 @@ struct UnprivilegedCLITests {
         for path in [dir.url.deletingLastPathComponent().path, dir.path, ledger, binary] {
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path)
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-        process.arguments = ["-u", "nobody", "--", binary, "stats", "--path", ledger]
-        let err = Pipe()
-        process.standardError = err
-        process.standardOutput = Pipe()
-        try process.run()
-        let message = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 2)
+        let run = try await runProcess(URL(fileURLWithPath: "/usr/sbin/runuser"), ["-u", "nobody", "--", binary, "stats", "--path", ledger])
+        let message = run.stderr
+        #expect(run.exited(2), "\(run.summary)")
         #expect(message.contains("not writable"), "\(message)")
     }
 }

@@ -432,39 +432,28 @@ struct MaintenanceHeadTests {
 }
 
 /// A Python interpreter that can import `lmdb` (what `scripts/verify_chain.py` needs), if any.
-private let pythonWithLMDB: String? = {
+private func pythonWithLMDB() async -> String? {
     for candidate in ["/usr/bin/python3", "python3"] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [candidate, "-c", "import lmdb"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { continue }
-        process.waitUntilExit()
-        if process.terminationStatus == 0 { return candidate }
+        let probe = try? await runProcess(URL(fileURLWithPath: "/usr/bin/env"), [candidate, "-c", "import lmdb"])
+        if probe?.exited(0) == true { return candidate }
     }
     return nil
-}()
+}
 
 @Suite("The independent verifier: scripts/verify_chain.py")
 struct IndependentVerifierTests {
-    private func verify(_ ledger: String, keys: [String], reference: Bool = false) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = (reference ? ["VERIFY_CHAIN_REFERENCE_ED25519=1"] : [])
-            + [try #require(pythonWithLMDB), packageRoot.appendingPathComponent("scripts/verify_chain.py").path, ledger]
-            + keys.flatMap { ["--trusted-key", $0] }
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = out
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    private func verify(_ ledger: String, keys: [String], reference: Bool = false) async throws -> (status: Int32, output: String) {
+        let python = try #require(await pythonWithLMDB())
+        let run = try await runProcess(
+            URL(fileURLWithPath: "/usr/bin/env"),
+            (reference ? ["VERIFY_CHAIN_REFERENCE_ED25519=1"] : [])
+                + [python, packageRoot.appendingPathComponent("scripts/verify_chain.py").path, ledger]
+                + keys.flatMap { ["--trusted-key", $0] })
+        return (run.status, run.stdout + run.stderr)
     }
 
     @Test("checks checkpoint signatures from the files alone: a trusted key passes; another key, a rewritten history with the chain recomputed, an altered signature and no checkpoint fail",
-          .enabled(if: pythonWithLMDB != nil))
+          .enabled { await pythonWithLMDB() != nil })
     func checkpoints() async throws {
         let (f, share) = try await busyLedger(#function)
         let path = f.dir.child("ledger")
@@ -476,18 +465,18 @@ struct IndependentVerifierTests {
             .write(toFile: other, atomically: true, encoding: .utf8)
 
         // No checkpoint yet: the chain holds, but a trusted key asks for one.
-        #expect(try verify(path, keys: []).status == 0)
-        let none = try verify(path, keys: [trusted])
+        #expect(try await verify(path, keys: []).status == 0)
+        let none = try await verify(path, keys: [trusted])
         #expect(none.status == 1 && none.output.contains("no signed checkpoint"), "\(none.output)")
 
         try await f.ledger.checkpoint(signingKey: key)
         _ = try await f.alice.setTitle("Errands", for: share.url)
         let last = try await f.ledger.checkpoint(signingKey: key)
         for reference in [false, true] {
-            let good = try verify(path, keys: [trusted], reference: reference)
+            let good = try await verify(path, keys: [trusted], reference: reference)
             #expect(good.status == 0 && good.output.contains("2 signed checkpoints verified"), "\(good.output)")
         }
-        let stranger = try verify(path, keys: [other])
+        let stranger = try await verify(path, keys: [other])
         #expect(stranger.status == 1 && stranger.output.contains("not trusted"), "\(stranger.output)")
 
         // An altered signature byte, by the library and by the reference arithmetic.
@@ -501,18 +490,18 @@ struct IndependentVerifierTests {
             try txn.put(store.checkpoints, key: BigEndian.bytes(of: last.position.rawValue), value: forged)
         }
         for reference in [false, true] {
-            let altered = try verify(path, keys: [trusted], reference: reference)
+            let altered = try await verify(path, keys: [trusted], reference: reference)
             #expect(altered.status == 1 && altered.output.contains("does not verify"), "\(altered.output)")
         }
         try store.environment.write { txn in
             try txn.put(store.checkpoints, key: BigEndian.bytes(of: last.position.rawValue), value: stored)
         }
-        #expect(try verify(path, keys: [trusted]).status == 0)
+        #expect(try await verify(path, keys: [trusted]).status == 0)
 
         // A rewritten history with every later hash recomputed: the chain holds, the checkpoints do not.
         try rewriteHistory(store, at: 3) { $0.actor = "_mallory" }
-        #expect(try verify(path, keys: []).status == 0)
-        let rewritten = try verify(path, keys: [trusted])
+        #expect(try await verify(path, keys: []).status == 0)
+        let rewritten = try await verify(path, keys: [trusted])
         #expect(rewritten.status == 1 && rewritten.output.contains("was rewritten"), "\(rewritten.output)")
         await f.ledger.close()
     }

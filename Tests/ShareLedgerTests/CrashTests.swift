@@ -20,34 +20,42 @@ struct SplitMix64: RandomNumberGenerator {
     }
 }
 
+/// Starts `ShareLedgerCrashChild` with `arguments` and waits (on its output file, not the clock) until
+/// it says "ready": its ledger is open. Its standard output and error are files in `dir`.
+func startCrashChild(_ arguments: [String], in dir: TemporaryDirectory) async throws -> ChildProcess {
+    let name = "crash-child-\(UUID().uuidString)"
+    let outPath = dir.child(name + ".out")
+    let child = try ChildProcess(
+        builtProduct("ShareLedgerCrashChild"), arguments, stdout: outPath, stderr: dir.child(name + ".err"))
+    func output() -> String { String(decoding: FileManager.default.contents(atPath: outPath) ?? Data(), as: UTF8.self) }
+    try await waitUntil("the crash child is ready") { output().contains("ready") || !child.isRunning }
+    if !output().contains("ready") {
+        let stderr = String(decoding: FileManager.default.contents(atPath: dir.child(name + ".err")) ?? Data(), as: UTF8.self)
+        throw WaitTimedOut(description: "the crash child ended before it was ready (\(child.termination?.summary ?? "?")): \(stderr)")
+    }
+    return child
+}
+
 @Suite("Crash safety")
 struct CrashTests {
     /// Starts the crash child, waits until it has acknowledged some appends, kills it with SIGKILL.
-    private func runAndKill(ledger: String, acks: String, after milliseconds: Int) throws {
-        let process = Process()
-        process.executableURL = builtProduct("ShareLedgerCrashChild")
-        process.arguments = [ledger, acks, "8"]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.standardError
-        try process.run()
-        // Wait for "ready" (the ledger is open) before the clock starts.
-        let ready = out.fileHandleForReading.availableData
-        #expect(String(decoding: ready, as: UTF8.self).contains("ready"))
-        usleep(useconds_t(milliseconds * 1_000))
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        #expect(process.terminationReason == .uncaughtSignal)
+    private func runAndKill(ledger: String, acks: String, after milliseconds: Int, in dir: TemporaryDirectory) async throws {
+        let child = try await startCrashChild([ledger, acks, "8"], in: dir)
+        // The kill lands at a seeded moment of the run: the one sleep that is the point of the test.
+        try await Task.sleep(for: .milliseconds(milliseconds))
+        child.send(SIGKILL)
+        let ended = await child.exit()
+        #expect(ended.signaled && ended.status == SIGKILL, "\(ended.summary)")
     }
 
-    @Test("appends acknowledged before SIGKILL are all there after reopening, once each", .timeLimit(.minutes(2)))
+    @Test("appends acknowledged before SIGKILL are all there after reopening, once each", .timeLimit(.minutes(5)))
     func acknowledgedAppendsSurviveSIGKILL() async throws {
         let dir = TemporaryDirectory()
         let ledger = dir.child("ledger")
         let acks = dir.child("acks")
         var random = SplitMix64(state: 0x5EED)
         for _ in 0..<4 {
-            try runAndKill(ledger: ledger, acks: acks, after: Int.random(in: 80...400, using: &random))
+            try await runAndKill(ledger: ledger, acks: acks, after: Int.random(in: 80...400, using: &random), in: dir)
         }
         let lines = try String(contentsOfFile: acks, encoding: .utf8).split(separator: "\n")
         var acknowledged: [(UInt64, UUID)] = []
@@ -94,7 +102,7 @@ struct MixedCrashTests {
 
     @Test(
         "SIGKILL at 20 seeded moments of a mixed sharing workload: every acknowledged command exactly once, the worker drains",
-        .timeLimit(.minutes(3)))
+        .timeLimit(.minutes(5)))
     func mixedWorkloadSurvivesSIGKILL() async throws {
         let dir = TemporaryDirectory()
         var options = SoakDriver.Options(
@@ -103,7 +111,8 @@ struct MixedCrashTests {
         // about 20 s for the 20 kills alone on the 2-core machine.
         options.killsPerLedger = 4
         options.runMilliseconds = 100...300
-        let report = await SoakDriver.run(options)
+        // The harness waits for its children with blocking calls: on threads of their own.
+        let report = await withTaskExecutorPreference(BlockingWorkExecutor.shared) { [options] in await SoakDriver.run(options) }
         #expect(report.lost.isEmpty, "lost: \(report.lost.prefix(10))")
         #expect(report.duplicated.isEmpty, "duplicated: \(report.duplicated.prefix(10))")
         #expect(report.problems.isEmpty, "problems: \(report.problems.prefix(10))")
@@ -173,7 +182,7 @@ struct ImportCrashTests {
 
     @Test(
         "SIGKILL during an import at seeded moments: the read models always match the log, the rest imports after",
-        .timeLimit(.minutes(3)))
+        .timeLimit(.minutes(5)))
     func importSurvivesSIGKILL() async throws {
         let f = try await SharingFixture()
         let file = try await Self.export(f)
@@ -183,7 +192,8 @@ struct ImportCrashTests {
             kills: 4, seed: 0x1A9, childExecutable: builtProduct("ShareLedgerCrashChild"), file: file,
             ledgerPath: f.dir.child("imported"))
         options.batches = 1...2
-        let report = await ImportCrash.run(options)
+        // The harness waits for its children with blocking calls: on threads of their own.
+        let report = await withTaskExecutorPreference(BlockingWorkExecutor.shared) { [options] in await ImportCrash.run(options) }
         #expect(report.problems.isEmpty, "\(report.problems.prefix(10))")
         #expect(report.killsSurvived == options.kills, "heads \(report.heads)")
         // The kills landed mid-import (between the first and the last batch), where a kill used to

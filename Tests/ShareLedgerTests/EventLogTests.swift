@@ -72,7 +72,7 @@ struct EventLogTests {
         await log.close()
     }
 
-    @Test("64 concurrent appenders get gapless positions, each its own", .timeLimit(.minutes(2)))
+    @Test("64 concurrent appenders get gapless positions, each its own", .timeLimit(.minutes(5)))
     func concurrentAppendersGetGaplessPositions() async throws {
         let dir = TemporaryDirectory()
         let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable).log)
@@ -363,7 +363,7 @@ struct EventLogTests {
         try await log.append([Fixtures.draft("before")], to: "s", metadata: Fixtures.metadata())
         // The CLI opens the same ledger with a 64 MiB map: LMDB records the larger size, and this
         // process's next transaction meets MDB_MAP_RESIZED.
-        let child = try runProduct("share-ledger", ["demo", "--path", dir.path, "--events", "3000", "--writers", "4"])
+        let child = try await runProduct("share-ledger", ["demo", "--path", dir.path, "--events", "3000", "--writers", "4"])
         #expect(child.status == 0, "\(child.stderr)")
         let result = try await log.append([Fixtures.draft("after")], to: "s", metadata: Fixtures.metadata())
         #expect(result.positions.lowerBound == 3_002)

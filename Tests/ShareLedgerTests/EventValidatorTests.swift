@@ -158,7 +158,7 @@ struct EventValidatorTests {
         let position = try Forge.forgeBehindTheBack(
             f.ledger, token: share.token.text, actor: "_carol", [Self.cases[0].event(share.token.text, bobID)])
         await f.ledger.close()
-        let audit = try runProduct("share-ledger", ["audit", "--path", f.dir.child("ledger"), "--json"])
+        let audit = try await runProduct("share-ledger", ["audit", "--path", f.dir.child("ledger"), "--json"])
         #expect(audit.status == 1, "\(audit.stdout) \(audit.stderr)")
         let report = try #require(try JSONSerialization.jsonObject(with: Data(audit.stdout.utf8)) as? [String: Any])
         #expect(report["ok"] as? Bool == false)

@@ -8,13 +8,6 @@ import LMDB
 import TestSupport
 import Testing
 
-/// Runs a built product with `input` on its standard input. Standard input, output and error are
-/// files, not pipes: nothing to read while the child runs, so no read is interrupted by a signal.
-func runProduct(_ name: String, _ arguments: [String], input: Data) throws -> (status: Int32, stdout: String, stderr: String) {
-    let outcome = try runProductWithFiles(name, arguments, input: input)
-    return (outcome.status, outcome.stdout, outcome.stderr)
-}
-
 /// Every file under `path` with a digest of its contents (a missing path gives an empty listing).
 func directoryListing(_ path: String) -> [String: String] {
     var out: [String: String] = [:]
@@ -86,7 +79,7 @@ struct HostileCLITests {
             // Import creates a ledger where there is none (that is its job); elsewhere it must refuse.
             if kind != "missing" { commands.append(["import", "--path", path]) }
             for command in commands {
-                let result = try runProduct("share-ledger", command + ["--json"], input: Data())
+                let result = try await runProduct("share-ledger", command + ["--json"], input: Data())
                 #expect(result.status == 2, "\(kind): \(command[0]) exited \(result.status): \(result.stdout) \(result.stderr)")
                 let error = json(result.stdout)?["error"] as? [String: Any]
                 let expected = kind == "newer" ? "formatTooNew" : "notALedger"
@@ -123,7 +116,7 @@ struct HostileCLITests {
         // Accept fetches first, as clients do: a sample of the cases shows it refuses the same way.
         for command in ["fetch", "accept"] {
             for (name, arguments, code) in command == "fetch" ? cases : [cases[0], cases[3], cases[6], cases[7]] {
-                let result = try runProduct("share-ledger", [command, "--path", path, "--json"] + arguments, input: Data())
+                let result = try await runProduct("share-ledger", [command, "--path", path, "--json"] + arguments, input: Data())
                 #expect(result.status == 1, "\(command) \(name): \(result.status) \(result.stdout) \(result.stderr)")
                 let error = json(result.stdout)?["error"] as? [String: Any]
                 #expect(error?["name"] as? String == code, "\(command) \(name): \(result.stdout.prefix(300))")
@@ -137,10 +130,10 @@ struct HostileCLITests {
             ["tasks", "retry", "--path", path, "--all", "7"],
             ["audit", "--path", path, "--expect-head", "12:nothex"],
         ] {
-            let result = try runProduct("share-ledger", arguments, input: Data())
+            let result = try await runProduct("share-ledger", arguments, input: Data())
             #expect(result.status == 64, "\(arguments[0]): \(result.status) \(result.stderr)")
         }
-        let unknownShare = try runProduct(
+        let unknownShare = try await runProduct(
             "share-ledger", ["access", "--path", path, "--share", "https://share.localhost/share/0AAAAAAAAAAAAAAAAAAAAAAAAA", "--at", "5", "--json"], input: Data())
         #expect(unknownShare.status == 0 || unknownShare.status == 1, "\(unknownShare.stdout) \(unknownShare.stderr)")
 
@@ -204,7 +197,7 @@ struct HostileCLITests {
         // The command: exit 1, the first bad line named, the ledger as it was.
         let path = dir.child("target")
         for (name, bytes, line) in cases.prefix(4) + cases.suffix(2) {
-            let result = try runProduct("share-ledger", ["import", "--path", path, "--json"], input: Data(bytes))
+            let result = try await runProduct("share-ledger", ["import", "--path", path, "--json"], input: Data(bytes))
             #expect(result.status == 1, "\(name): \(result.stdout) \(result.stderr)")
             let error = json(result.stdout)?["error"] as? [String: Any]
             #expect((error?["message"] as? String)?.hasPrefix("line \(line) ") == true, "\(name): \(result.stdout.prefix(200))")
@@ -259,26 +252,22 @@ struct HostileCLITests {
 
 /// Whether the tests may bind-mount a directory read-only (root with CAP_SYS_ADMIN): root ignores
 /// file permissions, so a read-only file system is the only way to see a ledger it cannot write.
-private let canMountReadOnly: Bool = {
+/// Whether this process may make a read-only bind mount (root with CAP_SYS_ADMIN): probed with a real one.
+private func canMountReadOnly() async -> Bool {
     guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/mount") || FileManager.default.isExecutableFile(atPath: "/bin/mount")
     else { return false }
     let probe = TemporaryDirectory("probe")
     let target = probe.makeChild("ro")
-    guard runTool("mount", ["--bind", probe.makeChild("src"), target]) == 0 else { return false }
-    defer { _ = runTool("umount", [target]) }
-    return runTool("mount", ["-o", "remount,ro,bind", target]) == 0
-}()
+    guard await runTool("mount", ["--bind", probe.makeChild("src"), target]) == 0 else { return false }
+    let readOnly = await runTool("mount", ["-o", "remount,ro,bind", target]) == 0
+    await runTool("umount", [target])
+    return readOnly
+}
 
 @discardableResult
-private func runTool(_ tool: String, _ arguments: [String]) -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = [tool] + arguments
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    guard (try? process.run()) != nil else { return -1 }
-    process.waitUntilExit()
-    return process.terminationStatus
+private func runTool(_ tool: String, _ arguments: [String]) async -> Int32 {
+    guard let run = try? await runProcess(URL(fileURLWithPath: "/usr/bin/env"), [tool] + arguments) else { return -1 }
+    return run.status
 }
 
 @Suite("Reading commands change nothing")
@@ -296,7 +285,7 @@ struct ReadingCommandTests {
             ["access", "--share", share.url.absoluteString, "--at", "5"], ["export"], ["snapshot", "--list"],
         ]
         for command in commands {
-            let result = try runProduct("share-ledger", command + ["--path", path, "--json"], input: Data())
+            let result = try await runProduct("share-ledger", command + ["--path", path, "--json"], input: Data())
             #expect(result.status == 0, "\(command): \(result.status) \(result.stdout) \(result.stderr)")
             #expect(directoryListing(path) == before, "\(command) changed the ledger's files")
         }
@@ -325,7 +314,7 @@ struct EarlierReleaseTests {
         #expect(error?.code == .readOnly)
         #expect(error?.message.contains("lacks the databases checkpoints") == true, "\(String(describing: error))")
 
-        let stats = try runProduct("share-ledger", ["stats", "--path", path, "--json"], input: Data())
+        let stats = try await runProduct("share-ledger", ["stats", "--path", path, "--json"], input: Data())
         #expect(stats.status == 0, "\(stats.stdout) \(stats.stderr)")
         let log = try EventLog.open(configuration.log)
         #expect(try log.verifyChain().isValid)
@@ -336,16 +325,28 @@ struct EarlierReleaseTests {
 @Suite("Hostile input: a ledger on a read-only file system")
 struct ReadOnlyFileSystemTests {
     @Test("opening for writing fails with notALedger; a read-only open and every reading command answer, every writing command exits 2; nothing changes",
-          .enabled(if: canMountReadOnly))
+          .enabled { await canMountReadOnly() })
     func readOnlyMount() async throws {
         let dir = TemporaryDirectory()
         let source = dir.child("ledger")
-        let demo = try runProduct("share-ledger", ["demo", "--path", source, "--events", "20"], input: Data())
+        let demo = try await runProduct("share-ledger", ["demo", "--path", source, "--events", "20"], input: Data())
         #expect(demo.status == 0)
         let mounted = dir.makeChild("mounted")
-        #expect(runTool("mount", ["--bind", source, mounted]) == 0)
-        defer { runTool("umount", [mounted]) }
-        #expect(runTool("mount", ["-o", "remount,ro,bind", mounted]) == 0)
+        #expect(await runTool("mount", ["--bind", source, mounted]) == 0)
+        // Unmounted when done, whatever happened (a defer cannot await).
+        let checked: Result<Void, any Error>
+        do {
+            try await checkReadOnlyMount(source: source, mounted: mounted)
+            checked = .success(())
+        } catch {
+            checked = .failure(error)
+        }
+        await runTool("umount", [mounted])
+        try checked.get()
+    }
+
+    private func checkReadOnlyMount(source: String, mounted: String) async throws {
+        #expect(await runTool("mount", ["-o", "remount,ro,bind", mounted]) == 0)
         let before = directoryListing(source)
 
         let writable = #expect(throws: LedgerError.self) { try EventLog.open(Fixtures.configuration(mounted).log) }
@@ -365,18 +366,18 @@ struct ReadOnlyFileSystemTests {
         #expect(writable?.message.contains("not writable") == true)
         // The commands that only read open the ledger read-only: they answer from the mount.
         for command in [["stats"], ["verify"], ["audit"], ["tasks", "list"], ["history", "--container", "iCloud.com.example.demo"], ["export"], ["snapshot", "--list"]] {
-            let result = try runProduct("share-ledger", command + ["--path", mounted, "--json"], input: Data())
+            let result = try await runProduct("share-ledger", command + ["--path", mounted, "--json"], input: Data())
             #expect(result.status == 0, "\(command): \(result.status) \(result.stdout) \(result.stderr)")
         }
-        let stats = try runProduct("share-ledger", ["stats", "--path", mounted, "--json"], input: Data())
+        let stats = try await runProduct("share-ledger", ["stats", "--path", mounted, "--json"], input: Data())
         #expect(stats.stdout.contains("\"events\" : 20"), "\(stats.stdout)")
         // The commands that write open it for writing: exit 2, notALedger, "not writable".
         for command in [["rebuild"], ["snapshot"], ["tasks", "retry", "--all"], ["worker", "--drain"]] {
-            let result = try runProduct("share-ledger", command + ["--path", mounted, "--json"], input: Data())
+            let result = try await runProduct("share-ledger", command + ["--path", mounted, "--json"], input: Data())
             #expect(result.status == 2, "\(command): \(result.status) \(result.stdout) \(result.stderr)")
             #expect(result.stdout.contains("not writable"), "\(command): \(result.stdout)")
         }
-        let append = try runProduct("share-ledger", ["demo", "--path", mounted, "--events", "5"], input: Data())
+        let append = try await runProduct("share-ledger", ["demo", "--path", mounted, "--events", "5"], input: Data())
         #expect(append.status != 0)
         #expect(directoryListing(source) == before)
     }

@@ -57,9 +57,9 @@ struct HostileStoredDataTests {
         #expect(try log.head() == head)
         await log.close()
 
-        let verify = try runProduct("share-ledger", ["verify", "--path", dir.path, "--json"], input: Data())
+        let verify = try await runProduct("share-ledger", ["verify", "--path", dir.path, "--json"], input: Data())
         #expect(verify.status == 1, "\(damage): \(verify.stdout)")
-        let audit = try runProduct("share-ledger", ["audit", "--path", dir.path, "--json"], input: Data())
+        let audit = try await runProduct("share-ledger", ["audit", "--path", dir.path, "--json"], input: Data())
         #expect(audit.status == 1, "\(damage): \(audit.stdout)")
         let report = try #require(try JSONSerialization.jsonObject(with: Data(audit.stdout.utf8)) as? [String: Any])
         #expect(report["firstBadPosition"] as? Int == 3, "\(damage)")

@@ -11,40 +11,41 @@ import Glibc
 @Suite("Import: bounded lines, read models with every batch")
 struct ImportBoundsTests {
     @Test("a line longer than the longest valid event is refused after reading a bounded prefix of it")
-    func longLineRefusedEarly() throws {
+    func longLineRefusedEarly() async throws {
         signal(SIGPIPE, SIG_IGN)
         let dir = TemporaryDirectory()
-        let process = Process()
-        process.executableURL = builtProduct("share-ledger")
-        process.arguments = ["import", "--path", dir.child("ledger")]
         let input = Pipe()
         let errPath = dir.child("err")
-        _ = FileManager.default.createFile(atPath: errPath, contents: nil)
-        process.standardInput = input
-        process.standardOutput = FileHandle(forWritingAtPath: dir.child("out")) ?? FileHandle.nullDevice
-        process.standardError = FileHandle(forWritingAtPath: errPath)
-        try process.run()
-        try input.fileHandleForReading.close()
-        // One 64 MiB line, written 1 MiB at a time until the command stops reading.
-        let chunk = [UInt8](repeating: UInt8(ascii: "x"), count: 1 << 20)
-        let fd = input.fileHandleForWriting.fileDescriptor
-        var written = 0
-        writing: while written < 64 << 20 {
-            var offset = 0
-            while offset < chunk.count {
-                let count = chunk[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                if count < 0 {
-                    if errno == EINTR { continue }
-                    break writing  // EPIPE: the command has stopped reading
+        let child = try ChildProcess(
+            builtProduct("share-ledger"), ["import", "--path", dir.child("ledger")],
+            stdinHandle: input.fileHandleForReading, stdout: dir.child("out"), stderr: errPath)
+        // One 64 MiB line, written 1 MiB at a time until the command stops reading. The writes block
+        // while the pipe is full: on a thread of their own, not one of the cooperative pool's.
+        let writer = input.fileHandleForWriting
+        let written = await withCheckedContinuation { (continuation: CheckedContinuation<Int, Never>) in
+            Thread {
+                let chunk = [UInt8](repeating: UInt8(ascii: "x"), count: 1 << 20)
+                let fd = writer.fileDescriptor
+                var written = 0
+                writing: while written < 64 << 20 {
+                    var offset = 0
+                    while offset < chunk.count {
+                        let count = chunk[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                        if count < 0 {
+                            if errno == EINTR { continue }
+                            break writing  // EPIPE: the command has stopped reading
+                        }
+                        offset += count
+                        written += count
+                    }
                 }
-                offset += count
-                written += count
-            }
+                try? writer.close()
+                continuation.resume(returning: written)
+            }.start()
         }
-        try? input.fileHandleForWriting.close()
-        process.waitUntilExit()
+        let ended = await child.exit()
         let stderr = String(decoding: FileManager.default.contents(atPath: errPath) ?? Data(), as: UTF8.self)
-        #expect(process.terminationReason == .exit && process.terminationStatus == 1, "\(stderr)")
+        #expect(ended.exited(1), "\(ended.summary) \(stderr)")
         #expect(stderr.contains("line 1 of the import is refused: it is longer than \(LogNDJSON.maxLineBytes) bytes"), "\(stderr)")
         // It read about the bound, not the line: the pipe refused the rest.
         #expect(written < 8 << 20, "\(written) bytes were written before the command stopped reading")

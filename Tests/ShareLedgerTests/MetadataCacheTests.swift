@@ -105,7 +105,7 @@ struct MetadataCacheTests {
         #expect(try inMemory(bob).1)
 
         // Another process accepts for Bob while this one keeps his pending answer.
-        let accept = try runProduct(
+        let accept = try await runProduct(
             "share-ledger",
             ["accept", share.url.absoluteString, "--as", "_bob", "--container", SharingFixture.container, "--path", f.dir.child("ledger"), "--json"],
             input: Data())

@@ -7,7 +7,7 @@ import Testing
 /// values checked.
 @Suite("README sharing tour")
 struct ReadmeSharingTests {
-    @Test("the sharing tour runs and prints what the README says", .timeLimit(.minutes(1)))
+    @Test("the sharing tour runs and prints what the README says", .timeLimit(.minutes(5)))
     func sharingTour() async throws {
         let dir = TemporaryDirectory()
         // Open (or create) a ledger. A background worker for the residual tasks starts with it.

@@ -7,7 +7,7 @@ import Testing
 /// The library tour of README.md, as written there (only the path differs).
 @Suite("README")
 struct ReadmeTests {
-    @Test("the library tour runs", .timeLimit(.minutes(1)))
+    @Test("the library tour runs", .timeLimit(.minutes(5)))
     func libraryTour() async throws {
         let dir = TemporaryDirectory()
         let log = try EventLog.open(.init(path: dir.child("share-ledger")))

@@ -56,15 +56,15 @@ struct ReleaseFixtureTests {
     }
 
     @Test("the reading commands answer from it (opening it for writing once to add worker_state), with that release's figures")
-    func readingCommands() throws {
+    func readingCommands() async throws {
         let dir = TemporaryDirectory()
         let path = try Self.copy(dir)
-        let stats = try runProduct("share-ledger", ["stats", "--path", path, "--json"], input: Data())
+        let stats = try await runProduct("share-ledger", ["stats", "--path", path, "--json"], input: Data())
         #expect(stats.status == 0, "\(stats.stderr)")
         #expect(stats.stdout.contains("\"headHash\" : \"\(Self.headHash)\"") && stats.stdout.contains("\"shares\" : 12"), "\(stats.stdout)")
-        let audit = try runProduct("share-ledger", ["audit", "--path", path, "--json"], input: Data())
+        let audit = try await runProduct("share-ledger", ["audit", "--path", path, "--json"], input: Data())
         #expect(audit.status == 0, "\(audit.stdout) \(audit.stderr)")
-        let verify = try runProduct("share-ledger", ["verify", "--path", path], input: Data())
+        let verify = try await runProduct("share-ledger", ["verify", "--path", path], input: Data())
         #expect(verify.status == 0 && verify.stdout.contains("416 events"), "\(verify.stdout)")
     }
 }

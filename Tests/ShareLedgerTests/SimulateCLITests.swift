@@ -4,8 +4,8 @@ import TestSupport
 import Testing
 
 /// Runs the built `share-ledger` and decodes the JSON object it printed.
-private func runJSON(_ arguments: [String]) throws -> (status: Int32, object: [String: Any], stderr: String) {
-    let run = try runProduct("share-ledger", arguments)
+private func runJSON(_ arguments: [String]) async throws -> (status: Int32, object: [String: Any], stderr: String) {
+    let run = try await runProduct("share-ledger", arguments)
     let object = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
     return (run.status, object ?? [:], run.stderr)
 }
@@ -13,17 +13,17 @@ private func runJSON(_ arguments: [String]) throws -> (status: Int32, object: [S
 @Suite("share-ledger simulate")
 struct SimulateCLITests {
     /// A small, fast run: 4 clients, 24 users, no flushes.
-    static func simulate(_ path: String, seed: Int, actions: Int = 1_200) throws -> (status: Int32, object: [String: Any], stderr: String) {
-        try runJSON([
+    static func simulate(_ path: String, seed: Int, actions: Int = 1_200) async throws -> (status: Int32, object: [String: Any], stderr: String) {
+        try await runJSON([
             "simulate", "--path", path, "--users", "24", "--clients", "4", "--actions", String(actions), "--seed", String(seed),
             "--durability", "unsafeNoSync", "--json",
         ])
     }
 
     @Test("a small run: every outcome as intended, intended errors happen, nothing left pending")
-    func smallRun() throws {
+    func smallRun() async throws {
         let dir = TemporaryDirectory()
-        let run = try Self.simulate(dir.child("ledger"), seed: 7)
+        let run = try await Self.simulate(dir.child("ledger"), seed: 7)
         #expect(run.status == 0, "\(run.stderr) \(run.object["problems"] ?? "")")
         let summary = run.object
         #expect(summary["actions"] as? Int == 1_200)
@@ -51,15 +51,15 @@ struct SimulateCLITests {
         }
 
         // The ledger it wrote holds together.
-        let verify = try runProduct("share-ledger", ["verify", "--path", dir.child("ledger")])
+        let verify = try await runProduct("share-ledger", ["verify", "--path", dir.child("ledger")])
         #expect(verify.status == 0, "\(verify.stdout)")
     }
 
     @Test("the same seed makes the same calls and provokes the same errors")
-    func sameSeedSameRun() throws {
+    func sameSeedSameRun() async throws {
         let dir = TemporaryDirectory()
-        let first = try Self.simulate(dir.child("a"), seed: 11, actions: 800)
-        let second = try Self.simulate(dir.child("b"), seed: 11, actions: 800)
+        let first = try await Self.simulate(dir.child("a"), seed: 11, actions: 800)
+        let second = try await Self.simulate(dir.child("b"), seed: 11, actions: 800)
         #expect(first.status == 0 && second.status == 0, "\(first.stderr) \(second.stderr)")
         #expect(first.object["actions"] as? Int == second.object["actions"] as? Int)
         let errorsA = try #require(first.object["errorsByCode"] as? [String: Int])
@@ -70,23 +70,23 @@ struct SimulateCLITests {
     }
 
     @Test("a second run on the same ledger uses new names and stays consistent")
-    func secondRunSameLedger() throws {
+    func secondRunSameLedger() async throws {
         let dir = TemporaryDirectory()
-        let first = try Self.simulate(dir.child("ledger"), seed: 3, actions: 600)
-        let second = try Self.simulate(dir.child("ledger"), seed: 3, actions: 600)
+        let first = try await Self.simulate(dir.child("ledger"), seed: 3, actions: 600)
+        let second = try await Self.simulate(dir.child("ledger"), seed: 3, actions: 600)
         #expect(first.status == 0 && second.status == 0, "\(second.stderr) \(second.object["problems"] ?? "")")
         #expect(second.object["unexpectedErrors"] as? Int == 0)
         #expect(second.object["participantZones"] as? Int == second.object["acceptedParticipants"] as? Int)
     }
 
     @Test("bad options are refused before anything is written; --help lists the new commands")
-    func validation() throws {
+    func validation() async throws {
         let dir = TemporaryDirectory()
-        let bad = try runProduct("share-ledger", ["simulate", "--path", dir.child("x"), "--users", "5", "--clients", "4"])
+        let bad = try await runProduct("share-ledger", ["simulate", "--path", dir.child("x"), "--users", "5", "--clients", "4"])
         #expect(bad.status != 0)
         #expect(bad.stderr.contains("--users"))
         #expect(!FileManager.default.fileExists(atPath: dir.child("x")))
-        let help = try runProduct("share-ledger", ["--help"])
+        let help = try await runProduct("share-ledger", ["--help"])
         for command in ["simulate", "fetch", "accept"] { #expect(help.stdout.contains(command)) }
     }
 }
@@ -122,7 +122,7 @@ struct FetchAcceptCLITests {
         let url = try await Self.makeLedger(path).absoluteString
         let common = ["--container", Self.container, "--path", path]
 
-        let fetched = try runJSON(["fetch", url, "--as", "_bob", "--root-record", "--keys", "title", "--json"] + common)
+        let fetched = try await runJSON(["fetch", url, "--as", "_bob", "--root-record", "--keys", "title", "--json"] + common)
         #expect(fetched.status == 0, "\(fetched.stderr)")
         let metadata = fetched.object
         #expect(metadata["containerIdentifier"] as? String == Self.container)
@@ -137,35 +137,35 @@ struct FetchAcceptCLITests {
         let participants = try #require(share["participants"] as? [[String: Any]])
         #expect(participants.map { $0["user"] as? String } == ["_alice", "_bob"])
 
-        let text = try runProduct("share-ledger", ["fetch", url, "--as", "_bob"] + common)
+        let text = try await runProduct("share-ledger", ["fetch", url, "--as", "_bob"] + common)
         #expect(text.status == 0)
         #expect(text.stdout.contains("you           privateUser, pending, readOnly"), "\(text.stdout)")
 
-        let accepted = try runJSON(["accept", url, "--as", "_bob", "--json"] + common)
+        let accepted = try await runJSON(["accept", url, "--as", "_bob", "--json"] + common)
         #expect(accepted.status == 0, "\(accepted.stderr)")
         #expect(accepted.object["status"] as? String == "accepted")
         #expect(accepted.object["role"] as? String == "privateUser")
         #expect(accepted.object["residualTasksCompleted"] as? Int == 1)
         #expect(accepted.object["sharedDatabaseZones"] as? [String] == ["Notes (owner _alice)"])
 
-        let again = try runProduct("share-ledger", ["fetch", url, "--as", "_bob"] + common)
+        let again = try await runProduct("share-ledger", ["fetch", url, "--as", "_bob"] + common)
         #expect(again.stdout.contains("you           privateUser, accepted, readOnly"), "\(again.stdout)")
 
         // Carol has no invitation: the private share does not exist for her.
-        let stranger = try runJSON(["fetch", url, "--as", "_carol", "--json"] + common)
+        let stranger = try await runJSON(["fetch", url, "--as", "_carol", "--json"] + common)
         #expect(stranger.status == 1)
         #expect((stranger.object["error"] as? [String: Any])?["name"] as? String == "unknownItem")
-        let strangerAccept = try runProduct("share-ledger", ["accept", url, "--as", "_carol"] + common)
+        let strangerAccept = try await runProduct("share-ledger", ["accept", url, "--as", "_carol"] + common)
         #expect(strangerAccept.status == 1)
         #expect(strangerAccept.stderr.contains("unknownItem"))
         // Not a URL; an unknown user; a ledger that is not there.
-        let notURL = try runJSON(["fetch", "not a url", "--as", "_bob", "--json"] + common)
+        let notURL = try await runJSON(["fetch", "not a url", "--as", "_bob", "--json"] + common)
         #expect(notURL.status == 1)
         #expect((notURL.object["error"] as? [String: Any])?["name"] as? String == "invalidArguments")
-        let nobody = try runProduct("share-ledger", ["accept", url, "--as", "_nobody"] + common)
+        let nobody = try await runProduct("share-ledger", ["accept", url, "--as", "_nobody"] + common)
         #expect(nobody.status == 1)
         #expect(nobody.stderr.contains("notAuthenticated"))
-        let missing = try runProduct("share-ledger", ["fetch", url, "--as", "_bob", "--container", Self.container, "--path", dir.child("none")])
+        let missing = try await runProduct("share-ledger", ["fetch", url, "--as", "_bob", "--container", Self.container, "--path", dir.child("none")])
         #expect(missing.status == 2)
 
         // What the commands did is in the ledger.

@@ -150,7 +150,7 @@ struct StorageFullTests {
         let after = reopened.container(Self.container, userRecordName: "_after")
         _ = try await after.accept(try await after.shareMetadata(for: late.url))
         _ = try await reopened.container(Self.container, userRecordName: "_u249").accept(metadatas[49])
-        try await reopened.waitForResidualTasks(timeout: .seconds(20))
+        try await reopened.waitForResidualTasks(timeout: .seconds(120))
         let final = try reopened.statistics()
         #expect(final.pendingResidualTasks == 0)
         #expect(final.participantZones == final.acceptedParticipants)
@@ -162,94 +162,98 @@ struct StorageFullTests {
 
     @Test(
         "a full file system (ENOSPC on a small tmpfs) gives storageFull; nothing acknowledged is lost; a larger file system resumes",
-        .enabled(if: Tmpfs.isAvailable, "needs root and mount -t tmpfs (not available in this sandbox)"),
-        .timeLimit(.minutes(2)))
+        .enabled("needs root and mount -t tmpfs (not available in this sandbox)") { await Tmpfs.isAvailable() },
+        .timeLimit(.minutes(5)))
     func fileSystemFull() async throws {
         let dir = TemporaryDirectory()
         let mountPoint = dir.makeChild("fs")
-        try Tmpfs.mount(at: mountPoint, size: "1m")
-        defer { Tmpfs.unmount(mountPoint) }
-        let path = mountPoint + "/ledger"
-        // No maximum map size: the map (64 MiB) is far larger than the file system, so it is the
-        // disk that fills up, not the map. A worker runs meanwhile (its own task, so that it can be
-        // stopped before the audit: an audit of a ledger that is being written can see changes
-        // between its read transactions, and with the disk full the worker keeps retrying).
-        var configuration = ShareLedger.Configuration(path: path, durability: .durable)
-        configuration.residualTaskWorker = nil
-        let ledger = try ShareLedger.open(configuration)
-        let worker = ResidualTaskWorker(ledger: ledger, configuration: ResidualTaskWorker.Configuration(pollInterval: .milliseconds(50)))
-        let working = Task { try await worker.run() }
-        let owner = ledger.container(Self.container, userRecordName: "_owner")
-        try await ledger.registerUser("_owner", in: Self.container)
-        _ = try await owner.save(RecordZone(zoneID: Self.zone))
+        try await Tmpfs.mount(at: mountPoint, size: "1m")
+        // Unmounted when done, whatever happened (a defer cannot await).
+        try await withCleanup {
+            let path = mountPoint + "/ledger"
+            // No maximum map size: the map (64 MiB) is far larger than the file system, so it is the
+            // disk that fills up, not the map. A worker runs meanwhile (its own task, so that it can be
+            // stopped before the audit: an audit of a ledger that is being written can see changes
+            // between its read transactions, and with the disk full the worker keeps retrying).
+            var configuration = ShareLedger.Configuration(path: path, durability: .durable)
+            configuration.residualTaskWorker = nil
+            let ledger = try ShareLedger.open(configuration)
+            let worker = ResidualTaskWorker(ledger: ledger, configuration: ResidualTaskWorker.Configuration(pollInterval: .milliseconds(50)))
+            let working = Task { try await worker.run() }
+            let owner = ledger.container(Self.container, userRecordName: "_owner")
+            try await ledger.registerUser("_owner", in: Self.container)
+            _ = try await owner.save(RecordZone(zoneID: Self.zone))
 
-        // Four clients run the sharing mix until the disk is full; each remembers what was acknowledged.
-        let text = String(repeating: "y", count: 3_000)
-        let results = await withTaskGroup(of: ([String], [URL], LedgerError?).self) { group in
-            for client in 0..<4 {
-                group.addTask {
-                    var users: [String] = []
-                    var shares: [URL] = []
-                    for round in 0..<2_000 {
-                        let name = "_c\(client)_\(round)"
-                        do throws(LedgerError) {
-                            let recordID = Self.recordID("r\(client)_\(round)")
-                            _ = try await owner.save(Record(recordType: "Note", recordID: recordID, fields: ["text": .string(text)]))
-                            let share = try await owner.share(rootRecord: recordID, publicPermission: .readOnly)
-                            shares.append(share.url)
-                            try await ledger.registerUser(name, in: Self.container)
-                            let user = ledger.container(Self.container, userRecordName: name)
-                            _ = try await user.accept(try await user.shareMetadata(for: share.url))
-                            users.append(name)
-                        } catch {
-                            return (users, shares, error)
+            // Four clients run the sharing mix until the disk is full; each remembers what was acknowledged.
+            let text = String(repeating: "y", count: 3_000)
+            let results = await withTaskGroup(of: ([String], [URL], LedgerError?).self) { group in
+                for client in 0..<4 {
+                    group.addTask {
+                        var users: [String] = []
+                        var shares: [URL] = []
+                        for round in 0..<2_000 {
+                            let name = "_c\(client)_\(round)"
+                            do throws(LedgerError) {
+                                let recordID = Self.recordID("r\(client)_\(round)")
+                                _ = try await owner.save(Record(recordType: "Note", recordID: recordID, fields: ["text": .string(text)]))
+                                let share = try await owner.share(rootRecord: recordID, publicPermission: .readOnly)
+                                shares.append(share.url)
+                                try await ledger.registerUser(name, in: Self.container)
+                                let user = ledger.container(Self.container, userRecordName: name)
+                                _ = try await user.accept(try await user.shareMetadata(for: share.url))
+                                users.append(name)
+                            } catch {
+                                return (users, shares, error)
+                            }
                         }
+                        return (users, shares, nil)
                     }
-                    return (users, shares, nil)
                 }
+                return await group.reduce(into: []) { $0.append($1) }
             }
-            return await group.reduce(into: []) { $0.append($1) }
-        }
-        for (_, _, error) in results {
-            let error = try #require(error, "a client never met a full disk")
-            #expect(error.code == .storageFull, "\(error)")
-            #expect(error.message.contains("disk is full"), "\(error.message)")
-        }
-        let accepted = results.flatMap(\.0)
-        let shared = results.flatMap(\.1)
-        #expect(accepted.count > 10)
+            for (_, _, error) in results {
+                let error = try #require(error, "a client never met a full disk")
+                #expect(error.code == .storageFull, "\(error)")
+                #expect(error.message.contains("disk is full"), "\(error.message)")
+            }
+            let accepted = results.flatMap(\.0)
+            let shared = results.flatMap(\.1)
+            #expect(accepted.count > 10)
 
-        // Still readable: every acknowledged share and accept is there; the chain and read models hold.
-        #expect(try ledger.log.verifyChain().isValid)
-        let owned = Set(try owner.ownedShares().map(\.url))
-        #expect(shared.allSatisfy { owned.contains($0) })
-        for name in accepted {
-            #expect(try ledger.container(Self.container, userRecordName: name).participatingShares(status: [.accepted]).count == 1)
-        }
-        working.cancel()
-        try? await working.value
-        let report = try ledger.audit(scratchPath: dir.child("scratch"))
-        #expect(report.ok, "\(report.problems)")
-        await ledger.close()
+            // Still readable: every acknowledged share and accept is there; the chain and read models hold.
+            #expect(try ledger.log.verifyChain().isValid)
+            let owned = Set(try owner.ownedShares().map(\.url))
+            #expect(shared.allSatisfy { owned.contains($0) })
+            for name in accepted {
+                #expect(try ledger.container(Self.container, userRecordName: name).participatingShares(status: [.accepted]).count == 1)
+            }
+            working.cancel()
+            try? await working.value
+            let report = try ledger.audit(scratchPath: dir.child("scratch"))
+            #expect(report.ok, "\(report.problems)")
+            await ledger.close()
 
-        // More room: the ledger takes writes again and the (in-process) worker completes every zone.
-        try Tmpfs.remount(mountPoint, size: "16m")
-        configuration.residualTaskWorker = ResidualTaskWorker.Configuration(pollInterval: .milliseconds(50))
-        let reopened = try ShareLedger.open(configuration)
-        let owner2 = reopened.container(Self.container, userRecordName: "_owner")
-        _ = try await owner2.save(Record(recordType: "Note", recordID: Self.recordID("after")))
-        try await reopened.registerUser("_after", in: Self.container)
-        let share = try await owner2.share(rootRecord: Self.recordID("after"), publicPermission: .readOnly)
-        let after = reopened.container(Self.container, userRecordName: "_after")
-        _ = try await after.accept(try await after.shareMetadata(for: share.url))
-        try await reopened.waitForResidualTasks(timeout: .seconds(30))
-        let statistics = try reopened.statistics()
-        #expect(statistics.pendingResidualTasks == 0)
-        #expect(statistics.parkedResidualTasks == 0)
-        #expect(statistics.participantZones == statistics.acceptedParticipants)
-        let finalReport = try reopened.audit(scratchPath: dir.child("scratch"))
-        #expect(finalReport.ok, "\(finalReport.problems)")
-        await reopened.close()
+            // More room: the ledger takes writes again and the (in-process) worker completes every zone.
+            try await Tmpfs.remount(mountPoint, size: "16m")
+            configuration.residualTaskWorker = ResidualTaskWorker.Configuration(pollInterval: .milliseconds(50))
+            let reopened = try ShareLedger.open(configuration)
+            let owner2 = reopened.container(Self.container, userRecordName: "_owner")
+            _ = try await owner2.save(Record(recordType: "Note", recordID: Self.recordID("after")))
+            try await reopened.registerUser("_after", in: Self.container)
+            let share = try await owner2.share(rootRecord: Self.recordID("after"), publicPermission: .readOnly)
+            let after = reopened.container(Self.container, userRecordName: "_after")
+            _ = try await after.accept(try await after.shareMetadata(for: share.url))
+            try await reopened.waitForResidualTasks(timeout: .seconds(120))
+            let statistics = try reopened.statistics()
+            #expect(statistics.pendingResidualTasks == 0)
+            #expect(statistics.parkedResidualTasks == 0)
+            #expect(statistics.participantZones == statistics.acceptedParticipants)
+            let finalReport = try reopened.audit(scratchPath: dir.child("scratch"))
+            #expect(finalReport.ok, "\(finalReport.problems)")
+            await reopened.close()
+        } cleanup: {
+            await Tmpfs.unmount(mountPoint)
+        }
     }
 }
 
@@ -264,42 +268,31 @@ final class OperationOutcome: Sendable {
 enum Tmpfs {
     struct Failure: Error, CustomStringConvertible { var description: String }
 
-    /// Whether `mount -t tmpfs` works here: probed once with a real mount.
-    static let isAvailable: Bool = {
+    /// Whether `mount -t tmpfs` works here: probed with a real mount.
+    static func isAvailable() async -> Bool {
         guard getuid() == 0 else { return false }
-        let probe = FileManager.default.temporaryDirectory.appendingPathComponent("shareledger-tmpfs-probe-\(getpid())").path
-        try? FileManager.default.createDirectory(atPath: probe, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: probe) }
-        guard (try? mount(at: probe, size: "64k")) != nil else { return false }
-        unmount(probe)
+        let probe = TemporaryDirectory("tmpfs-probe")
+        guard (try? await mount(at: probe.path, size: "64k")) != nil else { return false }
+        await unmount(probe.path)
         return true
-    }()
-
-    static func mount(at path: String, size: String) throws {
-        try run(["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", path])
     }
 
-    static func remount(_ path: String, size: String) throws {
-        try run(["-o", "remount,size=\(size)", path])
+    static func mount(at path: String, size: String) async throws {
+        try await run(["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", path])
     }
 
-    static func unmount(_ path: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/umount")
-        process.arguments = [path]
-        try? process.run()
-        process.waitUntilExit()
+    static func remount(_ path: String, size: String) async throws {
+        try await run(["-o", "remount,size=\(size)", path])
     }
 
-    private static func run(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/mount")
-        process.arguments = arguments
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw Failure(description: "mount \(arguments.joined(separator: " ")) exited with \(process.terminationStatus)")
+    static func unmount(_ path: String) async {
+        _ = try? await runProcess(URL(fileURLWithPath: "/bin/umount"), [path])
+    }
+
+    private static func run(_ arguments: [String]) async throws {
+        let run = try await runProcess(URL(fileURLWithPath: "/bin/mount"), arguments)
+        guard run.exited(0) else {
+            throw Failure(description: "mount \(arguments.joined(separator: " ")) exited with \(run.status)")
         }
     }
 }

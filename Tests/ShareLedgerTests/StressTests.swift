@@ -9,7 +9,7 @@ import Testing
 /// no commit (no lost wake-up).
 @Suite("Concurrency stress")
 struct StressTests {
-    @Test("64 writers, 16 readers, a subscription and the worker", .timeLimit(.minutes(2)))
+    @Test("64 writers, 16 readers, a subscription and the worker", .timeLimit(.minutes(5)))
     func stress() async throws {
         let f = try await SharingFixture(worker: ResidualTaskWorker.Configuration(pollInterval: .milliseconds(50)))
         let share = try await f.makeHierarchy()
@@ -70,10 +70,10 @@ struct StressTests {
             }
             try await group.waitForAll()
         }
-        try await f.ledger.waitForResidualTasks(timeout: .seconds(30))
+        try await f.ledger.waitForResidualTasks(timeout: .seconds(120))
         let finalHead = try f.ledger.log.head().position.rawValue
         // The subscription catches up with the final head.
-        let caughtUp = ContinuousClock.now + .seconds(20)
+        let caughtUp = ContinuousClock.now + .seconds(120)
         while seen.withLock({ $0.last ?? 0 }) < finalHead && ContinuousClock.now < caughtUp {
             try await Task.sleep(for: .milliseconds(5))
         }

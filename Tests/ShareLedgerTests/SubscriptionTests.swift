@@ -6,7 +6,7 @@ import Testing
 @Suite("Subscriptions")
 struct SubscriptionTests {
     @Test("a subscription started mid-stream sees every later event once, in order, while appends go on",
-          .timeLimit(.minutes(1)))
+          .timeLimit(.minutes(5)))
     func catchUpThenFollow() async throws {
         let dir = TemporaryDirectory()
         let log = try EventLog.open(Fixtures.configuration(dir.path).log)
@@ -42,7 +42,7 @@ struct SubscriptionTests {
         await log.close()
     }
 
-    @Test("a waiting subscription ends when its task is cancelled or the log closes", .timeLimit(.minutes(1)))
+    @Test("a waiting subscription ends when its task is cancelled or the log closes", .timeLimit(.minutes(5)))
     func endsOnCancelAndClose() async throws {
         let dir = TemporaryDirectory()
         let log = try EventLog.open(Fixtures.configuration(dir.path).log)

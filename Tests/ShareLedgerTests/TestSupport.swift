@@ -50,22 +50,6 @@ enum Fixtures {
     }
 }
 
-/// Runs a built product to completion and returns its exit status and standard output.
-func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
-    let process = Process()
-    process.executableURL = builtProduct(name)
-    process.arguments = arguments
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
-    let errData = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
-}
-
 extension Fixtures {
     /// Opens a log that records the size of each group commit.
     static func batchingLog(_ path: String) throws -> EventLog {
