@@ -122,9 +122,10 @@ struct AcceptCommand: AsyncParsableCommand {
         do throws(LedgerError) {
             let url = try options.shareURL()
             let handle = sharing.container(container, userRecordName: user)
+            let since = try sharing.log.head().position
             let metadata = try await handle.shareMetadata(for: url)
             let accepted = try await handle.accept(metadata)
-            let completed = try await ResidualTaskDrain.drain(sharing)
+            let completed = try await ResidualTaskDrain.drain(sharing, since: since)
             let zones = try handle.sharedDatabaseZones().map { "\($0.zoneName) (owner \($0.ownerName))" }
             let me = accepted.currentUserParticipant
             result = .success(

@@ -194,8 +194,9 @@ struct ZoneCommand: AsyncParsableCommand {
         func run() async throws {
             let zoneName = name
             let completed = try await ledger.acting(as: actor.user, in: actor.container) { handle, sharing throws(LedgerError) in
+                let since = try sharing.log.head().position
                 try await handle.deleteRecordZone(withID: RecordZoneID(zoneName: zoneName))
-                return try await ResidualTaskDrain.drain(sharing)
+                return try await ResidualTaskDrain.drain(sharing, since: since)
             }
             if ledger.json {
                 Output.printJSON(Summary(deletedZone: name, residualTasksCompleted: completed))
@@ -339,8 +340,9 @@ struct RecordCommand: AsyncParsableCommand {
         func run() async throws {
             let id = record.recordID
             let completed = try await ledger.acting(as: actor.user, in: actor.container) { handle, sharing throws(LedgerError) in
+                let since = try sharing.log.head().position
                 try await handle.deleteRecord(withID: id)
-                return try await ResidualTaskDrain.drain(sharing)
+                return try await ResidualTaskDrain.drain(sharing, since: since)
             }
             if ledger.json {
                 Output.printJSON(Summary(deletedRecord: record.name, residualTasksCompleted: completed))
@@ -653,8 +655,9 @@ struct ShareCommand: AsyncParsableCommand {
             let (options, permission, tag) = (share, permission, ifChangeTag)
             let (updated, completed) = try await ledger.acting(as: share.user, in: share.container) {
                 handle, sharing throws(LedgerError) in
+                let since = try sharing.log.head().position
                 let updated = try await handle.setPublicPermission(permission, for: try options.shareURL(), ifChangeTag: tag)
-                return (updated, try await ResidualTaskDrain.drain(sharing))
+                return (updated, try await ResidualTaskDrain.drain(sharing, since: since))
             }
             let report = Report(
                 action: "publicPermissionSet", share: MetadataReport.ShareReport(updated), residualTasksCompleted: completed)
@@ -681,10 +684,11 @@ struct ShareCommand: AsyncParsableCommand {
             let (options, who, tag) = (share, participant, ifChangeTag)
             let (id, updated, completed) = try await ledger.acting(as: share.user, in: share.container) {
                 handle, sharing throws(LedgerError) in
+                let since = try sharing.log.head().position
                 let url = try options.shareURL()
                 let id = try who.participantID(in: handle, url)
                 let updated = try await handle.removeParticipant(id, from: url, ifChangeTag: tag)
-                return (id, updated, try await ResidualTaskDrain.drain(sharing))
+                return (id, updated, try await ResidualTaskDrain.drain(sharing, since: since))
             }
             let removed = updated.participants.first { $0.participantID == id }.map(MetadataReport.ParticipantReport.init)
             let report = Report(
@@ -707,8 +711,9 @@ struct ShareCommand: AsyncParsableCommand {
         func run() async throws {
             let options = share
             let completed = try await ledger.acting(as: share.user, in: share.container) { handle, sharing throws(LedgerError) in
+                let since = try sharing.log.head().position
                 try await handle.leaveShare(try options.shareURL())
-                return try await ResidualTaskDrain.drain(sharing)
+                return try await ResidualTaskDrain.drain(sharing, since: since)
             }
             let report = Report(action: "left", residualTasksCompleted: completed)
             ShareCommand.emit(
@@ -730,8 +735,9 @@ struct ShareCommand: AsyncParsableCommand {
         func run() async throws {
             let (options, tag) = (share, ifChangeTag)
             let completed = try await ledger.acting(as: share.user, in: share.container) { handle, sharing throws(LedgerError) in
+                let since = try sharing.log.head().position
                 try await handle.deleteShare(try options.shareURL(), ifChangeTag: tag)
-                return try await ResidualTaskDrain.drain(sharing)
+                return try await ResidualTaskDrain.drain(sharing, since: since)
             }
             let report = Report(action: "deleted", residualTasksCompleted: completed)
             ShareCommand.emit(report, headline: "deleted the share; residual tasks completed \(completed)", json: ledger.json)
