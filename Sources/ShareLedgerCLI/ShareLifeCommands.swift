@@ -270,8 +270,10 @@ struct RecordCommand: AsyncParsableCommand {
 
         func validate() throws {
             if changeTag == nil && type == nil { throw ValidationError("a new record needs --type (or pass --change-tag to change one)") }
-            for field in fields where !field.contains("=") || field.hasPrefix("=") {
-                throw ValidationError("--field takes KEY=VALUE, got \"\(field.prefix(80))\"")
+            // The message never repeats the argument: its value may be personal data.
+            for (index, field) in fields.enumerated() where !field.contains("=") || field.hasPrefix("=") {
+                throw ValidationError(
+                    "--field takes KEY=VALUE: --field number \(index + 1) has \(field.contains("=") ? "no key before its =" : "no =")")
             }
         }
 

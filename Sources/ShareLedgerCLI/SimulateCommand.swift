@@ -23,6 +23,10 @@ struct SimulateCommand: AsyncParsableCommand {
             same calls and get the same errors (share tokens and ids stay random). Residual tasks are \
             drained at the end.
 
+            With --verbose, every failed call is logged to standard error with its error. Like every \
+            log line and error message of ShareLedger, these carry no personal data: email addresses \
+            and phone numbers appear only as placeholders such as <email #3f2a91c0d4e1>.
+
             Exit 0 when every outcome was as intended and nothing is left pending, 1 otherwise.
             """)
 

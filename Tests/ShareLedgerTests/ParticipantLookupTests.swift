@@ -150,8 +150,8 @@ struct ParticipantLookupTests {
 
         #expect(
             order.withLock { $0 } == [
-                "email bob@example.com: ok", "legacy ok", "user _nobody: unknownItem", "legacy failed",
-                "phone +44 20 7946 0000: ok", "legacy ok", "done", "legacy done",
+                "\(bob): ok", "legacy ok", "user _nobody: unknownItem", "legacy failed",
+                "\(stranger): ok", "legacy ok", "done", "legacy done",
             ])
         #expect(fetched.withLock { $0 } == ["_bob", "no account"])
         guard case .failure(let error) = try #require(completion.withLock { $0 }) else {

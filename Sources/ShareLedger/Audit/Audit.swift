@@ -20,7 +20,8 @@ public struct AuditReport: Sendable, Hashable, Codable {
     public var problems: [String]
     /// Whether every read model equals its rebuild from the log.
     public var projectionsMatch: Bool
-    /// Read-model databases that differ from the rebuild, with the first differing key (hex).
+    /// Read-model databases that differ from the rebuild, with the first differing key (hex; for
+    /// `rm_user_lookup`, whose keys are email addresses and phone numbers, a placeholder instead).
     public var projectionDifferences: [String: String]
     /// Whether the stream and command records (the log's own indexes) agree with the log.
     public var indexesMatch: Bool
@@ -203,9 +204,13 @@ extension ShareLedger {
                 bad(inadmissible.position, inadmissible.text)
             }
             for difference in comparison.differences {
-                differences[difference.database] = difference.firstDifferingKeyHex
-                problems.append(
-                    "read model \(difference.database) differs from its rebuild (first key \(difference.firstDifferingKeyHex))")
+                // The keys of the lookup index are email addresses and phone numbers: report a
+                // placeholder instead of their hex (docs/operations.md, no personal data in output).
+                let key =
+                    difference.database == "rm_user_lookup"
+                    ? PersonalData.redact(difference.firstDifferingKeyHex, as: .text) : difference.firstDifferingKeyHex
+                differences[difference.database] = key
+                problems.append("read model \(difference.database) differs from its rebuild (first key \(key))")
             }
         } catch {
             problems.append("the read models could not be rebuilt for comparison: \(error.message)")

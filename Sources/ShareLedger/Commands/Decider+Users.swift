@@ -5,6 +5,8 @@ import SwiftProtobuf
 extension Decider {
     // MARK: - Users
 
+    // Messages name the email address and phone number only by a placeholder (``PersonalData``).
+
     func registerUser(
         _ txn: borrowing some ReadModelStore & ~Copyable, name: String, email: String?, phone: String?, names: PersonNameComponents?
     ) throws -> Decision {
@@ -16,20 +18,30 @@ extension Decider {
         var e = Shareledger_Events_V1_UserRegistered()
         e.userRecordName = name
         if let email, !email.isEmpty {
-            try Decider.checkName(email, "email address", max: Limits.maxLookupBytes)
-            guard email.contains("@") else { throw LedgerError(.invalidArguments, "\"\(email)\" is not an email address") }
+            let bytes = email.utf8
+            guard bytes.count <= Limits.maxLookupBytes, !bytes.contains(0), email.contains("@") else {
+                throw LedgerError(
+                    .invalidArguments, "the email address \(PersonalData.redact(email, as: .emailAddress)) is not valid: it "
+                        + "needs an @, at most \(Limits.maxLookupBytes) bytes and no NUL")
+            }
             if let other = try models.userName(txn, container, email: email) {
-                throw LedgerError(.invalidArguments, "the email \(email) belongs to user \(other) already")
+                throw LedgerError(
+                    .invalidArguments, "the email address \(PersonalData.redact(email, as: .emailAddress)) belongs to user "
+                        + "\(other) already; register the user without it or with another one")
             }
             e.emailAddress = email
         }
         if let phone, !phone.isEmpty {
-            try Decider.checkName(phone, "phone number", max: 32)
-            guard ReadModels.normalizePhone(phone).count >= 3 else {
-                throw LedgerError(.invalidArguments, "\"\(phone)\" is not a phone number")
+            let bytes = phone.utf8
+            guard bytes.count <= Decider.maxPhoneBytes, !bytes.contains(0), ReadModels.normalizePhone(phone).count >= 3 else {
+                throw LedgerError(
+                    .invalidArguments, "the phone number \(PersonalData.redact(phone, as: .phoneNumber)) is not valid: it "
+                        + "needs at least 3 digits, at most \(Decider.maxPhoneBytes) bytes and no NUL")
             }
             if let other = try models.userName(txn, container, phone: phone) {
-                throw LedgerError(.invalidArguments, "the phone number \(phone) belongs to user \(other) already")
+                throw LedgerError(
+                    .invalidArguments, "the phone number \(PersonalData.redact(phone, as: .phoneNumber)) belongs to user "
+                        + "\(other) already; register the user without it or with another one")
             }
             e.phoneNumber = phone
         }

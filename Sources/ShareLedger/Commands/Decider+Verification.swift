@@ -24,7 +24,9 @@ extension Decider {
                         && ReadModels.normalizePhone(entry.state.lookupInfo.phoneNumber) == ReadModels.normalizePhone(wanted.phoneNumber)))
         }
         guard let match else {
-            throw LedgerError(.unknownItem, "no pending invitation of this share matches \(lookup)")
+            throw LedgerError(
+                .unknownItem, "no pending invitation of this share matches \(lookup); verify the email address or phone "
+                    + "number the invitation was sent to")
         }
         var e = Shareledger_Events_V1_VerificationRequested()
         e.token = token

@@ -80,10 +80,13 @@ public struct LookupInfo: Sendable, Hashable, Codable, CustomStringConvertible {
         self.userRecordID = userRecordID
     }
 
-    /// What the lookup is by, for messages.
+    /// What the lookup is by, for messages and logs: the user record name of a lookup by account;
+    /// for an email address or phone number only a placeholder (``PersonalData/redact(_:as:)``, e.g.
+    /// `<email #3f2a91c0d4e1>`), never the address or number itself. Equal addresses give equal
+    /// descriptions within one process.
     public var description: String {
-        if let emailAddress { return "email \(emailAddress)" }
-        if let phoneNumber { return "phone \(phoneNumber)" }
+        if let emailAddress { return PersonalData.redact(emailAddress, as: .emailAddress) }
+        if let phoneNumber { return PersonalData.redact(phoneNumber, as: .phoneNumber) }
         return "user \(userRecordID?.recordName ?? "?")"
     }
 }

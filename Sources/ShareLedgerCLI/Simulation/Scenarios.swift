@@ -635,12 +635,12 @@ extension SimulationClient {
             "shareMetadata", model.standing(shareIndex, person: person).intent, "\(name(person)) fetches \(url) before verifying"
         ) { () async throws(LedgerError) in try await handle.shareMetadata(for: url) }
         let alias = model.people[person].alias
-        guard let verification = await call("requestParticipantVerification", .success, "\(name(person)) asks to verify \(alias)", {
+        guard let verification = await call("requestParticipantVerification", .success, "\(name(person)) asks to verify \(PersonalData.redact(alias, as: .emailAddress))", {
             () async throws(LedgerError) in
             try await handle.requestParticipantVerification(for: url, lookupInfo: LookupInfo(emailAddress: alias))
         }) else { return true }
         if verification.participantID != entry.participantID {
-            mismatch("verification of \(alias) names participant \(verification.participantID), expected \(entry.participantID)")
+            mismatch("verification of \(PersonalData.redact(alias, as: .emailAddress)) names participant \(verification.participantID), expected \(entry.participantID)")
         }
         if rng.chance(0.25) {
             _ = await call("verifyParticipant", .failure(.permissionFailure), "\(name(person)) types a wrong code") {
@@ -648,7 +648,7 @@ extension SimulationClient {
             }
         }
         let code = rng.chance(0.3) ? verification.code.lowercased() : verification.code
-        guard let verified = await call("verifyParticipant", .success, "\(name(person)) verifies \(alias)", {
+        guard let verified = await call("verifyParticipant", .success, "\(name(person)) verifies \(PersonalData.redact(alias, as: .emailAddress))", {
             () async throws(LedgerError) in try await handle.verifyParticipant(for: url, code: code)
         }) else { return true }
         let index = model.shares[shareIndex].entryIndex(of: person)!
@@ -944,7 +944,7 @@ extension SimulationClient {
         let handle = as_(person)
         let url = share.url
         let address = "nobody-\(model.nextSerial())@nowhere.example"
-        _ = await call("requestParticipantVerification", .failure(.unknownItem), "\(name(person)) verifies \(address)") {
+        _ = await call("requestParticipantVerification", .failure(.unknownItem), "\(name(person)) verifies \(PersonalData.redact(address, as: .emailAddress))") {
             () async throws(LedgerError) in
             try await handle.requestParticipantVerification(for: url, lookupInfo: LookupInfo(emailAddress: address))
         }

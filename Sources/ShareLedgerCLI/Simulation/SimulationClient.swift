@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import ShareLedger
 import Synchronization
 
@@ -202,8 +203,18 @@ struct SimulationClient {
         }
     }
 
+    /// `text` with the fragment of every URL in it cut off: a share URL ends with `#` and its title,
+    /// which a person typed and which stays out of the log and the report (docs/operations.md).
+    static func withoutTitles(_ text: String) -> String {
+        text.split(separator: " ", omittingEmptySubsequences: false).map { word in
+            guard word.hasPrefix("http"), let hash = word.firstIndex(of: "#") else { return String(word) }
+            return String(word[..<hash])
+        }.joined(separator: " ")
+    }
+
     /// Compares one outcome with its intent and counts it.
     mutating func judge<T>(_ kind: String, _ intent: Intent, _ result: Result<T, LedgerError>, _ what: String) -> T? {
+        let what = Self.withoutTitles(what)
         // A full ledger fails every call that writes: stop after a run of them instead of failing
         // through every remaining action.
         if case .failure(let error) = result, error.code == .storageFull {
@@ -215,6 +226,12 @@ struct SimulationClient {
             }
         } else {
             storageFullRun = 0
+        }
+        // With --verbose, every failed call and its error (intended or not). Like every log line, it
+        // carries no personal data: `what` and the ledger's messages name people by user record name.
+        if case .failure(let error) = result {
+            ledger.configuration.log.logger.debug(
+                "call failed", metadata: ["client": "\(index)", "call": "\(kind)", "what": "\(what)", "error": "\(error)"])
         }
         switch (intent, result) {
         case (.success, .success(let value)):
@@ -242,7 +259,7 @@ struct SimulationClient {
     /// Counts a successful answer that disagrees with the model.
     mutating func mismatch(_ text: String) {
         tally.mismatches += 1
-        tally.problem("mismatch", "client \(index): \(text)")
+        tally.problem("mismatch", "client \(index): \(Self.withoutTitles(text))")
     }
 
     // MARK: - Helpers
@@ -293,7 +310,7 @@ struct SimulationClient {
             let share = model.shares[shareIndex]
             if let entry = share.entries.first(where: { $0.claimed && $0.status == .pending }) {
                 return SimulationExample(
-                    url: share.url.absoluteString, container: home, user: name(entry.person), owner: name(share.owner))
+                    url: Self.withoutTitles(share.url.absoluteString), container: home, user: name(entry.person), owner: name(share.owner))
             }
         }
         return nil
