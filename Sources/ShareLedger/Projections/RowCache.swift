@@ -6,24 +6,21 @@ import SwiftProtobuf
 /// decoded again for every action that reads it (``ReadModels/message(_:_:_:_:)``).
 ///
 /// Rows are written through: every put still writes the row's bytes in the transaction, and the
-/// cache only saves decoding. Two ways to use it:
+/// cache only saves decoding. The writer calls ``begin(serial:transactionID:)`` at every step and
+/// ``committed(_:)`` from its commit observer. What a transaction reads or writes is kept as
+/// *pending*; it joins the *committed* rows only when the writer reports that transaction committed,
+/// so an aborted transaction's rows are never seen, and neither are those of an attempt the
+/// environment retried after growing its map (each attempt has its own serial). Committed rows stay
+/// valid while every transaction that commits is one the cache saw: when a write transaction begins
+/// with an id that does not follow the last commit the cache saw (another process committed, or this
+/// process committed something without it: raw appends, bookkeeping, maintenance), or a commit
+/// declares it may have changed anything, the cache starts empty; so does a nested transaction
+/// rolled back inside the open one (``forgetAll()``).
 ///
-/// - **The writer's** (``begin(serial:transactionID:)`` at every step, ``committed(_:)`` from the
-///   writer's commit observer). What a transaction reads or writes is kept as *pending*; it joins the
-///   *committed* rows only when the writer reports that transaction committed, so an aborted
-///   transaction's rows are never seen. Committed rows stay valid while every transaction that
-///   commits is one the cache saw: when a write transaction begins with an id that does not follow
-///   the last commit the cache saw (another process committed, or this process committed something
-///   without it: raw appends, bookkeeping, maintenance), or a commit declares it may have changed
-///   anything, the cache starts empty.
-/// - **A replay's** (a rebuild, an audit's scratch copy: nothing else writes the target): no
-///   ``begin(serial:transactionID:)``; rows stay pending for the whole replay.
-///
-/// Bounded: past ``capacity`` rows it starts over. Not thread-safe: one thread (the writer's, or the
-/// replay's) uses it.
+/// Bounded: past ``capacity`` rows it starts over. Not thread-safe: the writer's thread uses it.
 final class RowCache: @unchecked Sendable {
-    // @unchecked: used by one thread only (the log writer's thread, or the thread of one replay);
-    // `committed(_:)` is called by the writer's commit observer on that same thread.
+    // @unchecked: used by one thread only, the log writer's; `committed(_:)` is called by the
+    // writer's commit observer on that same thread.
 
     struct Key: Hashable {
         var db: String
