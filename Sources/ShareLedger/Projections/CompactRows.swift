@@ -28,6 +28,15 @@ protocol CompactRow: SwiftProtobuf.Message {
 /// The layout byte of the first compact layout.
 let compactLayoutOne: UInt8 = 0xC1
 
+extension ReadModels {
+    /// The row type stored in the compact layout in each database that has one, by database name:
+    /// what comparisons re-encode (``logicalEntries(_:_:)``) and what the writer's ``RowCache`` keeps.
+    static let compactRowTypes: [String: any CompactRow.Type] = [
+        "rm_shares": ShareState.self, "rm_participants": ParticipantState.self, "rm_zones": ZoneState.self,
+        "rm_users": UserState.self,
+    ]
+}
+
 extension CompactRow {
     /// The row in the compact layout.
     func compactBytes() -> [UInt8] {

@@ -163,14 +163,7 @@ extension ReadModels {
         var out: [([UInt8], [UInt8])] = []
         // Rows of the compact databases by content: a row an earlier release wrote (protobuf) is
         // compared as the compact bytes it stands for.
-        let compact: (any CompactRow.Type)? =
-            switch db.name {
-            case shares.name: ShareState.self
-            case participants.name: ParticipantState.self
-            case zones.name: ZoneState.self
-            case users.name: UserState.self
-            default: nil
-            }
+        let compact = ReadModels.compactRowTypes[db.name]
         try txn.visit(db, from: nil) { key, value in
             if let compact, value.first.map({ $0 < 0x80 }) ?? true {
                 out.append((Array(key), try compact.decodeStored(value, database: db.name).compactBytes()))
