@@ -82,16 +82,20 @@ struct HistoryJournalEntry: Equatable {
         self.users = users
     }
 
-    /// The (history index, key) pairs this entry stands for.
-    func indexKeys(_ models: ReadModels) -> [(db: Database, key: [UInt8])] {
-        var out: [(db: Database, key: [UInt8])] = tokens.map { (models.shareHistory, Array($0.utf8)) }
-        for user in users { out.append((models.userHistory, ReadModels.userKey(container, user))) }
-        out.append((models.containerHistory, Array(container.utf8)))
+    /// The (history index, key) pairs this entry stands for; the index as its place in
+    /// ``ReadModels/historyIndexes``.
+    func indexKeys() -> [(index: Int, key: [UInt8])] {
+        var out: [(index: Int, key: [UInt8])] = tokens.map { (0, Array($0.utf8)) }
+        for user in users { out.append((1, ReadModels.userKey(container, user))) }
+        out.append((2, Array(container.utf8)))
         return out
     }
 }
 
 extension ReadModels {
+    /// The three history indexes, in the order ``HistoryJournalEntry/indexKeys()`` numbers them.
+    var historyIndexes: [Database] { [shareHistory, userHistory, containerHistory] }
+
     /// Journal entries that make a fold: about 1,000 events' history moved at once keeps a fold to a
     /// few milliseconds of one commit, while each index page it dirties takes many positions.
     static let historyFoldThreshold = 1_024
@@ -110,28 +114,44 @@ extension ReadModels {
     /// journal. Returns the number of index entries written.
     @discardableResult
     func foldHistory(_ txn: borrowing some ReadModelStore & ~Copyable) throws -> Int {
-        var moves: [(db: Int, key: [UInt8], position: [UInt8])] = []
-        let databases = [shareHistory, userHistory, containerHistory]
+        var moves: [(db: Int, key: [UInt8], position: UInt64)] = []
+        let databases = historyIndexes
         try txn.visit(historyJournal, from: nil) { key, value in
-            let entry = try HistoryJournalEntry(decoding: value)
-            let position = Array(key)
-            for (db, indexKey) in entry.indexKeys(self) {
-                moves.append((databases.firstIndex { $0.name == db.name }!, indexKey, position))
+            guard let position = BigEndian.uint64(key) else {
+                throw LedgerError(.corruptedData, "a key of the history journal is \(key.count) bytes, expected 8; run `share-ledger rebuild`")
             }
+            for (index, key) in try HistoryJournalEntry(decoding: value).indexKeys() { moves.append((index, key, position)) }
             return true
         }
         guard !moves.isEmpty else { return 0 }
-        // Sorted by index, key and position: each index is walked once, left to right.
+        // Sorted by index, key and position (LMDB's order of a sorted-duplicates database): each
+        // index is walked once, left to right. Keys compare with memcmp: the generic
+        // `lexicographicallyPrecedes` made the sort most of a fold's time.
         moves.sort { a, b in
             if a.db != b.db { return a.db < b.db }
-            if a.key != b.key { return a.key.lexicographicallyPrecedes(b.key) }
-            return a.position.lexicographicallyPrecedes(b.position)
+            let order = ReadModels.compareBytes(a.key, b.key)
+            return order != 0 ? order < 0 : a.position < b.position
         }
         for move in moves where ReadModels.isStorable(move.key) {
-            try txn.put(databases[move.db], key: move.key, value: move.position)
+            try txn.put(databases[move.db], key: move.key, value: BigEndian.bytes(of: move.position))
         }
         try txn.clear(historyJournal)
         return moves.count
+    }
+
+    /// Orders two byte strings as LMDB orders keys: byte-wise, a prefix before the longer string.
+    @inline(__always)
+    static func compareBytes(_ a: [UInt8], _ b: [UInt8]) -> Int {
+        a.withUnsafeBufferPointer { a in
+            b.withUnsafeBufferPointer { b in
+                let common = min(a.count, b.count)
+                if common > 0, let pa = a.baseAddress, let pb = b.baseAddress {
+                    let order = memcmp(pa, pb, common)
+                    if order != 0 { return order < 0 ? -1 : 1 }
+                }
+                return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+            }
+        }
     }
 
     /// The positions in the journal of the entries about (`db`, `key`), from `from` on, in order.
@@ -142,7 +162,7 @@ extension ReadModels {
         try BigEndian.withBytes(of: from) { start in
             try txn.visit(historyJournal, from: start) { positionBytes, value in
                 let entry = try HistoryJournalEntry(decoding: value)
-                if entry.indexKeys(self).contains(where: { $0.db.name == db.name && $0.key == key }),
+                if entry.indexKeys().contains(where: { historyIndexes[$0.index].name == db.name && $0.key == key }),
                     let position = BigEndian.uint64(positionBytes)
                 {
                     out.append(position)
@@ -175,14 +195,17 @@ extension ReadModels {
         guard [shareHistory.name, userHistory.name, containerHistory.name].contains(db.name) else { return out }
         var journaled: [([UInt8], [UInt8])] = []
         try txn.visit(historyJournal, from: nil) { position, value in
-            for (index, key) in try HistoryJournalEntry(decoding: value).indexKeys(self) where index.name == db.name {
+            for (index, key) in try HistoryJournalEntry(decoding: value).indexKeys() where historyIndexes[index].name == db.name {
                 journaled.append((key, Array(position)))
             }
             return true
         }
         guard !journaled.isEmpty else { return out }
         out.append(contentsOf: journaled)
-        out.sort { a, b in a.0 != b.0 ? a.0.lexicographicallyPrecedes(b.0) : a.1.lexicographicallyPrecedes(b.1) }
+        out.sort { a, b in
+            let order = ReadModels.compareBytes(a.0, b.0)
+            return order != 0 ? order < 0 : ReadModels.compareBytes(a.1, b.1) < 0
+        }
         return out
     }
 }
