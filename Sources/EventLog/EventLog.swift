@@ -280,7 +280,8 @@ public final class EventLog: Sendable {
         public var mapSizeBytes: Int
         /// Bytes in use in the data file.
         public var usedBytes: Int
-        /// The format version of the ledger.
+        /// The format version recorded in the ledger (a ledger opened read-only keeps the version it
+        /// was written with; opened for writing, it is marked with the current one).
         public var formatVersion: UInt32
         /// The durability mode this process opened it with.
         public var durability: String
@@ -332,7 +333,7 @@ public final class EventLog: Sendable {
                 commands: try txn.statistics(store.commands).entries,
                 mapSizeBytes: info.mapSize,
                 usedBytes: info.usedBytes,
-                formatVersion: LogStore.formatVersion,
+                formatVersion: try store.storedFormatVersion(txn) ?? LogStore.formatVersion,
                 durability: configuration.durability.rawValue)
             return try more(txn, log)
         }

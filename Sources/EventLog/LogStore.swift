@@ -11,7 +11,11 @@ package final class LogStore: Sendable {
     /// - 1: the head (position, hash, time of the last event) kept in `meta`/`head`, written by every commit.
     /// - 2: the head is the last entry of `log` itself; `meta`/`head` is gone (one B-tree fewer per
     ///   commit). A version 1 ledger is upgraded in place when opened for writing.
-    package static let formatVersion: UInt32 = 2
+    /// - 3: the log's bytes are those of 2; the layers above may keep their data in layouts releases
+    ///   of version 2 misread (ShareLedger's compact rows and history journal), so those releases
+    ///   must refuse the ledger rather than write it. A version 2 ledger is marked 3 when opened for
+    ///   writing (nothing else changes); opened read-only, it is read as it is.
+    package static let formatVersion: UInt32 = 3
 
     package let environment: Environment
     /// position (8-byte big-endian) → stored envelope bytes.
@@ -200,6 +204,8 @@ package final class LogStore: Sendable {
             guard stored <= LogStore.formatVersion else { throw LogStore.tooNew(stored, path: path) }
             if stored < 2 {
                 try upgradeFromVersion1(initialize: initialize)
+            } else if stored < LogStore.formatVersion && initialize {
+                try markCurrentFormat(from: stored)
             }
         } else {
             guard initialize else {
@@ -248,7 +254,25 @@ package final class LogStore: Sendable {
                 try txn.delete(meta, key: LogStore.headKey)
             }
         } catch {
-            throw LedgerError.wrap(error, while: "upgrading the ledger at \(path) to format 2")
+            throw LedgerError.wrap(error, while: "upgrading the ledger at \(path) from format 1")
+        }
+    }
+
+    /// The format version recorded in `meta`, or nil when there is none or it is not 4 bytes.
+    package func storedFormatVersion(_ txn: borrowing Transaction) throws -> UInt32? {
+        try txn.get(meta, key: LogStore.formatKey).flatMap { bytes in bytes.withUnsafeBytes { BigEndian.uint32($0) } }
+    }
+
+    /// Marks a version 2 ledger opened for writing as version 3: from now on its read models may
+    /// hold what a version 2 release misreads, so such a release must refuse it (`formatTooNew`).
+    private func markCurrentFormat(from stored: UInt32) throws(LedgerError) {
+        let path = environment.options.path
+        do {
+            try environment.write { txn in
+                try txn.put(meta, key: LogStore.formatKey, value: BigEndian.bytes(of: LogStore.formatVersion))
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "marking the ledger at \(path) (format \(stored)) as format \(LogStore.formatVersion)")
         }
     }
 
