@@ -203,6 +203,9 @@ struct BenchCommand: AsyncParsableCommand {
                 figures["snapshot.intervalEvents"] = Double(scale.snapshotInterval)
                 figures["memory.rebuildPeakAnonMB"] = scale.rebuildPeakAnonMB
                 figures["memory.rebuildAnonGrowthMB"] = scale.rebuildAnonGrowthMB
+                figures["rebuild.changedEntries"] = Double(scale.rebuildChangedEntries)
+                figures["rebuild.rewriteAll.perSecond"] = scale.rewriteRebuildPerSecond
+                figures["memory.rebuildRewriteAllPeakAnonMB"] = scale.rewriteRebuildPeakAnonMB
             }
             if parts.contains("replicate"), let nats, let replicateSeconds {
                 let servers = try NATSOptions.parse(["--nats", nats]).servers()

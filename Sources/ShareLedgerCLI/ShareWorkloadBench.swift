@@ -272,6 +272,11 @@ struct ScaleBench {
         var scanPerSecond: Double
         var rebuildPeakAnonMB: Double
         var rebuildAnonGrowthMB: Double
+        /// Entries the rebuild's last transaction changed (0 for a ledger whose read models were right).
+        var rebuildChangedEntries: Int
+        /// The same rebuild rewriting every read model whole (what a rebuild that changes them all costs).
+        var rewriteRebuildPerSecond: Double
+        var rewriteRebuildPeakAnonMB: Double
         var participants10P50Micros: Double
         var participants100P50Micros: Double
         var events: UInt64
@@ -388,9 +393,17 @@ struct ScaleBench {
         let memory = AnonymousMemorySampler()
         memory.start()
         started = ContinuousClock.now
-        _ = try await ledger.rebuildReadModels()
+        let rebuilt = try await ledger.rebuildReadModels(rewritingEverything: false)
         let rebuildSeconds = (ContinuousClock.now - started).seconds
         let (peak, baseline) = memory.stop()
+
+        progress("scale: rebuilding the read models of \(events) events, rewriting every one whole")
+        let rewriteMemory = AnonymousMemorySampler()
+        rewriteMemory.start()
+        started = ContinuousClock.now
+        _ = try await ledger.rebuildReadModels(rewritingEverything: true)
+        let rewriteSeconds = (ContinuousClock.now - started).seconds
+        let (rewritePeak, _) = rewriteMemory.stop()
 
         progress("scale: views of the read models as of the head and of the point before the last snapshot")
         let snapshots = ledger.readModelSnapshots()
@@ -414,6 +427,8 @@ struct ScaleBench {
             verifyPerSecond: Double(verification.eventsChecked) / verifySeconds,
             scanPerSecond: Double(events) / scanSeconds,
             rebuildPeakAnonMB: Double(peak) / 1_048_576, rebuildAnonGrowthMB: Double(peak - baseline) / 1_048_576,
+            rebuildChangedEntries: rebuilt.changedEntries, rewriteRebuildPerSecond: Double(events) / rewriteSeconds,
+            rewriteRebuildPeakAnonMB: Double(rewritePeak) / 1_048_576,
             participants10P50Micros: participantP50[10] ?? 0, participants100P50Micros: participantP50[100] ?? 0,
             events: events)
     }

@@ -63,6 +63,70 @@ struct AuditTests {
         await f.ledger.close()
     }
 
+    /// A digest per read model of the fixture's ledger (history indexes and journal as one set).
+    private func digests(_ f: SharingFixture) throws -> [String: String] {
+        try ReadModelRebuild.compare(f.ledger.log.store, f.ledger.log.store).digests
+    }
+
+    @Test("a rebuild changes in place only the entries that differ: missing, extra and changed, sorted duplicates included")
+    func rebuildChangesOnlyDifferences() async throws {
+        let (f, share) = try await busyLedger()
+        let (store, m, healthy) = (f.ledger.log.store, f.ledger.models, try digests(f))
+
+        // A healthy ledger: nothing to change.
+        var outcome = try await f.ledger.rebuildReadModels(rewritingEverything: false)
+        #expect(outcome.changedEntries == 0 && outcome.rewrittenDatabases.isEmpty)
+
+        let byUser = ReadModels.key(SharingFixture.container, "_bob", share.token.text)
+        try store.environment.write { txn in
+            #expect(try txn.delete(m.sharesByUser, key: byUser))  // missing
+            try txn.put(m.sharesByOwner, key: Array("forged\u{0}owner".utf8), value: [])  // extra
+            let counter = try #require(try ReadModelRebuild.dump(store.environment, m.counters).first)
+            try txn.put(m.counters, key: counter.0, value: BigEndian.bytes(of: UInt64(999)))  // changed
+            try txn.put(m.shareHistory, key: Array(share.token.text.utf8), value: BigEndian.bytes(of: UInt64(1 << 40)))  // extra duplicate
+            let journal = try #require(try ReadModelRebuild.dump(store.environment, m.historyJournal).last)
+            #expect(try txn.delete(m.historyJournal, key: journal.0))  // missing
+        }
+        #expect(try digests(f) != healthy)
+
+        outcome = try await f.ledger.rebuildReadModels(rewritingEverything: false)
+        #expect(outcome.changedEntries == 5)
+        #expect(outcome.rewrittenDatabases.isEmpty)
+        #expect(try digests(f) == healthy)
+        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(report.ok, "\(report.problems)")
+        #expect(try f.bob.participatingShares(status: [.accepted]).count == 1)
+
+        // Rewriting everything gives the same read models.
+        outcome = try await f.ledger.rebuildReadModels(rewritingEverything: true)
+        #expect(outcome.changedEntries == 0)
+        #expect(outcome.rewrittenDatabases == m.all.map(\.name))
+        #expect(try digests(f) == healthy)
+        await f.ledger.close()
+    }
+
+    @Test("a read model with more differences than the limit is rewritten whole; the others are changed in place")
+    func rebuildRewritesBeyondTheLimit() async throws {
+        let (f, _) = try await busyLedger()
+        let (store, m, healthy) = (f.ledger.log.store, f.ledger.models, try digests(f))
+        try store.environment.write { txn in
+            for index in 0..<3 { try txn.put(m.sharesByOwner, key: Array("forged\u{0}\(index)".utf8), value: []) }
+            try txn.put(m.userLookup, key: Array("forged".utf8), value: Array("_nobody".utf8))
+        }
+        let scratch = try LogStore.openLedger(EventLog.Configuration(path: f.dir.child("swap"), durability: .unsafeNoSync))
+        defer { scratch.environment.close() }
+        try ReadModelRebuild.replay(from: store, into: scratch)
+        let outcome = try store.environment.write { txn in
+            try scratch.environment.read { built in
+                try ReadModelRebuild.swap(into: m, in: txn, from: scratch.models, in: built, limit: 2)
+            }
+        }
+        #expect(outcome.rewrittenDatabases == [m.sharesByOwner.name])
+        #expect(outcome.changedEntries == 1)
+        #expect(try digests(f) == healthy)
+        await f.ledger.close()
+    }
+
     @Test("a rebuild that fails half way leaves the old read models")
     func failedRebuildLeavesOldModels() async throws {
         let (f, _) = try await busyLedger()

@@ -145,6 +145,117 @@ enum ReadModelRebuild {
         return copied
     }
 
+    /// One change that makes a live database hold what its rebuild holds.
+    struct Change {
+        var key: [UInt8]
+        var value: [UInt8]
+        /// Delete (key, value) (for sorted duplicates; the key for any other database), else put it.
+        var isDelete: Bool
+    }
+
+    /// The changes that make `live` (in the write transaction `txn`) hold exactly the entries of
+    /// `rebuilt` (in `built`): both are walked once, in order, without writing. Returns nil as soon as
+    /// more than `limit` are needed (then rewriting the database costs no more than changing it).
+    static func differences(
+        _ live: Database, in txn: borrowing Transaction, from rebuilt: Database, in built: borrowing Transaction, limit: Int
+    ) throws -> [Change]? {
+        let duplicates = live.flags.contains(.dupSort)
+        var changes: [Change] = []
+        return try built.withCursor(rebuilt) { source -> [Change]? in
+            try txn.withCursor(live) { target -> [Change]? in
+                var want = try source.first()
+                var have = try target.first()
+                while want != nil || have != nil {
+                    guard changes.count <= limit else { return nil }
+                    guard let w = want else {
+                        changes.append(Change(key: Array(have!.key), value: Array(have!.value), isDelete: true))
+                        have = try target.next()
+                        continue
+                    }
+                    guard let h = have else {
+                        changes.append(Change(key: Array(w.key), value: Array(w.value), isDelete: false))
+                        want = try source.next()
+                        continue
+                    }
+                    var order = compareBytes(w.key, h.key)
+                    if order == 0 && duplicates { order = compareBytes(w.value, h.value) }
+                    if order < 0 {
+                        changes.append(Change(key: Array(w.key), value: Array(w.value), isDelete: false))
+                        want = try source.next()
+                    } else if order > 0 {
+                        changes.append(Change(key: Array(h.key), value: Array(h.value), isDelete: true))
+                        have = try target.next()
+                    } else {
+                        // Same key (and, with duplicates, same value): a unique key's value may differ.
+                        if !duplicates && compareBytes(w.value, h.value) != 0 {
+                            changes.append(Change(key: Array(w.key), value: Array(w.value), isDelete: false))
+                        }
+                        want = try source.next()
+                        have = try target.next()
+                    }
+                }
+                return changes.count <= limit ? changes : nil
+            }
+        }
+    }
+
+    /// Byte-wise order of two buffers, a prefix first (LMDB's default order of keys and duplicates).
+    @inline(__always)
+    static func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+        let common = min(a.count, b.count)
+        if common > 0, let pa = a.baseAddress, let pb = b.baseAddress {
+            let order = memcmp(pa, pb, common)
+            if order != 0 { return order < 0 ? -1 : 1 }
+        }
+        return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+    }
+
+    /// What the final step of a rebuild wrote into the live read models.
+    struct SwapOutcome: Sendable, Hashable {
+        /// Entries put or deleted in databases changed in place.
+        var changedEntries = 0
+        /// Databases cleared and rewritten whole (more differences than ``changeLimit`` allows).
+        var rewrittenDatabases: [String] = []
+    }
+
+    /// Differences up to which the final step of a rebuild changes a live database in place instead of
+    /// rewriting it, counted over all databases: each may dirty a page (4 KiB of memory until the
+    /// commit), so the in-place path keeps that step within about 32 MiB.
+    static let changeLimit = 8_192
+
+    /// Makes the live read models of `models` (in the write transaction `txn`) hold exactly the read
+    /// models of `rebuiltModels` (in `built`). A database that differs in up to the remaining
+    /// `limit` (``changeLimit``) entries is changed in place; one that differs more (or every one with
+    /// `rewriteAll`) is cleared and copied whole with sorted appends, which keeps every page of it in
+    /// memory until the commit.
+    static func swap(
+        into models: ReadModels, in txn: borrowing Transaction, from rebuiltModels: ReadModels, in built: borrowing Transaction,
+        rewriteAll: Bool = false, limit: Int = changeLimit
+    ) throws -> SwapOutcome {
+        var outcome = SwapOutcome()
+        for (live, rebuilt) in zip(models.all, rebuiltModels.all) {
+            let budget = rewriteAll ? -1 : limit - outcome.changedEntries
+            if budget >= 0, let changes = try differences(live, in: txn, from: rebuilt, in: built, limit: budget) {
+                for change in changes {
+                    if change.isDelete {
+                        try txn.delete(live, key: change.key, value: live.flags.contains(.dupSort) ? change.value : nil)
+                    } else {
+                        try txn.put(live, key: change.key, value: change.value)
+                    }
+                }
+                outcome.changedEntries += changes.count
+                continue
+            }
+            try txn.clear(live)
+            try built.withCursor(rebuilt) { cursor in
+                var entry = try cursor.first()
+                try copy(&entry, with: cursor, into: live, in: txn)
+            }
+            outcome.rewrittenDatabases.append(live.name)
+        }
+        return outcome
+    }
+
     /// How two sets of read models compare, database by database.
     struct Comparison: Sendable, Hashable {
         /// Databases whose contents differ, with the first key (hex) where they do.

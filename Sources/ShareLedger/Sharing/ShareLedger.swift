@@ -238,10 +238,10 @@ public final class ShareLedger: Sendable {
         }
     }
 
-    /// Runs bookkeeping in the writer's next transaction and returns its count. It may write
+    /// Runs bookkeeping in the writer's next transaction and returns its result. It may write
     /// anything (the read models are told to forget what they keep in memory); an error it throws
     /// aborts the transaction, and only it fails.
-    func maintain(_ work: @escaping MaintenanceWork) async throws(LedgerError) -> Int {
+    func maintain<Result: Sendable>(_ work: @escaping MaintenanceWork<Result>) async throws(LedgerError) -> Result {
         guard !configuration.readOnly else {
             throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
         }
@@ -322,4 +322,4 @@ extension LedgerError {
 }
 
 /// Bookkeeping the writer runs in its transaction (see ``ShareLedger/maintain(_:)``).
-typealias MaintenanceWork = @Sendable (borrowing Transaction) throws -> Int
+typealias MaintenanceWork<Result> = @Sendable (borrowing Transaction) throws -> Result
