@@ -63,8 +63,8 @@ struct WireError: Error, Sendable, Hashable {
         switch error.code {
         case .unknownItem: code = .notFound
         case .permissionFailure, .participantMayNeedVerification: code = .accessDenied
-        case .serverRecordChanged: code = .conflict
-        case .alreadyShared: code = .exists
+        case .serverRecordChanged, .wrongExpectedVersion: code = .conflict
+        case .alreadyShared, .participantAlreadyInvited: code = .exists
         case .zoneNotFound: code = .zoneNotFound
         case .referenceViolation: code = .validatingReferenceError
         case .notAuthenticated: code = .authenticationRequired
