@@ -20,6 +20,33 @@ struct HistoryJournalTests {
         #expect(throws: LedgerError.self) { try (bytes + [0]).withUnsafeBytes { try HistoryJournalEntry(decoding: $0) } }
     }
 
+    @Test("testing an encoded entry for an index key in place agrees with decoding it, and never traps on damage")
+    func namesInPlace() throws {
+        var random = SplitMix64(state: 0x5EED)
+        let names = ["", "a", "ab", "_alice", "_al", "T0K3N", "T0K", "iCloud.c", "iCloud.c\u{0}_alice"]
+        for _ in 0..<400 {
+            let entry = HistoryJournalEntry(
+                container: names.randomElement(using: &random)!,
+                tokens: (0..<Int.random(in: 0...2, using: &random)).map { _ in names.randomElement(using: &random)! },
+                users: (0..<Int.random(in: 0...3, using: &random)).map { _ in names.randomElement(using: &random)! })
+            let bytes = entry.encoded()
+            let listed = entry.indexKeys()
+            var candidates = listed
+            for name in names {
+                for index in 0..<3 { candidates.append((index, Array(name.utf8))) }
+                candidates.append((1, ReadModels.userKey(entry.container, name)))
+                candidates.append((1, ReadModels.userKey(name, "_alice")))
+            }
+            for (index, key) in candidates {
+                let expected = listed.contains { $0.index == index && $0.key == key }
+                #expect(try bytes.withUnsafeBytes { try HistoryJournalEntry.names(index: index, key: key, in: $0) } == expected)
+            }
+            for cut in 0..<bytes.count {
+                _ = try? Array(bytes.prefix(cut)).withUnsafeBytes { try HistoryJournalEntry.names(index: 1, key: [0], in: $0) }
+            }
+        }
+    }
+
     @Test("histories span folded and journaled events; the fold empties the journal; audit and rebuild agree")
     func foldAcrossThreshold() async throws {
         let f = try await SharingFixture()

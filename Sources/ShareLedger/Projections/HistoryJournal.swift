@@ -82,6 +82,40 @@ struct HistoryJournalEntry: Equatable {
         self.users = users
     }
 
+    /// Whether the encoded entry `bytes` stands for (`index`, `key`) (as ``indexKeys()`` would list
+    /// it), read in place without decoding its strings: a history query tests every journal entry.
+    static func names(index: Int, key: [UInt8], in bytes: UnsafeRawBufferPointer) throws -> Bool {
+        var offset = 0
+        func fail() -> LedgerError {
+            LedgerError(.corruptedData, "an entry of the history journal does not decode; run `share-ledger rebuild`")
+        }
+        func byte() throws -> Int {
+            guard offset < bytes.count else { throw fail() }
+            defer { offset += 1 }
+            return Int(bytes[offset])
+        }
+        func string() throws -> UnsafeRawBufferPointer {
+            let count = try byte() << 8 | byte()
+            guard offset + count <= bytes.count else { throw fail() }
+            defer { offset += count }
+            return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
+        }
+        guard try byte() == Int(layoutVersion) else { throw fail() }
+        let container = try string()
+        return try key.withUnsafeBytes { key in
+            if index == 2 { return key.elementsEqual(container) }
+            let tokens = try byte()
+            for _ in 0..<tokens where try string().elementsEqual(key) && index == 0 { return true }
+            guard index == 1, key.count > container.count, key[container.count] == 0,
+                UnsafeRawBufferPointer(rebasing: key[0..<container.count]).elementsEqual(container)
+            else { return false }
+            let user = UnsafeRawBufferPointer(rebasing: key[(container.count + 1)...])
+            let users = try byte()
+            for _ in 0..<users where try string().elementsEqual(user) { return true }
+            return false
+        }
+    }
+
     /// The (history index, key) pairs this entry stands for; the index as its place in
     /// ``ReadModels/historyIndexes``.
     func indexKeys() -> [(index: Int, key: [UInt8])] {
@@ -160,11 +194,9 @@ extension ReadModels {
     ) throws -> [UInt64] {
         var out: [UInt64] = []
         try BigEndian.withBytes(of: from) { start in
+            guard let index = historyIndexes.firstIndex(where: { $0.name == db.name }) else { return }
             try txn.visit(historyJournal, from: start) { positionBytes, value in
-                let entry = try HistoryJournalEntry(decoding: value)
-                if entry.indexKeys().contains(where: { historyIndexes[$0.index].name == db.name && $0.key == key }),
-                    let position = BigEndian.uint64(positionBytes)
-                {
+                if try HistoryJournalEntry.names(index: index, key: key, in: value), let position = BigEndian.uint64(positionBytes) {
                     out.append(position)
                 }
                 return true
