@@ -189,7 +189,122 @@ package enum EnvelopeCodec {
         return readVarint(stored, &index, limit: stored.count).map { Int64(bitPattern: $0) } ?? 0
     }
 
+    /// Written by hand, like ``encode(_:)``: one pass over the protobuf fields, each string checked as
+    /// UTF-8 and copied once, with protobuf's rules (fields in any order, the last of a repeated
+    /// field wins, unknown fields skipped). Stricter than SwiftProtobuf in one way: a known field
+    /// with the wrong wire type, or a group, is ``LedgerError/Code/corruptedData`` (the writer never
+    /// writes either). A test holds it to ``decodeWithSwiftProtobuf(_:key:)``.
     package static func decode(_ stored: UnsafeRawBufferPointer, key: UInt64) throws(LedgerError) -> EventEnvelope {
+        guard endsWithHashField(stored) else {
+            throw LedgerError(.corruptedData, "the event at position \(key) does not end with its 32-byte hash field")
+        }
+        func malformed(_ what: String) -> LedgerError {
+            LedgerError(.corruptedData, "the event at position \(key) does not decode: \(what)")
+        }
+        var position: UInt64 = 0
+        var recordedAtMicros: Int64 = 0
+        var container = ""
+        var actor = ""
+        var commandID: UnsafeRawBufferPointer?
+        var correlationID: UnsafeRawBufferPointer?
+        var causationID: UnsafeRawBufferPointer?
+        var schemaVersion: UInt32 = 0
+        var stream = ""
+        var streamVersion: UInt64 = 0
+        var streamPreviousPosition: UInt64 = 0
+        var eventType = ""
+        var payload: UnsafeRawBufferPointer?
+        var previousHash: UnsafeRawBufferPointer?
+        var hash: UnsafeRawBufferPointer?
+        let count = stored.count
+        var offset = 0
+        while offset < count {
+            guard let tag = readVarint(stored, &offset, limit: count), tag >> 3 > 0, tag >> 3 <= 536_870_911 else {
+                throw malformed("a field tag is malformed")
+            }
+            let field = tag >> 3
+            let wireType = tag & 7
+            let known = field <= 15
+            switch wireType {
+            case 0:
+                guard let value = readVarint(stored, &offset, limit: count) else { throw malformed("a varint runs past the end") }
+                switch field {
+                case 1: position = value
+                case 2: recordedAtMicros = Int64(bitPattern: value)
+                case 8: schemaVersion = UInt32(truncatingIfNeeded: value)
+                case 10: streamVersion = value
+                case 11: streamPreviousPosition = value
+                default: guard !known else { throw malformed("field \(field) has the wrong wire type") }
+                }
+            case 2:
+                guard let length = readVarint(stored, &offset, limit: count), length <= UInt64(count - offset) else {
+                    throw malformed("a length-delimited field runs past the end")
+                }
+                let bytes = UnsafeRawBufferPointer(rebasing: stored[offset..<(offset + Int(length))])
+                offset += Int(length)
+                func text() throws(LedgerError) -> String {
+                    guard let value = String(validating: bytes, as: UTF8.self) else {
+                        throw malformed("field \(field) is not valid UTF-8")
+                    }
+                    return value
+                }
+                switch field {
+                case 3: container = try text()
+                case 4: actor = try text()
+                case 5: commandID = bytes
+                case 6: correlationID = bytes
+                case 7: causationID = bytes
+                case 9: stream = try text()
+                case 12: eventType = try text()
+                case 13: payload = bytes
+                case 14: previousHash = bytes
+                case 15: hash = bytes
+                default: guard !known else { throw malformed("field \(field) has the wrong wire type") }
+                }
+            case 1, 5:
+                let size = wireType == 1 ? 8 : 4
+                guard !known else { throw malformed("field \(field) has the wrong wire type") }
+                guard count - offset >= size else { throw malformed("a fixed-size field runs past the end") }
+                offset += size
+            default:
+                throw malformed("wire type \(wireType) is not one an event uses")
+            }
+        }
+        guard position == key else {
+            throw LedgerError(.corruptedData, "the event stored at position \(key) says it is at position \(position)")
+        }
+        guard let commandID = commandID.flatMap(uuid(_:)),
+            let previous = EventHash(bytes: previousHash ?? UnsafeRawBufferPointer(start: nil, count: 0)),
+            let hash = hash.flatMap({ EventHash(bytes: $0) })
+        else {
+            throw LedgerError(.corruptedData, "the event at position \(key) has a malformed id or hash field")
+        }
+        return EventEnvelope(
+            position: LogPosition(position),
+            recordedAtMicros: recordedAtMicros,
+            container: container,
+            actor: actor,
+            commandID: commandID,
+            correlationID: correlationID.flatMap(uuid(_:)),
+            causationID: causationID.flatMap(uuid(_:)),
+            schemaVersion: schemaVersion,
+            stream: stream,
+            streamVersion: streamVersion,
+            streamPreviousPosition: LogPosition(streamPreviousPosition),
+            eventType: eventType,
+            payload: payload.map { Array($0) } ?? [],
+            previousHash: previous,
+            hash: hash)
+    }
+
+    /// A UUID from exactly 16 bytes.
+    private static func uuid(_ bytes: UnsafeRawBufferPointer) -> UUID? {
+        guard bytes.count == 16 else { return nil }
+        return UUID(uuid: bytes.loadUnaligned(as: uuid_t.self))
+    }
+
+    /// The same entry decoded by SwiftProtobuf, for the test that holds ``decode(_:key:)`` to it.
+    package static func decodeWithSwiftProtobuf(_ stored: UnsafeRawBufferPointer, key: UInt64) throws(LedgerError) -> EventEnvelope {
         guard endsWithHashField(stored) else {
             throw LedgerError(.corruptedData, "the event at position \(key) does not end with its 32-byte hash field")
         }
@@ -311,6 +426,8 @@ package enum EnvelopeCodec {
         while offset < limit && shift < 64 {
             let byte = buffer[offset]
             offset += 1
+            // The tenth byte holds bit 63 only: anything more is not a 64-bit varint.
+            if shift == 63 && byte > 1 { return nil }
             result |= UInt64(byte & 0x7F) << shift
             if byte & 0x80 == 0 { return result }
             shift += 7

@@ -93,6 +93,38 @@ struct EnvelopeEncoderTests {
         let (stored, hash) = EnvelopeCodec.encode(fields)
         #expect(stored == (try EnvelopeCodec.encodeWithSwiftProtobuf(fields)))
         #expect(Array(stored.suffix(32)) == hash)
+
+        // The hand-written decoder reads what SwiftProtobuf reads...
+        let decoded = try stored.withUnsafeBytes { try EnvelopeCodec.decode($0, key: fields.position) }
+        #expect(decoded == (try stored.withUnsafeBytes { try EnvelopeCodec.decodeWithSwiftProtobuf($0, key: fields.position) }))
+        #expect(decoded.payload == fields.payload && decoded.hash.bytes == hash && decoded.container == fields.container)
+
+        // ...and of damaged or unusual bytes, never more: what it accepts SwiftProtobuf accepts the
+        // same, and what SwiftProtobuf refuses it refuses (it may refuse more: a known field with the
+        // wrong wire type, a group).
+        let canonical = Array(stored.dropLast(EnvelopeCodec.hashSuffixLength))
+        let suffix = Array(stored.suffix(EnvelopeCodec.hashSuffixLength))
+        for _ in 0..<40 {
+            var damaged = canonical
+            switch Int.random(in: 0..<5, using: &random) {
+            case 0 where !damaged.isEmpty:  // a flipped byte
+                damaged[Int.random(in: 0..<damaged.count, using: &random)] ^= UInt8.random(in: 1...255, using: &random)
+            case 1:  // cut short
+                damaged = Array(damaged.prefix(Int.random(in: 0...damaged.count, using: &random)))
+            case 2:  // an unknown field of each wire type
+                damaged += [0x80, 0x01, 0x05] + [0x89, 0x01] + Array(repeating: 7, count: 8) + [0x92, 0x01, 0x02, 0x41, 0x42]
+                    + [0x9D, 0x01, 1, 2, 3, 4]
+            case 3:  // a field repeated: the last wins
+                damaged += [0x1A, 0x03, 0x61, 0x62, 0x63, 0x40, 0x07]
+            default:  // random bytes appended
+                damaged += bytes(12)
+            }
+            let candidate = damaged + suffix
+            let ours = try? candidate.withUnsafeBytes { try EnvelopeCodec.decode($0, key: fields.position) }
+            let theirs = try? candidate.withUnsafeBytes { try EnvelopeCodec.decodeWithSwiftProtobuf($0, key: fields.position) }
+            if let ours { #expect(ours == theirs) }
+            if theirs == nil { #expect(ours == nil) }
+        }
     }
 }
 
