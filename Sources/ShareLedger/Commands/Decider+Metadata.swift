@@ -25,6 +25,8 @@ extension Decider {
         // fetching in the share's own container. From another container, the same name is nobody
         // the share knows.
         let sameContainer = share.container == container
+        // A blocked identity learns nothing: the answer of an unknown URL.
+        if sameContainer { try refuseBlocked(txn, token) }
         if sameContainer, let entry = try models.participant(txn, of: actor, in: share, token: token),
             entry.state.status != .statusRemoved
         {
@@ -125,6 +127,7 @@ extension Decider {
                     + "not in \(container)")
         }
         let share = try liveShare(txn, token)
+        try refuseBlocked(txn, token)
         let entry = try models.participant(txn, of: actor, in: share, token: token)
         if let entry, entry.state.role == .owner || entry.state.status == .statusAccepted {
             // The owner, or accepted already: success, nothing new.

@@ -107,6 +107,13 @@ extension Decider {
         guard user != share.ownerName else {
             throw LedgerError(.invalidArguments, "the owner is a participant already")
         }
+        if !user.isEmpty, try models.accessEntry(txn, token, .blocked, user: user) != nil {
+            throw LedgerError(
+                .invalidArguments, "that user is blocked from this share; unblock the identity (unblockIdentities) before "
+                    + "inviting it")
+        }
+        // Inviting a user who asked to join is approving their request (CloudKit's isApprovedRequester).
+        let approved = user.isEmpty ? false : try models.accessEntry(txn, token, .request, user: user) != nil
         // The same identity again: by account, or by the email/phone an invitation went to.
         var existing: (id: String, state: ParticipantState)?
         if !user.isEmpty { existing = try models.participant(txn, of: user, in: share, token: token) }
@@ -137,6 +144,7 @@ extension Decider {
                 e.lookupInfo = existing.state.lookupInfo
                 e.role = PBRole(role)
                 e.permission = PBPermission(permission)
+                e.approvedRequester = approved
                 return .output([event(Streams.share(token), .participantAdded(e))], shareOutput(token))
             }
             if existing.state.role == PBRole(role) && existing.state.permission == PBPermission(permission) {
@@ -161,6 +169,7 @@ extension Decider {
         e.lookupInfo = PBLookupInfo(lookup)
         e.role = PBRole(role)
         e.permission = PBPermission(permission)
+        e.approvedRequester = approved
         return .output([event(Streams.share(token), .participantAdded(e))], shareOutput(token))
     }
 

@@ -33,6 +33,41 @@ public struct Share: Sendable, Hashable {
     public var recordChangeTag: String
     /// When the share was created.
     public var creationDate: Date
+    /// Whether people who have the URL but no invitation may ask to join (CloudKit's
+    /// `CKShare.allowsAccessRequests`). Off by default; while off, a request gets the answer of an
+    /// unknown URL. Change it with ``Container/setAllowsAccessRequests(_:for:ifChangeTag:)``.
+    public var allowsAccessRequests: Bool = false
+    /// The pending access requests (CloudKit's `CKShare.requesters`), in user record name order.
+    /// Only the owner and accepted administrators see them; for anyone else the list is empty.
+    public var requesters: [AccessRequester] = []
+    /// The identities blocked from the share (CloudKit's `CKShare.blockedIdentities`), in user record
+    /// name order. Only the owner and accepted administrators see them; for anyone else the list is empty.
+    public var blockedIdentities: [BlockedIdentity] = []
+
+    /// A user who asked to join the share (CloudKit's `CKShare.AccessRequester`).
+    public struct AccessRequester: Sendable, Hashable {
+        /// Who asked.
+        public var userIdentity: UserIdentity
+        /// How to invite them: their user record id (pass it to ``Container/addParticipant(_:permission:role:to:ifChangeTag:)``,
+        /// or approve them with ``Container/approveRequesters(_:permission:for:)``).
+        public var participantLookupInfo: LookupInfo
+
+        /// Makes a requester value.
+        public init(userIdentity: UserIdentity, participantLookupInfo: LookupInfo) {
+            self.userIdentity = userIdentity
+            self.participantLookupInfo = participantLookupInfo
+        }
+    }
+
+    /// A user blocked from the share (CloudKit's `CKShare.BlockedIdentity`): they cannot request
+    /// access, fetch or accept the share until unblocked.
+    public struct BlockedIdentity: Sendable, Hashable {
+        /// Who is blocked.
+        public var userIdentity: UserIdentity
+
+        /// Makes a blocked identity value.
+        public init(userIdentity: UserIdentity) { self.userIdentity = userIdentity }
+    }
 
     /// CloudKit's record name of a zone-wide share (`CKRecordNameZoneWideShare`).
     public static let zoneWideShareRecordName = "cloudkit.zoneshare"
@@ -54,13 +89,16 @@ public struct Share: Sendable, Hashable {
         public var permission: Permission
         /// Where the participant stands with the invitation.
         public var acceptanceStatus: AcceptanceStatus
-        /// When the participant was added to the share.
+        /// When the participant was added to the share (the time of the event that last invited them).
         public var dateAddedToShare: Date?
+        /// Whether the participant joined by the approval of their access request (CloudKit's
+        /// `CKShare.Participant.isApprovedRequester`).
+        public var isApprovedRequester: Bool
 
         /// Makes a participant value.
         public init(
             participantID: String, userIdentity: UserIdentity, role: Role, permission: Permission,
-            acceptanceStatus: AcceptanceStatus, dateAddedToShare: Date?
+            acceptanceStatus: AcceptanceStatus, dateAddedToShare: Date?, isApprovedRequester: Bool = false
         ) {
             self.participantID = participantID
             self.userIdentity = userIdentity
@@ -68,6 +106,7 @@ public struct Share: Sendable, Hashable {
             self.permission = permission
             self.acceptanceStatus = acceptanceStatus
             self.dateAddedToShare = dateAddedToShare
+            self.isApprovedRequester = isApprovedRequester
         }
 
         /// The deprecated participant type (CloudKit's `CKShare.ParticipantType`), derived from ``role``

@@ -74,6 +74,11 @@ struct Projector {
         case .shareAccepted(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .shareMetadataFetched(let e): if !e.shareContainer.isEmpty { tokens = [e.token] }
         case .shareParticipantFetched(let e): users.insert(e.userRecordName)  // whom the lookup found, if anyone
+        case .accessRequestsAllowedChanged(let e): tokens = [e.token]
+        case .accessRequested(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .accessRequestDenied(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .identityBlocked(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .identityUnblocked(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .participantZoneCreated(let e):
             users.insert(e.userRecordName)
             if let task = try task(e.taskID) { tokens = [task.token] }
@@ -240,6 +245,10 @@ struct Projector {
             for entry in try m.scan(txn, m.verifications, prefix: Array(e.token.utf8)) {
                 try txn.delete(m.verifications, key: Array(e.token.utf8) + entry.suffix)
             }
+            // Requests and blocks belong to the share: a new share of the same root starts without them.
+            for entry in try m.scan(txn, m.access, prefix: Array(e.token.utf8)) {
+                try txn.delete(m.access, key: Array(e.token.utf8) + entry.suffix)
+            }
             try txn.delete(m.sharesByOwner, key: ReadModels.key(share.container, share.ownerName, e.token))
             try m.deleteRow(txn, m.shares, Array(e.token.utf8))
             let zoneKey = ReadModels.zoneKey(share.container, owner: share.ownerName, zone: share.zoneName)
@@ -275,7 +284,12 @@ struct Projector {
             state.permission = e.permission
             state.status = .statusPending
             state.addedAtMicros = context.recordedAtMicros
+            state.approvedRequester = e.approvedRequester
             try m.put(txn, m.participants, key, state)
+            if !e.userRecordName.isEmpty {
+                // An invitation (or a public join) answers the user's pending access request, if any.
+                try m.deleteRow(txn, m.access, ReadModels.accessKey(e.token, .request, user: e.userRecordName))
+            }
             if let previous, previous.status == .statusPending, previous.userRecordName.isEmpty {
                 // An unmatched invitation invited again: it no longer counts as unmatched (it may again below).
                 Projector.decrement(&share.unmatchedPendingCount)
@@ -345,6 +359,8 @@ struct Projector {
             try m.putRaw(
                 txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token),
                 Array(e.participantID.utf8))
+            // The user is in the share now: their pending access request, if any, is answered.
+            try m.deleteRow(txn, m.access, ReadModels.accessKey(e.token, .request, user: e.userRecordName))
             share.changeTag += 1
             try m.put(txn, m.shares, Array(e.token.utf8), share)
             try deleteVerifications(token: e.token, participantID: e.participantID, txn)
@@ -365,6 +381,23 @@ struct Projector {
         case .shareMetadataFetched, .shareParticipantFetched:
             // A fetch or a lookup changes nothing but the log (it is there for the audit trail).
             break
+
+        case .accessRequestsAllowedChanged(let e):
+            try updateShare(e.token, txn) { $0.allowsAccessRequests = e.allowed }
+
+        // The requesters and blocked identities are part of the share (CloudKit's CKShare.requesters,
+        // blockedIdentities): each change of them is a change of the share and moves its change tag.
+        case .accessRequested(let e):
+            try changeAccess(e.token, user: e.userRecordName, remove: nil, add: .request, context, txn)
+
+        case .accessRequestDenied(let e):
+            try changeAccess(e.token, user: e.userRecordName, remove: .request, add: nil, context, txn)
+
+        case .identityBlocked(let e):
+            try changeAccess(e.token, user: e.userRecordName, remove: .request, add: .blocked, context, txn)
+
+        case .identityUnblocked(let e):
+            try changeAccess(e.token, user: e.userRecordName, remove: .blocked, add: nil, context, txn)
 
         case .participantZoneCreated(let e):
             let taskKey = BigEndian.bytes(of: e.taskID)
@@ -398,6 +431,21 @@ struct Projector {
         change(&share)
         share.changeTag += 1
         try models.put(txn, models.shares, Array(token.utf8), share)
+    }
+
+    /// Deletes `user`'s `rm_access` entry of kind `remove`, writes one of kind `add` (at the event's
+    /// time), and moves the share's change tag.
+    private func changeAccess(
+        _ token: String, user: String, remove: ReadModels.AccessKind?, add: ReadModels.AccessKind?, _ context: Context,
+        _ txn: borrowing some ReadModelStore & ~Copyable
+    ) throws {
+        if let remove { try models.deleteRow(txn, models.access, ReadModels.accessKey(token, remove, user: user)) }
+        if let add {
+            var state = AccessEntryState()
+            state.atMicros = context.recordedAtMicros
+            try models.put(txn, models.access, ReadModels.accessKey(token, add, user: user), state)
+        }
+        try updateShare(token, txn) { _ in }
     }
 
     private func deleteVerifications(token: String, participantID: String, _ txn: borrowing some ReadModelStore & ~Copyable) throws {

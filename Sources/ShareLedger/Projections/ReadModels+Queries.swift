@@ -78,6 +78,23 @@ extension ReadModels {
         }
     }
 
+    /// The entry of `user` of the given kind in share `token` (a pending access request, or a block).
+    func accessEntry(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind, user: String) throws
+        -> AccessEntryState?
+    {
+        try message(AccessEntryState.self, txn, access, ReadModels.accessKey(token, kind, user: user))
+    }
+
+    /// Every entry of the given kind in share `token`, by user record name, in name order.
+    func accessEntries(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind) throws
+        -> [(user: String, state: AccessEntryState)]
+    {
+        try scan(txn, access, prefix: Array(token.utf8) + [kind.rawValue]).map { entry in
+            let state = try entry.value.withUnsafeBytes { try ReadModels.decodeRow(AccessEntryState.self, $0, database: access.name) }
+            return (String(decoding: entry.suffix, as: UTF8.self), state)
+        }
+    }
+
     /// The residual task `id` of the outbox, if it is not done yet.
     func residualTask(_ txn: borrowing some ReadModelStore & ~Copyable, id: UInt64) throws -> ResidualTaskState? {
         try message(ResidualTaskState.self, txn, outbox, BigEndian.bytes(of: id))
