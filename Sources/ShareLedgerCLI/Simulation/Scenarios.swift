@@ -21,6 +21,8 @@ enum Scenario: CaseIterable {
     case inviteToPublicShare, shareAlreadyShared, secondZoneShare, ownerLeaves, notOwnerManages
     /// Mistakes real clients make: participants going too far, stale state.
     case participantDeletesRoot, readNotShared, leaveTwice, acceptDeletedShare
+    // access requests and blocked identities (with their intended errors)
+    case accessRequest, blockParticipant
 
     /// How often the scenario is chosen, relative to the others.
     var weight: Double {
@@ -64,6 +66,8 @@ enum Scenario: CaseIterable {
         case .participantDeletes: return 1
         case .leaveTwice: return 0.4
         case .acceptDeletedShare: return 0.4
+        case .accessRequest: return 2
+        case .blockParticipant: return 0.5
         }
     }
 
@@ -71,6 +75,8 @@ enum Scenario: CaseIterable {
     var cost: Int {
         switch self {
         case .concurrentAccepts: return 7
+        case .accessRequest: return 6
+        case .blockParticipant: return 3
         case .staleRecordEdit, .staleShareTag, .acceptDeletedShare: return 3
         case .verify: return 4
         case .editRecord, .accept, .acceptAgain, .acceptWithOperations, .participantEdit, .acceptUninvited, .acceptInWrongContainer, .listShares:
@@ -142,6 +148,8 @@ extension SimulationClient {
         case .participantDeletes: return await participantDeletes()
         case .leaveTwice: return await leaveTwice()
         case .acceptDeletedShare: return await acceptDeletedShare()
+        case .accessRequest: return await accessRequest()
+        case .blockParticipant: return await blockParticipant()
         }
     }
 
@@ -1121,5 +1129,118 @@ extension SimulationClient {
             () throws(LedgerError) in try handle.record(for: id)
         }
         return true
+    }
+
+    // MARK: - Access requests
+
+    /// One access request as a stranger with the URL: refused while the share takes no requests (the
+    /// unknown URL's answer), then allowed by a manager, asked for, and approved (the requester becomes
+    /// a pending participant marked approved), denied (approving it afterwards finds nothing), or
+    /// blocked (a blocked user's request gets the unknown URL's answer) and unblocked again.
+    private mutating func accessRequest() async -> Bool {
+        guard let shareIndex = pickShare({ !$0.isPublic && $0.entries.count < 90 }) else { return false }
+        let share = model.shares[shareIndex]
+        let strangers = model.people.indices.filter { $0 != share.owner && share.entryIndex(of: $0) == nil }
+        guard let person = strangers.randomElement(using: &rng) else { return false }
+        let manager = as_(manager(of: shareIndex))
+        let asker = as_(person)
+        let url = share.url
+        let who = model.people[person].name
+        let identity = Self.identity(who)
+        let requester = Share.AccessRequester(userIdentity: identity, participantLookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: who)))
+        if !share.allowsAccessRequests {
+            _ = await call("requestAccess", .failure(.unknownItem), "\(who) asks to join \(share.token), which takes no requests") {
+                () async throws(LedgerError) in try await Self.requestAccess(asker, url)
+            }
+            guard await call("setAllowsAccessRequests", .success, "allow access requests to \(share.token)", {
+                () async throws(LedgerError) in try await manager.setAllowsAccessRequests(true, for: url)
+            }) != nil else { return true }
+            model.shares[shareIndex].allowsAccessRequests = true
+        }
+        guard await call("requestAccess", .success, "\(who) asks to join \(share.token)", {
+            () async throws(LedgerError) in try await Self.requestAccess(asker, url)
+        }) != nil else { return true }
+        switch Int.random(in: 0..<3, using: &rng) {
+        case 0:
+            guard let result = await call("approveRequesters", .success, "approve \(who) on \(share.token)", {
+                () async throws(LedgerError) in try await manager.approveRequesters([requester], for: url)
+            }) else { return true }
+            guard let entry = result.participants.first(where: { $0.userIdentity.userRecordID?.recordName == who }),
+                entry.isApprovedRequester, entry.acceptanceStatus == .pending, result.requesters.isEmpty
+            else {
+                mismatch("approving \(who) on \(share.token) did not make an approved pending participant")
+                return true
+            }
+            model.shares[shareIndex].entries.append(
+                SimEntry(
+                    person: person, participantID: entry.participantID, kind: .account, claimed: true, status: .pending,
+                    role: .privateUser, permission: .readOnly))
+        case 1:
+            guard await call("denyRequesters", .success, "deny \(who) on \(share.token)", {
+                () async throws(LedgerError) in try await manager.denyRequesters([requester], for: url)
+            }) != nil else { return true }
+            _ = await call("approveRequesters", .failure(.unknownItem), "approve the denied \(who) on \(share.token)") {
+                () async throws(LedgerError) in try await manager.approveRequesters([requester], for: url)
+            }
+        default:
+            guard await call("blockRequesters", .success, "block \(who) on \(share.token)", {
+                () async throws(LedgerError) in try await manager.blockRequesters([requester], for: url)
+            }) != nil else { return true }
+            _ = await call("requestAccess", .failure(.unknownItem), "blocked \(who) asks to join \(share.token)") {
+                () async throws(LedgerError) in try await Self.requestAccess(asker, url)
+            }
+            _ = await call("unblockIdentities", .success, "unblock \(who) on \(share.token)") {
+                () async throws(LedgerError) in try await manager.unblockIdentities([Share.BlockedIdentity(userIdentity: identity)], for: url)
+            }
+        }
+        return true
+    }
+
+    /// A manager blocks a participant: they are removed and their fetch gets the unknown URL's answer;
+    /// then they are unblocked (and stay removed until invited again).
+    private mutating func blockParticipant() async -> Bool {
+        var candidates: [(Int, Int)] = []
+        for shareIndex in model.liveShares {
+            for entry in model.shares[shareIndex].entries where entry.claimed && entry.status != .removed && entry.role != .administrator {
+                candidates.append((shareIndex, entry.person))
+            }
+        }
+        guard let (shareIndex, person) = candidates.randomElement(using: &rng) else { return false }
+        let share = model.shares[shareIndex]
+        let manager = as_(share.owner)
+        let blocked = as_(person)
+        let url = share.url
+        let who = model.people[person].name
+        let identity = Self.identity(who)
+        guard let result = await call("blockRequesters", .success, "block participant \(who) of \(share.token)", {
+            () async throws(LedgerError) in try await manager.blockIdentities([identity], for: url)
+        }) else { return true }
+        guard let index = model.shares[shareIndex].entryIndex(of: person) else { return true }
+        model.shares[shareIndex].entries[index].status = .removed
+        if result.participants.first(where: { $0.participantID == model.shares[shareIndex].entries[index].participantID })?.acceptanceStatus != .removed {
+            mismatch("blocking \(who) did not remove them from \(share.token)")
+        }
+        _ = await call("shareMetadata", .failure(.unknownItem), "blocked \(who) fetches \(share.token)") {
+            () async throws(LedgerError) in try await blocked.shareMetadata(for: url)
+        }
+        _ = await call("unblockIdentities", .success, "unblock \(who) on \(share.token)") {
+            () async throws(LedgerError) in try await manager.unblockIdentities([Share.BlockedIdentity(userIdentity: identity)], for: url)
+        }
+        return true
+    }
+
+    /// The identity of account `name`, as requesters and blocked identities name it.
+    static func identity(_ name: String) -> UserIdentity {
+        UserIdentity(
+            userRecordID: RecordID(userRecordName: name), lookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: name)),
+            nameComponents: nil, hasiCloudAccount: true)
+    }
+
+    /// One URL's access request, its outcome thrown.
+    static func requestAccess(_ handle: Container, _ url: URL) async throws(LedgerError) {
+        guard let result = try await handle.requestAccess(to: [url])[url] else {
+            throw LedgerError(.serverRejectedRequest, "the access request got no answer")
+        }
+        try result.get()
     }
 }
