@@ -27,10 +27,12 @@ extension Container {
     /// A URL whose share does not allow access requests, a share this user is blocked from, and a URL
     /// no share has all answer the same ``LedgerError/Code/unknownItem`` with the same message, and
     /// none of them is logged: a request tells the caller nothing about a share that does not welcome
-    /// it. Asking again while a request is pending, or as a participant, succeeds and changes nothing.
+    /// it. Asking again while a request is pending, or as an accepted participant or the owner,
+    /// succeeds and changes nothing.
     ///
-    /// - Returns: Success, or ``LedgerError/Code/unknownItem`` (see above) or
-    ///   ``LedgerError/Code/limitExceeded`` (the share holds 200 pending requests) for each URL.
+    /// - Returns: Success, or for each URL ``LedgerError/Code/unknownItem`` (see above),
+    ///   ``LedgerError/Code/participantAlreadyInvited`` (the caller is invited already: accept that
+    ///   invitation) or ``LedgerError/Code/limitExceeded`` (the share holds 200 pending requests).
     /// - Throws: ``LedgerError/Code/notAuthenticated`` without a registered account and
     ///   ``LedgerError/Code/limitExceeded`` for more than 400 URLs (for the whole request: nothing is
     ///   requested then).
