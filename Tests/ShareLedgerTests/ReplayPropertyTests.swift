@@ -79,8 +79,17 @@ struct ReplayPropertyTests {
             case 18:
                 // Answer a pending request, when some share has one.
                 let pending = (try? (0..<3).flatMap { try f.as_(users[$0]).ownedShares().filter { !$0.requesters.isEmpty } }) ?? []
-                let share = pending.isEmpty ? try f.as_(owner).share(for: url) : pending[b % pending.count]
+                var share = pending.isEmpty ? try f.as_(owner).share(for: url) : pending[b % pending.count]
                 let owner = share.owner.userIdentity.userRecordID?.recordName ?? owner
+                if pending.isEmpty, a % 3 != 0 {
+                    // No request anywhere: let someone who is not in the share ask first (answering is the action).
+                    let members = Set(share.participants.filter { $0.acceptanceStatus != .removed }.compactMap(\.userIdentity.userRecordID?.recordName))
+                    if let stranger = users.prefix(4).first(where: { !members.contains($0) }) {
+                        _ = try? await f.as_(owner).setAllowsAccessRequests(true, for: share.url)
+                        _ = try? await f.as_(stranger).requestAccess(to: [share.url])
+                        share = try f.as_(owner).share(for: share.url)
+                    }
+                }
                 let url = share.url
                 if let requester = share.requesters.first {
                     if a % 2 == 0 {
