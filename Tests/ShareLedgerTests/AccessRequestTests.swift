@@ -238,10 +238,26 @@ struct AccessRequestTests {
             _ = try await f.carol.accept(try await f.carol.shareMetadata(for: url))
             _ = try await f.alice.setAllowsAccessRequests(true, for: url)
             _ = try await f.bob.requestAccess(to: [url])
-            // Both through the real writer, concurrently; the order alternates with the seed.
-            async let approved = errorCode { try await f.alice.approveRequesters([requesterValue("_bob")], for: url) }
-            async let blocked = errorCode { try await f.carol.blockRequesters([requesterValue("_bob")], for: url) }
-            let (approveOutcome, blockOutcome) = await (approved, blocked)
+            // Both through the real writer, concurrently; which one is started first alternates with the
+            // seed (the writer may still take them in either order).
+            let (alice, carol) = (f.alice, f.carol)
+            let approve: @Sendable () async -> LedgerError.Code? = {
+                await errorCode { try await alice.approveRequesters([requesterValue("_bob")], for: url) }
+            }
+            let block: @Sendable () async -> LedgerError.Code? = {
+                await errorCode { try await carol.blockRequesters([requesterValue("_bob")], for: url) }
+            }
+            let approveOutcome: LedgerError.Code?
+            let blockOutcome: LedgerError.Code?
+            if seed % 2 == 0 {
+                async let approved = approve()
+                async let blocked = block()
+                (approveOutcome, blockOutcome) = await (approved, blocked)
+            } else {
+                async let blocked = block()
+                async let approved = approve()
+                (approveOutcome, blockOutcome) = await (approved, blocked)
+            }
             #expect(blockOutcome == nil, "blocking always succeeds")
             #expect(approveOutcome == nil || approveOutcome == .unknownItem, "approving finds the request, or finds it gone")
             let share = try f.alice.share(for: url)
