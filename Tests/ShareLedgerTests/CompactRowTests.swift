@@ -44,6 +44,7 @@ struct CompactRowTests {
         p.status = Shareledger_Events_V1_AcceptanceStatus(rawValue: Int.random(in: 0...3, using: &random))!
         p.addedAtMicros = Int64.random(in: 0...Int64.max, using: &random)
         p.approvedRequester = Bool.random(using: &random)
+        if Bool.random(using: &random) { p.oneTimeToken = text(&random) }
         return p
     }
 
@@ -158,8 +159,13 @@ extension CompactRowTests {
         var participant = ParticipantState()
         participant.approvedRequester = true
         let row = participant.compactBytes()
-        #expect(row.first == 0xC2 && row.last == 1)
+        #expect(row.first == 0xC2 && Array(row.suffix(2)) == [1, 0], "the approved flag, then an empty one-time token")
         #expect(try row.withUnsafeBytes { try ParticipantState.decodeStored($0, database: "t") } == participant)
+        participant.approvedRequester = false
+        participant.oneTimeToken = "0FGla26YtxqPeVFDDjx2Ds3DA1"
+        let oneTime = participant.compactBytes()
+        #expect(oneTime.first == 0xC2)
+        #expect(try oneTime.withUnsafeBytes { try ParticipantState.decodeStored($0, database: "t") } == participant)
         // A flag other than 0 or 1, and C2 on a row type without it, are damage.
         var bad = two
         bad[bad.count - 1] = 2

@@ -308,6 +308,51 @@ struct InMemoryDomainTests {
         #expect(Set(totals.keys.map { $0.split(separator: ":")[1] }).count >= 8, "outcomes seen: \(totals)")
     }
 
+    @Test("a one-time URL's life on LMDB and in memory: the same answers, events and read-model bytes")
+    func oneTimeURLsAgree() async throws {
+        let dir = TemporaryDirectory()
+        let pair = try await Self.makePair(dir)
+        for user in ["_alice", "_bob", "_carol"] {
+            _ = try await pair.run(user, [.registerUser(name: user, email: nil, phone: nil, names: nil)])
+        }
+        let zone = RecordZoneID(zoneName: "Z0")
+        let token = "0FGla26YtxqPeVFDDjx2Ds3DAb"
+        let (first, second) = ("0FGla26YtxqPeVFDDjx2Ds3DA1", "0FGla26YtxqPeVFDDjx2Ds3DA2")
+        _ = try await pair.run("_alice", [
+            .saveZone(zone, capabilities: 15), .saveRecord(Record(recordType: "Item", recordID: RecordID(recordName: "r0", zoneID: zone))),
+            .createShare(ShareCreation(
+                zoneID: zone, rootRecordName: "r0", title: "", publicPermission: .none, tokenCandidate: token,
+                shareRecordName: "share-1", ownerParticipantID: "00000000-0000-4000-8000-000000000001")),
+            .addOneTimeParticipant(
+                token: token, role: .privateUser, permission: .readWrite, newParticipantID: "00000000-0000-4000-8000-000000000002",
+                oneTimeToken: first, ifChangeTag: nil),
+            .addOneTimeParticipant(
+                token: token, role: .administrator, permission: .readOnly, newParticipantID: "00000000-0000-4000-8000-000000000003",
+                oneTimeToken: second, ifChangeTag: nil),
+        ])
+        // A token in use is refused; Bob fetches and accepts the first URL; Carol then gets nothing from it.
+        let reused = try await pair.run("_alice", [.addOneTimeParticipant(
+            token: token, role: .privateUser, permission: .readOnly, newParticipantID: "00000000-0000-4000-8000-000000000004",
+            oneTimeToken: first, ifChangeTag: nil)])
+        #expect(reused.first?.failure?.code == .serverRejectedRequest)
+        _ = try await pair.run("_bob", [.fetchMetadata(tokenText: first, shouldFetchRootRecord: false, desiredKeys: nil)])
+        let accepted = try await pair.run("_bob", [.acceptOneTimeURL(oneTimeToken: first, token: token, metadataContainer: Self.container)])
+        #expect((try? accepted.first?.get()) != nil)
+        let carol = try await pair.run("_carol", [
+            .fetchMetadata(tokenText: first, shouldFetchRootRecord: false, desiredKeys: nil),
+            .acceptOneTimeURL(oneTimeToken: first, token: token, metadataContainer: Self.container),
+        ])
+        #expect(carol.map { $0.failure?.code } == [.unknownItem, .unknownItem])
+        // The second URL withdrawn by removing its participant.
+        _ = try await pair.run("_alice", [.removeParticipant(token: token, participantID: "00000000-0000-4000-8000-000000000003", ifChangeTag: nil)])
+        let withdrawn = try await pair.run("_carol", [.fetchMetadata(tokenText: second, shouldFetchRootRecord: false, desiredKeys: nil)])
+        #expect(withdrawn.first?.failure?.code == .unknownItem)
+        try pair.expectSameState()
+        let comparison = try pair.ledger.verifyReadModels(scratchPath: dir.child("rebuilt"))
+        #expect(comparison.matches, "\(comparison.inadmissible?.text ?? "") \(comparison.differences)")
+        await pair.ledger.close()
+    }
+
     static func kind(_ step: DomainAction) -> String {
         String("\(step)".prefix { $0 != "(" })
     }

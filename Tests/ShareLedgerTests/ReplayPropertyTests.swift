@@ -69,7 +69,17 @@ struct ReplayPropertyTests {
             case 13: _ = try await f.as_(owner).setPublicPermission(permission, for: url)
             case 14:
                 if a % 3 == 0 { try await f.as_(owner).deleteShare(url) } else { try await container.deleteRecordZone(withID: ownerZone) }
-            case 16: _ = try await f.as_(owner).setAllowsAccessRequests(a % 3 != 0, for: url)
+            case 16:
+                if a % 5 == 0 {
+                    // A one-time URL participant, and its URL accepted by the acting user (or not).
+                    let share = try await f.as_(owner).addParticipant(.oneTimeURLParticipant(), to: url)
+                    let id = share.participants.first { share.oneTimeURL(for: $0.participantID) != nil }?.participantID
+                    if b % 2 == 0, let id, let oneTime = share.oneTimeURL(for: id) {
+                        _ = try await container.accept(try await container.shareMetadata(for: oneTime))
+                    }
+                } else {
+                    _ = try await f.as_(owner).setAllowsAccessRequests(a % 3 != 0, for: url)
+                }
             case 17:
                 // Ask to join (often refused: requests off, blocked, unknown URL: all alike), mostly a
                 // share that takes requests when there is one.

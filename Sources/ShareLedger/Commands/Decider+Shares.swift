@@ -84,10 +84,9 @@ extension Decider {
         return (zone, zone.lastZoneShareToken.isEmpty ? nil : zone.lastZoneShareToken)
     }
 
-    func addParticipant(
-        _ txn: borrowing some ReadModelStore & ~Copyable, token: String, lookup: LookupInfo, role: Share.Participant.Role,
-        permission: Share.Participant.Permission, newID: String, tag: String?
-    ) throws -> Decision {
+    /// The live private share `token`, which the signed-in actor manages, with change tag `tag` if
+    /// given: where an invitation can go.
+    func invitableShare(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, tag: String?) throws -> ShareState {
         try requireSignedIn(txn)
         let share = try liveShare(txn, token)
         try requireManager(txn, share, token)
@@ -96,6 +95,14 @@ extension Decider {
             throw LedgerError(
                 .invalidArguments, "participants can be invited only to a private share; set its public permission to none first")
         }
+        return share
+    }
+
+    func addParticipant(
+        _ txn: borrowing some ReadModelStore & ~Copyable, token: String, lookup: LookupInfo, role: Share.Participant.Role,
+        permission: Share.Participant.Permission, newID: String, tag: String?
+    ) throws -> Decision {
+        let share = try invitableShare(txn, token, tag: tag)
         guard role == .privateUser || role == .administrator else {
             throw LedgerError(
                 .invalidArguments, "an invited participant's role is privateUser or administrator (public users join by URL)")

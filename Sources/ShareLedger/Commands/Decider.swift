@@ -120,6 +120,11 @@ struct Decider {
                 return try blockIdentity(txn, token: token, user: user)
             case .unblockIdentity(let token, let user):
                 return try unblockIdentity(txn, token: token, user: user)
+            case .addOneTimeParticipant(let token, let role, let permission, let newID, let oneTime, let tag):
+                return try addOneTimeParticipant(
+                    txn, token: token, role: role, permission: permission, newID: newID, oneTimeToken: oneTime, tag: tag)
+            case .acceptOneTimeURL(let oneTime, let token, let metadataContainer):
+                return try acceptOneTimeURL(txn, oneTimeToken: oneTime, token: token, metadataContainer: metadataContainer)
             }
         } catch let error as LedgerError {
             return Decision(events: [], outcome: .failed(error))

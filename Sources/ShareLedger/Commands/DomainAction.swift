@@ -40,6 +40,12 @@ enum DomainAction: Sendable {
     case blockIdentity(token: String, user: String)
     /// CloudKit's `unblockIdentities(_:)`, one identity.
     case unblockIdentity(token: String, user: String)
+    /// Adding CloudKit's `Participant.oneTimeURLParticipant()`: an invitation reached by a one-time URL.
+    case addOneTimeParticipant(
+        token: String, role: Share.Participant.Role, permission: Share.Participant.Permission, newParticipantID: String,
+        oneTimeToken: String, ifChangeTag: String?)
+    /// Accepting through a one-time URL (the metadata was fetched with it).
+    case acceptOneTimeURL(oneTimeToken: String, token: String, metadataContainer: String)
 
     /// A rough size, for bounding a group commit.
     var approximateBytes: Int {

@@ -194,6 +194,13 @@ struct EventValidator {
             if !e.userRecordName.isEmpty, try m.accessEntry(txn, e.token, .blocked, user: e.userRecordName) != nil {
                 throw Self.refuse("user \(e.userRecordName) is blocked from the share")
             }
+            if !e.oneTimeToken.isEmpty {
+                // A one-time URL participant: a new entry, addressed to nobody, with an unused token.
+                guard previous == nil, e.userRecordName.isEmpty, e.lookupInfo.lookupInfo == nil, !e.approvedRequester,
+                    e.role != .publicUser
+                else { throw Self.refuse("a one-time URL participant is a new invitation to nobody in particular") }
+                try d.checkNewOneTimeToken(txn, e.oneTimeToken)
+            }
             if e.approvedRequester {
                 guard e.role != .publicUser, !e.userRecordName.isEmpty,
                     try m.accessEntry(txn, e.token, .request, user: e.userRecordName) != nil
@@ -262,6 +269,12 @@ struct EventValidator {
             try d.refuseBlocked(txn, e.token)
             // The actor's own pending entry: invited (by account, or an invitation they verified), or
             // just joined a public share.
+            // Or an unused one-time URL participant, taken by a user who is not in the share yet.
+            if try d.activeEntry(txn, share, e.token) == nil, let oneTime = try m.participant(txn, e.token, e.participantID),
+                !oneTime.oneTimeToken.isEmpty, try d.oneTimeParticipant(txn, oneTime.oneTimeToken)?.id == e.participantID
+            {
+                break
+            }
             guard let entry = try m.participant(txn, of: actor, in: share, token: e.token), entry.id == e.participantID,
                 entry.state.status == .statusPending, entry.state.role != .owner
             else {

@@ -43,6 +43,23 @@ public struct Share: Sendable, Hashable {
     /// The identities blocked from the share (CloudKit's `CKShare.blockedIdentities`), in user record
     /// name order. Only the owner and accepted administrators see them; for anyone else the list is empty.
     public var blockedIdentities: [BlockedIdentity] = []
+    /// The unused one-time URLs with their participant ids, in participant id order (the owner and
+    /// accepted administrators only). An array, not a dictionary, so that equal shares print alike.
+    var oneTimeURLs: [OneTimeURL] = []
+
+    /// A one-time URL participant's id and URL.
+    struct OneTimeURL: Sendable, Hashable {
+        var participantID: String
+        var url: URL
+    }
+
+    /// The one-time URL of a one-time URL participant (CloudKit's `CKShare.oneTimeURL(for:)`): send it
+    /// to the one person the invitation is for; the first signed-in user who accepts through it
+    /// becomes that participant, and the URL is used up. `nil` for another participant, a URL used or
+    /// withdrawn already, or a viewer who is not the owner or an accepted administrator.
+    public func oneTimeURL(for participantID: String) -> URL? {
+        oneTimeURLs.first { $0.participantID == participantID }?.url
+    }
 
     /// A user who asked to join the share (CloudKit's `CKShare.AccessRequester`).
     public struct AccessRequester: Sendable, Hashable {
@@ -94,6 +111,22 @@ public struct Share: Sendable, Hashable {
         /// Whether the participant joined by the approval of their access request (CloudKit's
         /// `CKShare.Participant.isApprovedRequester`).
         public var isApprovedRequester: Bool
+        /// Whether this value is a new one-time URL participant (``oneTimeURLParticipant()``), to add
+        /// with ``Container/addParticipant(_:to:ifChangeTag:)``.
+        public internal(set) var isOneTimeURLParticipant = false
+
+        /// A participant reached by a one-time URL rather than an email address, phone number or
+        /// account (CloudKit's `CKShare.Participant.oneTimeURLParticipant()`): role privateUser,
+        /// permission readOnly (change them before adding it). Add it with
+        /// ``Container/addParticipant(_:to:ifChangeTag:)``, then take its URL from the returned share
+        /// with ``Share/oneTimeURL(for:)``.
+        public static func oneTimeURLParticipant() -> Participant {
+            var participant = Participant(
+                participantID: "", userIdentity: UserIdentity(userRecordID: nil, lookupInfo: nil, nameComponents: nil, hasiCloudAccount: false),
+                role: .privateUser, permission: .readOnly, acceptanceStatus: .unknown, dateAddedToShare: nil)
+            participant.isOneTimeURLParticipant = true
+            return participant
+        }
 
         /// Makes a participant value.
         public init(
@@ -225,6 +258,9 @@ public struct Share: Sendable, Hashable {
         public var participantStatus: Participant.AcceptanceStatus
         /// The fetching user's permission.
         public var participantPermission: Participant.Permission
+        /// The one-time URL's token when the metadata was fetched through an unused one-time URL by a
+        /// user who is not a participant yet: accepting this metadata uses that URL up.
+        var oneTimeToken: String? = nil
 
         /// Hashes the share's token and change tag and the viewer's place in it: enough to tell
         /// metadatas apart (equal ones hash alike), without hashing every participant and the root

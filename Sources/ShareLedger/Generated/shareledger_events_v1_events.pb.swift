@@ -594,6 +594,12 @@ package nonisolated struct Shareledger_Events_V1_ParticipantAdded: Sendable {
   /// (CloudKit's CKShare.Participant.isApprovedRequester); the request is answered by this event.
   package var approvedRequester: Bool = false
 
+  /// A one-time URL participant (CloudKit's CKShare.Participant.oneTimeURLParticipant()): invited
+  /// without an email, phone or account; the first signed-in user who accepts through the one-time URL
+  /// https://<host>/share/<one_time_token> becomes this participant, and the URL is used up. A token of
+  /// the share-token shape, drawn from the ledger's random source. Empty for every other invitation.
+  package var oneTimeToken: String = String()
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
@@ -1664,7 +1670,7 @@ nonisolated extension Shareledger_Events_V1_PublicPermissionChanged: SwiftProtob
 
 nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ParticipantAdded"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{3}approved_requester\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{3}approved_requester\0\u{3}one_time_token\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1679,6 +1685,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
       case 5: try { try decoder.decodeSingularEnumField(value: &self.role) }()
       case 6: try { try decoder.decodeSingularEnumField(value: &self.permission) }()
       case 7: try { try decoder.decodeSingularBoolField(value: &self.approvedRequester) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.oneTimeToken) }()
       default: break
       }
     }
@@ -1710,6 +1717,9 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
     if self.approvedRequester != false {
       try visitor.visitSingularBoolField(value: self.approvedRequester, fieldNumber: 7)
     }
+    if !self.oneTimeToken.isEmpty {
+      try visitor.visitSingularStringField(value: self.oneTimeToken, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1721,6 +1731,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
     if lhs.role != rhs.role {return false}
     if lhs.permission != rhs.permission {return false}
     if lhs.approvedRequester != rhs.approvedRequester {return false}
+    if lhs.oneTimeToken != rhs.oneTimeToken {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

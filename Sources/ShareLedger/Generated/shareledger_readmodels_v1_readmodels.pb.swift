@@ -186,6 +186,9 @@ package nonisolated struct Shareledger_Readmodels_V1_ParticipantState: Sendable 
   /// Added by approving the user's access request (CloudKit's isApprovedRequester).
   package var approvedRequester: Bool = false
 
+  /// The one-time URL's token of a one-time URL participant not accepted yet; empty otherwise.
+  package var oneTimeToken: String = String()
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
@@ -636,7 +639,7 @@ nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Messag
 
 nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ParticipantState"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{1}status\0\u{3}added_at_micros\0\u{3}approved_requester\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{1}status\0\u{3}added_at_micros\0\u{3}approved_requester\0\u{3}one_time_token\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -651,6 +654,7 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
       case 5: try { try decoder.decodeSingularEnumField(value: &self.status) }()
       case 6: try { try decoder.decodeSingularInt64Field(value: &self.addedAtMicros) }()
       case 7: try { try decoder.decodeSingularBoolField(value: &self.approvedRequester) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.oneTimeToken) }()
       default: break
       }
     }
@@ -682,6 +686,9 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
     if self.approvedRequester != false {
       try visitor.visitSingularBoolField(value: self.approvedRequester, fieldNumber: 7)
     }
+    if !self.oneTimeToken.isEmpty {
+      try visitor.visitSingularStringField(value: self.oneTimeToken, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -693,6 +700,7 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
     if lhs.status != rhs.status {return false}
     if lhs.addedAtMicros != rhs.addedAtMicros {return false}
     if lhs.approvedRequester != rhs.approvedRequester {return false}
+    if lhs.oneTimeToken != rhs.oneTimeToken {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -35,7 +35,7 @@ protocol CompactRow: SwiftProtobuf.Message {
 /// The layout byte of the first compact layout.
 let compactLayoutOne: UInt8 = 0xC1
 /// The layout byte of the second compact layout: the fields of the first, then fields added since
-/// (`ShareState`: allows access requests; `ParticipantState`: approved requester). A row whose
+/// (`ShareState`: allows access requests; `ParticipantState`: approved requester, one-time token). A row whose
 /// added fields are all at their defaults is still written in the first layout, byte for byte as
 /// before, so ledgers that do not use the new features keep rows an earlier release reads.
 let compactLayoutTwo: UInt8 = 0xC2
@@ -247,16 +247,20 @@ extension ParticipantState: CompactRow {
         w.varint(UInt64(permission.rawValue))
         w.varint(UInt64(status.rawValue))
         w.int64(addedAtMicros)
-        if compactLayout == compactLayoutTwo { w.varint(approvedRequester ? 1 : 0) }
+        if compactLayout == compactLayoutTwo {
+            w.varint(approvedRequester ? 1 : 0)
+            w.string(oneTimeToken)
+        }
     }
 
-    var compactLayout: UInt8 { approvedRequester ? compactLayoutTwo : compactLayoutOne }
+    var compactLayout: UInt8 { approvedRequester || !oneTimeToken.isEmpty ? compactLayoutTwo : compactLayoutOne }
 
     static func reads(layout: UInt8) -> Bool { layout == compactLayoutOne || layout == compactLayoutTwo }
 
     mutating func readLaterFields(_ r: inout CompactReader, layout: UInt8) throws(LedgerError) {
         guard layout == compactLayoutTwo else { return }
         approvedRequester = try r.flag()
+        oneTimeToken = try r.string()
     }
 
     init(compact r: inout CompactReader) throws(LedgerError) {

@@ -130,6 +130,13 @@ struct Presenter: Sendable {
             share.blockedIdentities = try models.accessEntries(txn, token, .blocked).map { entry in
                 Share.BlockedIdentity(userIdentity: try identity(txn, state.container, user: entry.user))
             }
+            for (id, participantState) in all where !participantState.oneTimeToken.isEmpty {
+                if let oneTime = ShareToken(participantState.oneTimeToken),
+                    let url = ShareURL.make(host: urlHost, token: oneTime, title: state.title)
+                {
+                    share.oneTimeURLs.append(Share.OneTimeURL(participantID: id, url: url))
+                }
+            }
         }
         return share
     }

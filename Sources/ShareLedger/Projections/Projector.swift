@@ -72,7 +72,9 @@ struct Projector {
         case .verificationRequested(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .participantVerified(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .shareAccepted(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
-        case .shareMetadataFetched(let e): if !e.shareContainer.isEmpty { tokens = [e.token] }
+        case .shareMetadataFetched(let e):
+            // A fetch through a one-time URL is about the share that URL belongs to.
+            if !e.shareContainer.isEmpty { tokens = [try models.oneTimeURL(txn, e.token)?.token ?? e.token] }
         case .shareParticipantFetched(let e): users.insert(e.userRecordName)  // whom the lookup found, if anyone
         case .accessRequestsAllowedChanged(let e): tokens = [e.token]
         case .accessRequested(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
@@ -237,6 +239,7 @@ struct Projector {
                         taskIndex += 1
                     }
                 }
+                if !participant.oneTimeToken.isEmpty { try txn.delete(m.oneTimeURLs, key: Array(participant.oneTimeToken.utf8)) }
                 try m.deleteRow(txn, m.participants, ReadModels.participantKey(e.token, id))
                 if !participant.userRecordName.isEmpty {
                     try txn.delete(m.sharesByUser, key: ReadModels.key(share.container, participant.userRecordName, e.token))
@@ -285,7 +288,11 @@ struct Projector {
             state.status = .statusPending
             state.addedAtMicros = context.recordedAtMicros
             state.approvedRequester = e.approvedRequester
+            state.oneTimeToken = e.oneTimeToken
             try m.put(txn, m.participants, key, state)
+            if !e.oneTimeToken.isEmpty {
+                try m.putRaw(txn, m.oneTimeURLs, Array(e.oneTimeToken.utf8), Array((e.token + e.participantID).utf8))
+            }
             if !e.userRecordName.isEmpty {
                 // An invitation (or a public join) answers the user's pending access request, if any.
                 try m.deleteRow(txn, m.access, ReadModels.accessKey(e.token, .request, user: e.userRecordName))
@@ -298,7 +305,8 @@ struct Projector {
                 try m.putRaw(
                     txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token),
                     Array(e.participantID.utf8))
-            } else {
+            } else if e.oneTimeToken.isEmpty {
+                // (A one-time URL participant is not claimed by verification: it does not count.)
                 share.unmatchedPendingCount += 1
             }
             if previous == nil || previous?.status == .statusRemoved {
@@ -328,8 +336,13 @@ struct Projector {
                     .removeZone, share: share, token: e.token, user: state.userRecordName,
                     id: Projector.taskID(position: context.position, index: 0), context, txn)
             }
-            if state.status == .statusPending && state.userRecordName.isEmpty {
+            if state.status == .statusPending && state.userRecordName.isEmpty && state.oneTimeToken.isEmpty {
                 Projector.decrement(&share.unmatchedPendingCount)
+            }
+            if !state.oneTimeToken.isEmpty {
+                // Removing an unused one-time URL participant withdraws the URL.
+                try txn.delete(m.oneTimeURLs, key: Array(state.oneTimeToken.utf8))
+                state.oneTimeToken = ""
             }
             state.status = .statusRemoved
             try m.put(txn, m.participants, key, state)
@@ -369,6 +382,13 @@ struct Projector {
             guard let share = try m.share(txn, e.token) else { return }
             let key = ReadModels.participantKey(e.token, e.participantID)
             guard var state = try m.message(ParticipantState.self, txn, m.participants, key) else { return }
+            if !state.oneTimeToken.isEmpty {
+                // A one-time URL used: the participant is the accepting user's from now on.
+                try txn.delete(m.oneTimeURLs, key: Array(state.oneTimeToken.utf8))
+                state.oneTimeToken = ""
+                try m.putRaw(
+                    txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token), Array(e.participantID.utf8))
+            }
             state.status = .statusAccepted
             state.userRecordName = e.userRecordName
             try m.put(txn, m.participants, key, state)

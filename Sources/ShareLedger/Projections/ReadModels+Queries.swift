@@ -95,6 +95,17 @@ extension ReadModels {
         }
     }
 
+    /// The share token and participant id of an unused one-time URL token.
+    func oneTimeURL(_ txn: borrowing some ReadModelStore & ~Copyable, _ oneTimeToken: String) throws
+        -> (token: String, participantID: String)?
+    {
+        guard ShareToken(oneTimeToken) != nil, let value = try string(txn, oneTimeURLs, Array(oneTimeToken.utf8)),
+            value.utf8.count > ShareToken.length
+        else { return nil }
+        let split = value.utf8.index(value.utf8.startIndex, offsetBy: ShareToken.length)
+        return (String(value[..<split]), String(value[split...]))
+    }
+
     /// The residual task `id` of the outbox, if it is not done yet.
     func residualTask(_ txn: borrowing some ReadModelStore & ~Copyable, id: UInt64) throws -> ResidualTaskState? {
         try message(ResidualTaskState.self, txn, outbox, BigEndian.bytes(of: id))

@@ -48,6 +48,8 @@ struct ReadModels: Sendable {
     let verifications: Database
     /// token ‖ kind (`r` pending access request, `b` blocked identity) ‖ user → AccessEntryState.
     let access: Database
+    /// one-time URL token → share token ‖ participant id: the unused one-time URLs.
+    let oneTimeURLs: Database
     /// counter name → 8-byte big-endian count.
     let counters: Database
     /// (dupsort, 8-byte values) token → positions of the events about that share (fetches and
@@ -93,6 +95,7 @@ struct ReadModels: Sendable {
         DatabaseSpec("rm_verifications"),
         DatabaseSpec("rm_counters"),
         DatabaseSpec("rm_access"),
+        DatabaseSpec("rm_one_time_urls"),
         DatabaseSpec("idx_share_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_user_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_container_history", [.dupSort, .dupFixed]),
@@ -126,6 +129,7 @@ struct ReadModels: Sendable {
         verifications = byName["rm_verifications"]!
         counters = byName["rm_counters"]!
         access = byName["rm_access"]!
+        oneTimeURLs = byName["rm_one_time_urls"]!
         shareHistory = byName["idx_share_history"]!
         userHistory = byName["idx_user_history"]!
         containerHistory = byName["idx_container_history"]!
@@ -140,7 +144,7 @@ struct ReadModels: Sendable {
     var all: [Database] {
         [
             users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
-            sharedZones, outbox, verifications, counters, access, shareHistory, userHistory, containerHistory, historyJournal,
+            sharedZones, outbox, verifications, counters, access, oneTimeURLs, shareHistory, userHistory, containerHistory, historyJournal,
         ]
     }
 
