@@ -188,4 +188,59 @@ extension ShareCommand {
             }
         }
     }
+
+    struct InviteOneTime: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "invite-one-time",
+            abstract: "Invite a one-time URL participant (owner or administrator); prints its URL last.",
+            discussion: """
+                CloudKit's Participant.oneTimeURLParticipant() and CKShare.oneTimeURL(for:): an invitation to \
+                no email address, phone number or account. The first signed-in user who fetches and accepts \
+                the printed URL becomes the participant; after that the URL answers as an unknown one. The \
+                last line of the text output is the URL alone.
+                """)
+
+        @OptionGroup var ledger: LedgerOptions
+        @OptionGroup var share: ShareActorOptions
+
+        @Option(help: "readOnly (default) or readWrite.")
+        var permission: Share.Participant.Permission = .readOnly
+
+        @Option(help: "privateUser (default) or administrator.")
+        var role: Share.Participant.Role = .privateUser
+
+        /// What `--json` prints.
+        struct Summary: Encodable {
+            var action = "invitedOneTime"
+            var participantID: String
+            var oneTimeURL: String
+            var share: MetadataReport.ShareReport
+        }
+
+        func run() async throws {
+            let (options, permission, role) = (share, permission, role)
+            let updated = try await ledger.acting(as: share.user, in: share.container) { handle, _ throws(LedgerError) in
+                var participant = Share.Participant.oneTimeURLParticipant()
+                participant.permission = permission
+                participant.role = role
+                return try await handle.addParticipant(participant, to: try options.shareURL())
+            }
+            // The newest unused one-time URL is this one: participant ids are random, so take the
+            // participant added last.
+            let candidates = updated.participants.filter { updated.oneTimeURL(for: $0.participantID) != nil }
+            guard let added = candidates.max(by: { ($0.dateAddedToShare ?? .distantPast) < ($1.dateAddedToShare ?? .distantPast) }),
+                let url = updated.oneTimeURL(for: added.participantID)
+            else {
+                Output.failure(LedgerError(.serverRejectedRequest, "the invitation was made but its URL is not visible; fetch the share"), json: ledger.json)
+                throw ExitCode(1)
+            }
+            if ledger.json {
+                Output.printJSON(
+                    Summary(participantID: added.participantID, oneTimeURL: url.absoluteString, share: MetadataReport.ShareReport(updated)))
+                return
+            }
+            print("invited a one-time URL participant (\(role), \(permission), participant \(added.participantID))")
+            print(url.absoluteString)
+        }
+    }
 }

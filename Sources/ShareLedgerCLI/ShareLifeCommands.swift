@@ -372,6 +372,7 @@ struct ShareCommand: AsyncParsableCommand {
         subcommands: [
             Create.self, Lookup.self, Invite.self, SetPermission.self, SetPublic.self, Remove.self, Leave.self,
             Delete.self, AllowRequests.self, RequestAccess.self, Approve.self, Deny.self, Block.self, Unblock.self,
+            InviteOneTime.self,
         ])
 
     /// What the share commands print with `--json`.

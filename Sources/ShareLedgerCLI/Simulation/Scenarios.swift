@@ -22,7 +22,7 @@ enum Scenario: CaseIterable {
     /// Mistakes real clients make: participants going too far, stale state.
     case participantDeletesRoot, readNotShared, leaveTwice, acceptDeletedShare
     // access requests and blocked identities (with their intended errors)
-    case accessRequest, blockParticipant
+    case accessRequest, blockParticipant, oneTimeURL
 
     /// How often the scenario is chosen, relative to the others.
     var weight: Double {
@@ -68,6 +68,7 @@ enum Scenario: CaseIterable {
         case .acceptDeletedShare: return 0.4
         case .accessRequest: return 2
         case .blockParticipant: return 0.5
+        case .oneTimeURL: return 1
         }
     }
 
@@ -77,6 +78,7 @@ enum Scenario: CaseIterable {
         case .concurrentAccepts: return 7
         case .accessRequest: return 6
         case .blockParticipant: return 3
+        case .oneTimeURL: return 4
         case .staleRecordEdit, .staleShareTag, .acceptDeletedShare: return 3
         case .verify: return 4
         case .editRecord, .accept, .acceptAgain, .acceptWithOperations, .participantEdit, .acceptUninvited, .acceptInWrongContainer, .listShares:
@@ -150,6 +152,7 @@ extension SimulationClient {
         case .acceptDeletedShare: return await acceptDeletedShare()
         case .accessRequest: return await accessRequest()
         case .blockParticipant: return await blockParticipant()
+        case .oneTimeURL: return await oneTimeURL()
         }
     }
 
@@ -1225,6 +1228,47 @@ extension SimulationClient {
         }
         _ = await call("unblockIdentities", .success, "unblock \(who) on \(share.token)") {
             () async throws(LedgerError) in try await manager.unblockIdentities([Share.BlockedIdentity(userIdentity: identity)], for: url)
+        }
+        return true
+    }
+
+    /// A manager invites a one-time URL participant; someone not in the share fetches the metadata
+    /// through that URL and accepts (becoming that participant); someone else then presents the used
+    /// URL and learns nothing (an intended unknownItem).
+    private mutating func oneTimeURL() async -> Bool {
+        guard let shareIndex = pickShare({ !$0.isPublic && $0.entries.count < 90 }) else { return false }
+        let share = model.shares[shareIndex]
+        let strangers = model.people.indices.filter { $0 != share.owner && share.entryIndex(of: $0) == nil }
+        guard strangers.count >= 2 else { return false }
+        let chosen = strangers.shuffled(using: &rng)
+        let (person, other) = (chosen[0], chosen[1])
+        let manager = as_(manager(of: shareIndex))
+        let (taker, late) = (as_(person), as_(other))
+        let url = share.url
+        guard let result = await call("addParticipant", .success, "invite a one-time URL participant to \(share.token)", {
+            () async throws(LedgerError) in try await manager.addParticipant(.oneTimeURLParticipant(), to: url)
+        }) else { return true }
+        guard let entry = result.participants.first(where: { result.oneTimeURL(for: $0.participantID) != nil }),
+            let oneTime = result.oneTimeURL(for: entry.participantID)
+        else {
+            mismatch("inviting a one-time URL participant to \(share.token) gave no one-time URL")
+            return true
+        }
+        guard let metadata = await call("shareMetadata", .success, "\(name(person)) fetches a one-time URL of \(share.token)", {
+            () async throws(LedgerError) in try await taker.shareMetadata(for: oneTime)
+        }) else { return true }
+        guard let accepted = await call("accept", .success, "\(name(person)) accepts a one-time URL of \(share.token)", {
+            () async throws(LedgerError) in try await taker.accept(metadata)
+        }) else { return true }
+        if accepted.currentUserParticipant?.participantID != entry.participantID {
+            mismatch("accepting a one-time URL of \(share.token) did not make \(name(person)) its participant")
+        }
+        model.shares[shareIndex].entries.append(
+            SimEntry(
+                person: person, participantID: entry.participantID, kind: .account, claimed: true, status: .accepted,
+                role: .privateUser, permission: .readOnly))
+        _ = await call("shareMetadata", .failure(.unknownItem), "\(name(other)) presents a used one-time URL of \(share.token)") {
+            () async throws(LedgerError) in try await late.shareMetadata(for: oneTime)
         }
         return true
     }
