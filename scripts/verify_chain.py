@@ -9,7 +9,13 @@ the RFC's own reference arithmetic below; VERIFY_CHAIN_REFERENCE_ED25519=1 force
 beyond the head, and naming the hash the log holds at its position; no checkpoint at all fails too. Exit 0 when everything holds, 1 at the first problem,
 2 when the ledger or a key file cannot be read.
 
-    scripts/verify_chain.py LEDGER_DIR [--trusted-key PREFIX.pub ...]
+With --events it also decodes every event's type (envelope field 12) and prints a count per type;
+the access-request events (docs/events.md: AccessRequestsAllowedChanged, AccessRequested,
+AccessRequestDenied, IdentityBlocked, IdentityUnblocked) are decoded field by field, and one whose
+payload is not a 26-character token and (but for AccessRequestsAllowedChanged) a user record name
+fails the check.
+
+    scripts/verify_chain.py LEDGER_DIR [--trusted-key PREFIX.pub ...] [--events]
 """
 import base64
 import hashlib
@@ -55,6 +61,40 @@ def fields(canonical):
     if offset != len(canonical):
         raise ValueError("field runs past the end")
     return out
+
+
+EVENT_PREFIX = "shareledger.events.v1."
+# The access-request events: payload field number -> name (docs/events.md).
+ACCESS_EVENTS = {
+    "AccessRequestsAllowedChanged": {1: "token", 2: "allowed"},
+    "AccessRequested": {1: "token", 2: "user_record_name"},
+    "AccessRequestDenied": {1: "token", 2: "user_record_name"},
+    "IdentityBlocked": {1: "token", 2: "user_record_name"},
+    "IdentityUnblocked": {1: "token", 2: "user_record_name"},
+}
+
+
+def decode_event(parsed):
+    """Returns (event type, decoded access-event fields or None, problem or None) of an envelope."""
+    event_type = parsed.get(12, b"").decode("utf-8", "replace")
+    name = event_type[len(EVENT_PREFIX):] if event_type.startswith(EVENT_PREFIX) else None
+    if name not in ACCESS_EVENTS:
+        return event_type, None, None
+    try:
+        payload = fields(parsed.get(13, b""))
+    except ValueError as error:
+        return event_type, None, f"{name} payload does not decode: {error}"
+    decoded = {}
+    for number, value in payload.items():
+        key = ACCESS_EVENTS[name].get(number)
+        if key is None:
+            continue  # a field a later release added: skipped, as protobuf readers do
+        decoded[key] = bool(value) if key == "allowed" else bytes(value).decode("utf-8", "replace")
+    if len(decoded.get("token", "")) != 26:
+        return event_type, decoded, f"{name} has no 26-character share token"
+    if name != "AccessRequestsAllowedChanged" and not decoded.get("user_record_name"):
+        return event_type, decoded, f"{name} names no user"
+    return event_type, decoded, None
 
 
 # Ed25519 verification (RFC 8032, section 6: the reference implementation's arithmetic).
@@ -180,7 +220,7 @@ def read_key(path):
     return key
 
 
-def main(path, key_paths):
+def main(path, key_paths, show_events=False):
     trusted = set()
     for key_path in key_paths:
         try:
@@ -198,6 +238,7 @@ def main(path, key_paths):
     previous = bytes(32)
     expected = 1
     hashes = []
+    types = {}
     with env.begin() as txn:
         for key, value in txn.cursor(db=log):
             (position,) = struct.unpack(">Q", key)
@@ -220,6 +261,9 @@ def main(path, key_paths):
                         problem = "previous_hash does not match the previous event's hash"
                     elif hashlib.sha256(previous + canonical).digest() != stored_hash:
                         problem = "hash mismatch: the event was altered"
+                    elif show_events:
+                        event_type, _, problem = decode_event(parsed)
+                        types[event_type] = types.get(event_type, 0) + 1
             if problem:
                 print(f"chain BROKEN at position {expected}: {problem}")
                 return 1
@@ -251,29 +295,34 @@ def main(path, key_paths):
             print(f"head record ({head_position}) does not name the last event ({count})")
             return 1
     # Format 2: the head is the last entry of the log.
+    if show_events:
+        for event_type in sorted(types):
+            print(f"{types[event_type]:>10}  {event_type}")
     signed = f"; {verified} signed checkpoints verified" if trusted else ""
     print(f"chain holds: {count} events, head {count} {previous.hex()}{signed}")
     return 0
 
 
 def parse(arguments):
-    path, keys = None, []
+    path, keys, events = None, [], False
     while arguments:
         argument = arguments.pop(0)
-        if argument == "--trusted-key" and arguments:
+        if argument == "--events":
+            events = True
+        elif argument == "--trusted-key" and arguments:
             keys.append(arguments.pop(0))
         elif argument.startswith("--trusted-key="):
             keys.append(argument.split("=", 1)[1])
         elif path is None and not argument.startswith("-"):
             path = argument
         else:
-            return None, None
-    return path, keys
+            return None, None, False
+    return path, keys, events
 
 
 if __name__ == "__main__":
-    ledger, key_files = parse(sys.argv[1:])
+    ledger, key_files, events = parse(sys.argv[1:])
     if ledger is None:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    sys.exit(main(ledger, key_files))
+    sys.exit(main(ledger, key_files, events))

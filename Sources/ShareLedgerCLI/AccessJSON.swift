@@ -10,6 +10,7 @@ struct AccessJSON: Encodable {
         var permission: String
         var acceptanceStatus: String
         var hadAccess: Bool
+        var isApprovedRequester: Bool?
     }
 
     var position: UInt64
@@ -17,6 +18,9 @@ struct AccessJSON: Encodable {
     var existed: Bool
     var publicPermission: String
     var participants: [Entry]
+    var allowsAccessRequests: Bool?
+    var requesters: [String]?
+    var blockedIdentities: [String]?
 
     init(_ access: ShareAccess) {
         let formatter = ISO8601DateFormatter()
@@ -29,7 +33,11 @@ struct AccessJSON: Encodable {
             Entry(
                 participantID: $0.participantID, userRecordName: $0.userRecordName, role: $0.role.description,
                 permission: $0.permission.description, acceptanceStatus: $0.acceptanceStatus.description,
-                hadAccess: $0.hadAccess)
+                hadAccess: $0.hadAccess, isApprovedRequester: $0.isApprovedRequester ? true : nil)
         }
+        // Absent unless used, so the JSON of shares without access requests is as before.
+        allowsAccessRequests = access.allowsAccessRequests ? true : nil
+        requesters = access.requesters.isEmpty ? nil : access.requesters
+        blockedIdentities = access.blockedIdentities.isEmpty ? nil : access.blockedIdentities
     }
 }

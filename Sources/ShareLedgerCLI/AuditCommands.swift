@@ -257,8 +257,11 @@ struct AccessCommand: AsyncParsableCommand {
             return
         }
         print("  public permission  \(access.publicPermission)")
+        if access.allowsAccessRequests { print("  access requests    allowed") }
+        if !access.requesters.isEmpty { print("  requesters         \(access.requesters.joined(separator: ", "))") }
+        if !access.blockedIdentities.isEmpty { print("  blocked            \(access.blockedIdentities.joined(separator: ", "))") }
         for entry in access.participants {
-            let who = entry.userRecordName ?? "(no account yet)"
+            let who = (entry.userRecordName ?? "(no account yet)") + (entry.isApprovedRequester ? " (approved request)" : "")
             print(
                 "  \((entry.hadAccess ? "access" : "no access").rightPad(10)) \(entry.role.description.rightPad(14)) "
                     + "\(entry.acceptanceStatus.description.rightPad(9)) \(entry.permission.description.rightPad(10)) \(who)")

@@ -198,6 +198,12 @@ struct MetadataReport: Encodable {
         var recordChangeTag: String
         /// The participants the user may see, owner first.
         var participants: [ParticipantReport]
+        /// True when people with the URL may ask to join (absent when they may not).
+        var allowsAccessRequests: Bool?
+        /// The user record names of the pending access requests (owner and administrators only; absent when none).
+        var requesters: [String]?
+        /// The user record names of the blocked identities (owner and administrators only; absent when none).
+        var blockedIdentities: [String]?
 
         /// The report of `share`.
         init(_ share: Share) {
@@ -212,6 +218,11 @@ struct MetadataReport: Encodable {
             recordChangeTag = share.recordChangeTag
             participants = share.participants.map(ParticipantReport.init)
                 .sorted { ($0.roleOrder, $0.name) < ($1.roleOrder, $1.name) }
+            allowsAccessRequests = share.allowsAccessRequests ? true : nil
+            let requesterNames = share.requesters.map { $0.userIdentity.userRecordID?.recordName ?? "?" }
+            requesters = requesterNames.isEmpty ? nil : requesterNames
+            let blockedNames = share.blockedIdentities.map { $0.userIdentity.userRecordID?.recordName ?? "?" }
+            blockedIdentities = blockedNames.isEmpty ? nil : blockedNames
         }
 
         /// Prints the share for people.
@@ -228,6 +239,9 @@ struct MetadataReport: Encodable {
             print("owner         \(owner ?? "?")")
             print("shares        " + (zoneWide ? "zone \(zoneName), as a whole" : "record \(rootRecordName ?? "?") and below it, in zone \(zoneName)"))
             print("public        \(publicPermission)")
+            if allowsAccessRequests == true { print("requests      allowed") }
+            if let requesters { print("requesters    \(requesters.joined(separator: ", "))") }
+            if let blockedIdentities { print("blocked       \(blockedIdentities.joined(separator: ", "))") }
         }
 
         /// Prints the participants.
@@ -236,7 +250,7 @@ struct MetadataReport: Encodable {
             for participant in participants {
                 print(
                     "  " + participant.role.rightPad(15) + participant.status.rightPad(10) + participant.permission.rightPad(11)
-                        + participant.name)
+                        + participant.name + (participant.approvedRequester == true ? " (approved request)" : ""))
             }
         }
     }
@@ -259,6 +273,8 @@ struct MetadataReport: Encodable {
         var permission: String
         /// The acceptance status.
         var status: String
+        /// True when the participant joined by the approval of their access request (absent otherwise).
+        var approvedRequester: Bool?
 
         /// The report of `participant`.
         init(_ participant: Share.Participant) {
@@ -270,6 +286,7 @@ struct MetadataReport: Encodable {
             role = participant.role.description
             permission = participant.permission.description
             status = participant.acceptanceStatus.description
+            approvedRequester = participant.isApprovedRequester ? true : nil
         }
 
         /// Who the participant is, for people.

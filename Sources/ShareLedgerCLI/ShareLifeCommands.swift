@@ -364,12 +364,15 @@ struct ShareCommand: AsyncParsableCommand {
         discussion: """
             A share's life: `share create`, `share lookup`, `share invite`; the invitee runs \
             `share-ledger fetch` and `share-ledger accept`; then `share set-permission`, `share set-public`, \
-            `share remove`, `share leave`, `share delete`. Each prints the share as the acting user then \
+            `share remove`, `share leave`, `share delete`. Access requests: `share allow-requests`; a \
+            stranger with the URL runs `share request-access`; the owner or an administrator runs \
+            `share approve`, `share deny`, `share block`, `share unblock`. Each prints the share as the acting user then \
             sees it; --json prints it as JSON.
             """,
         subcommands: [
             Create.self, Lookup.self, Invite.self, SetPermission.self, SetPublic.self, Remove.self, Leave.self,
-            Delete.self,
+            Delete.self, AllowRequests.self, RequestAccess.self, Approve.self, Deny.self, Block.self, Unblock.self,
+            InviteOneTime.self,
         ])
 
     /// What the share commands print with `--json`.

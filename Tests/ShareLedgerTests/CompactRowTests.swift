@@ -27,6 +27,7 @@ struct CompactRowTests {
         s.ownerParticipantID = text(&random)
         s.activeParticipantCount = UInt32.random(in: 0...UInt32.max, using: &random)
         s.unmatchedPendingCount = UInt32.random(in: 0...100, using: &random)
+        s.allowsAccessRequests = Bool.random(using: &random)
         return s
     }
 
@@ -42,6 +43,8 @@ struct CompactRowTests {
         p.permission = Shareledger_Events_V1_Permission(rawValue: Int.random(in: 0...3, using: &random))!
         p.status = Shareledger_Events_V1_AcceptanceStatus(rawValue: Int.random(in: 0...3, using: &random))!
         p.addedAtMicros = Int64.random(in: 0...Int64.max, using: &random)
+        p.approvedRequester = Bool.random(using: &random)
+        if Bool.random(using: &random) { p.oneTimeToken = text(&random) }
         return p
     }
 
@@ -70,7 +73,7 @@ struct CompactRowTests {
 
     private func roundTrips<M: CompactRow & Equatable>(_ row: M) throws {
         let compact = row.compactBytes()
-        #expect(compact.first == 0xC1)
+        #expect(compact.first == row.compactLayout && (compact.first == 0xC1 || compact.first == 0xC2))
         #expect(try compact.withUnsafeBytes { try M.decodeStored($0, database: "t") } == row)
         // Rows an earlier release wrote (protobuf) read the same.
         var options = BinaryEncodingOptions()
@@ -140,5 +143,35 @@ extension CompactRowTests {
         zone.capabilities = 3
         zone.createdAtMicros = 1
         #expect(zone.compactBytes() == [0xC1, 0x05, 0x03, 0x00, 0x00, 0x00, 0x01])
+    }
+
+    @Test("layout C2: written only when an added field is set, read next to C1; other rows and flag values refuse it")
+    func layoutTwo() throws {
+        var share = ShareState()
+        share.changeTag = 7
+        let one = share.compactBytes()
+        #expect(one.first == 0xC1, "a share without the added fields keeps the first layout")
+        share.allowsAccessRequests = true
+        let two = share.compactBytes()
+        #expect(two.first == 0xC2 && two.count == one.count + 1 && two.last == 1 && Array(two[1..<one.count]) == Array(one[1...]))
+        #expect(try two.withUnsafeBytes { try ShareState.decodeStored($0, database: "t") } == share)
+        #expect(two.withUnsafeBytes { ShareState.storedChangeTag($0) } == 7)
+        var participant = ParticipantState()
+        participant.approvedRequester = true
+        let row = participant.compactBytes()
+        #expect(row.first == 0xC2 && Array(row.suffix(2)) == [1, 0], "the approved flag, then an empty one-time token")
+        #expect(try row.withUnsafeBytes { try ParticipantState.decodeStored($0, database: "t") } == participant)
+        participant.approvedRequester = false
+        participant.oneTimeToken = "0FGla26YtxqPeVFDDjx2Ds3DA1"
+        let oneTime = participant.compactBytes()
+        #expect(oneTime.first == 0xC2)
+        #expect(try oneTime.withUnsafeBytes { try ParticipantState.decodeStored($0, database: "t") } == participant)
+        // A flag other than 0 or 1, and C2 on a row type without it, are damage.
+        var bad = two
+        bad[bad.count - 1] = 2
+        #expect(throws: LedgerError.self) { try bad.withUnsafeBytes { try ShareState.decodeStored($0, database: "t") } }
+        var zone = ZoneState().compactBytes()
+        zone[0] = 0xC2
+        #expect(throws: LedgerError.self) { try zone.withUnsafeBytes { try ZoneState.decodeStored($0, database: "t") } }
     }
 }

@@ -197,6 +197,19 @@ struct EventValidatorTests {
         _ = try await f.alice.setPublicPermission(.none, for: share.url)
         _ = try await f.alice.removeParticipant(bobID, from: share.url)
         try await f.ledger.completeResidualTasks()
+        // Access requests: allowed; Bob asks and is denied, asks again and is approved (then
+        // accepts); Carol asks and is blocked with Bob (a participant, removed by the block); Carol is
+        // unblocked.
+        _ = try await f.alice.setAllowsAccessRequests(true, for: share.url)
+        _ = try await f.bob.requestAccess(to: [share.url])
+        _ = try await f.alice.denyRequesters([requesterValue("_bob")], for: share.url)
+        _ = try await f.bob.requestAccess(to: [share.url])
+        _ = try await f.alice.approveRequesters([requesterValue("_bob")], for: share.url)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+        _ = try await f.carol.requestAccess(to: [share.url])
+        _ = try await f.alice.blockIdentities([identityValue("_bob"), identityValue("_carol")], for: share.url)
+        _ = try await f.alice.unblockIdentities([Share.BlockedIdentity(userIdentity: identityValue("_carol"))], for: share.url)
+        try await f.ledger.completeResidualTasks()
         // A zone-wide share, then the zone deleted with it; the hierarchy's share deleted by its root.
         let wide = RecordZoneID(zoneName: "Wide")
         _ = try await f.alice.save(RecordZone(zoneID: wide))

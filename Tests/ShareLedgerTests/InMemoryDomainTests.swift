@@ -102,7 +102,8 @@ struct InMemoryDomainTests {
         let manager = a % 4 == 0 ? owner : share?.ownerName ?? owner
         let member = participants.isEmpty || a % 4 == 0 ? user : participants[b % participants.count].state.userRecordName
         let tag: String? = a % 4 == 0 ? "999" : (try? models.share(store, token)).flatMap { $0.map { String($0.changeTag) } }
-        switch op % 15 {
+        // Four in nineteen numbers pick an access-request step; the others the steps before them, as before.
+        switch op % 19 < 15 ? op % 15 : op % 19 {
         case 0: return (user, .saveZone(zone, capabilities: b % 4 == 0 ? 1 : 15))
         case 1, 2:
             let zoneState = try models.zone(store, container, owner: zone.ownerName == RecordZoneID.defaultOwnerName ? user : owner, zone: zoneName)
@@ -144,6 +145,42 @@ struct InMemoryDomainTests {
             return b % 2 == 0
                 ? (user, .requestVerification(token: token, lookup: LookupInfo(emailAddress: emails[2]), codeSHA256: code, expiresAtMicros: now + 60_000_000))
                 : (user, .verify(token: token, codeSHA256: code))
+        case 15:
+            return (manager, .setAllowsAccessRequests(token: token, allowed: a % 3 != 0, ifChangeTag: b % 6 == 0 ? tag : nil))
+        case 16:
+            // Mostly a share that takes requests, when there is one.
+            let open = live.filter { (try? models.share(store, $0))??.allowsAccessRequests == true }
+            return (user, .requestAccess(tokenText: open.isEmpty || a % 4 == 0 ? token : open[b % open.count]))
+        case 17:
+            // Mostly a pending request, when there is one, answered by the share's owner.
+            let pending = store.entries(models.access).filter { $0.0.count > 26 && $0.0[26] == ReadModels.AccessKind.request.rawValue }
+            let (target, requester, answerer): (String, String, String)
+            if let entry = pending.isEmpty || a % 5 == 0 ? nil : pending[b % pending.count] {
+                target = String(decoding: entry.0[..<26], as: UTF8.self)
+                requester = String(decoding: entry.0[27...], as: UTF8.self)
+                answerer = try models.share(store, target)?.ownerName ?? owner
+            } else if pending.isEmpty && a % 5 != 0 {
+                // Nothing to answer yet: ask (so that later steps find requests to answer).
+                let open = live.filter { (try? models.share(store, $0))??.allowsAccessRequests == true }
+                return (user, .requestAccess(tokenText: open.isEmpty ? token : open[b % open.count]))
+            } else {
+                (target, requester, answerer) = (token, user, manager)
+            }
+            return a % 2 == 0
+                ? (answerer, .approveRequester(
+                    token: target, user: requester, permission: permission == .readWrite ? .readWrite : .readOnly,
+                    newParticipantID: UUID(uuid: uuid(&random)).uuidString))
+                : (answerer, .denyRequester(token: target, user: requester))
+        case 18:
+            // Blocks are kept rare: a blocked user drops out of the other steps until unblocked.
+            if a % 4 == 0 { return (manager, .blockIdentity(token: token, user: member.isEmpty ? user : member)) }
+            let blocked = store.entries(models.access).filter { $0.0.count > 26 && $0.0[26] == ReadModels.AccessKind.blocked.rawValue }
+            guard let entry = blocked.isEmpty ? nil : blocked[b % blocked.count] else {
+                return (manager, .unblockIdentity(token: token, user: user))
+            }
+            let target = String(decoding: entry.0[..<26], as: UTF8.self)
+            return (try models.share(store, target)?.ownerName ?? owner, .unblockIdentity(
+                token: target, user: String(decoding: entry.0[27...], as: UTF8.self)))
         default:
             var first: UInt64 = 0
             try store.visit(models.outbox, from: nil) { key, _ in
@@ -257,17 +294,63 @@ struct InMemoryDomainTests {
             await pair.ledger.close()
         }
         // Fixed sequences first: the coverage check below rests on them alone, so it is deterministic.
-        for numbers in fixedSequences(count: 25, length: 60...200) { try await body(numbers) }
+        for numbers in fixedSequences(count: 120, length: 60...200) { try await body(numbers) }
         let totals = outcomes.value
         await propertyCheck(count: 20, input: Gen.int(in: 0...1_000_000).array(of: 30...150)) { numbers in try await body(numbers) }
         // The generator must reach successes of every kind of step and refusals of many kinds, or
         // agreement proves little.
         for kind in ["saveZone", "saveRecord", "deleteRecord", "createShare", "addParticipant", "fetchMetadata", "accept",
-            "removeParticipant", "updateParticipant", "leaveShare", "setPublicPermission", "setTitle", "deleteShare", "completeTask"]
+            "removeParticipant", "updateParticipant", "leaveShare", "setPublicPermission", "setTitle", "deleteShare", "completeTask",
+            "setAllowsAccessRequests", "requestAccess", "approveRequester", "denyRequester", "blockIdentity", "unblockIdentity"]
         {
             #expect(totals.keys.contains("\(kind):ok"), "\(kind) never succeeded: \(totals)")
         }
         #expect(Set(totals.keys.map { $0.split(separator: ":")[1] }).count >= 8, "outcomes seen: \(totals)")
+    }
+
+    @Test("a one-time URL's life on LMDB and in memory: the same answers, events and read-model bytes")
+    func oneTimeURLsAgree() async throws {
+        let dir = TemporaryDirectory()
+        let pair = try await Self.makePair(dir)
+        for user in ["_alice", "_bob", "_carol"] {
+            _ = try await pair.run(user, [.registerUser(name: user, email: nil, phone: nil, names: nil)])
+        }
+        let zone = RecordZoneID(zoneName: "Z0")
+        let token = "0FGla26YtxqPeVFDDjx2Ds3DAb"
+        let (first, second) = ("0FGla26YtxqPeVFDDjx2Ds3DA1", "0FGla26YtxqPeVFDDjx2Ds3DA2")
+        _ = try await pair.run("_alice", [
+            .saveZone(zone, capabilities: 15), .saveRecord(Record(recordType: "Item", recordID: RecordID(recordName: "r0", zoneID: zone))),
+            .createShare(ShareCreation(
+                zoneID: zone, rootRecordName: "r0", title: "", publicPermission: .none, tokenCandidate: token,
+                shareRecordName: "share-1", ownerParticipantID: "00000000-0000-4000-8000-000000000001")),
+            .addOneTimeParticipant(
+                token: token, role: .privateUser, permission: .readWrite, newParticipantID: "00000000-0000-4000-8000-000000000002",
+                oneTimeToken: first, ifChangeTag: nil),
+            .addOneTimeParticipant(
+                token: token, role: .administrator, permission: .readOnly, newParticipantID: "00000000-0000-4000-8000-000000000003",
+                oneTimeToken: second, ifChangeTag: nil),
+        ])
+        // A token in use is refused; Bob fetches and accepts the first URL; Carol then gets nothing from it.
+        let reused = try await pair.run("_alice", [.addOneTimeParticipant(
+            token: token, role: .privateUser, permission: .readOnly, newParticipantID: "00000000-0000-4000-8000-000000000004",
+            oneTimeToken: first, ifChangeTag: nil)])
+        #expect(reused.first?.failure?.code == .serverRejectedRequest)
+        _ = try await pair.run("_bob", [.fetchMetadata(tokenText: first, shouldFetchRootRecord: false, desiredKeys: nil)])
+        let accepted = try await pair.run("_bob", [.acceptOneTimeURL(oneTimeToken: first, token: token, metadataContainer: Self.container)])
+        #expect((try? accepted.first?.get()) != nil)
+        let carol = try await pair.run("_carol", [
+            .fetchMetadata(tokenText: first, shouldFetchRootRecord: false, desiredKeys: nil),
+            .acceptOneTimeURL(oneTimeToken: first, token: token, metadataContainer: Self.container),
+        ])
+        #expect(carol.map { $0.failure?.code } == [.unknownItem, .unknownItem])
+        // The second URL withdrawn by removing its participant.
+        _ = try await pair.run("_alice", [.removeParticipant(token: token, participantID: "00000000-0000-4000-8000-000000000003", ifChangeTag: nil)])
+        let withdrawn = try await pair.run("_carol", [.fetchMetadata(tokenText: second, shouldFetchRootRecord: false, desiredKeys: nil)])
+        #expect(withdrawn.first?.failure?.code == .unknownItem)
+        try pair.expectSameState()
+        let comparison = try pair.ledger.verifyReadModels(scratchPath: dir.child("rebuilt"))
+        #expect(comparison.matches, "\(comparison.inadmissible?.text ?? "") \(comparison.differences)")
+        await pair.ledger.close()
     }
 
     static func kind(_ step: DomainAction) -> String {

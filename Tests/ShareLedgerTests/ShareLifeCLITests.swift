@@ -239,4 +239,61 @@ struct ShareLifeCLITests {
             #expect(share.stdout.contains(command), "share --help lacks \(command)")
         }
     }
+
+    /// Users _alice, _bob and _carol, and Alice's share of record groceries in zone Lists: its URL.
+    static func groceries(_ cli: Runner) async throws -> String {
+        for user in ["_alice", "_bob", "_carol"] { _ = try await cli.ok(["user", "register", user]) }
+        _ = try await cli.ok(["zone", "create", "Lists"], as: "_alice")
+        _ = try await cli.ok(["record", "save", "groceries", "--zone", "Lists", "--type", "List"], as: "_alice")
+        let created = try await cli.ok(["share", "create", "--zone", "Lists", "--record", "groceries"], as: "_alice")
+        return try #require((created["share"] as? [String: Any])?["url"] as? String)
+    }
+
+    @Test("access requests by hand: allow, request (refused as an unknown URL while off), approve, deny, block, unblock; history and access --at show them")
+    func accessRequests() async throws {
+        let dir = TemporaryDirectory()
+        let cli = Runner(path: dir.child("ledger"))
+        let url = try await Self.groceries(cli)
+        try await cli.fails(["share", "request-access", url], as: "_bob", "unknownItem")
+        let allowed = try await cli.ok(["share", "allow-requests", url], as: "_alice")
+        #expect((allowed["share"] as? [String: Any])?["allowsAccessRequests"] as? Bool == true)
+        _ = try await cli.ok(["share", "request-access", url], as: "_bob")
+        _ = try await cli.ok(["share", "request-access", url], as: "_carol")
+        let approved = try await cli.ok(["share", "approve", url, "--user", "_bob", "--permission", "readWrite"], as: "_alice")
+        let bob = Self.participant(approved["share"] as? [String: Any], user: "_bob")
+        #expect(bob?["approvedRequester"] as? Bool == true && bob?["status"] as? String == "pending")
+        #expect((approved["share"] as? [String: Any])?["requesters"] as? [String] == ["_carol"])
+        let denied = try await cli.ok(["share", "deny", url, "--user", "_carol"], as: "_alice")
+        #expect((denied["share"] as? [String: Any])?["requesters"] == nil)
+        try await cli.fails(["share", "deny", url, "--user", "_carol"], as: "_alice", "unknownItem")
+        let blocked = try await cli.ok(["share", "block", url, "--user", "_carol"], as: "_alice")
+        #expect((blocked["share"] as? [String: Any])?["blockedIdentities"] as? [String] == ["_carol"])
+        try await cli.fails(["share", "request-access", url], as: "_carol", "unknownItem")
+        try await cli.fails(["share", "approve", url, "--user", "_carol"], as: "_bob", "permissionFailure")
+        let access = try await runCLI(["access", "--share", url, "--at", "999", "--path", dir.child("ledger"), "--json"])
+        let json = try #require(jsonObject(access.stdout), "\(access.summary)")
+        #expect(json["blockedIdentities"] as? [String] == ["_carol"] && json["allowsAccessRequests"] as? Bool == true)
+        _ = try await cli.ok(["share", "unblock", url, "--user", "_carol"], as: "_alice")
+        _ = try await cli.ok(["share", "request-access", url], as: "_carol")
+        let history = try await runCLI(["history", "--share", url, "--path", dir.child("ledger")])
+        for type in ["AccessRequestsAllowedChanged", "AccessRequested", "AccessRequestDenied", "IdentityBlocked", "IdentityUnblocked"] {
+            #expect(history.stdout.contains(type), "history lacks \(type)")
+        }
+        let audit = try await runCLI(["audit", "--path", dir.child("ledger")])
+        #expect(audit.exited(0), "\(audit.summary)")
+    }
+
+    @Test("a one-time URL by hand: invite-one-time prints it, the first user accepts through it, the next learns nothing")
+    func oneTimeURL() async throws {
+        let dir = TemporaryDirectory()
+        let cli = Runner(path: dir.child("ledger"))
+        let url = try await Self.groceries(cli)
+        let invited = try await cli.ok(["share", "invite-one-time", url, "--permission", "readWrite"], as: "_alice")
+        let oneTime = try #require(invited["oneTimeURL"] as? String)
+        #expect(oneTime != url)
+        _ = try await cli.ok(["accept", oneTime], as: "_bob")
+        try await cli.fails(["fetch", oneTime], as: "_carol", "unknownItem")
+        let audit = try await runCLI(["audit", "--path", dir.child("ledger")])
+        #expect(audit.exited(0), "\(audit.summary)")
+    }
 }

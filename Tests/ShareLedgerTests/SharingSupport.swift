@@ -93,3 +93,15 @@ func fixedSequences(count: Int, length: ClosedRange<Int>, values: ClosedRange<In
         return (0..<size).map { _ in values.lowerBound + Int(next() % UInt64(values.count)) }
     }
 }
+
+/// The identity of account `user`, as a share's requesters and blocked identities name it.
+func identityValue(_ user: String) -> UserIdentity {
+    UserIdentity(
+        userRecordID: RecordID(userRecordName: user), lookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: user)),
+        nameComponents: nil, hasiCloudAccount: true)
+}
+
+/// A requester value for account `user` (as if taken from a share's requesters).
+func requesterValue(_ user: String) -> Share.AccessRequester {
+    Share.AccessRequester(userIdentity: identityValue(user), participantLookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: user)))
+}

@@ -18,6 +18,8 @@ public struct ShareAccess: Sendable, Hashable, Codable {
         public var acceptanceStatus: Share.Participant.AcceptanceStatus
         /// Whether they could reach the shared records then (the owner, or accepted).
         public var hadAccess: Bool
+        /// Whether their invitation then approved their access request (``Share/Participant/isApprovedRequester``).
+        public var isApprovedRequester: Bool = false
     }
 
     /// The last position the answer includes.
@@ -30,6 +32,12 @@ public struct ShareAccess: Sendable, Hashable, Codable {
     public var publicPermission: Share.Participant.Permission
     /// Every participant it had by then, removed ones included, in the order they were added.
     public var participants: [Entry]
+    /// Whether it allowed access requests then (``Share/allowsAccessRequests``).
+    public var allowsAccessRequests = false
+    /// The user record names of its pending access requests then, in name order.
+    public var requesters: [String] = []
+    /// The user record names blocked from it then, in name order: they could not request, fetch or join.
+    public var blockedIdentities: [String] = []
 }
 
 extension ShareLedger {
@@ -59,6 +67,9 @@ extension ShareLedger {
         var publicPermission = Share.Participant.Permission.none
         var order: [String] = []
         var entries: [String: ShareAccess.Entry] = [:]
+        var allowsRequests = false
+        var requesters = Set<String>()
+        var blocked = Set<String>()
         func update(_ id: String, _ change: (inout ShareAccess.Entry) -> Void) {
             if var entry = entries[id] {
                 change(&entry)
@@ -75,6 +86,7 @@ extension ShareLedger {
             switch event {
             case .shareCreated(let e):
                 existed = true
+                (allowsRequests, requesters, blocked) = (false, [], [])
                 publicPermission = e.publicPermission.permission
                 order = [e.ownerParticipantID]
                 entries = [
@@ -90,7 +102,9 @@ extension ShareLedger {
                 if entries[e.participantID] == nil { order.append(e.participantID) }
                 entries[e.participantID] = ShareAccess.Entry(
                     participantID: e.participantID, userRecordName: e.userRecordName.isEmpty ? nil : e.userRecordName,
-                    role: e.role.role, permission: e.permission.permission, acceptanceStatus: .pending, hadAccess: false)
+                    role: e.role.role, permission: e.permission.permission, acceptanceStatus: .pending, hadAccess: false,
+                    isApprovedRequester: e.approvedRequester)
+                requesters.remove(e.userRecordName)
             case .participantUpdated(let e):
                 update(e.participantID) {
                     $0.role = e.role.role
@@ -100,6 +114,18 @@ extension ShareLedger {
                 update(e.participantID) { $0.acceptanceStatus = .removed }
             case .participantVerified(let e):
                 update(e.participantID) { $0.userRecordName = e.userRecordName }
+                requesters.remove(e.userRecordName)
+            case .accessRequestsAllowedChanged(let e):
+                allowsRequests = e.allowed
+            case .accessRequested(let e):
+                requesters.insert(e.userRecordName)
+            case .accessRequestDenied(let e):
+                requesters.remove(e.userRecordName)
+            case .identityBlocked(let e):
+                requesters.remove(e.userRecordName)
+                blocked.insert(e.userRecordName)
+            case .identityUnblocked(let e):
+                blocked.remove(e.userRecordName)
             case .shareAccepted(let e):
                 update(e.participantID) {
                     $0.acceptanceStatus = .accepted
@@ -112,7 +138,8 @@ extension ShareLedger {
         let at = try log.event(at: last)?.recordedAt ?? Date(timeIntervalSince1970: 0)
         return ShareAccess(
             position: last.rawValue, recordedAt: at, existed: existed, publicPermission: publicPermission,
-            participants: existed ? order.compactMap { entries[$0] } : [])
+            participants: existed ? order.compactMap { entries[$0] } : [], allowsAccessRequests: existed && allowsRequests,
+            requesters: existed ? requesters.sorted() : [], blockedIdentities: existed ? blocked.sorted() : [])
     }
 
     /// Opens a read-only view of every read model as it stood right after `bound`, at a new

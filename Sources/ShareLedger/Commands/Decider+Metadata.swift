@@ -19,16 +19,26 @@ extension Decider {
         }
     }
 
-    /// How the share looks to the caller, or the error CloudKit gives.
-    func standing(_ txn: borrowing some ReadModelStore & ~Copyable, _ share: ShareState, token: String) throws -> Standing {
+    /// How the share looks to the caller, or the error CloudKit gives. `oneTime` is the unused one-time
+    /// URL participant the caller presented the URL of, if they came by one.
+    func standing(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ share: ShareState, token: String, oneTime: ParticipantState? = nil
+    ) throws -> Standing {
         // User record names are per container (as in CloudKit): the caller is a participant only when
         // fetching in the share's own container. From another container, the same name is nobody
         // the share knows.
         let sameContainer = share.container == container
+        // A blocked identity learns nothing: the answer of an unknown URL.
+        if sameContainer { try refuseBlocked(txn, token) }
         if sameContainer, let entry = try models.participant(txn, of: actor, in: share, token: token),
             entry.state.status != .statusRemoved
         {
             return .participant(role: entry.state.role, status: entry.state.status, permission: entry.state.permission)
+        }
+        if let oneTime {
+            // The holder of a one-time URL is offered that invitation, in the share's own container only.
+            guard sameContainer else { throw LedgerError(.unknownItem, Decider.shareNotFound) }
+            return .participant(role: oneTime.role, status: .statusPending, permission: oneTime.permission)
         }
         if Decider.isPublic(share.publicPermission) {
             return .prospectivePublicUser(share.publicPermission)
@@ -60,10 +70,11 @@ extension Decider {
         let share: ShareState
         let standing: Standing
         do {
-            share = try fetchableShare(txn, tokenText: tokenText)
+            let found = try fetchableShare(txn, tokenText: tokenText)
+            share = found.share
             // Known from here on, failed or not: the fetch is part of the share's history.
             e.shareContainer = share.container
-            standing = try self.standing(txn, share, token: tokenText)
+            standing = try self.standing(txn, share, token: found.token, oneTime: found.oneTime)
         } catch let error as LedgerError {
             return failed(error)
         }
@@ -78,16 +89,21 @@ extension Decider {
             [event(stream, .shareMetadataFetched(e))], .metadata(token: tokenText, fetchRoot: fetchRoot, keys: keys))
     }
 
-    /// The share at `tokenText`, or the error a fetch of its metadata gives before looking at the
-    /// caller's standing: no account, an unknown URL.
-    private func fetchableShare(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String) throws -> ShareState {
+    /// The share at `tokenText` (a share's token, or an unused one-time URL's: then with its
+    /// participant), or the error a fetch of its metadata gives before looking at the caller's
+    /// standing: no account, an unknown (or used) URL.
+    private func fetchableShare(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String) throws
+        -> (share: ShareState, token: String, oneTime: ParticipantState?)
+    {
         guard signedIn, try models.user(txn, container, actor) != nil else {
             throw LedgerError(.notAuthenticated, "fetching share metadata needs a signed-in user; register the user and act as them")
         }
-        guard ShareToken(tokenText) != nil, let share = try models.share(txn, tokenText) else {
+        guard ShareToken(tokenText) != nil else { throw LedgerError(.unknownItem, Decider.shareNotFound) }
+        if let share = try models.share(txn, tokenText) { return (share, tokenText, nil) }
+        guard let (token, _, participant) = try oneTimeParticipant(txn, tokenText), let share = try models.share(txn, token) else {
             throw LedgerError(.unknownItem, Decider.shareNotFound)
         }
-        return share
+        return (share, token, participant)
     }
 
     /// The metadata of the share at `tokenText` as the caller sees it in `txn` (the same rules and
@@ -96,10 +112,10 @@ extension Decider {
     func presentMetadata(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, fetchRoot: Bool, keys: [String]?)
         throws -> Share.Metadata
     {
-        let share = try fetchableShare(txn, tokenText: tokenText)
-        let (role, status, permission) = try standing(txn, share, token: tokenText).reported
+        let (share, token, oneTime) = try fetchableShare(txn, tokenText: tokenText)
+        let (role, status, permission) = try self.standing(txn, share, token: token, oneTime: oneTime).reported
         let viewer = share.container == container ? actor : nil
-        let shareValue = try presenter.share(txn, token: tokenText, state: share, viewer: viewer)
+        let shareValue = try presenter.share(txn, token: token, state: share, viewer: viewer)
         let zoneID = RecordZoneID(zoneName: share.zoneName, ownerName: share.ownerName)
         var rootRecord: Record?
         let rootID = share.rootRecordName.isEmpty ? nil : RecordID(recordName: share.rootRecordName, zoneID: zoneID)
@@ -110,7 +126,8 @@ extension Decider {
             share: shareValue, containerIdentifier: share.container,
             ownerIdentity: try presenter.identity(txn, share.container, user: share.ownerName),
             hierarchicalRootRecordID: rootID, rootRecord: rootRecord, participantRole: role.role,
-            participantStatus: status.status, participantPermission: permission.permission)
+            participantStatus: status.status, participantPermission: permission.permission,
+            oneTimeToken: oneTime == nil ? nil : try activeEntry(txn, share, token) == nil ? tokenText : nil)
     }
 
     // MARK: - Accepting
@@ -125,6 +142,7 @@ extension Decider {
                     + "not in \(container)")
         }
         let share = try liveShare(txn, token)
+        try refuseBlocked(txn, token)
         let entry = try models.participant(txn, of: actor, in: share, token: token)
         if let entry, entry.state.role == .owner || entry.state.status == .statusAccepted {
             // The owner, or accepted already: success, nothing new.

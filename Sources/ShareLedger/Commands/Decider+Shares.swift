@@ -84,10 +84,9 @@ extension Decider {
         return (zone, zone.lastZoneShareToken.isEmpty ? nil : zone.lastZoneShareToken)
     }
 
-    func addParticipant(
-        _ txn: borrowing some ReadModelStore & ~Copyable, token: String, lookup: LookupInfo, role: Share.Participant.Role,
-        permission: Share.Participant.Permission, newID: String, tag: String?
-    ) throws -> Decision {
+    /// The live private share `token`, which the signed-in actor manages, with change tag `tag` if
+    /// given: where an invitation can go.
+    func invitableShare(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, tag: String?) throws -> ShareState {
         try requireSignedIn(txn)
         let share = try liveShare(txn, token)
         try requireManager(txn, share, token)
@@ -96,6 +95,14 @@ extension Decider {
             throw LedgerError(
                 .invalidArguments, "participants can be invited only to a private share; set its public permission to none first")
         }
+        return share
+    }
+
+    func addParticipant(
+        _ txn: borrowing some ReadModelStore & ~Copyable, token: String, lookup: LookupInfo, role: Share.Participant.Role,
+        permission: Share.Participant.Permission, newID: String, tag: String?
+    ) throws -> Decision {
+        let share = try invitableShare(txn, token, tag: tag)
         guard role == .privateUser || role == .administrator else {
             throw LedgerError(
                 .invalidArguments, "an invited participant's role is privateUser or administrator (public users join by URL)")
@@ -107,6 +114,13 @@ extension Decider {
         guard user != share.ownerName else {
             throw LedgerError(.invalidArguments, "the owner is a participant already")
         }
+        if !user.isEmpty, try models.accessEntry(txn, token, .blocked, user: user) != nil {
+            throw LedgerError(
+                .invalidArguments, "that user is blocked from this share; unblock the identity (unblockIdentities) before "
+                    + "inviting it")
+        }
+        // Inviting a user who asked to join is approving their request (CloudKit's isApprovedRequester).
+        let approved = user.isEmpty ? false : try models.accessEntry(txn, token, .request, user: user) != nil
         // The same identity again: by account, or by the email/phone an invitation went to.
         var existing: (id: String, state: ParticipantState)?
         if !user.isEmpty { existing = try models.participant(txn, of: user, in: share, token: token) }
@@ -137,6 +151,7 @@ extension Decider {
                 e.lookupInfo = existing.state.lookupInfo
                 e.role = PBRole(role)
                 e.permission = PBPermission(permission)
+                e.approvedRequester = approved
                 return .output([event(Streams.share(token), .participantAdded(e))], shareOutput(token))
             }
             if existing.state.role == PBRole(role) && existing.state.permission == PBPermission(permission) {
@@ -161,6 +176,7 @@ extension Decider {
         e.lookupInfo = PBLookupInfo(lookup)
         e.role = PBRole(role)
         e.permission = PBPermission(permission)
+        e.approvedRequester = approved
         return .output([event(Streams.share(token), .participantAdded(e))], shareOutput(token))
     }
 

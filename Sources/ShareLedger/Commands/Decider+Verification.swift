@@ -14,6 +14,7 @@ extension Decider {
             throw LedgerError(.invalidArguments, "verification proves an email address or a phone number")
         }
         let share = try liveShare(txn, token)
+        try refuseBlocked(txn, token)
         try refuseActiveParticipant(txn, share, token)
         try requireVerificationCase(share)
         let match = try models.participants(txn, token).first { entry in
@@ -64,6 +65,7 @@ extension Decider {
     func verify(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, hash: [UInt8]) throws -> Decision {
         try requireSignedIn(txn)
         let share = try liveShare(txn, token)
+        try refuseBlocked(txn, token)
         try refuseActiveParticipant(txn, share, token)
         try requireVerificationCase(share)
         let suffix = [UInt8(0)] + Array(actor.utf8)

@@ -108,6 +108,23 @@ struct Decider {
                 return try lookupParticipant(txn, lookup)
             case .completeTask(let id):
                 return try completeTask(txn, id: id)
+            case .setAllowsAccessRequests(let token, let allowed, let tag):
+                return try setAllowsAccessRequests(txn, token: token, allowed: allowed, tag: tag)
+            case .requestAccess(let text):
+                return try requestAccess(txn, tokenText: text)
+            case .approveRequester(let token, let user, let permission, let newID):
+                return try approveRequester(txn, token: token, user: user, permission: permission, newID: newID)
+            case .denyRequester(let token, let user):
+                return try denyRequester(txn, token: token, user: user)
+            case .blockIdentity(let token, let user):
+                return try blockIdentity(txn, token: token, user: user)
+            case .unblockIdentity(let token, let user):
+                return try unblockIdentity(txn, token: token, user: user)
+            case .addOneTimeParticipant(let token, let role, let permission, let newID, let oneTime, let tag):
+                return try addOneTimeParticipant(
+                    txn, token: token, role: role, permission: permission, newID: newID, oneTimeToken: oneTime, tag: tag)
+            case .acceptOneTimeURL(let oneTime, let token, let metadataContainer):
+                return try acceptOneTimeURL(txn, oneTimeToken: oneTime, token: token, metadataContainer: metadataContainer)
             }
         } catch let error as LedgerError {
             return Decision(events: [], outcome: .failed(error))
@@ -147,7 +164,14 @@ struct Decider {
     func activeEntry(_ txn: borrowing some ReadModelStore & ~Copyable, _ share: ShareState, _ token: String) throws
         -> (id: String, state: ParticipantState)?
     {
-        guard let entry = try models.participant(txn, of: actor, in: share, token: token),
+        try activeEntryOf(txn, share, token, user: actor)
+    }
+
+    /// `user`'s entry in the share, if not removed.
+    func activeEntryOf(_ txn: borrowing some ReadModelStore & ~Copyable, _ share: ShareState, _ token: String, user: String) throws
+        -> (id: String, state: ParticipantState)?
+    {
+        guard let entry = try models.participant(txn, of: user, in: share, token: token),
             entry.state.status != .statusRemoved
         else { return nil }
         return entry

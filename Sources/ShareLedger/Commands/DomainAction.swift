@@ -28,6 +28,24 @@ enum DomainAction: Sendable {
     /// CloudKit's `CKFetchShareParticipantsOperation`, one lookup info.
     case lookupParticipant(LookupInfo)
     case completeTask(taskID: UInt64)
+    /// CloudKit's `CKShare.allowsAccessRequests`, saved with the share.
+    case setAllowsAccessRequests(token: String, allowed: Bool, ifChangeTag: String?)
+    /// CloudKit's `CKShareRequestAccessOperation`, one URL (its token text, as given).
+    case requestAccess(tokenText: String)
+    /// Approves a pending access request: invites the requester (`isApprovedRequester`).
+    case approveRequester(token: String, user: String, permission: Share.Participant.Permission, newParticipantID: String)
+    /// CloudKit's `denyRequesters(_:)`, one requester.
+    case denyRequester(token: String, user: String)
+    /// CloudKit's `blockRequesters(_:)`, one identity.
+    case blockIdentity(token: String, user: String)
+    /// CloudKit's `unblockIdentities(_:)`, one identity.
+    case unblockIdentity(token: String, user: String)
+    /// Adding CloudKit's `Participant.oneTimeURLParticipant()`: an invitation reached by a one-time URL.
+    case addOneTimeParticipant(
+        token: String, role: Share.Participant.Role, permission: Share.Participant.Permission, newParticipantID: String,
+        oneTimeToken: String, ifChangeTag: String?)
+    /// Accepting through a one-time URL (the metadata was fetched with it).
+    case acceptOneTimeURL(oneTimeToken: String, token: String, metadataContainer: String)
 
     /// A rough size, for bounding a group commit.
     var approximateBytes: Int {

@@ -191,6 +191,21 @@ struct EventValidator {
                     }
                 }
             }
+            if !e.userRecordName.isEmpty, try m.accessEntry(txn, e.token, .blocked, user: e.userRecordName) != nil {
+                throw Self.refuse("user \(e.userRecordName) is blocked from the share")
+            }
+            if !e.oneTimeToken.isEmpty {
+                // A one-time URL participant: a new entry, addressed to nobody, with an unused token.
+                guard previous == nil, e.userRecordName.isEmpty, e.lookupInfo.lookupInfo == nil, !e.approvedRequester,
+                    e.role != .publicUser
+                else { throw Self.refuse("a one-time URL participant is a new invitation to nobody in particular") }
+                try d.checkNewOneTimeToken(txn, e.oneTimeToken)
+            }
+            if e.approvedRequester {
+                guard e.role != .publicUser, !e.userRecordName.isEmpty,
+                    try m.accessEntry(txn, e.token, .request, user: e.userRecordName) != nil
+                else { throw Self.refuse("it approves an access request that user \(e.userRecordName) has not made") }
+            }
             if !active, share.activeParticipantCount >= Decider.Limits.maxParticipants {
                 throw LedgerError(.tooManyParticipants, "the share has \(share.activeParticipantCount) participants already")
             }
@@ -222,6 +237,10 @@ struct EventValidator {
                 guard try d.activeEntry(txn, share, e.token)?.id == e.participantID else {
                     throw Self.refuse("only the participant themselves leaves")
                 }
+            case .blocked:
+                // Blocking removes the participant; the IdentityBlocked follows in the same command.
+                try d.requireManager(txn, share, e.token)
+                try d.checkBlockable(txn, share, user: target.userRecordName)
             case .publicPermissionChanged:
                 try d.requireManager(txn, share, e.token, ownerOnly: true)
                 guard target.status == .statusPending || (target.role == .publicUser && share.publicPermission == .none) else {
@@ -247,8 +266,15 @@ struct EventValidator {
             try d.requireSignedIn(txn)
             guard e.userRecordName == actor else { throw Self.refuse("a user accepts a share only as themselves") }
             let share = try d.liveShare(txn, e.token)
+            try d.refuseBlocked(txn, e.token)
             // The actor's own pending entry: invited (by account, or an invitation they verified), or
             // just joined a public share.
+            // Or an unused one-time URL participant, taken by a user who is not in the share yet.
+            if try d.activeEntry(txn, share, e.token) == nil, let oneTime = try m.participant(txn, e.token, e.participantID),
+                !oneTime.oneTimeToken.isEmpty, try d.oneTimeParticipant(txn, oneTime.oneTimeToken)?.id == e.participantID
+            {
+                break
+            }
             guard let entry = try m.participant(txn, of: actor, in: share, token: e.token), entry.id == e.participantID,
                 entry.state.status == .statusPending, entry.state.role != .owner
             else {
@@ -269,6 +295,44 @@ struct EventValidator {
                 throw Self.refuse("the lookup names user \(e.userRecordName), who is not registered in the container")
             }
 
+        case .accessRequestsAllowedChanged(let e):
+            try d.requireSignedIn(txn)
+            let share = try d.liveShare(txn, e.token)
+            try d.requireManager(txn, share, e.token)
+            guard share.allowsAccessRequests != e.allowed else {
+                throw Self.refuse("access requests are \(e.allowed ? "allowed" : "not allowed") already")
+            }
+
+        case .accessRequested(let e):
+            try d.requireSignedIn(txn)
+            guard e.userRecordName == actor else { throw Self.refuse("a user requests access only for themselves") }
+            let share = try d.liveShare(txn, e.token)
+            guard share.allowsAccessRequests else { throw Self.refuse("the share does not allow access requests") }
+            try d.refuseBlocked(txn, e.token)
+            guard try d.activeEntry(txn, share, e.token) == nil,
+                try m.accessEntry(txn, e.token, .request, user: actor) == nil
+            else { throw Self.refuse("the user is a participant, or has a pending request, already") }
+
+        case .accessRequestDenied(let e):
+            try requireManagerOf(e.token, d, txn)
+            try d.requirePendingRequest(txn, e.token, user: e.userRecordName)
+
+        case .identityBlocked(let e):
+            let share = try requireManagerOf(e.token, d, txn)
+            try d.checkBlockable(txn, share, user: e.userRecordName)
+            guard try m.accessEntry(txn, e.token, .blocked, user: e.userRecordName) == nil else {
+                throw Self.refuse("user \(e.userRecordName) is blocked already")
+            }
+            if try d.activeEntryOf(txn, share, e.token, user: e.userRecordName) != nil {
+                throw Self.refuse("user \(e.userRecordName) is still a participant (its ParticipantRemoved comes first)")
+            }
+
+        case .identityUnblocked(let e):
+            try requireManagerOf(e.token, d, txn)
+            guard try m.accessEntry(txn, e.token, .blocked, user: e.userRecordName) != nil else {
+                throw Self.refuse("user \(e.userRecordName) is not blocked")
+            }
+
         case .participantZoneCreated(let e):
             let task = try task(txn, e.taskID, user: e.userRecordName, owner: e.ownerName, zone: e.zoneName)
             guard task.kind == .createZone else { throw Self.refuse("task \(e.taskID) removes a zone") }
@@ -280,6 +344,17 @@ struct EventValidator {
                 throw Self.refuse("it says the zone is \(e.zoneKept ? "" : "not ")kept by another accepted share; it is the opposite")
             }
         }
+    }
+
+    /// The event's actor, signed in, manages the live share `token`; returns the share.
+    @discardableResult
+    private func requireManagerOf(_ token: String, _ d: Decider, _ txn: borrowing some ReadModelStore & ~Copyable) throws
+        -> ShareState
+    {
+        try d.requireSignedIn(txn)
+        let share = try d.liveShare(txn, token)
+        try d.requireManager(txn, share, token)
+        return share
     }
 
     private func requireOwner(_ owner: String, _ actor: String) throws {

@@ -33,6 +33,58 @@ public struct Share: Sendable, Hashable {
     public var recordChangeTag: String
     /// When the share was created.
     public var creationDate: Date
+    /// Whether people who have the URL but no invitation may ask to join (CloudKit's
+    /// `CKShare.allowsAccessRequests`). Off by default; while off, a request gets the answer of an
+    /// unknown URL. Change it with ``Container/setAllowsAccessRequests(_:for:ifChangeTag:)``.
+    public var allowsAccessRequests: Bool = false
+    /// The pending access requests (CloudKit's `CKShare.requesters`), in user record name order.
+    /// Only the owner and accepted administrators see them; for anyone else the list is empty.
+    public var requesters: [AccessRequester] = []
+    /// The identities blocked from the share (CloudKit's `CKShare.blockedIdentities`), in user record
+    /// name order. Only the owner and accepted administrators see them; for anyone else the list is empty.
+    public var blockedIdentities: [BlockedIdentity] = []
+    /// The unused one-time URLs with their participant ids, in participant id order (the owner and
+    /// accepted administrators only). An array, not a dictionary, so that equal shares print alike.
+    var oneTimeURLs: [OneTimeURL] = []
+
+    /// A one-time URL participant's id and URL.
+    struct OneTimeURL: Sendable, Hashable {
+        var participantID: String
+        var url: URL
+    }
+
+    /// The one-time URL of a one-time URL participant (CloudKit's `CKShare.oneTimeURL(for:)`): send it
+    /// to the one person the invitation is for; the first signed-in user who accepts through it
+    /// becomes that participant, and the URL is used up. `nil` for another participant, a URL used or
+    /// withdrawn already, or a viewer who is not the owner or an accepted administrator.
+    public func oneTimeURL(for participantID: String) -> URL? {
+        oneTimeURLs.first { $0.participantID == participantID }?.url
+    }
+
+    /// A user who asked to join the share (CloudKit's `CKShare.AccessRequester`).
+    public struct AccessRequester: Sendable, Hashable {
+        /// Who asked.
+        public var userIdentity: UserIdentity
+        /// How to invite them: their user record id (pass it to ``Container/addParticipant(_:permission:role:to:ifChangeTag:)``,
+        /// or approve them with ``Container/approveRequesters(_:permission:for:)``).
+        public var participantLookupInfo: LookupInfo
+
+        /// Makes a requester value.
+        public init(userIdentity: UserIdentity, participantLookupInfo: LookupInfo) {
+            self.userIdentity = userIdentity
+            self.participantLookupInfo = participantLookupInfo
+        }
+    }
+
+    /// A user blocked from the share (CloudKit's `CKShare.BlockedIdentity`): they cannot request
+    /// access, fetch or accept the share until unblocked.
+    public struct BlockedIdentity: Sendable, Hashable {
+        /// Who is blocked.
+        public var userIdentity: UserIdentity
+
+        /// Makes a blocked identity value.
+        public init(userIdentity: UserIdentity) { self.userIdentity = userIdentity }
+    }
 
     /// CloudKit's record name of a zone-wide share (`CKRecordNameZoneWideShare`).
     public static let zoneWideShareRecordName = "cloudkit.zoneshare"
@@ -54,13 +106,32 @@ public struct Share: Sendable, Hashable {
         public var permission: Permission
         /// Where the participant stands with the invitation.
         public var acceptanceStatus: AcceptanceStatus
-        /// When the participant was added to the share.
+        /// When the participant was added to the share (the time of the event that last invited them).
         public var dateAddedToShare: Date?
+        /// Whether the participant joined by the approval of their access request (CloudKit's
+        /// `CKShare.Participant.isApprovedRequester`).
+        public var isApprovedRequester: Bool
+        /// Whether this value is a new one-time URL participant (``oneTimeURLParticipant()``), to add
+        /// with ``Container/addParticipant(_:to:ifChangeTag:)``.
+        public internal(set) var isOneTimeURLParticipant = false
+
+        /// A participant reached by a one-time URL rather than an email address, phone number or
+        /// account (CloudKit's `CKShare.Participant.oneTimeURLParticipant()`): role privateUser,
+        /// permission readOnly (change them before adding it). Add it with
+        /// ``Container/addParticipant(_:to:ifChangeTag:)``, then take its URL from the returned share
+        /// with ``Share/oneTimeURL(for:)``.
+        public static func oneTimeURLParticipant() -> Participant {
+            var participant = Participant(
+                participantID: "", userIdentity: UserIdentity(userRecordID: nil, lookupInfo: nil, nameComponents: nil, hasiCloudAccount: false),
+                role: .privateUser, permission: .readOnly, acceptanceStatus: .unknown, dateAddedToShare: nil)
+            participant.isOneTimeURLParticipant = true
+            return participant
+        }
 
         /// Makes a participant value.
         public init(
             participantID: String, userIdentity: UserIdentity, role: Role, permission: Permission,
-            acceptanceStatus: AcceptanceStatus, dateAddedToShare: Date?
+            acceptanceStatus: AcceptanceStatus, dateAddedToShare: Date?, isApprovedRequester: Bool = false
         ) {
             self.participantID = participantID
             self.userIdentity = userIdentity
@@ -68,6 +139,7 @@ public struct Share: Sendable, Hashable {
             self.permission = permission
             self.acceptanceStatus = acceptanceStatus
             self.dateAddedToShare = dateAddedToShare
+            self.isApprovedRequester = isApprovedRequester
         }
 
         /// The deprecated participant type (CloudKit's `CKShare.ParticipantType`), derived from ``role``
@@ -186,6 +258,9 @@ public struct Share: Sendable, Hashable {
         public var participantStatus: Participant.AcceptanceStatus
         /// The fetching user's permission.
         public var participantPermission: Participant.Permission
+        /// The one-time URL's token when the metadata was fetched through an unused one-time URL by a
+        /// user who is not a participant yet: accepting this metadata uses that URL up.
+        var oneTimeToken: String? = nil
 
         /// Hashes the share's token and change tag and the viewer's place in it: enough to tell
         /// metadatas apart (equal ones hash alike), without hashing every participant and the root

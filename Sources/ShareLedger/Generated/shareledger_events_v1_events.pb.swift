@@ -590,6 +590,16 @@ package nonisolated struct Shareledger_Events_V1_ParticipantAdded: Sendable {
 
   package var permission: Shareledger_Events_V1_Permission = .unknown
 
+  /// True when the participant joins by the approval of their access request
+  /// (CloudKit's CKShare.Participant.isApprovedRequester); the request is answered by this event.
+  package var approvedRequester: Bool = false
+
+  /// A one-time URL participant (CloudKit's CKShare.Participant.oneTimeURLParticipant()): invited
+  /// without an email, phone or account; the first signed-in user who accepts through the one-time URL
+  /// https://<host>/share/<one_time_token> becomes this participant, and the URL is used up. A token of
+  /// the share-token shape, drawn from the ledger's random source. Empty for every other invitation.
+  package var oneTimeToken: String = String()
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
@@ -635,6 +645,9 @@ package nonisolated struct Shareledger_Events_V1_ParticipantRemoved: Sendable {
     case removed // = 0
     case left // = 1
     case publicPermissionChanged // = 2
+
+    /// The participant's identity was blocked (an IdentityBlocked follows in the same command).
+    case blocked // = 3
     case UNRECOGNIZED(Int)
 
     package init() {
@@ -646,6 +659,7 @@ package nonisolated struct Shareledger_Events_V1_ParticipantRemoved: Sendable {
       case 0: self = .removed
       case 1: self = .left
       case 2: self = .publicPermissionChanged
+      case 3: self = .blocked
       default: self = .UNRECOGNIZED(rawValue)
       }
     }
@@ -655,6 +669,7 @@ package nonisolated struct Shareledger_Events_V1_ParticipantRemoved: Sendable {
       case .removed: return 0
       case .left: return 1
       case .publicPermissionChanged: return 2
+      case .blocked: return 3
       case .UNRECOGNIZED(let i): return i
       }
     }
@@ -664,6 +679,7 @@ package nonisolated struct Shareledger_Events_V1_ParticipantRemoved: Sendable {
       .removed,
       .left,
       .publicPermissionChanged,
+      .blocked,
     ]
 
   }
@@ -834,6 +850,87 @@ package nonisolated struct Shareledger_Events_V1_ShareParticipantFetched: Sendab
   package init() {}
 
   fileprivate var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
+}
+
+/// Whether people with the URL but no invitation may ask to join changed (CloudKit's
+/// CKShare.allowsAccessRequests; off for every share created before). Owner or accepted administrator.
+package nonisolated struct Shareledger_Events_V1_AccessRequestsAllowedChanged: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  package var token: String = String()
+
+  package var allowed: Bool = false
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+}
+
+/// A signed-in user (envelope.actor) who is not a participant asked to join a share that allows access
+/// requests (CloudKit's CKShareRequestAccessOperation). Stream "share/<token>". Refused requests are
+/// not logged: they must not tell the caller anything, and they change nothing.
+package nonisolated struct Shareledger_Events_V1_AccessRequested: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  package var token: String = String()
+
+  package var userRecordName: String = String()
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+}
+
+/// The owner or an accepted administrator (envelope.actor) denied a pending access request
+/// (CloudKit's CKShare.denyRequesters(_:)). Approving is a ParticipantAdded with approved_requester.
+package nonisolated struct Shareledger_Events_V1_AccessRequestDenied: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  package var token: String = String()
+
+  package var userRecordName: String = String()
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+}
+
+/// The owner or an accepted administrator blocked an identity (CloudKit's CKShare.blockRequesters(_:)):
+/// its pending request is dropped, and it can no longer request access, join or fetch the share. If it
+/// was a participant, a ParticipantRemoved (reason BLOCKED) precedes this event in the same command.
+package nonisolated struct Shareledger_Events_V1_IdentityBlocked: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  package var token: String = String()
+
+  package var userRecordName: String = String()
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+}
+
+/// A blocked identity was unblocked (CloudKit's CKShare.unblockIdentities(_:)): it may request access again.
+package nonisolated struct Shareledger_Events_V1_IdentityUnblocked: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  package var token: String = String()
+
+  package var userRecordName: String = String()
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
 }
 
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
@@ -1573,7 +1670,7 @@ nonisolated extension Shareledger_Events_V1_PublicPermissionChanged: SwiftProtob
 
 nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ParticipantAdded"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{3}approved_requester\0\u{3}one_time_token\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1587,6 +1684,8 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
       case 4: try { try decoder.decodeSingularMessageField(value: &self._lookupInfo) }()
       case 5: try { try decoder.decodeSingularEnumField(value: &self.role) }()
       case 6: try { try decoder.decodeSingularEnumField(value: &self.permission) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.approvedRequester) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.oneTimeToken) }()
       default: break
       }
     }
@@ -1615,6 +1714,12 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
     if self.permission != .unknown {
       try visitor.visitSingularEnumField(value: self.permission, fieldNumber: 6)
     }
+    if self.approvedRequester != false {
+      try visitor.visitSingularBoolField(value: self.approvedRequester, fieldNumber: 7)
+    }
+    if !self.oneTimeToken.isEmpty {
+      try visitor.visitSingularStringField(value: self.oneTimeToken, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1625,6 +1730,8 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
     if lhs._lookupInfo != rhs._lookupInfo {return false}
     if lhs.role != rhs.role {return false}
     if lhs.permission != rhs.permission {return false}
+    if lhs.approvedRequester != rhs.approvedRequester {return false}
+    if lhs.oneTimeToken != rhs.oneTimeToken {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1716,7 +1823,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantRemoved: SwiftProtobuf.Me
 }
 
 nonisolated extension Shareledger_Events_V1_ParticipantRemoved.Reason: SwiftProtobuf._ProtoNameProviding {
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0REASON_REMOVED\0\u{1}REASON_LEFT\0\u{1}REASON_PUBLIC_PERMISSION_CHANGED\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0REASON_REMOVED\0\u{1}REASON_LEFT\0\u{1}REASON_PUBLIC_PERMISSION_CHANGED\0\u{1}REASON_BLOCKED\0")
 }
 
 nonisolated extension Shareledger_Events_V1_VerificationRequested: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -2042,6 +2149,181 @@ nonisolated extension Shareledger_Events_V1_ShareParticipantFetched: SwiftProtob
   package static func ==(lhs: Shareledger_Events_V1_ShareParticipantFetched, rhs: Shareledger_Events_V1_ShareParticipantFetched) -> Bool {
     if lhs._lookupInfo != rhs._lookupInfo {return false}
     if lhs.errorCode != rhs.errorCode {return false}
+    if lhs.userRecordName != rhs.userRecordName {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Events_V1_AccessRequestsAllowedChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".AccessRequestsAllowedChanged"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}allowed\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.token) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.allowed) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.token.isEmpty {
+      try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
+    }
+    if self.allowed != false {
+      try visitor.visitSingularBoolField(value: self.allowed, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Events_V1_AccessRequestsAllowedChanged, rhs: Shareledger_Events_V1_AccessRequestsAllowedChanged) -> Bool {
+    if lhs.token != rhs.token {return false}
+    if lhs.allowed != rhs.allowed {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Events_V1_AccessRequested: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".AccessRequested"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}user_record_name\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.token) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.token.isEmpty {
+      try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
+    }
+    if !self.userRecordName.isEmpty {
+      try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Events_V1_AccessRequested, rhs: Shareledger_Events_V1_AccessRequested) -> Bool {
+    if lhs.token != rhs.token {return false}
+    if lhs.userRecordName != rhs.userRecordName {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Events_V1_AccessRequestDenied: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".AccessRequestDenied"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}user_record_name\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.token) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.token.isEmpty {
+      try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
+    }
+    if !self.userRecordName.isEmpty {
+      try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Events_V1_AccessRequestDenied, rhs: Shareledger_Events_V1_AccessRequestDenied) -> Bool {
+    if lhs.token != rhs.token {return false}
+    if lhs.userRecordName != rhs.userRecordName {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Events_V1_IdentityBlocked: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".IdentityBlocked"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}user_record_name\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.token) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.token.isEmpty {
+      try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
+    }
+    if !self.userRecordName.isEmpty {
+      try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Events_V1_IdentityBlocked, rhs: Shareledger_Events_V1_IdentityBlocked) -> Bool {
+    if lhs.token != rhs.token {return false}
+    if lhs.userRecordName != rhs.userRecordName {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Events_V1_IdentityUnblocked: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".IdentityUnblocked"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}user_record_name\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.token) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.token.isEmpty {
+      try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
+    }
+    if !self.userRecordName.isEmpty {
+      try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Events_V1_IdentityUnblocked, rhs: Shareledger_Events_V1_IdentityUnblocked) -> Bool {
+    if lhs.token != rhs.token {return false}
     if lhs.userRecordName != rhs.userRecordName {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true

@@ -150,6 +150,9 @@ package nonisolated struct Shareledger_Readmodels_V1_ShareState: Sendable {
   /// Pending participants without an account (they make participantMayNeedVerification possible).
   package var unmatchedPendingCount: UInt32 = 0
 
+  /// CloudKit's CKShare.allowsAccessRequests (false unless an AccessRequestsAllowedChanged set it).
+  package var allowsAccessRequests: Bool = false
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
@@ -180,11 +183,31 @@ package nonisolated struct Shareledger_Readmodels_V1_ParticipantState: Sendable 
 
   package var addedAtMicros: Int64 = 0
 
+  /// Added by approving the user's access request (CloudKit's isApprovedRequester).
+  package var approvedRequester: Bool = false
+
+  /// The one-time URL's token of a one-time URL participant not accepted yet; empty otherwise.
+  package var oneTimeToken: String = String()
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
 
   fileprivate var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
+}
+
+/// access: token ‖ kind (`r` a pending access request, `b` a blocked identity) ‖ user record name.
+package nonisolated struct Shareledger_Readmodels_V1_AccessEntryState: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// When the request was made, or the identity blocked.
+  package var atMicros: Int64 = 0
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
 }
 
 /// outbox: task_id (8, big-endian) = (log position of the event that scheduled it) << 12 | index of
@@ -521,7 +544,7 @@ nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Messa
 
 nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ShareState"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}container\0\u{3}owner_name\0\u{3}zone_name\0\u{3}zone_id\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}change_tag\0\u{3}created_at_micros\0\u{3}owner_participant_id\0\u{3}active_participant_count\0\u{3}unmatched_pending_count\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}container\0\u{3}owner_name\0\u{3}zone_name\0\u{3}zone_id\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}change_tag\0\u{3}created_at_micros\0\u{3}owner_participant_id\0\u{3}active_participant_count\0\u{3}unmatched_pending_count\0\u{3}allows_access_requests\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -542,6 +565,7 @@ nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Messag
       case 11: try { try decoder.decodeSingularStringField(value: &self.ownerParticipantID) }()
       case 12: try { try decoder.decodeSingularUInt32Field(value: &self.activeParticipantCount) }()
       case 13: try { try decoder.decodeSingularUInt32Field(value: &self.unmatchedPendingCount) }()
+      case 14: try { try decoder.decodeSingularBoolField(value: &self.allowsAccessRequests) }()
       default: break
       }
     }
@@ -587,6 +611,9 @@ nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Messag
     if self.unmatchedPendingCount != 0 {
       try visitor.visitSingularUInt32Field(value: self.unmatchedPendingCount, fieldNumber: 13)
     }
+    if self.allowsAccessRequests != false {
+      try visitor.visitSingularBoolField(value: self.allowsAccessRequests, fieldNumber: 14)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -604,6 +631,7 @@ nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Messag
     if lhs.ownerParticipantID != rhs.ownerParticipantID {return false}
     if lhs.activeParticipantCount != rhs.activeParticipantCount {return false}
     if lhs.unmatchedPendingCount != rhs.unmatchedPendingCount {return false}
+    if lhs.allowsAccessRequests != rhs.allowsAccessRequests {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -611,7 +639,7 @@ nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Messag
 
 nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ParticipantState"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{1}status\0\u{3}added_at_micros\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{1}status\0\u{3}added_at_micros\0\u{3}approved_requester\0\u{3}one_time_token\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -625,6 +653,8 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
       case 4: try { try decoder.decodeSingularEnumField(value: &self.permission) }()
       case 5: try { try decoder.decodeSingularEnumField(value: &self.status) }()
       case 6: try { try decoder.decodeSingularInt64Field(value: &self.addedAtMicros) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.approvedRequester) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.oneTimeToken) }()
       default: break
       }
     }
@@ -653,6 +683,12 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
     if self.addedAtMicros != 0 {
       try visitor.visitSingularInt64Field(value: self.addedAtMicros, fieldNumber: 6)
     }
+    if self.approvedRequester != false {
+      try visitor.visitSingularBoolField(value: self.approvedRequester, fieldNumber: 7)
+    }
+    if !self.oneTimeToken.isEmpty {
+      try visitor.visitSingularStringField(value: self.oneTimeToken, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -663,6 +699,38 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
     if lhs.permission != rhs.permission {return false}
     if lhs.status != rhs.status {return false}
     if lhs.addedAtMicros != rhs.addedAtMicros {return false}
+    if lhs.approvedRequester != rhs.approvedRequester {return false}
+    if lhs.oneTimeToken != rhs.oneTimeToken {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Readmodels_V1_AccessEntryState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".AccessEntryState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}at_micros\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularInt64Field(value: &self.atMicros) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.atMicros != 0 {
+      try visitor.visitSingularInt64Field(value: self.atMicros, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Readmodels_V1_AccessEntryState, rhs: Shareledger_Readmodels_V1_AccessEntryState) -> Bool {
+    if lhs.atMicros != rhs.atMicros {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -23,10 +23,28 @@ protocol CompactRow: SwiftProtobuf.Message {
     func writeCompact(_ writer: inout CompactWriter)
     /// Reads the row's fields after the layout byte.
     init(compact reader: inout CompactReader) throws(LedgerError)
+    /// The layout byte this row is written with: ``compactLayoutOne`` unless a field that layout
+    /// lacks is set (``compactLayoutTwo``).
+    var compactLayout: UInt8 { get }
+    /// Whether rows of this type may be stored with the layout byte `layout`.
+    static func reads(layout: UInt8) -> Bool
+    /// Reads the fields a later layout appended after the fields of ``compactLayoutOne``.
+    mutating func readLaterFields(_ reader: inout CompactReader, layout: UInt8) throws(LedgerError)
 }
 
 /// The layout byte of the first compact layout.
 let compactLayoutOne: UInt8 = 0xC1
+/// The layout byte of the second compact layout: the fields of the first, then fields added since
+/// (`ShareState`: allows access requests; `ParticipantState`: approved requester, one-time token). A row whose
+/// added fields are all at their defaults is still written in the first layout, byte for byte as
+/// before, so ledgers that do not use the new features keep rows an earlier release reads.
+let compactLayoutTwo: UInt8 = 0xC2
+
+extension CompactRow {
+    var compactLayout: UInt8 { compactLayoutOne }
+    static func reads(layout: UInt8) -> Bool { layout == compactLayoutOne }
+    mutating func readLaterFields(_ reader: inout CompactReader, layout: UInt8) throws(LedgerError) {}
+}
 
 extension ReadModels {
     /// The row type stored in the compact layout in each database that has one, by database name:
@@ -41,7 +59,7 @@ extension CompactRow {
     /// The row in the compact layout.
     func compactBytes() -> [UInt8] {
         var writer = CompactWriter()
-        writer.bytes.append(compactLayoutOne)
+        writer.bytes.append(compactLayout)
         writeCompact(&writer)
         return writer.bytes
     }
@@ -49,14 +67,15 @@ extension CompactRow {
     /// Decodes a stored row in either layout; damaged bytes are ``LedgerError/Code/corruptedData``.
     static func decodeStored(_ bytes: UnsafeRawBufferPointer, database: String) throws(LedgerError) -> Self {
         if let first = bytes.first, first >= 0x80 {
-            guard first == compactLayoutOne else {
+            guard Self.reads(layout: first) else {
                 throw LedgerError(
                     .corruptedData, "a row of \(database) has layout \(first), which this version does not know; "
                         + "run `share-ledger rebuild` (or upgrade ShareLedger)")
             }
             var reader = CompactReader(bytes, database: database)
             reader.offset = 1
-            let row = try Self(compact: &reader)
+            var row = try Self(compact: &reader)
+            try row.readLaterFields(&reader, layout: first)
             try reader.finish()
             return row
         }
@@ -140,6 +159,13 @@ struct CompactReader {
         return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<offset]), as: UTF8.self)
     }
 
+    /// A boolean: `0` or `1`, nothing else.
+    mutating func flag() throws(LedgerError) -> Bool {
+        let value = try varint()
+        guard value <= 1 else { throw damaged() }
+        return value == 1
+    }
+
     mutating func fixed64() throws(LedgerError) -> UInt64 {
         guard bytes.count - offset >= 8 else { throw damaged() }
         var value: UInt64 = 0
@@ -169,6 +195,16 @@ extension ShareState: CompactRow {
         w.string(ownerParticipantID)
         w.varint(UInt64(activeParticipantCount))
         w.varint(UInt64(unmatchedPendingCount))
+        if compactLayout == compactLayoutTwo { w.varint(allowsAccessRequests ? 1 : 0) }
+    }
+
+    var compactLayout: UInt8 { allowsAccessRequests ? compactLayoutTwo : compactLayoutOne }
+
+    static func reads(layout: UInt8) -> Bool { layout == compactLayoutOne || layout == compactLayoutTwo }
+
+    mutating func readLaterFields(_ r: inout CompactReader, layout: UInt8) throws(LedgerError) {
+        guard layout == compactLayoutTwo else { return }
+        allowsAccessRequests = try r.flag()
     }
 
     init(compact r: inout CompactReader) throws(LedgerError) {
@@ -192,7 +228,7 @@ extension ShareState: CompactRow {
     /// bytes that are not a row.
     static func storedChangeTag(_ bytes: UnsafeRawBufferPointer) -> UInt64? {
         if let first = bytes.first, first >= 0x80 {
-            guard first == compactLayoutOne, bytes.count >= 9 else { return nil }
+            guard ShareState.reads(layout: first), bytes.count >= 9 else { return nil }
             var reader = CompactReader(bytes, database: "rm_shares")
             reader.offset = 1
             return try? reader.fixed64()
@@ -211,6 +247,20 @@ extension ParticipantState: CompactRow {
         w.varint(UInt64(permission.rawValue))
         w.varint(UInt64(status.rawValue))
         w.int64(addedAtMicros)
+        if compactLayout == compactLayoutTwo {
+            w.varint(approvedRequester ? 1 : 0)
+            w.string(oneTimeToken)
+        }
+    }
+
+    var compactLayout: UInt8 { approvedRequester || !oneTimeToken.isEmpty ? compactLayoutTwo : compactLayoutOne }
+
+    static func reads(layout: UInt8) -> Bool { layout == compactLayoutOne || layout == compactLayoutTwo }
+
+    mutating func readLaterFields(_ r: inout CompactReader, layout: UInt8) throws(LedgerError) {
+        guard layout == compactLayoutTwo else { return }
+        approvedRequester = try r.flag()
+        oneTimeToken = try r.string()
     }
 
     init(compact r: inout CompactReader) throws(LedgerError) {

@@ -33,6 +33,11 @@ package enum DomainEvent: Sendable, Equatable {
     case participantZoneCreated(Shareledger_Events_V1_ParticipantZoneCreated)
     case participantZoneRemoved(Shareledger_Events_V1_ParticipantZoneRemoved)
     case shareParticipantFetched(Shareledger_Events_V1_ShareParticipantFetched)
+    case accessRequestsAllowedChanged(Shareledger_Events_V1_AccessRequestsAllowedChanged)
+    case accessRequested(Shareledger_Events_V1_AccessRequested)
+    case accessRequestDenied(Shareledger_Events_V1_AccessRequestDenied)
+    case identityBlocked(Shareledger_Events_V1_IdentityBlocked)
+    case identityUnblocked(Shareledger_Events_V1_IdentityUnblocked)
 
     /// The schema version this code writes for each event type that is past version 1.
     static let currentVersions: [String: UInt32] = [
@@ -74,6 +79,11 @@ package enum DomainEvent: Sendable, Equatable {
         case .participantZoneCreated(let m): return m
         case .participantZoneRemoved(let m): return m
         case .shareParticipantFetched(let m): return m
+        case .accessRequestsAllowedChanged(let m): return m
+        case .accessRequested(let m): return m
+        case .accessRequestDenied(let m): return m
+        case .identityBlocked(let m): return m
+        case .identityUnblocked(let m): return m
         }
     }
 
@@ -108,6 +118,11 @@ package enum DomainEvent: Sendable, Equatable {
         Shareledger_Events_V1_ParticipantZoneCreated.protoMessageName,
         Shareledger_Events_V1_ParticipantZoneRemoved.protoMessageName,
         Shareledger_Events_V1_ShareParticipantFetched.protoMessageName,
+        Shareledger_Events_V1_AccessRequestsAllowedChanged.protoMessageName,
+        Shareledger_Events_V1_AccessRequested.protoMessageName,
+        Shareledger_Events_V1_AccessRequestDenied.protoMessageName,
+        Shareledger_Events_V1_IdentityBlocked.protoMessageName,
+        Shareledger_Events_V1_IdentityUnblocked.protoMessageName,
     ]
 
     private static let decoders: [String: @Sendable ([UInt8]) throws -> DomainEvent] = {
@@ -136,6 +151,11 @@ package enum DomainEvent: Sendable, Equatable {
             entry(Shareledger_Events_V1_ParticipantZoneCreated.self, DomainEvent.participantZoneCreated),
             entry(Shareledger_Events_V1_ParticipantZoneRemoved.self, DomainEvent.participantZoneRemoved),
             entry(Shareledger_Events_V1_ShareParticipantFetched.self, DomainEvent.shareParticipantFetched),
+            entry(Shareledger_Events_V1_AccessRequestsAllowedChanged.self, DomainEvent.accessRequestsAllowedChanged),
+            entry(Shareledger_Events_V1_AccessRequested.self, DomainEvent.accessRequested),
+            entry(Shareledger_Events_V1_AccessRequestDenied.self, DomainEvent.accessRequestDenied),
+            entry(Shareledger_Events_V1_IdentityBlocked.self, DomainEvent.identityBlocked),
+            entry(Shareledger_Events_V1_IdentityUnblocked.self, DomainEvent.identityUnblocked),
         ])
     }()
 

@@ -72,7 +72,8 @@ struct Presenter: Sendable {
         }
         return Share.Participant(
             participantID: id, userIdentity: identity, role: state.role.role, permission: state.permission.permission,
-            acceptanceStatus: state.status.status, dateAddedToShare: Presenter.date(state.addedAtMicros))
+            acceptanceStatus: state.status.status, dateAddedToShare: Presenter.date(state.addedAtMicros),
+            isApprovedRequester: state.approvedRequester)
     }
 
     /// The share as `viewer` may see it: the owner and accepted administrators see every participant;
@@ -109,7 +110,7 @@ struct Presenter: Sendable {
         }
         let zoneID = RecordZoneID(zoneName: state.zoneName, ownerName: state.ownerName)
         let root = state.rootRecordName.isEmpty ? nil : RecordID(recordName: state.rootRecordName, zoneID: zoneID)
-        return Share(
+        var share = Share(
             recordID: RecordID(recordName: state.shareRecordName, zoneID: zoneID),
             containerIdentifier: state.container,
             url: ShareURL.make(host: urlHost, token: parsed, title: state.title)!,
@@ -118,6 +119,26 @@ struct Presenter: Sendable {
             participants: visible, owner: owner, currentUserParticipant: current,
             hierarchicalRootRecordID: root, recordChangeTag: String(state.changeTag),
             creationDate: Presenter.date(state.createdAtMicros))
+        share.allowsAccessRequests = state.allowsAccessRequests
+        if seesAll {
+            // Requests and blocks are the managers' business: nobody else sees who asked or who is blocked.
+            share.requesters = try models.accessEntries(txn, token, .request).map { entry in
+                Share.AccessRequester(
+                    userIdentity: try identity(txn, state.container, user: entry.user),
+                    participantLookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: entry.user)))
+            }
+            share.blockedIdentities = try models.accessEntries(txn, token, .blocked).map { entry in
+                Share.BlockedIdentity(userIdentity: try identity(txn, state.container, user: entry.user))
+            }
+            for (id, participantState) in all where !participantState.oneTimeToken.isEmpty {
+                if let oneTime = ShareToken(participantState.oneTimeToken),
+                    let url = ShareURL.make(host: urlHost, token: oneTime, title: state.title)
+                {
+                    share.oneTimeURLs.append(Share.OneTimeURL(participantID: id, url: url))
+                }
+            }
+        }
+        return share
     }
 
     func record(

@@ -72,8 +72,15 @@ struct Projector {
         case .verificationRequested(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .participantVerified(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .shareAccepted(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
-        case .shareMetadataFetched(let e): if !e.shareContainer.isEmpty { tokens = [e.token] }
+        case .shareMetadataFetched(let e):
+            // A fetch through a one-time URL is about the share that URL belongs to.
+            if !e.shareContainer.isEmpty { tokens = [try models.oneTimeURL(txn, e.token)?.token ?? e.token] }
         case .shareParticipantFetched(let e): users.insert(e.userRecordName)  // whom the lookup found, if anyone
+        case .accessRequestsAllowedChanged(let e): tokens = [e.token]
+        case .accessRequested(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .accessRequestDenied(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .identityBlocked(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .identityUnblocked(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .participantZoneCreated(let e):
             users.insert(e.userRecordName)
             if let task = try task(e.taskID) { tokens = [task.token] }
@@ -232,6 +239,7 @@ struct Projector {
                         taskIndex += 1
                     }
                 }
+                if !participant.oneTimeToken.isEmpty { try txn.delete(m.oneTimeURLs, key: Array(participant.oneTimeToken.utf8)) }
                 try m.deleteRow(txn, m.participants, ReadModels.participantKey(e.token, id))
                 if !participant.userRecordName.isEmpty {
                     try txn.delete(m.sharesByUser, key: ReadModels.key(share.container, participant.userRecordName, e.token))
@@ -239,6 +247,10 @@ struct Projector {
             }
             for entry in try m.scan(txn, m.verifications, prefix: Array(e.token.utf8)) {
                 try txn.delete(m.verifications, key: Array(e.token.utf8) + entry.suffix)
+            }
+            // Requests and blocks belong to the share: a new share of the same root starts without them.
+            for entry in try m.scan(txn, m.access, prefix: Array(e.token.utf8)) {
+                try txn.delete(m.access, key: Array(e.token.utf8) + entry.suffix)
             }
             try txn.delete(m.sharesByOwner, key: ReadModels.key(share.container, share.ownerName, e.token))
             try m.deleteRow(txn, m.shares, Array(e.token.utf8))
@@ -275,7 +287,16 @@ struct Projector {
             state.permission = e.permission
             state.status = .statusPending
             state.addedAtMicros = context.recordedAtMicros
+            state.approvedRequester = e.approvedRequester
+            state.oneTimeToken = e.oneTimeToken
             try m.put(txn, m.participants, key, state)
+            if !e.oneTimeToken.isEmpty {
+                try m.putRaw(txn, m.oneTimeURLs, Array(e.oneTimeToken.utf8), Array((e.token + e.participantID).utf8))
+            }
+            if !e.userRecordName.isEmpty {
+                // An invitation (or a public join) answers the user's pending access request, if any.
+                try m.deleteRow(txn, m.access, ReadModels.accessKey(e.token, .request, user: e.userRecordName))
+            }
             if let previous, previous.status == .statusPending, previous.userRecordName.isEmpty {
                 // An unmatched invitation invited again: it no longer counts as unmatched (it may again below).
                 Projector.decrement(&share.unmatchedPendingCount)
@@ -284,7 +305,8 @@ struct Projector {
                 try m.putRaw(
                     txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token),
                     Array(e.participantID.utf8))
-            } else {
+            } else if e.oneTimeToken.isEmpty {
+                // (A one-time URL participant is not claimed by verification: it does not count.)
                 share.unmatchedPendingCount += 1
             }
             if previous == nil || previous?.status == .statusRemoved {
@@ -314,8 +336,13 @@ struct Projector {
                     .removeZone, share: share, token: e.token, user: state.userRecordName,
                     id: Projector.taskID(position: context.position, index: 0), context, txn)
             }
-            if state.status == .statusPending && state.userRecordName.isEmpty {
+            if state.status == .statusPending && state.userRecordName.isEmpty && state.oneTimeToken.isEmpty {
                 Projector.decrement(&share.unmatchedPendingCount)
+            }
+            if !state.oneTimeToken.isEmpty {
+                // Removing an unused one-time URL participant withdraws the URL.
+                try txn.delete(m.oneTimeURLs, key: Array(state.oneTimeToken.utf8))
+                state.oneTimeToken = ""
             }
             state.status = .statusRemoved
             try m.put(txn, m.participants, key, state)
@@ -345,6 +372,8 @@ struct Projector {
             try m.putRaw(
                 txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token),
                 Array(e.participantID.utf8))
+            // The user is in the share now: their pending access request, if any, is answered.
+            try m.deleteRow(txn, m.access, ReadModels.accessKey(e.token, .request, user: e.userRecordName))
             share.changeTag += 1
             try m.put(txn, m.shares, Array(e.token.utf8), share)
             try deleteVerifications(token: e.token, participantID: e.participantID, txn)
@@ -353,6 +382,13 @@ struct Projector {
             guard let share = try m.share(txn, e.token) else { return }
             let key = ReadModels.participantKey(e.token, e.participantID)
             guard var state = try m.message(ParticipantState.self, txn, m.participants, key) else { return }
+            if !state.oneTimeToken.isEmpty {
+                // A one-time URL used: the participant is the accepting user's from now on.
+                try txn.delete(m.oneTimeURLs, key: Array(state.oneTimeToken.utf8))
+                state.oneTimeToken = ""
+                try m.putRaw(
+                    txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token), Array(e.participantID.utf8))
+            }
             state.status = .statusAccepted
             state.userRecordName = e.userRecordName
             try m.put(txn, m.participants, key, state)
@@ -365,6 +401,23 @@ struct Projector {
         case .shareMetadataFetched, .shareParticipantFetched:
             // A fetch or a lookup changes nothing but the log (it is there for the audit trail).
             break
+
+        case .accessRequestsAllowedChanged(let e):
+            try updateShare(e.token, txn) { $0.allowsAccessRequests = e.allowed }
+
+        // The requesters and blocked identities are part of the share (CloudKit's CKShare.requesters,
+        // blockedIdentities): each change of them is a change of the share and moves its change tag.
+        case .accessRequested(let e):
+            try changeAccess(e.token, user: e.userRecordName, remove: nil, add: .request, context, txn)
+
+        case .accessRequestDenied(let e):
+            try changeAccess(e.token, user: e.userRecordName, remove: .request, add: nil, context, txn)
+
+        case .identityBlocked(let e):
+            try changeAccess(e.token, user: e.userRecordName, remove: .request, add: .blocked, context, txn)
+
+        case .identityUnblocked(let e):
+            try changeAccess(e.token, user: e.userRecordName, remove: .blocked, add: nil, context, txn)
 
         case .participantZoneCreated(let e):
             let taskKey = BigEndian.bytes(of: e.taskID)
@@ -398,6 +451,21 @@ struct Projector {
         change(&share)
         share.changeTag += 1
         try models.put(txn, models.shares, Array(token.utf8), share)
+    }
+
+    /// Deletes `user`'s `rm_access` entry of kind `remove`, writes one of kind `add` (at the event's
+    /// time), and moves the share's change tag.
+    private func changeAccess(
+        _ token: String, user: String, remove: ReadModels.AccessKind?, add: ReadModels.AccessKind?, _ context: Context,
+        _ txn: borrowing some ReadModelStore & ~Copyable
+    ) throws {
+        if let remove { try models.deleteRow(txn, models.access, ReadModels.accessKey(token, remove, user: user)) }
+        if let add {
+            var state = AccessEntryState()
+            state.atMicros = context.recordedAtMicros
+            try models.put(txn, models.access, ReadModels.accessKey(token, add, user: user), state)
+        }
+        try updateShare(token, txn) { _ in }
     }
 
     private func deleteVerifications(token: String, participantID: String, _ txn: borrowing some ReadModelStore & ~Copyable) throws {

@@ -78,6 +78,34 @@ extension ReadModels {
         }
     }
 
+    /// The entry of `user` of the given kind in share `token` (a pending access request, or a block).
+    func accessEntry(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind, user: String) throws
+        -> AccessEntryState?
+    {
+        try message(AccessEntryState.self, txn, access, ReadModels.accessKey(token, kind, user: user))
+    }
+
+    /// Every entry of the given kind in share `token`, by user record name, in name order.
+    func accessEntries(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind) throws
+        -> [(user: String, state: AccessEntryState)]
+    {
+        try scan(txn, access, prefix: Array(token.utf8) + [kind.rawValue]).map { entry in
+            let state = try entry.value.withUnsafeBytes { try ReadModels.decodeRow(AccessEntryState.self, $0, database: access.name) }
+            return (String(decoding: entry.suffix, as: UTF8.self), state)
+        }
+    }
+
+    /// The share token and participant id of an unused one-time URL token.
+    func oneTimeURL(_ txn: borrowing some ReadModelStore & ~Copyable, _ oneTimeToken: String) throws
+        -> (token: String, participantID: String)?
+    {
+        guard ShareToken(oneTimeToken) != nil, let value = try string(txn, oneTimeURLs, Array(oneTimeToken.utf8)),
+            value.utf8.count > ShareToken.length
+        else { return nil }
+        let split = value.utf8.index(value.utf8.startIndex, offsetBy: ShareToken.length)
+        return (String(value[..<split]), String(value[split...]))
+    }
+
     /// The residual task `id` of the outbox, if it is not done yet.
     func residualTask(_ txn: borrowing some ReadModelStore & ~Copyable, id: UInt64) throws -> ResidualTaskState? {
         try message(ResidualTaskState.self, txn, outbox, BigEndian.bytes(of: id))

@@ -12,6 +12,7 @@ typealias ParticipantState = Shareledger_Readmodels_V1_ParticipantState
 typealias ResidualTaskState = Shareledger_Readmodels_V1_ResidualTask
 typealias SharedZoneState = Shareledger_Readmodels_V1_SharedZoneState
 typealias VerificationState = Shareledger_Readmodels_V1_VerificationState
+typealias AccessEntryState = Shareledger_Readmodels_V1_AccessEntryState
 
 /// The read models' named databases and their key layouts (`docs/log-format.md`, "Read models").
 ///
@@ -45,6 +46,10 @@ struct ReadModels: Sendable {
     let outbox: Database
     /// token ‖ participant id ‖ 0 ‖ user → VerificationState.
     let verifications: Database
+    /// token ‖ kind (`r` pending access request, `b` blocked identity) ‖ user → AccessEntryState.
+    let access: Database
+    /// one-time URL token → share token ‖ participant id: the unused one-time URLs.
+    let oneTimeURLs: Database
     /// counter name → 8-byte big-endian count.
     let counters: Database
     /// (dupsort, 8-byte values) token → positions of the events about that share (fetches and
@@ -89,6 +94,8 @@ struct ReadModels: Sendable {
         DatabaseSpec("rm_outbox"),
         DatabaseSpec("rm_verifications"),
         DatabaseSpec("rm_counters"),
+        DatabaseSpec("rm_access"),
+        DatabaseSpec("rm_one_time_urls"),
         DatabaseSpec("idx_share_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_user_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_container_history", [.dupSort, .dupFixed]),
@@ -121,6 +128,8 @@ struct ReadModels: Sendable {
         outbox = byName["rm_outbox"]!
         verifications = byName["rm_verifications"]!
         counters = byName["rm_counters"]!
+        access = byName["rm_access"]!
+        oneTimeURLs = byName["rm_one_time_urls"]!
         shareHistory = byName["idx_share_history"]!
         userHistory = byName["idx_user_history"]!
         containerHistory = byName["idx_container_history"]!
@@ -135,7 +144,7 @@ struct ReadModels: Sendable {
     var all: [Database] {
         [
             users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
-            sharedZones, outbox, verifications, counters, shareHistory, userHistory, containerHistory, historyJournal,
+            sharedZones, outbox, verifications, counters, access, oneTimeURLs, shareHistory, userHistory, containerHistory, historyJournal,
         ]
     }
 
@@ -184,6 +193,18 @@ struct ReadModels: Sendable {
 
     static func sharedZoneKey(_ container: String, user: String, zoneID: UInt64) -> [UInt8] {
         key(container, user) + [0] + BigEndian.bytes(of: zoneID)
+    }
+
+    /// What an entry of `rm_access` is.
+    enum AccessKind: UInt8 {
+        /// A pending access request.
+        case request = 0x72  // "r"
+        /// A blocked identity.
+        case blocked = 0x62  // "b"
+    }
+
+    static func accessKey(_ token: String, _ kind: AccessKind, user: String) -> [UInt8] {
+        Array(token.utf8) + [kind.rawValue] + Array(user.utf8)
     }
 
     static func verificationKey(_ token: String, _ participantID: String, user: String) -> [UInt8] {

@@ -78,6 +78,13 @@ extension Container {
     public func addParticipant(_ participant: Share.Participant, to shareURL: URL, ifChangeTag: String? = nil)
         async throws(LedgerError) -> Share
     {
+        if participant.isOneTimeURLParticipant {
+            return try await runShare(
+                .addOneTimeParticipant(
+                    token: Container.token(of: shareURL), role: participant.role, permission: participant.permission,
+                    newParticipantID: ledger.newParticipantID(), oneTimeToken: ledger.newToken().text, ifChangeTag: ifChangeTag),
+                "addParticipant")
+        }
         let identity = participant.userIdentity
         guard let lookup = identity.lookupInfo ?? identity.userRecordID.map({ LookupInfo(userRecordID: $0) }) else {
             throw LedgerError(

@@ -71,7 +71,7 @@ public struct Container: Sendable {
         return try result.get()
     }
 
-    private func runShare(_ step: DomainAction, _ call: String) async throws(LedgerError) -> Share {
+    func runShare(_ step: DomainAction, _ call: String) async throws(LedgerError) -> Share {
         guard case .share(let share) = try await runOne(step) else { throw LedgerError.unexpectedOutput(call) }
         return share
     }
@@ -407,7 +407,11 @@ public struct Container: Sendable {
         try await runChunked(
             metadatas, what: "shares in one accept", chunkSize: chunkSize, isCancelled: isCancelled,
             step: { metadata in
-                DomainAction.accept(
+                if let oneTime = metadata.oneTimeToken {
+                    return DomainAction.acceptOneTimeURL(
+                        oneTimeToken: oneTime, token: metadata.share.token.text, metadataContainer: metadata.containerIdentifier)
+                }
+                return DomainAction.accept(
                     token: metadata.share.token.text, metadataContainer: metadata.containerIdentifier,
                     newParticipantID: ledger.newParticipantID())
             },

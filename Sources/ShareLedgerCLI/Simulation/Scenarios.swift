@@ -21,6 +21,8 @@ enum Scenario: CaseIterable {
     case inviteToPublicShare, shareAlreadyShared, secondZoneShare, ownerLeaves, notOwnerManages
     /// Mistakes real clients make: participants going too far, stale state.
     case participantDeletesRoot, readNotShared, leaveTwice, acceptDeletedShare
+    // access requests and blocked identities (with their intended errors)
+    case accessRequest, blockParticipant, oneTimeURL
 
     /// How often the scenario is chosen, relative to the others.
     var weight: Double {
@@ -64,6 +66,9 @@ enum Scenario: CaseIterable {
         case .participantDeletes: return 1
         case .leaveTwice: return 0.4
         case .acceptDeletedShare: return 0.4
+        case .accessRequest: return 2
+        case .blockParticipant: return 0.5
+        case .oneTimeURL: return 1
         }
     }
 
@@ -71,6 +76,9 @@ enum Scenario: CaseIterable {
     var cost: Int {
         switch self {
         case .concurrentAccepts: return 7
+        case .accessRequest: return 6
+        case .blockParticipant: return 3
+        case .oneTimeURL: return 4
         case .staleRecordEdit, .staleShareTag, .acceptDeletedShare: return 3
         case .verify: return 4
         case .editRecord, .accept, .acceptAgain, .acceptWithOperations, .participantEdit, .acceptUninvited, .acceptInWrongContainer, .listShares:
@@ -142,6 +150,9 @@ extension SimulationClient {
         case .participantDeletes: return await participantDeletes()
         case .leaveTwice: return await leaveTwice()
         case .acceptDeletedShare: return await acceptDeletedShare()
+        case .accessRequest: return await accessRequest()
+        case .blockParticipant: return await blockParticipant()
+        case .oneTimeURL: return await oneTimeURL()
         }
     }
 
@@ -1121,5 +1132,159 @@ extension SimulationClient {
             () throws(LedgerError) in try handle.record(for: id)
         }
         return true
+    }
+
+    // MARK: - Access requests
+
+    /// One access request as a stranger with the URL: refused while the share takes no requests (the
+    /// unknown URL's answer), then allowed by a manager, asked for, and approved (the requester becomes
+    /// a pending participant marked approved), denied (approving it afterwards finds nothing), or
+    /// blocked (a blocked user's request gets the unknown URL's answer) and unblocked again.
+    private mutating func accessRequest() async -> Bool {
+        guard let shareIndex = pickShare({ !$0.isPublic && $0.entries.count < 90 }) else { return false }
+        let share = model.shares[shareIndex]
+        let strangers = model.people.indices.filter { $0 != share.owner && share.entryIndex(of: $0) == nil }
+        guard let person = strangers.randomElement(using: &rng) else { return false }
+        let manager = as_(manager(of: shareIndex))
+        let asker = as_(person)
+        let url = share.url
+        let who = model.people[person].name
+        let identity = Self.identity(who)
+        let requester = Share.AccessRequester(userIdentity: identity, participantLookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: who)))
+        if !share.allowsAccessRequests {
+            _ = await call("requestAccess", .failure(.unknownItem), "\(who) asks to join \(share.token), which takes no requests") {
+                () async throws(LedgerError) in try await Self.requestAccess(asker, url)
+            }
+            guard await call("setAllowsAccessRequests", .success, "allow access requests to \(share.token)", {
+                () async throws(LedgerError) in try await manager.setAllowsAccessRequests(true, for: url)
+            }) != nil else { return true }
+            model.shares[shareIndex].allowsAccessRequests = true
+        }
+        guard await call("requestAccess", .success, "\(who) asks to join \(share.token)", {
+            () async throws(LedgerError) in try await Self.requestAccess(asker, url)
+        }) != nil else { return true }
+        switch Int.random(in: 0..<3, using: &rng) {
+        case 0:
+            guard let result = await call("approveRequesters", .success, "approve \(who) on \(share.token)", {
+                () async throws(LedgerError) in try await manager.approveRequesters([requester], for: url)
+            }) else { return true }
+            guard let entry = result.participants.first(where: { $0.userIdentity.userRecordID?.recordName == who }),
+                entry.isApprovedRequester, entry.acceptanceStatus == .pending, result.requesters.isEmpty
+            else {
+                mismatch("approving \(who) on \(share.token) did not make an approved pending participant")
+                return true
+            }
+            model.shares[shareIndex].entries.append(
+                SimEntry(
+                    person: person, participantID: entry.participantID, kind: .account, claimed: true, status: .pending,
+                    role: .privateUser, permission: .readOnly))
+        case 1:
+            guard await call("denyRequesters", .success, "deny \(who) on \(share.token)", {
+                () async throws(LedgerError) in try await manager.denyRequesters([requester], for: url)
+            }) != nil else { return true }
+            _ = await call("approveRequesters", .failure(.unknownItem), "approve the denied \(who) on \(share.token)") {
+                () async throws(LedgerError) in try await manager.approveRequesters([requester], for: url)
+            }
+        default:
+            guard await call("blockRequesters", .success, "block \(who) on \(share.token)", {
+                () async throws(LedgerError) in try await manager.blockRequesters([requester], for: url)
+            }) != nil else { return true }
+            _ = await call("requestAccess", .failure(.unknownItem), "blocked \(who) asks to join \(share.token)") {
+                () async throws(LedgerError) in try await Self.requestAccess(asker, url)
+            }
+            _ = await call("unblockIdentities", .success, "unblock \(who) on \(share.token)") {
+                () async throws(LedgerError) in try await manager.unblockIdentities([Share.BlockedIdentity(userIdentity: identity)], for: url)
+            }
+        }
+        return true
+    }
+
+    /// A manager blocks a participant: they are removed and their fetch gets the unknown URL's answer;
+    /// then they are unblocked (and stay removed until invited again).
+    private mutating func blockParticipant() async -> Bool {
+        var candidates: [(Int, Int)] = []
+        for shareIndex in model.liveShares {
+            for entry in model.shares[shareIndex].entries where entry.claimed && entry.status != .removed && entry.role != .administrator {
+                candidates.append((shareIndex, entry.person))
+            }
+        }
+        guard let (shareIndex, person) = candidates.randomElement(using: &rng) else { return false }
+        let share = model.shares[shareIndex]
+        let manager = as_(share.owner)
+        let blocked = as_(person)
+        let url = share.url
+        let who = model.people[person].name
+        let identity = Self.identity(who)
+        guard let result = await call("blockRequesters", .success, "block participant \(who) of \(share.token)", {
+            () async throws(LedgerError) in try await manager.blockIdentities([identity], for: url)
+        }) else { return true }
+        guard let index = model.shares[shareIndex].entryIndex(of: person) else { return true }
+        model.shares[shareIndex].entries[index].status = .removed
+        if result.participants.first(where: { $0.participantID == model.shares[shareIndex].entries[index].participantID })?.acceptanceStatus != .removed {
+            mismatch("blocking \(who) did not remove them from \(share.token)")
+        }
+        _ = await call("shareMetadata", .failure(.unknownItem), "blocked \(who) fetches \(share.token)") {
+            () async throws(LedgerError) in try await blocked.shareMetadata(for: url)
+        }
+        _ = await call("unblockIdentities", .success, "unblock \(who) on \(share.token)") {
+            () async throws(LedgerError) in try await manager.unblockIdentities([Share.BlockedIdentity(userIdentity: identity)], for: url)
+        }
+        return true
+    }
+
+    /// A manager invites a one-time URL participant; someone not in the share fetches the metadata
+    /// through that URL and accepts (becoming that participant); someone else then presents the used
+    /// URL and learns nothing (an intended unknownItem).
+    private mutating func oneTimeURL() async -> Bool {
+        guard let shareIndex = pickShare({ !$0.isPublic && $0.entries.count < 90 }) else { return false }
+        let share = model.shares[shareIndex]
+        let strangers = model.people.indices.filter { $0 != share.owner && share.entryIndex(of: $0) == nil }
+        guard strangers.count >= 2 else { return false }
+        let chosen = strangers.shuffled(using: &rng)
+        let (person, other) = (chosen[0], chosen[1])
+        let manager = as_(manager(of: shareIndex))
+        let (taker, late) = (as_(person), as_(other))
+        let url = share.url
+        guard let result = await call("addParticipant", .success, "invite a one-time URL participant to \(share.token)", {
+            () async throws(LedgerError) in try await manager.addParticipant(.oneTimeURLParticipant(), to: url)
+        }) else { return true }
+        guard let entry = result.participants.first(where: { result.oneTimeURL(for: $0.participantID) != nil }),
+            let oneTime = result.oneTimeURL(for: entry.participantID)
+        else {
+            mismatch("inviting a one-time URL participant to \(share.token) gave no one-time URL")
+            return true
+        }
+        guard let metadata = await call("shareMetadata", .success, "\(name(person)) fetches a one-time URL of \(share.token)", {
+            () async throws(LedgerError) in try await taker.shareMetadata(for: oneTime)
+        }) else { return true }
+        guard let accepted = await call("accept", .success, "\(name(person)) accepts a one-time URL of \(share.token)", {
+            () async throws(LedgerError) in try await taker.accept(metadata)
+        }) else { return true }
+        if accepted.currentUserParticipant?.participantID != entry.participantID {
+            mismatch("accepting a one-time URL of \(share.token) did not make \(name(person)) its participant")
+        }
+        model.shares[shareIndex].entries.append(
+            SimEntry(
+                person: person, participantID: entry.participantID, kind: .account, claimed: true, status: .accepted,
+                role: .privateUser, permission: .readOnly))
+        _ = await call("shareMetadata", .failure(.unknownItem), "\(name(other)) presents a used one-time URL of \(share.token)") {
+            () async throws(LedgerError) in try await late.shareMetadata(for: oneTime)
+        }
+        return true
+    }
+
+    /// The identity of account `name`, as requesters and blocked identities name it.
+    static func identity(_ name: String) -> UserIdentity {
+        UserIdentity(
+            userRecordID: RecordID(userRecordName: name), lookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: name)),
+            nameComponents: nil, hasiCloudAccount: true)
+    }
+
+    /// One URL's access request, its outcome thrown.
+    static func requestAccess(_ handle: Container, _ url: URL) async throws(LedgerError) {
+        guard let result = try await handle.requestAccess(to: [url])[url] else {
+            throw LedgerError(.serverRejectedRequest, "the access request got no answer")
+        }
+        try result.get()
     }
 }

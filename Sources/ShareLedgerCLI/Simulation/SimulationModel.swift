@@ -104,6 +104,8 @@ struct SimShare {
     var title: String
     /// Participants other than the owner.
     var entries: [SimEntry] = []
+    /// Whether a manager allowed access requests.
+    var allowsAccessRequests = false
     /// False once deleted.
     var live = true
 
