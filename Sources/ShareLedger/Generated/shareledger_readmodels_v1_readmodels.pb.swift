@@ -51,9 +51,31 @@ package nonisolated struct Shareledger_Readmodels_V1_UserState: Sendable {
 
   package var nickname: String = String()
 
+  /// Since crypto-shredding: the registration's sealed personal data (fields 1-4, 6, 7 then empty),
+  /// opened only when an answer needs it.
+  package var sealed: Shareledger_Events_V1_SealedPersonalData {
+    get {_sealed ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_sealed = newValue}
+  }
+  /// Returns true if `sealed` has been explicitly set.
+  package var hasSealed: Bool {self._sealed != nil}
+  /// Clears the value of `sealed`. Subsequent reads from it will return its default value.
+  package mutating func clearSealed() {self._sealed = nil}
+
+  /// Keyed hashes (HMAC-SHA256 under the key store's lookup key) of the normalized email and phone:
+  /// the keys of the user's rm_user_lookup entries, kept to remove them when the user is forgotten.
+  package var emailHash: Data = Data()
+
+  package var phoneHash: Data = Data()
+
+  /// When the user's personal data was forgotten (PersonalDataForgotten); 0 if it was not.
+  package var forgottenAtMicros: Int64 = 0
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
+
+  fileprivate var _sealed: Shareledger_Events_V1_SealedPersonalData? = nil
 }
 
 /// zones: container 0x00 owner 0x00 zone_name
@@ -336,7 +358,7 @@ fileprivate nonisolated let _protobuf_package = "shareledger.readmodels.v1"
 
 nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".UserState"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0\u{3}registered_at_micros\0\u{3}middle_name\0\u{1}nickname\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0\u{3}registered_at_micros\0\u{3}middle_name\0\u{1}nickname\0\u{1}sealed\0\u{3}email_hash\0\u{3}phone_hash\0\u{3}forgotten_at_micros\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -351,12 +373,20 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
       case 5: try { try decoder.decodeSingularInt64Field(value: &self.registeredAtMicros) }()
       case 6: try { try decoder.decodeSingularStringField(value: &self.middleName) }()
       case 7: try { try decoder.decodeSingularStringField(value: &self.nickname) }()
+      case 8: try { try decoder.decodeSingularMessageField(value: &self._sealed) }()
+      case 9: try { try decoder.decodeSingularBytesField(value: &self.emailHash) }()
+      case 10: try { try decoder.decodeSingularBytesField(value: &self.phoneHash) }()
+      case 11: try { try decoder.decodeSingularInt64Field(value: &self.forgottenAtMicros) }()
       default: break
       }
     }
   }
 
   package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.emailAddress.isEmpty {
       try visitor.visitSingularStringField(value: self.emailAddress, fieldNumber: 1)
     }
@@ -378,6 +408,18 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
     if !self.nickname.isEmpty {
       try visitor.visitSingularStringField(value: self.nickname, fieldNumber: 7)
     }
+    try { if let v = self._sealed {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    } }()
+    if !self.emailHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.emailHash, fieldNumber: 9)
+    }
+    if !self.phoneHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.phoneHash, fieldNumber: 10)
+    }
+    if self.forgottenAtMicros != 0 {
+      try visitor.visitSingularInt64Field(value: self.forgottenAtMicros, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -389,6 +431,10 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
     if lhs.registeredAtMicros != rhs.registeredAtMicros {return false}
     if lhs.middleName != rhs.middleName {return false}
     if lhs.nickname != rhs.nickname {return false}
+    if lhs._sealed != rhs._sealed {return false}
+    if lhs.emailHash != rhs.emailHash {return false}
+    if lhs.phoneHash != rhs.phoneHash {return false}
+    if lhs.forgottenAtMicros != rhs.forgottenAtMicros {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
