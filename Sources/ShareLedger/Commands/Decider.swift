@@ -108,6 +108,8 @@ struct Decider {
                 return try lookupParticipant(txn, lookup)
             case .completeTask(let id):
                 return try completeTask(txn, id: id)
+            case .forgetUser(let name):
+                return try forgetUser(txn, name: name)
             }
         } catch let error as LedgerError {
             return Decision(events: [], outcome: .failed(error))

@@ -28,6 +28,8 @@ enum DomainAction: Sendable {
     /// CloudKit's `CKFetchShareParticipantsOperation`, one lookup info.
     case lookupParticipant(LookupInfo)
     case completeTask(taskID: UInt64)
+    /// An erasure request: forget the personal data of user `name` (crypto-shredding).
+    case forgetUser(name: String)
 
     /// A rough size, for bounding a group commit.
     var approximateBytes: Int {

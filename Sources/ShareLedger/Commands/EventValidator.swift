@@ -58,12 +58,22 @@ struct EventValidator {
             guard try m.user(txn, d.container, e.userRecordName) == nil else {
                 throw Self.refuse("user \(e.userRecordName) is registered already")
             }
-            if !e.emailAddress.isEmpty, try m.userName(txn, d.container, email: e.emailAddress) != nil {
+            // A box whose key is destroyed (a forgotten user) cannot be checked, and needs not be: its
+            // lookup entries are gone with the key.
+            let fields = m.personalFields(of: e, container: d.container) ?? Shareledger_Events_V1_PersonalFields()
+            if !fields.emailAddress.isEmpty, try m.userName(txn, d.container, email: fields.emailAddress) != nil {
                 throw Self.refuse("its email address belongs to another user already")
             }
-            if !e.phoneNumber.isEmpty, try m.userName(txn, d.container, phone: e.phoneNumber) != nil {
+            if !fields.phoneNumber.isEmpty, try m.userName(txn, d.container, phone: fields.phoneNumber) != nil {
                 throw Self.refuse("its phone number belongs to another user already")
             }
+
+        case .personalDataForgotten(let e):
+            try Decider.checkUserName(e.userRecordName)
+            guard let state = try m.user(txn, d.container, e.userRecordName) else {
+                throw Self.refuse("user \(e.userRecordName) is not registered in the container")
+            }
+            guard state.forgottenAtMicros == 0 else { throw Self.refuse("user \(e.userRecordName) was forgotten already") }
 
         case .zoneCreated(let e):
             try d.requireSignedIn(txn)

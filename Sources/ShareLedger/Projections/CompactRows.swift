@@ -27,6 +27,11 @@ protocol CompactRow: SwiftProtobuf.Message {
 
 /// The layout byte of the first compact layout.
 let compactLayoutOne: UInt8 = 0xC1
+/// The layout byte of the second: the first's fields, then fields a row type added since (only
+/// `rm_users` so far: the sealed personal data, the keyed lookup hashes and the time it was
+/// forgotten). A row is written in it only when an added field is set, so rows without them keep
+/// the first layout byte for byte.
+let compactLayoutTwo: UInt8 = 0xC2
 
 extension ReadModels {
     /// The row type stored in the compact layout in each database that has one, by database name:
@@ -43,19 +48,21 @@ extension CompactRow {
         var writer = CompactWriter()
         writer.bytes.append(compactLayoutOne)
         writeCompact(&writer)
+        if writer.layoutTwo { writer.bytes[0] = compactLayoutTwo }
         return writer.bytes
     }
 
     /// Decodes a stored row in either layout; damaged bytes are ``LedgerError/Code/corruptedData``.
     static func decodeStored(_ bytes: UnsafeRawBufferPointer, database: String) throws(LedgerError) -> Self {
         if let first = bytes.first, first >= 0x80 {
-            guard first == compactLayoutOne else {
+            guard first == compactLayoutOne || first == compactLayoutTwo else {
                 throw LedgerError(
                     .corruptedData, "a row of \(database) has layout \(first), which this version does not know; "
                         + "run `share-ledger rebuild` (or upgrade ShareLedger)")
             }
             var reader = CompactReader(bytes, database: database)
             reader.offset = 1
+            reader.layoutTwo = first == compactLayoutTwo
             let row = try Self(compact: &reader)
             try reader.finish()
             return row
@@ -71,6 +78,8 @@ extension CompactRow {
 /// Appends compact fields.
 struct CompactWriter {
     var bytes: [UInt8] = []
+    /// Set by a row that wrote fields of the second layout (``compactLayoutTwo``).
+    var layoutTwo = false
 
     init() { bytes.reserveCapacity(96) }
 
@@ -93,6 +102,11 @@ struct CompactWriter {
         }
     }
 
+    mutating func blob(_ value: [UInt8]) {
+        varint(UInt64(value.count))
+        bytes.append(contentsOf: value)
+    }
+
     mutating func fixed64(_ value: UInt64) {
         for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
     }
@@ -103,6 +117,8 @@ struct CompactReader {
     let bytes: UnsafeRawBufferPointer
     let database: String
     var offset = 0
+    /// Whether the row is in the second layout (``compactLayoutTwo``).
+    var layoutTwo = false
 
     init(_ bytes: UnsafeRawBufferPointer, database: String) {
         self.bytes = bytes
@@ -130,6 +146,14 @@ struct CompactReader {
         let value = try varint()
         guard value <= UInt64(Int32.max) else { throw damaged() }
         return Int(value)
+    }
+
+    mutating func blob() throws(LedgerError) -> [UInt8] {
+        let count = try varint()
+        guard count <= UInt64(bytes.count - offset) else { throw damaged() }
+        let start = offset
+        offset += Int(count)
+        return Array(UnsafeRawBufferPointer(rebasing: bytes[start..<offset]))
     }
 
     mutating func string() throws(LedgerError) -> String {
@@ -262,6 +286,14 @@ extension UserState: CompactRow {
         w.string(middleName)
         w.string(nickname)
         w.int64(registeredAtMicros)
+        // Second layout: subject and box of the sealed personal data, the keyed hashes, forgotten at.
+        guard hasSealed || !emailHash.isEmpty || !phoneHash.isEmpty || forgottenAtMicros != 0 else { return }
+        w.layoutTwo = true
+        w.string(hasSealed ? sealed.subject : "")
+        w.blob(hasSealed ? Array(sealed.box) : [])
+        w.blob(Array(emailHash))
+        w.blob(Array(phoneHash))
+        w.int64(forgottenAtMicros)
     }
 
     init(compact r: inout CompactReader) throws(LedgerError) {
@@ -273,5 +305,15 @@ extension UserState: CompactRow {
         middleName = try r.string()
         nickname = try r.string()
         registeredAtMicros = try r.int64()
+        guard r.layoutTwo else { return }
+        let subject = try r.string()
+        let box = try r.blob()
+        if !subject.isEmpty || !box.isEmpty {
+            sealed.subject = subject
+            sealed.box = Data(box)
+        }
+        emailHash = Data(try r.blob())
+        phoneHash = Data(try r.blob())
+        forgottenAtMicros = try r.int64()
     }
 }

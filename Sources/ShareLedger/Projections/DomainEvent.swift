@@ -33,6 +33,7 @@ package enum DomainEvent: Sendable, Equatable {
     case participantZoneCreated(Shareledger_Events_V1_ParticipantZoneCreated)
     case participantZoneRemoved(Shareledger_Events_V1_ParticipantZoneRemoved)
     case shareParticipantFetched(Shareledger_Events_V1_ShareParticipantFetched)
+    case personalDataForgotten(Shareledger_Events_V1_PersonalDataForgotten)
 
     /// The schema version this code writes for each event type that is past version 1.
     static let currentVersions: [String: UInt32] = [
@@ -74,6 +75,7 @@ package enum DomainEvent: Sendable, Equatable {
         case .participantZoneCreated(let m): return m
         case .participantZoneRemoved(let m): return m
         case .shareParticipantFetched(let m): return m
+        case .personalDataForgotten(let m): return m
         }
     }
 
@@ -108,6 +110,7 @@ package enum DomainEvent: Sendable, Equatable {
         Shareledger_Events_V1_ParticipantZoneCreated.protoMessageName,
         Shareledger_Events_V1_ParticipantZoneRemoved.protoMessageName,
         Shareledger_Events_V1_ShareParticipantFetched.protoMessageName,
+        Shareledger_Events_V1_PersonalDataForgotten.protoMessageName,
     ]
 
     private static let decoders: [String: @Sendable ([UInt8]) throws -> DomainEvent] = {
@@ -136,6 +139,7 @@ package enum DomainEvent: Sendable, Equatable {
             entry(Shareledger_Events_V1_ParticipantZoneCreated.self, DomainEvent.participantZoneCreated),
             entry(Shareledger_Events_V1_ParticipantZoneRemoved.self, DomainEvent.participantZoneRemoved),
             entry(Shareledger_Events_V1_ShareParticipantFetched.self, DomainEvent.shareParticipantFetched),
+            entry(Shareledger_Events_V1_PersonalDataForgotten.self, DomainEvent.personalDataForgotten),
         ])
     }()
 

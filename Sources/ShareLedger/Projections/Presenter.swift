@@ -44,19 +44,28 @@ struct Presenter: Sendable {
     }
 
     func identity(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String) throws -> UserIdentity {
-        let state = try models.user(txn, container, user)
         var names: PersonNameComponents?
-        if let state, !(state.givenName.isEmpty && state.familyName.isEmpty && state.middleName.isEmpty && state.nickname.isEmpty) {
-            var components = PersonNameComponents()
-            if !state.givenName.isEmpty { components.givenName = state.givenName }
-            if !state.familyName.isEmpty { components.familyName = state.familyName }
-            if !state.middleName.isEmpty { components.middleName = state.middleName }
-            if !state.nickname.isEmpty { components.nickname = state.nickname }
-            names = components
+        var erased = false
+        if let state = try models.user(txn, container, user) {
+            // Sealed rows are opened here, at answer time: the row itself holds only ciphertext.
+            let personal = models.personalFields(of: state, container: container)
+            erased = personal.erased
+            if let name = personal.fields?.name,
+                !(name.givenName.isEmpty && name.familyName.isEmpty && name.middleName.isEmpty && name.nickname.isEmpty)
+            {
+                var components = PersonNameComponents()
+                if !name.givenName.isEmpty { components.givenName = name.givenName }
+                if !name.familyName.isEmpty { components.familyName = name.familyName }
+                if !name.middleName.isEmpty { components.middleName = name.middleName }
+                if !name.nickname.isEmpty { components.nickname = name.nickname }
+                names = components
+            }
         }
-        return UserIdentity(
+        var identity = UserIdentity(
             userRecordID: RecordID(userRecordName: user), lookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: user)),
             nameComponents: names, hasiCloudAccount: true)
+        identity.personalDataErased = erased ? true : nil
+        return identity
     }
 
     func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, id: String, _ state: ParticipantState) throws

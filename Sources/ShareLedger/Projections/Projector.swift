@@ -74,6 +74,7 @@ struct Projector {
         case .shareAccepted(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .shareMetadataFetched(let e): if !e.shareContainer.isEmpty { tokens = [e.token] }
         case .shareParticipantFetched(let e): users.insert(e.userRecordName)  // whom the lookup found, if anyone
+        case .personalDataForgotten(let e): users.insert(e.userRecordName)
         case .participantZoneCreated(let e):
             users.insert(e.userRecordName)
             if let task = try task(e.taskID) { tokens = [task.token] }
@@ -87,6 +88,51 @@ struct Projector {
     private func project(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws {
         let m = models
         switch event {
+        case .userRegistered(let e) where e.hasSealed:
+            // Since crypto-shredding: the row keeps the box, opened only for answers, and the keyed
+            // hashes of the lookup entries (none when the key is destroyed already, as in a rebuild
+            // after a forget: the forget's projection would remove them).
+            var state = UserState()
+            state.sealed = e.sealed
+            state.registeredAtMicros = context.recordedAtMicros
+            if let fields = m.vault?.open(e.sealed, container: context.container) {
+                if !fields.emailAddress.isEmpty, let key = m.hashedLookupKey(context.container, email: fields.emailAddress) {
+                    state.emailHash = Data(key.suffix(ReadModels.lookupHashBytes))
+                    try m.putRaw(txn, m.userLookup, key, Array(e.userRecordName.utf8))
+                }
+                if !fields.phoneNumber.isEmpty, let key = m.hashedLookupKey(context.container, phone: fields.phoneNumber) {
+                    state.phoneHash = Data(key.suffix(ReadModels.lookupHashBytes))
+                    try m.putRaw(txn, m.userLookup, key, Array(e.userRecordName.utf8))
+                }
+            }
+            try m.put(txn, m.users, ReadModels.userKey(context.container, e.userRecordName), state)
+            try m.add(txn, .users, 1)
+
+        case .personalDataForgotten(let e):
+            let key = ReadModels.userKey(context.container, e.userRecordName)
+            guard let state = try m.user(txn, context.container, e.userRecordName) else { return }
+            if !state.emailHash.isEmpty {
+                _ = try m.deleteRow(txn, m.userLookup, ReadModels.lookupKey(context.container, hash: Array(state.emailHash), kind: "E"))
+            }
+            if !state.phoneHash.isEmpty {
+                _ = try m.deleteRow(txn, m.userLookup, ReadModels.lookupKey(context.container, hash: Array(state.phoneHash), kind: "P"))
+            }
+            // A user registered before crypto-shredding: its row and lookup entries held plaintext (and
+            // so does its UserRegistered event, which `audit` counts).
+            let name = Array(e.userRecordName.utf8)
+            for legacy in [
+                state.emailAddress.isEmpty ? nil : ReadModels.lookupKey(context.container, email: state.emailAddress),
+                state.phoneNumber.isEmpty ? nil : ReadModels.lookupKey(context.container, phone: state.phoneNumber),
+            ] {
+                if let legacy, try m.string(txn, m.userLookup, legacy).map({ Array($0.utf8) }) == name {
+                    _ = try m.deleteRow(txn, m.userLookup, legacy)
+                }
+            }
+            var erased = UserState()
+            erased.registeredAtMicros = state.registeredAtMicros
+            erased.forgottenAtMicros = context.recordedAtMicros
+            try m.put(txn, m.users, key, erased)
+
         case .userRegistered(let e):
             var state = UserState()
             state.emailAddress = e.emailAddress
