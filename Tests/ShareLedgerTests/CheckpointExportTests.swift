@@ -432,7 +432,7 @@ struct MaintenanceHeadTests {
 }
 
 /// A Python interpreter that can import `lmdb` (what `scripts/verify_chain.py` needs), if any.
-private func pythonWithLMDB() async -> String? {
+func pythonWithLMDB() async -> String? {
     for candidate in ["/usr/bin/python3", "python3"] {
         let probe = try? await runProcess(URL(fileURLWithPath: "/usr/bin/env"), [candidate, "-c", "import lmdb"])
         if probe?.exited(0) == true { return candidate }

@@ -248,4 +248,42 @@ struct CryptoShreddingTests {
         #expect(after.ok && after.eventsWithPlaintextPersonalData == before.eventsWithPlaintextPersonalData)
         await ledger.close()
     }
+
+    @Test("share-ledger forget: exit 0 (twice), then audit, verify and export hold no plaintext of the forgotten user; the other user is unaffected")
+    func forgetCommand() async throws {
+        let dir = TemporaryDirectory()
+        let path = dir.child("ledger")
+        let register = try await runCLI([
+            "user", "register", "_dana", "--container", Self.container, "--email", Self.email, "--phone", Self.phone, "--path", path,
+        ])
+        #expect(register.exited(0), "\(register.summary)")
+        #expect(try await runCLI(["user", "register", "_bob", "--container", Self.container, "--email", "bob@example.com", "--path", path]).exited(0))
+        for _ in 0..<2 {
+            let forget = try await runCLI([
+                "forget", "--user", "_dana", "--container", Self.container, "--requested-by", "dsr-9", "--path", path, "--json",
+            ])
+            #expect(forget.exited(0) && forget.stdout.contains("personalDataErased"), "\(forget.summary)")
+        }
+        let unknown = try await runCLI(["forget", "--user", "_nobody", "--container", Self.container, "--path", path])
+        #expect(unknown.exited(1), "\(unknown.summary)")
+        let audit = try await runCLI(["audit", "--path", path])
+        #expect(audit.exited(0) && !audit.stdout.contains("plaintext"), "\(audit.summary)")
+        #expect(try await runCLI(["verify", "--path", path]).exited(0))
+        let export = try await runCLI(["export", "--path", path])
+        #expect(export.exited(0) && export.stdout.contains("PersonalDataForgotten"))
+        let exported = Array(export.stdout.utf8)
+        #expect(Self.needles.allSatisfy { !Self.contains(exported, $0) })
+        #expect(Self.plaintextFound(under: path).isEmpty, "\(Self.plaintextFound(under: path))")
+        if let python = await pythonWithLMDB() {
+            let run = try await runProcess(
+                URL(fileURLWithPath: "/usr/bin/env"), [python, packageRoot.appendingPathComponent("scripts/verify_chain.py").path, path])
+            #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
+        }
+        var configuration = ShareLedger.Configuration(path: path, readOnly: true)
+        configuration.residualTaskWorker = nil
+        let ledger = try ShareLedger.open(configuration)
+        #expect(try ledger.container(Self.container, userRecordName: "_bob").userIdentity(forEmailAddress: "bob@example.com") != nil)
+        #expect(try ledger.container(Self.container, userRecordName: "_bob").userIdentity(forEmailAddress: Self.email) == nil)
+        await ledger.close()
+    }
 }
