@@ -113,9 +113,12 @@ extension Decider {
         if existing == nil {
             var wanted = PBLookupInfo(lookup)
             // Invited by account: an earlier invitation to the account's email or phone is the same person.
-            if !user.isEmpty, let state = try models.user(txn, container, user) {
-                wanted.emailAddress = state.emailAddress
-                wanted.phoneNumber = state.phoneNumber
+            // (Sealed since crypto-shredding: opened with the key store; nothing for a forgotten user.)
+            if !user.isEmpty, let state = try models.user(txn, container, user),
+                let fields = models.personalFields(of: state, container: container).fields
+            {
+                wanted.emailAddress = fields.emailAddress
+                wanted.phoneNumber = fields.phoneNumber
             }
             existing = try models.participants(txn, token).first { entry in
                 (!wanted.emailAddress.isEmpty

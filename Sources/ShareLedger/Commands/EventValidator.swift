@@ -58,13 +58,21 @@ struct EventValidator {
             guard try m.user(txn, d.container, e.userRecordName) == nil else {
                 throw Self.refuse("user \(e.userRecordName) is registered already")
             }
-            // A box whose key is destroyed (a forgotten user) cannot be checked, and needs not be: its
-            // lookup entries are gone with the key.
-            let fields = m.personalFields(of: e, container: d.container) ?? Shareledger_Events_V1_PersonalFields()
-            if !fields.emailAddress.isEmpty, try m.userName(txn, d.container, email: fields.emailAddress) != nil {
+            // Sealed: checked by the keyed hashes it carries (no key needed).
+            if !e.sealed.emailHash.isEmpty,
+                try m.string(txn, m.userLookup, ReadModels.lookupKey(d.container, hash: Array(e.sealed.emailHash), kind: "E")) != nil
+            {
                 throw Self.refuse("its email address belongs to another user already")
             }
-            if !fields.phoneNumber.isEmpty, try m.userName(txn, d.container, phone: fields.phoneNumber) != nil {
+            if !e.sealed.phoneHash.isEmpty,
+                try m.string(txn, m.userLookup, ReadModels.lookupKey(d.container, hash: Array(e.sealed.phoneHash), kind: "P")) != nil
+            {
+                throw Self.refuse("its phone number belongs to another user already")
+            }
+            if !e.emailAddress.isEmpty, try m.userName(txn, d.container, email: e.emailAddress) != nil {
+                throw Self.refuse("its email address belongs to another user already")
+            }
+            if !e.phoneNumber.isEmpty, try m.userName(txn, d.container, phone: e.phoneNumber) != nil {
                 throw Self.refuse("its phone number belongs to another user already")
             }
 

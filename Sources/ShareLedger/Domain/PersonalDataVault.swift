@@ -83,6 +83,14 @@ final class PersonalDataVault: Sendable {
         return try result.get()
     }
 
+    /// Makes `vault` the key store of the ledger at `directory` in this process: views such as
+    /// snapshots answer with their source's keys, and no copy of a key is written anywhere (a
+    /// later forget destroys the only one).
+    static func register(_ vault: PersonalDataVault, at directory: String) {
+        let key = URL(fileURLWithPath: directory).standardizedFileURL.path
+        registry.withLock { $0[key] = vault }
+    }
+
     /// The registered vault of `directory`, if a ledger there was opened in this process.
     static func registered(at directory: String) -> PersonalDataVault? {
         let key = URL(fileURLWithPath: directory).standardizedFileURL.path
@@ -375,7 +383,7 @@ extension ReadModels {
     /// have a key store (``vault``); unchanged otherwise, and for events without personal fields
     /// this release seals. Today: `UserRegistered`'s email address, phone number and name.
     func sealingPersonalData(of pending: PendingEvent, container: String) throws(LedgerError) -> PendingEvent {
-        guard let vault, case .userRegistered(var e) = pending.event, !e.hasSealed,
+        guard sealsNewEvents, let vault, case .userRegistered(var e) = pending.event, !e.hasSealed,
             !e.emailAddress.isEmpty || !e.phoneNumber.isEmpty || e.hasName
         else { return pending }
         var fields = Shareledger_Events_V1_PersonalFields()
@@ -383,6 +391,8 @@ extension ReadModels {
         fields.phoneNumber = e.phoneNumber
         if e.hasName { fields.name = e.name }
         e.sealed = try vault.seal(fields, container: container, subject: e.userRecordName)
+        if !fields.emailAddress.isEmpty, let hash = lookupHash(container, email: fields.emailAddress) { e.sealed.emailHash = Data(hash) }
+        if !fields.phoneNumber.isEmpty, let hash = lookupHash(container, phone: fields.phoneNumber) { e.sealed.phoneHash = Data(hash) }
         e.emailAddress = ""
         e.phoneNumber = ""
         e.clearName()

@@ -865,6 +865,13 @@ package nonisolated struct Shareledger_Events_V1_SealedPersonalData: Sendable {
   /// authenticated data is the container, a 0 byte and the subject (UTF-8).
   package var box: Data = Data()
 
+  /// Keyed hashes (HMAC-SHA256 under the key store's lookup key) of "e" or "p", the container, a 0
+  /// byte and the normalized email address or phone number; empty when there is none. Lookups by
+  /// email or phone go through them, so the read models follow from the log alone, with no key.
+  package var emailHash: Data = Data()
+
+  package var phoneHash: Data = Data()
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
@@ -2131,7 +2138,7 @@ nonisolated extension Shareledger_Events_V1_ShareParticipantFetched: SwiftProtob
 
 nonisolated extension Shareledger_Events_V1_SealedPersonalData: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".SealedPersonalData"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subject\0\u{1}box\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subject\0\u{1}box\0\u{3}email_hash\0\u{3}phone_hash\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2141,6 +2148,8 @@ nonisolated extension Shareledger_Events_V1_SealedPersonalData: SwiftProtobuf.Me
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.subject) }()
       case 2: try { try decoder.decodeSingularBytesField(value: &self.box) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.emailHash) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.phoneHash) }()
       default: break
       }
     }
@@ -2153,12 +2162,20 @@ nonisolated extension Shareledger_Events_V1_SealedPersonalData: SwiftProtobuf.Me
     if !self.box.isEmpty {
       try visitor.visitSingularBytesField(value: self.box, fieldNumber: 2)
     }
+    if !self.emailHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.emailHash, fieldNumber: 3)
+    }
+    if !self.phoneHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.phoneHash, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   package static func ==(lhs: Shareledger_Events_V1_SealedPersonalData, rhs: Shareledger_Events_V1_SealedPersonalData) -> Bool {
     if lhs.subject != rhs.subject {return false}
     if lhs.box != rhs.box {return false}
+    if lhs.emailHash != rhs.emailHash {return false}
+    if lhs.phoneHash != rhs.phoneHash {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

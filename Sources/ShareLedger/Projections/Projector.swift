@@ -89,21 +89,25 @@ struct Projector {
         let m = models
         switch event {
         case .userRegistered(let e) where e.hasSealed:
-            // Since crypto-shredding: the row keeps the box, opened only for answers, and the keyed
-            // hashes of the lookup entries (none when the key is destroyed already, as in a rebuild
-            // after a forget: the forget's projection would remove them).
+            // Since crypto-shredding: the row keeps the box, opened only for answers, and the event's
+            // keyed hashes, which key the lookup entries. No key is needed: the read models follow
+            // from the log alone, on replicas and in rebuilds too.
             var state = UserState()
             state.sealed = e.sealed
+            state.sealed.emailHash = Data()
+            state.sealed.phoneHash = Data()
             state.registeredAtMicros = context.recordedAtMicros
-            if let fields = m.vault?.open(e.sealed, container: context.container) {
-                if !fields.emailAddress.isEmpty, let key = m.hashedLookupKey(context.container, email: fields.emailAddress) {
-                    state.emailHash = Data(key.suffix(ReadModels.lookupHashBytes))
-                    try m.putRaw(txn, m.userLookup, key, Array(e.userRecordName.utf8))
-                }
-                if !fields.phoneNumber.isEmpty, let key = m.hashedLookupKey(context.container, phone: fields.phoneNumber) {
-                    state.phoneHash = Data(key.suffix(ReadModels.lookupHashBytes))
-                    try m.putRaw(txn, m.userLookup, key, Array(e.userRecordName.utf8))
-                }
+            if e.sealed.emailHash.count == ReadModels.lookupHashBytes {
+                state.emailHash = e.sealed.emailHash
+                try m.putRaw(
+                    txn, m.userLookup, ReadModels.lookupKey(context.container, hash: Array(e.sealed.emailHash), kind: "E"),
+                    Array(e.userRecordName.utf8))
+            }
+            if e.sealed.phoneHash.count == ReadModels.lookupHashBytes {
+                state.phoneHash = e.sealed.phoneHash
+                try m.putRaw(
+                    txn, m.userLookup, ReadModels.lookupKey(context.container, hash: Array(e.sealed.phoneHash), kind: "P"),
+                    Array(e.userRecordName.utf8))
             }
             try m.put(txn, m.users, ReadModels.userKey(context.container, e.userRecordName), state)
             try m.add(txn, .users, 1)

@@ -70,16 +70,22 @@ extension ReadModels {
     /// container ‖ 0 ‖ `E` ‖ HMAC of the normalized email: the lookup key of a user registered with
     /// sealed personal data. Nil without a key store.
     func hashedLookupKey(_ container: String, email: String) -> [UInt8]? {
-        vault?.lookupHash("e", container: container, normalized: ReadModels.normalizeEmail(email)).map {
-            ReadModels.lookupKey(container, hash: $0, kind: "E")
-        }
+        lookupHash(container, email: email).map { ReadModels.lookupKey(container, hash: $0, kind: "E") }
     }
 
     /// container ‖ 0 ‖ `P` ‖ HMAC of the normalized phone (as ``hashedLookupKey(_:email:)``).
     func hashedLookupKey(_ container: String, phone: String) -> [UInt8]? {
-        vault?.lookupHash("p", container: container, normalized: ReadModels.normalizePhone(phone)).map {
-            ReadModels.lookupKey(container, hash: $0, kind: "P")
-        }
+        lookupHash(container, phone: phone).map { ReadModels.lookupKey(container, hash: $0, kind: "P") }
+    }
+
+    /// The keyed hash of `email` (normalized) under the key store's lookup key; nil without one.
+    func lookupHash(_ container: String, email: String) -> [UInt8]? {
+        vault?.lookupHash("e", container: container, normalized: ReadModels.normalizeEmail(email))
+    }
+
+    /// The keyed hash of `phone` (normalized); nil without a key store.
+    func lookupHash(_ container: String, phone: String) -> [UInt8]? {
+        vault?.lookupHash("p", container: container, normalized: ReadModels.normalizePhone(phone))
     }
 
     /// The tokens of the live shares `owner` owns in `container`.

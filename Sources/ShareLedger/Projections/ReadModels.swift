@@ -73,6 +73,16 @@ struct ReadModels: Sendable {
     /// events are then written and projected with plaintext personal fields, as before.
     private(set) var vault: PersonalDataVault?
 
+    /// Whether new events' personal fields are sealed (``ShareLedger/Configuration/sealsPersonalData``).
+    private(set) var sealsNewEvents = true
+
+    /// These read models, not sealing new events (sealed ones are still opened).
+    func notSealingNewEvents() -> ReadModels {
+        var models = self
+        models.sealsNewEvents = false
+        return models
+    }
+
     /// These read models, with `vault` as their key store.
     func sealing(with vault: PersonalDataVault?) -> ReadModels {
         var models = self

@@ -2,6 +2,11 @@ import EventLog
 import Foundation
 
 extension ShareLedger {
+    /// The key store's file in the ledger directory (`docs/log-format.md`, "Key store"): the keys
+    /// that seal personal data. Back it up with the ledger; a new ledger directory may hold a copy
+    /// before its first open (to import an export whose personal data should stay readable).
+    public static let keyStoreFileName = PersonalDataVault.fileName
+
     /// Carries out an erasure request (GDPR art. 17): forgets the personal data (email address,
     /// phone number, name) of user `userRecordName` in `containerIdentifier` by crypto-shredding.
     ///
@@ -38,6 +43,9 @@ extension ShareLedger {
         // After the commit: a crash before this line leaves a forgotten user whose key survives, which
         // the next open (or the next forget) destroys.
         try models.vault?.destroy(container: containerIdentifier, user: userRecordName)
+        // Kept metadata answers may name the user: a user row changed without any share's tag
+        // changing, so every kept answer is dropped (as after maintenance work: a new generation).
+        shareTags.committed(0, appended: false, tokens: [], everything: true)
         metadataCache?.removeAll()
         identity.personalDataErased = true
         return identity

@@ -40,7 +40,7 @@ public final class ShareLedger: Sendable {
     private init(log: EventLog, configuration: Configuration) {
         self.log = log
         self.configuration = configuration
-        self.models = log.store.models
+        self.models = configuration.sealsPersonalData ? log.store.models : log.store.models.notSealingNewEvents()
         let capacity = configuration.metadataCacheCapacity
         self.shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
         let rows = RowCache()
