@@ -44,6 +44,8 @@ final class PersonalDataVault: Sendable {
         /// reused only while the file is still that one.
         var fileSize = 0
         var inode: UInt64 = 0
+        /// Keys appended since the file was last synced (``syncIfDirty()``).
+        var unsynced = false
     }
 
     let fileURL: URL
@@ -217,8 +219,9 @@ final class PersonalDataVault: Sendable {
         return out
     }
 
-    /// Appends one record and syncs the file (the magic first when the file is new).
-    private func append(kind: Kind, subject: String, key: SymmetricKey, fresh: Bool) throws(LedgerError) {
+    /// Appends one record (the magic first when the file is new); syncs it when `sync` (a new key
+    /// in a commit is synced once for the whole transaction instead: ``syncIfDirty()``).
+    private func append(kind: Kind, subject: String, key: SymmetricKey, fresh: Bool, sync: Bool = true) throws(LedgerError) {
         var bytes = fresh ? PersonalDataVault.magic : []
         bytes += PersonalDataVault.record(kind: kind, subject: subject, key: key)
         let fd = systemOpen(fileURL.path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
@@ -232,7 +235,7 @@ final class PersonalDataVault: Sendable {
             throw LedgerError(.storageFailure, "the key store \(PersonalDataVault.fileName) appeared while it was created; retry")
         }
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        guard written == bytes.count, fsync(fd) == 0 else {
+        guard written == bytes.count, !sync || fsync(fd) == 0 else {
             throw LedgerError(
                 .storageFailure, "cannot write the key store \(PersonalDataVault.fileName) (errno \(errno)); check the disk")
         }
@@ -254,11 +257,30 @@ final class PersonalDataVault: Sendable {
             guard create else { return nil }
             guard writable else { throw LedgerError(.readOnly, "the key store is open read-only; no key can be made") }
             let key = newKey()
-            try append(kind: .person, subject: subject, key: key, fresh: false)
+            // Synced before the transaction that uses it commits (the writer's willCommit).
+            try append(kind: .person, subject: subject, key: key, fresh: false, sync: false)
             state.keys[subject] = key
             state.order.append(subject)
+            state.unsynced = true
             noteFile(&state)
             return key
+        }
+    }
+
+    /// Syncs the key file if keys were appended since it was last synced: the writer calls it right
+    /// before a transaction commits, so no committed event is sealed under a key a power loss could
+    /// take (one `fsync` per group commit that made keys, not one per key).
+    func syncIfDirty() throws(LedgerError) {
+        try state.withLock { (state: inout State) throws(LedgerError) in
+            guard state.unsynced else { return }
+            let fd = systemOpen(fileURL.path, O_RDONLY)
+            guard fd >= 0, fsync(fd) == 0 else {
+                if fd >= 0 { close(fd) }
+                throw LedgerError(
+                    .storageFailure, "cannot sync the key store \(PersonalDataVault.fileName) (errno \(errno)); check the disk")
+            }
+            close(fd)
+            state.unsynced = false
         }
     }
 

@@ -45,7 +45,7 @@ public final class ShareLedger: Sendable {
         self.shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
         let rows = RowCache()
         self.writerModels = models.keepingRows(in: rows)
-        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows))
+        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault))
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
         if let workerConfiguration = configuration.residualTaskWorker, !configuration.readOnly {
             let worker = ResidualTaskWorker(ledger: self, configuration: workerConfiguration)
