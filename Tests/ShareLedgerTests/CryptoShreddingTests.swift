@@ -49,7 +49,7 @@ struct CryptoShreddingTests {
 
     /// The fixture's ledger plus _dana (email, phone, name), who owns a shared zone and joined a share
     /// of alice's by her user record name.
-    static func ledgerWithDana(_ label: String = #function) async throws -> (SharingFixture, Share) {
+    static func ledgerWithDana(_ label: String = #function) async throws -> (SharingFixture, Share, diary: URL) {
         let f = try await SharingFixture(label)
         var names = PersonNameComponents()
         names.givenName = given
@@ -64,8 +64,8 @@ struct CryptoShreddingTests {
         let zone = RecordZoneID(zoneName: "Diary")
         _ = try await dana.save(RecordZone(zoneID: zone))
         _ = try await dana.save(Record(recordType: "Entry", recordID: RecordID(recordName: "day1", zoneID: zone)))
-        _ = try await dana.share(rootRecord: RecordID(recordName: "day1", zoneID: zone), title: "")
-        return (f, share)
+        let diary = try await dana.share(rootRecord: RecordID(recordName: "day1", zoneID: zone), title: "\(given)'s diary")
+        return (f, share, diary.url)
     }
 
     static func identity(_ f: SharingFixture, _ user: String) throws -> UserIdentity? {
@@ -74,11 +74,12 @@ struct CryptoShreddingTests {
 
     @Test("sealed from the start: the ledger directory never holds the email, phone or name in plaintext, yet answers show them and email lookups find the user")
     func sealedFromTheStart() async throws {
-        let (f, share) = try await Self.ledgerWithDana()
+        let (f, share, diary) = try await Self.ledgerWithDana()
         #expect(Self.plaintextFound(under: f.dir.child("ledger")).isEmpty, "\(Self.plaintextFound(under: f.dir.child("ledger")))")
         let dana = try #require(try Self.identity(f, "_dana"))
         #expect(dana.nameComponents?.givenName == Self.given && dana.nameComponents?.familyName == Self.family)
         #expect(dana.personalDataErased == nil)
+        #expect(try f.as_("_dana").share(for: diary).title == "\(Self.given)'s diary")
         #expect(try f.alice.userIdentity(forEmailAddress: "  DANA.Quillfeather@example.org ")?.userRecordID?.recordName == "_dana")
         // Inviting by email still finds the account (by the keyed hash).
         let byEmail = try await f.alice.shareParticipant(for: LookupInfo(emailAddress: Self.email))
@@ -92,7 +93,7 @@ struct CryptoShreddingTests {
 
     @Test("after forget: answers say erased, lookups fail, history records it, audit/verify/rebuild pass, export and every file hold no plaintext, others unaffected, forgetting again changes nothing")
     func forget() async throws {
-        let (f, share) = try await Self.ledgerWithDana()
+        let (f, share, diary) = try await Self.ledgerWithDana()
         let identity = try await f.ledger.forget(user: "_dana", in: Self.container, requestedBy: "dsr-0001")
         #expect(identity.personalDataErased == true && identity.nameComponents == nil)
         let vault = try #require(f.ledger.models.vault)
@@ -113,6 +114,10 @@ struct CryptoShreddingTests {
         #expect(history.allSatisfy { entry in
             Self.needles.allSatisfy { needle in !Self.contains(Array((entry.summary + entry.payloadJSON).utf8), needle) }
         })
+
+        // Dana's share title was sealed under her key: erased too; alice's is not.
+        #expect(try f.as_("_dana").share(for: diary).title == nil)
+        #expect(try f.alice.share(for: share.url).title == "Groceries")
 
         // Others are unaffected.
         #expect(try f.alice.userIdentity(forEmailAddress: "bob@example.com")?.userRecordID?.recordName == "_bob")
@@ -170,7 +175,7 @@ struct CryptoShreddingTests {
 
     @Test("a forget that crashed after its commit, before the key was destroyed, is finished when the ledger opens again")
     func crashBetweenCommitAndKeyDestruction() async throws {
-        let (f, _) = try await Self.ledgerWithDana()
+        let (f, _, _) = try await Self.ledgerWithDana()
         let keyFile = f.dir.child("ledger") + "/" + PersonalDataVault.fileName
         let before = try #require(FileManager.default.contents(atPath: keyFile))
         try await f.ledger.forget(user: "_dana", in: Self.container)

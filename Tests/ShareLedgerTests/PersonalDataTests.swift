@@ -296,6 +296,10 @@ struct PersonalDataTests {
                 }
             case .participantAdded(let e): lookup(e.lookupInfo)
             case .shareParticipantFetched(let e): lookup(e.lookupInfo)
+            case .shareCreated(let e) where e.hasSealedTitle:
+                titles.insert(try #require(ledger.models.vault?.open(e.sealedTitle, container: envelope.container)).title)
+            case .shareTitleChanged(let e) where e.hasSealedTitle:
+                titles.insert(try #require(ledger.models.vault?.open(e.sealedTitle, container: envelope.container)).title)
             case .shareCreated(let e) where !e.title.isEmpty: titles.insert(e.title)
             case .shareTitleChanged(let e) where !e.title.isEmpty: titles.insert(e.title)
             default: break

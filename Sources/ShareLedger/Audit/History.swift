@@ -113,9 +113,14 @@ extension HistoryEntry {
         let event = try DomainEvent.decode(
             type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
             position: envelope.position.rawValue)
-        if case .userRegistered(let e) = event, e.hasSealed {
-            personalDataErased = models.vault?.open(e.sealed, container: envelope.container) == nil
+        let sealed: Shareledger_Events_V1_SealedPersonalData?
+        switch event {
+        case .userRegistered(let e) where e.hasSealed: sealed = e.sealed
+        case .shareCreated(let e) where e.hasSealedTitle: sealed = e.sealedTitle
+        case .shareTitleChanged(let e) where e.hasSealedTitle: sealed = e.sealedTitle
+        default: sealed = nil
         }
+        if let sealed { personalDataErased = models.vault?.open(sealed, container: envelope.container) == nil }
         if let message = event?.message {
             self.summary = message.textFormatString().split(separator: "\n").joined(separator: " ")
             self.payloadJSON = (try? message.jsonString()) ?? "{}"

@@ -286,7 +286,7 @@ extension Decider {
         guard title.utf8.count <= Limits.maxTitleBytes else {
             throw LedgerError(.invalidArguments, "the title is longer than \(Limits.maxTitleBytes) bytes")
         }
-        guard title != share.title else { return .output(shareOutput(token)) }
+        guard title != models.title(of: share).title else { return .output(shareOutput(token)) }
         var e = Shareledger_Events_V1_ShareTitleChanged()
         e.token = token
         e.title = title

@@ -403,9 +403,31 @@ private func systemTruncate(_ path: String, _ length: off_t) -> Int32 {
 extension ReadModels {
     /// `pending` with its personal fields sealed under their person's key, when these read models
     /// have a key store (``vault``); unchanged otherwise, and for events without personal fields
-    /// this release seals. Today: `UserRegistered`'s email address, phone number and name.
-    func sealingPersonalData(of pending: PendingEvent, container: String) throws(LedgerError) -> PendingEvent {
-        guard sealsNewEvents, let vault, case .userRegistered(var e) = pending.event, !e.hasSealed,
+    /// this release seals. Today: `UserRegistered`'s email address, phone number and name (the
+    /// user's key), and share titles (the owner's key).
+    func sealingPersonalData(
+        of pending: PendingEvent, container: String, _ txn: borrowing some ReadModelStore & ~Copyable
+    ) throws -> PendingEvent {
+        guard sealsNewEvents, let vault else { return pending }
+        func sealedTitle(_ title: String, owner: String) throws(LedgerError) -> Shareledger_Events_V1_SealedPersonalData {
+            var fields = Shareledger_Events_V1_PersonalFields()
+            fields.title = title
+            return try vault.seal(fields, container: container, subject: owner)
+        }
+        switch pending.event {
+        case .shareCreated(var e) where !e.title.isEmpty:
+            e.sealedTitle = try sealedTitle(e.title, owner: e.ownerName)
+            e.title = ""
+            return PendingEvent(stream: pending.stream, event: .shareCreated(e))
+        case .shareTitleChanged(var e) where !e.title.isEmpty:
+            guard let owner = try share(txn, e.token)?.ownerName else { return pending }
+            e.sealedTitle = try sealedTitle(e.title, owner: owner)
+            e.title = ""
+            return PendingEvent(stream: pending.stream, event: .shareTitleChanged(e))
+        default:
+            break
+        }
+        guard case .userRegistered(var e) = pending.event, !e.hasSealed,
             !e.emailAddress.isEmpty || !e.phoneNumber.isEmpty || e.hasName
         else { return pending }
         var fields = Shareledger_Events_V1_PersonalFields()
@@ -440,6 +462,14 @@ extension ReadModels {
         return (fields, false)
     }
 
+    /// A share's title: its plaintext (rows written before crypto-shredding) or its opened box;
+    /// `erased` when the box's key is gone (the owner was forgotten).
+    func title(of share: ShareState) -> (title: String, erased: Bool) {
+        guard share.hasSealedTitle else { return (share.title, false) }
+        guard let fields = vault?.open(share.sealedTitle, container: share.container) else { return ("", true) }
+        return (fields.title, false)
+    }
+
     /// The personal fields of a registration event: its plaintext fields (written before
     /// crypto-shredding) or its opened box; nil when the box's key is gone.
     func personalFields(of e: Shareledger_Events_V1_UserRegistered, container: String) -> Shareledger_Events_V1_PersonalFields? {
@@ -467,9 +497,9 @@ extension PersonalDataVault {
 }
 
 extension DomainEvent {
-    /// Whether the event's payload holds personal data in plaintext: a registration written before
-    /// crypto-shredding, or a field this release does not seal (an invitation's or lookup's email or
-    /// phone, a share title). `audit` counts them.
+    /// Whether the event's payload holds personal data in plaintext: a registration or title written
+    /// before crypto-shredding, or a field this release does not seal (an invitation's or lookup's
+    /// email or phone). `audit` counts them.
     var holdsPlaintextPersonalData: Bool {
         switch self {
         case .userRegistered(let e): return !e.emailAddress.isEmpty || !e.phoneNumber.isEmpty || e.hasName

@@ -485,9 +485,22 @@ package nonisolated struct Shareledger_Events_V1_ShareCreated: Sendable {
 
   package var ownerParticipantID: String = String()
 
+  /// Since crypto-shredding: the title sealed under the owner's key (PersonalFields.title); field 6
+  /// is then empty.
+  package var sealedTitle: Shareledger_Events_V1_SealedPersonalData {
+    get {_sealedTitle ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_sealedTitle = newValue}
+  }
+  /// Returns true if `sealedTitle` has been explicitly set.
+  package var hasSealedTitle: Bool {self._sealedTitle != nil}
+  /// Clears the value of `sealedTitle`. Subsequent reads from it will return its default value.
+  package mutating func clearSealedTitle() {self._sealedTitle = nil}
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
+
+  fileprivate var _sealedTitle: Shareledger_Events_V1_SealedPersonalData? = nil
 }
 
 /// A share was deleted: by its owner, by deleting its root record, or with its zone.
@@ -553,9 +566,21 @@ package nonisolated struct Shareledger_Events_V1_ShareTitleChanged: Sendable {
 
   package var title: String = String()
 
+  /// Since crypto-shredding: the title sealed under the owner's key; field 2 is then empty.
+  package var sealedTitle: Shareledger_Events_V1_SealedPersonalData {
+    get {_sealedTitle ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_sealedTitle = newValue}
+  }
+  /// Returns true if `sealedTitle` has been explicitly set.
+  package var hasSealedTitle: Bool {self._sealedTitle != nil}
+  /// Clears the value of `sealedTitle`. Subsequent reads from it will return its default value.
+  package mutating func clearSealedTitle() {self._sealedTitle = nil}
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
+
+  fileprivate var _sealedTitle: Shareledger_Events_V1_SealedPersonalData? = nil
 }
 
 /// The public permission changed. Participants dropped by the change get ParticipantRemoved events
@@ -895,6 +920,9 @@ package nonisolated struct Shareledger_Events_V1_PersonalFields: Sendable {
   package var hasName: Bool {self._name != nil}
   /// Clears the value of `name`. Subsequent reads from it will return its default value.
   package mutating func clearName() {self._name = nil}
+
+  /// A share title (ShareCreated, ShareTitleChanged).
+  package var title: String = String()
 
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1482,7 +1510,7 @@ nonisolated extension Shareledger_Events_V1_RecordDeleted: SwiftProtobuf.Message
 
 nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ShareCreated"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}owner_name\0\u{3}zone_name\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}owner_participant_id\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}owner_name\0\u{3}zone_name\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}owner_participant_id\0\u{3}sealed_title\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1498,12 +1526,17 @@ nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message,
       case 6: try { try decoder.decodeSingularStringField(value: &self.title) }()
       case 7: try { try decoder.decodeSingularEnumField(value: &self.publicPermission) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.ownerParticipantID) }()
+      case 9: try { try decoder.decodeSingularMessageField(value: &self._sealedTitle) }()
       default: break
       }
     }
   }
 
   package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1528,6 +1561,9 @@ nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message,
     if !self.ownerParticipantID.isEmpty {
       try visitor.visitSingularStringField(value: self.ownerParticipantID, fieldNumber: 8)
     }
+    try { if let v = self._sealedTitle {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1540,6 +1576,7 @@ nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message,
     if lhs.title != rhs.title {return false}
     if lhs.publicPermission != rhs.publicPermission {return false}
     if lhs.ownerParticipantID != rhs.ownerParticipantID {return false}
+    if lhs._sealedTitle != rhs._sealedTitle {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1586,7 +1623,7 @@ nonisolated extension Shareledger_Events_V1_ShareDeleted.Cause: SwiftProtobuf._P
 
 nonisolated extension Shareledger_Events_V1_ShareTitleChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ShareTitleChanged"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}title\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}title\0\u{3}sealed_title\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1596,24 +1633,33 @@ nonisolated extension Shareledger_Events_V1_ShareTitleChanged: SwiftProtobuf.Mes
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.token) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.title) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._sealedTitle) }()
       default: break
       }
     }
   }
 
   package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
     if !self.title.isEmpty {
       try visitor.visitSingularStringField(value: self.title, fieldNumber: 2)
     }
+    try { if let v = self._sealedTitle {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   package static func ==(lhs: Shareledger_Events_V1_ShareTitleChanged, rhs: Shareledger_Events_V1_ShareTitleChanged) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.title != rhs.title {return false}
+    if lhs._sealedTitle != rhs._sealedTitle {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2183,7 +2229,7 @@ nonisolated extension Shareledger_Events_V1_SealedPersonalData: SwiftProtobuf.Me
 
 nonisolated extension Shareledger_Events_V1_PersonalFields: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".PersonalFields"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{1}name\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{1}name\0\u{1}title\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2194,6 +2240,7 @@ nonisolated extension Shareledger_Events_V1_PersonalFields: SwiftProtobuf.Messag
       case 1: try { try decoder.decodeSingularStringField(value: &self.emailAddress) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.phoneNumber) }()
       case 3: try { try decoder.decodeSingularMessageField(value: &self._name) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.title) }()
       default: break
       }
     }
@@ -2213,6 +2260,9 @@ nonisolated extension Shareledger_Events_V1_PersonalFields: SwiftProtobuf.Messag
     try { if let v = self._name {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
     } }()
+    if !self.title.isEmpty {
+      try visitor.visitSingularStringField(value: self.title, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2220,6 +2270,7 @@ nonisolated extension Shareledger_Events_V1_PersonalFields: SwiftProtobuf.Messag
     if lhs.emailAddress != rhs.emailAddress {return false}
     if lhs.phoneNumber != rhs.phoneNumber {return false}
     if lhs._name != rhs._name {return false}
+    if lhs.title != rhs.title {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

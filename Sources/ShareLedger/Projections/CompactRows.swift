@@ -28,8 +28,8 @@ protocol CompactRow: SwiftProtobuf.Message {
 /// The layout byte of the first compact layout.
 let compactLayoutOne: UInt8 = 0xC1
 /// The layout byte of the second: the first's fields, then fields a row type added since (only
-/// `rm_users` so far: the sealed personal data, the keyed lookup hashes and the time it was
-/// forgotten). A row is written in it only when an added field is set, so rows without them keep
+/// `rm_users`: the sealed personal data, the keyed lookup hashes and the time it was forgotten;
+/// `rm_shares`: the sealed title). A row is written in it only when an added field is set, so rows without them keep
 /// the first layout byte for byte.
 let compactLayoutTwo: UInt8 = 0xC2
 
@@ -193,6 +193,11 @@ extension ShareState: CompactRow {
         w.string(ownerParticipantID)
         w.varint(UInt64(activeParticipantCount))
         w.varint(UInt64(unmatchedPendingCount))
+        // Second layout: subject and box of the sealed title.
+        guard hasSealedTitle else { return }
+        w.layoutTwo = true
+        w.string(sealedTitle.subject)
+        w.blob(Array(sealedTitle.box))
     }
 
     init(compact r: inout CompactReader) throws(LedgerError) {
@@ -210,13 +215,16 @@ extension ShareState: CompactRow {
         ownerParticipantID = try r.string()
         activeParticipantCount = try r.uint32()
         unmatchedPendingCount = try r.uint32()
+        guard r.layoutTwo else { return }
+        sealedTitle.subject = try r.string()
+        sealedTitle.box = Data(try r.blob())
     }
 
     /// The change tag of a stored share row in either layout, without decoding the rest; nil for
     /// bytes that are not a row.
     static func storedChangeTag(_ bytes: UnsafeRawBufferPointer) -> UInt64? {
         if let first = bytes.first, first >= 0x80 {
-            guard first == compactLayoutOne, bytes.count >= 9 else { return nil }
+            guard first == compactLayoutOne || first == compactLayoutTwo, bytes.count >= 9 else { return nil }
             var reader = CompactReader(bytes, database: "rm_shares")
             reader.offset = 1
             return try? reader.fixed64()

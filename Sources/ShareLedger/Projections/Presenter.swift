@@ -118,11 +118,13 @@ struct Presenter: Sendable {
         }
         let zoneID = RecordZoneID(zoneName: state.zoneName, ownerName: state.ownerName)
         let root = state.rootRecordName.isEmpty ? nil : RecordID(recordName: state.rootRecordName, zoneID: zoneID)
+        // Sealed since crypto-shredding: opened here; empty once the owner was forgotten.
+        let title = models.title(of: state).title
         return Share(
             recordID: RecordID(recordName: state.shareRecordName, zoneID: zoneID),
             containerIdentifier: state.container,
-            url: ShareURL.make(host: urlHost, token: parsed, title: state.title)!,
-            token: parsed, title: state.title.isEmpty ? nil : state.title,
+            url: ShareURL.make(host: urlHost, token: parsed, title: title)!,
+            token: parsed, title: title.isEmpty ? nil : title,
             publicPermission: state.publicPermission.permission,
             participants: visible, owner: owner, currentUserParticipant: current,
             hierarchicalRootRecordID: root, recordChangeTag: String(state.changeTag),

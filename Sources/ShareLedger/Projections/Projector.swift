@@ -230,6 +230,7 @@ struct Projector {
             share.shareRecordName = e.shareRecordName
             share.rootRecordName = e.rootRecordName
             share.title = e.title
+            if e.hasSealedTitle { share.sealedTitle = e.sealedTitle }
             share.publicPermission = e.publicPermission
             // The change tag starts at the position of the share's creation and counts up, so a tag
             // is never given twice for one URL, even across deleting and re-sharing the same root.
@@ -309,7 +310,10 @@ struct Projector {
             try m.add(txn, .shares, -1)
 
         case .shareTitleChanged(let e):
-            try updateShare(e.token, txn) { $0.title = e.title }
+            try updateShare(e.token, txn) { share in
+                share.title = e.title
+                if e.hasSealedTitle { share.sealedTitle = e.sealedTitle } else { share.clearSealedTitle() }
+            }
 
         case .publicPermissionChanged(let e):
             try updateShare(e.token, txn) { $0.publicPermission = e.newPermission }
