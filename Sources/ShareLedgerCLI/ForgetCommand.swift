@@ -7,11 +7,11 @@ import ShareLedger
 struct ForgetCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "forget",
-        abstract: "Forget a user's personal data (email, phone, name): records the erasure and destroys the user's key.",
+        abstract: "Forget a user's personal data (email, phone, name, share titles): record the erasure, destroy the user's key.",
         discussion: """
-            Appends a PersonalDataForgotten event (who asked, when; no personal data) and then destroys the
-            user's key in the key store (personal-data.keys), so every copy of the sealed data, in the log,
-            exports and backups, is unreadable. The hash chain is unchanged: audit and verify stay clean.
+            Appends a PersonalDataForgotten event (who asked, when; no personal data) and then destroys the \
+            user's key in the key store (personal-data.keys), so every copy of the sealed data, in the log, \
+            exports and backups, is unreadable. The hash chain is unchanged: audit and verify stay clean. \
             Forgetting a forgotten user succeeds and changes nothing.
             """)
 
