@@ -58,6 +58,9 @@ extension EventLog {
         /// outboxes), opened (and created when missing) with the log's, so that a ``CommitStep``
         /// writes them in the transaction that appends its events.
         package var databases: [DatabaseSpec] = []
+        /// Files a layer built on the log keeps in the ledger directory next to LMDB's: a directory
+        /// holding only these (and `lock.mdb`) may become a new ledger.
+        package var companionFiles: Set<String> = []
 
         /// A configuration with the defaults: created when missing, durable, 64 MiB to start, no
         /// maximum size, 1,024 commands or 8 MiB per group commit.

@@ -65,6 +65,15 @@ package struct CommitNotice: Sendable {
 package protocol CommitObserver: Sendable {
     /// Called once per committed write transaction.
     func committed(_ notice: CommitNotice)
+    /// Called inside the write transaction after its last step, right before it commits (and
+    /// again if the environment retries it): for state outside LMDB that must be durable before
+    /// the commit is (the sharing layer's key store). Throwing aborts the transaction.
+    func willCommit() throws
+}
+
+extension CommitObserver {
+    /// Nothing to make durable.
+    package func willCommit() throws {}
 }
 
 /// The writer's state inside one write transaction, lent to each ``CommitStep`` of the batch.
@@ -434,6 +443,7 @@ package final class LogWriter: @unchecked Sendable {
                         resumers.append(try job.run(txn, logCursor, &scope))
                     }
                 }
+                try lock.withLock({ self.observer })?.willCommit()
                 return (resumers, startHead, scope, txn.id)
             }
             let newHead = scope.head

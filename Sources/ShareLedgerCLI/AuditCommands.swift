@@ -73,6 +73,11 @@ struct AuditCommand: AsyncParsableCommand {
                     + "indexes and read models match the log"
                     + (trustedKeys.isEmpty ? "" : "; \(report.checkpointsVerified) signed checkpoints verified")
                     + (expectHeads.isEmpty ? "" : "; \(report.expectedHeadsVerified) expected heads hold"))
+            if report.eventsWithPlaintextPersonalData > 0 {
+                print(
+                    "note: \(report.eventsWithPlaintextPersonalData) events hold personal data in plaintext (written before "
+                        + "crypto-shredding, or fields not sealed yet); see docs/operations.md")
+            }
         } else {
             print("audit FAILED" + (report.firstBadPosition.map { " (first bad position \($0))" } ?? "") + ":")
             for problem in report.problems { print("  \(problem)") }

@@ -64,6 +64,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "With --replicate-seconds: the length of one window, in seconds.")
     var replicateWindow = 20
 
+    @Flag(help: "Share actions write personal data in plaintext (as before crypto-shredding), to compare with the default, sealed.")
+    var plaintextPersonalData = false
+
     func validate() throws {
         if let replicateSeconds, !(2...7_200).contains(replicateSeconds) { throw ValidationError("--replicate-seconds must be 2...7200") }
         guard (1...600).contains(replicateWindow) else { throw ValidationError("--replicate-window must be 1...600") }
@@ -104,7 +107,9 @@ struct BenchCommand: AsyncParsableCommand {
             let bench = AppendBench(root: root, round: round, durability: durability, writerPoll: writerPoll)
             var figures: [String: Double] = [:]
             if parts.contains("append") {
-                let actions = ShareActionBench(directory: bench.directory, durability: durability, writerPoll: writerPoll)
+                let actions = ShareActionBench(
+                    directory: bench.directory, durability: durability, writerPoll: writerPoll,
+                    sealsPersonalData: !plaintextPersonalData)
                 // The same number of actions whatever the callers: 64 × 16 cycles in all.
                 let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
                 let concurrent = try await actions.mixed(name: "actions-concurrent", callers: callers, cycles: cycles) {
@@ -156,7 +161,9 @@ struct BenchCommand: AsyncParsableCommand {
                 ]) { $1 }
             }
             if parts.contains("fetch") {
-                let actions = ShareActionBench(directory: bench.directory, durability: durability, writerPoll: writerPoll)
+                let actions = ShareActionBench(
+                    directory: bench.directory, durability: durability, writerPoll: writerPoll,
+                    sealsPersonalData: !plaintextPersonalData)
                 let fetch = try await actions.fetches(callers: 64, perCaller: quick ? 60 : 300) {
                     Output.progress("round \(round)/\(repeats): logged fetches, 64 callers, segment \($0)/\($1)")
                 }

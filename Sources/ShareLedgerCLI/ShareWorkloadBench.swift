@@ -92,6 +92,8 @@ struct ShareActionBench {
     let directory: URL
     let durability: Durability
     let writerPoll: Int
+    /// Whether personal data is sealed (crypto-shredding; `bench --plaintext-personal-data` turns it off).
+    var sealsPersonalData = true
 
     struct Figures {
         var perSecond: Double
@@ -111,6 +113,7 @@ struct ShareActionBench {
             path: directory.appendingPathComponent("\(name)-ledger").path, durability: durability, initialMapSize: 1 << 30)
         configuration.recordsCommitSizes = true
         configuration.writerPollMicroseconds = writerPoll
+        configuration.sealsPersonalData = sealsPersonalData
         // The worker's zone creations are measured by the residual part; here only the actions.
         configuration.residualTaskWorker = nil
         return try ShareLedger.open(configuration)

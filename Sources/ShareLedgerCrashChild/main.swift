@@ -14,11 +14,13 @@
 //        ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN]
 //        ShareLedgerCrashChild --soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet]
 //        ShareLedgerCrashChild --import LEDGER_DIR NDJSON_FILE
+//        ShareLedgerCrashChild --forget LEDGER_DIR ACK_FILE [CLIENTS]
 //
 // --mix runs the mixed sharing workload of ShareLedgerCrashHarness (CrashWorkload): concurrent
 // clients registering users, saving records, creating shares, inviting, fetching metadata and
 // accepting, with the in-process worker on. --soak-driver is scripts/soak: it runs this executable
 // with --mix, kills it KILLS times (default 200) and verifies the ledger after each kill (SoakDriver).
+// --forget registers users with personal data and forgets every second one (ForgetChild.swift).
 // --import imports the file's lines after the ledger's head (ImportCrash): the crash tests kill it
 // after a seeded number of committed batches and check the ledger after each kill.
 import Foundation
@@ -31,6 +33,10 @@ import Glibc
 
 if CommandLine.arguments.count >= 4 && CommandLine.arguments[1] == "--sharing" {
     await runSharingChild(Array(CommandLine.arguments.dropFirst(2)))
+    exit(0)
+}
+if CommandLine.arguments.count >= 4 && CommandLine.arguments[1] == "--forget" {
+    await runForgetChild(Array(CommandLine.arguments.dropFirst(2)))
     exit(0)
 }
 if CommandLine.arguments.count >= 2 && CommandLine.arguments[1] == "--mix" {

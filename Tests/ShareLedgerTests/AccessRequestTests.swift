@@ -306,7 +306,11 @@ struct AccessRequestTests {
         try exportToFile(f.ledger, ndjson)
         await f.ledger.close()
 
-        var configuration = ShareLedger.Configuration(path: f.dir.child("imported"), durability: .unsafeNoSync)
+        // The personal data in the export is sealed: the new ledger reads it with the same key store.
+        let importedPath = f.dir.makeChild("imported")
+        try FileManager.default.copyItem(
+            atPath: f.dir.child("ledger") + "/" + PersonalDataVault.fileName, toPath: importedPath + "/" + PersonalDataVault.fileName)
+        var configuration = ShareLedger.Configuration(path: importedPath, durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let imported = try ShareLedger.open(configuration)
         let input = try FileHandle(forReadingFrom: URL(fileURLWithPath: ndjson))

@@ -226,6 +226,11 @@ struct ExportImportTests {
         #expect(line.hasPrefix("{\"position\":1,\"recordedAtMicros\":"))
         #expect(!line.contains(" ") || line.contains("\"actor\":"))
 
+        // With the key store copied in first (docs/operations.md), the copy opens the sealed data.
+        try FileManager.default.createDirectory(atPath: f.dir.child("copy"), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(
+            atPath: f.dir.child("ledger") + "/" + ShareLedger.keyStoreFileName,
+            toPath: f.dir.child("copy") + "/" + ShareLedger.keyStoreFileName)
         let copy = try openLedger(f.dir.child("copy"))
         let summary = try await importBytes(copy, first, f.dir.child("in.ndjson"))
         #expect(summary.events == UInt64(lines.count))
@@ -432,7 +437,7 @@ struct MaintenanceHeadTests {
 }
 
 /// A Python interpreter that can import `lmdb` (what `scripts/verify_chain.py` needs), if any.
-private func pythonWithLMDB() async -> String? {
+func pythonWithLMDB() async -> String? {
     for candidate in ["/usr/bin/python3", "python3"] {
         let probe = try? await runProcess(URL(fileURLWithPath: "/usr/bin/env"), [candidate, "-c", "import lmdb"])
         if probe?.exited(0) == true { return candidate }

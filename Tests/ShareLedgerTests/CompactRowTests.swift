@@ -130,7 +130,8 @@ struct CompactRowTests {
         #expect(try f.alice.shareMetadataWithoutLogging(for: share.url).share.title == "Groceries")
         _ = try await f.alice.setTitle("Shopping", for: share.url)
         let stored = try f.ledger.log.store.environment.read { txn in try txn.get(models.shares, key: key) }
-        #expect(stored?.first == 0xC1)
+        // Compact again: the second layout, since the new title is sealed (crypto-shredding).
+        #expect(stored?.first == 0xC2)
         await f.ledger.close()
     }
 }
@@ -153,9 +154,20 @@ extension CompactRowTests {
         #expect(one.first == 0xC1, "a share without the added fields keeps the first layout")
         share.allowsAccessRequests = true
         let two = share.compactBytes()
-        #expect(two.first == 0xC2 && two.count == one.count + 1 && two.last == 1 && Array(two[1..<one.count]) == Array(one[1...]))
+        // The first layout's fields, then the flag, then an empty sealed title (subject, box).
+        #expect(two.first == 0xC2 && two.count == one.count + 3 && Array(two[one.count...]) == [1, 0, 0])
+        #expect(Array(two[1..<one.count]) == Array(one[1...]))
         #expect(try two.withUnsafeBytes { try ShareState.decodeStored($0, database: "t") } == share)
         #expect(two.withUnsafeBytes { ShareState.storedChangeTag($0) } == 7)
+        var sealed = share
+        sealed.sealedTitle.subject = "_owner"
+        sealed.sealedTitle.box = Data([1, 2, 3])
+        for allows in [true, false] {
+            sealed.allowsAccessRequests = allows
+            let bytes = sealed.compactBytes()
+            #expect(bytes.first == 0xC2)
+            #expect(try bytes.withUnsafeBytes { try ShareState.decodeStored($0, database: "t") } == sealed)
+        }
         var participant = ParticipantState()
         participant.approvedRequester = true
         let row = participant.compactBytes()
@@ -168,7 +180,7 @@ extension CompactRowTests {
         #expect(try oneTime.withUnsafeBytes { try ParticipantState.decodeStored($0, database: "t") } == participant)
         // A flag other than 0 or 1, and C2 on a row type without it, are damage.
         var bad = two
-        bad[bad.count - 1] = 2
+        bad[one.count] = 2
         #expect(throws: LedgerError.self) { try bad.withUnsafeBytes { try ShareState.decodeStored($0, database: "t") } }
         var zone = ZoneState().compactBytes()
         zone[0] = 0xC2

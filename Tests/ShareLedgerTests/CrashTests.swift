@@ -201,4 +201,60 @@ struct ImportCrashTests {
         #expect(report.killsMidImport >= 1, "heads \(report.heads)")
         #expect(report.complete && report.finalHead == events, "final head \(report.finalHead) of \(events)")
     }
+
+    @Test("forget survives SIGKILL at any point: every forgotten user's key is gone after reopening, every other user's data still opens, the audit is clean", .timeLimit(.minutes(5)))
+    func forgetSurvivesSIGKILL() async throws {
+        let dir = TemporaryDirectory()
+        let ledger = dir.child("ledger")
+        let acks = dir.child("acks")
+        let container = "iCloud.com.example.crash"
+        var random = SplitMix64(state: 0xF06E7)
+        for _ in 0..<4 {
+            let child = try await startCrashChild(["--forget", ledger, acks, "4"], in: dir)
+            // The kill lands at a seeded moment of the run: the one sleep that is the point of the test.
+            try await Task.sleep(for: .milliseconds(Int.random(in: 80...400, using: &random)))
+            child.send(SIGKILL)
+            let ended = await child.exit()
+            #expect(ended.signaled && ended.status == SIGKILL, "\(ended.summary)")
+        }
+        var registered: [String] = []
+        var forgotten: Set<String> = []
+        for line in try String(contentsOfFile: acks, encoding: .utf8).split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2 else { continue }  // a line cut by the kill
+            if parts[0] == "registered" { registered.append(String(parts[1])) }
+            if parts[0] == "forgot" { forgotten.insert(String(parts[1])) }
+        }
+        #expect(registered.count > 8 && !forgotten.isEmpty, "\(registered.count) registered, \(forgotten.count) forgotten")
+
+        var configuration = ShareLedger.Configuration(path: ledger, createIfMissing: false, durability: .durable)
+        configuration.residualTaskWorker = nil
+        let reopened = try ShareLedger.open(configuration)
+        let keyStore = try #require(FileManager.default.contents(atPath: ledger + "/" + ShareLedger.keyStoreFileName))
+        let viewer = reopened.container(container, userRecordName: registered[0])
+        for name in registered {
+            let history = try reopened.history(of: .user(name, container: container))
+            let wasForgotten = history.contains { $0.name == "PersonalDataForgotten" }
+            // Acknowledged forgets committed; unacknowledged ones may have too.
+            if forgotten.contains(name) { #expect(wasForgotten, "\(name)") }
+            // A person key's record: kind 2, the subject's length (2 bytes), the subject.
+            let subjectBytes = Array((container + "\u{0}" + name).utf8)
+            let subject = Data([2, UInt8(subjectBytes.count >> 8), UInt8(subjectBytes.count & 0xFF)] + subjectBytes)
+            let identity = try viewer.userIdentity(forEmailAddress: forgetCrashEmail(name))
+            if wasForgotten {
+                #expect(keyStore.range(of: subject) == nil, "\(name)'s key survived its forget")
+                #expect(identity == nil)
+            } else {
+                // Its key was stored before its registration committed.
+                #expect(identity?.nameComponents?.givenName?.hasPrefix("Given") == true, "\(name) does not open")
+            }
+        }
+        let report = try reopened.audit(scratchPath: dir.child("audit"))
+        #expect(report.ok, "\(report.problems)")
+        #expect(try reopened.log.verifyChain().isValid)
+        await reopened.close()
+    }
 }
+
+/// The email the forget crash child registers `name` with (ShareLedgerCrashChild/ForgetChild.swift).
+private func forgetCrashEmail(_ name: String) -> String { "\(name.dropFirst())@forget.example" }

@@ -217,6 +217,7 @@ struct EventValidatorTests {
         try await f.alice.deleteRecordZone(withID: wide)
         try await f.alice.deleteRecord(withID: SharingFixture.recordID("list"))
         try await f.ledger.completeResidualTasks()
+        try await f.ledger.forget(user: "_carol", in: SharingFixture.container)
 
         let report = try f.ledger.audit(scratchPath: f.dir.child("audit"))
         #expect(report.ok, "\(report.problems)")

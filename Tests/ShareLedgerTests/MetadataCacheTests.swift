@@ -170,6 +170,7 @@ struct MetadataCacheTests {
         try store.environment.write { txn in
             var row = try #require(try store.models.share(txn, token))
             row.title = "Damaged"
+            row.clearSealedTitle()  // (the title is sealed since crypto-shredding: damage both)
             try store.models.put(txn, store.models.shares, Array(token.utf8), row)
         }
         f.ledger.metadataCache?.removeAll()

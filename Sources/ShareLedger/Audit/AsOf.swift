@@ -183,6 +183,8 @@ extension ShareLedger {
         } catch {
             throw LedgerError.wrap(error, while: "replaying the log into the snapshot at \(path)")
         }
+        // The view answers with this ledger's key store (not a copy of it).
+        if let vault = models.vault { PersonalDataVault.register(vault, at: path) }
         var view = ShareLedger.Configuration(path: path, createIfMissing: false, readOnly: true, logger: configuration.logger)
         view.residualTaskWorker = nil
         view.shareURLHost = configuration.shareURLHost

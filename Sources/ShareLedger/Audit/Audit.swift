@@ -35,6 +35,12 @@ public struct AuditReport: Sendable, Hashable, Codable {
     /// The first position whose hash was recomputed: always 1 (``AuditOptions/fromCheckpoint``
     /// no longer skips the events before the checkpoint).
     public var chainVerifiedFrom: UInt64 = 1
+    /// Events that hold personal data in plaintext (`docs/events.md`, "Personal data"):
+    /// registrations and share titles written before crypto-shredding, and the fields this release
+    /// does not seal yet (invitations' and lookups' email or phone). Not a problem of the audit (`ok`
+    /// does not depend on it): a count for the operator, who can move the data into a new ledger
+    /// (`docs/operations.md`, "Personal data written before crypto-shredding").
+    public var eventsWithPlaintextPersonalData: UInt64 = 0
 }
 
 extension ShareLedger {
@@ -83,6 +89,7 @@ extension ShareLedger {
         var commands: [[UInt8]: (first: UInt64, count: UInt32)] = [:]
         var after: UInt64 = 0
         var checked: UInt64 = 0
+        var plaintextPersonal: UInt64 = 0
         while after < head.position.rawValue {
             var chunk: [EventEnvelope]
             do {
@@ -116,9 +123,10 @@ extension ShareLedger {
             guard let last = chunk.last else { break }
             for envelope in chunk {
                 do {
-                    _ = try DomainEvent.decode(
+                    let event = try DomainEvent.decode(
                         type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
                         position: envelope.position.rawValue)
+                    if event?.holdsPlaintextPersonalData == true { plaintextPersonal += 1 }
                 } catch {
                     bad(envelope.position.rawValue, "event \(envelope.position): \(error.message)")
                 }
@@ -220,7 +228,7 @@ extension ShareLedger {
             firstBadPosition: firstBad, problems: problems, projectionsMatch: projectionsMatch,
             projectionDifferences: differences, indexesMatch: indexesMatch, checkpoints: checkpoints.stored,
             checkpointsVerified: checkpoints.verified, expectedHeadsVerified: checkpoints.headsVerified,
-            chainVerifiedFrom: chainStart + 1)
+            chainVerifiedFrom: chainStart + 1, eventsWithPlaintextPersonalData: plaintextPersonal)
     }
 
     /// Rebuilds every read model from the log: the log is replayed into a scratch environment next

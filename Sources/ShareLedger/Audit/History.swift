@@ -31,6 +31,11 @@ public struct HistoryEntry: Sendable, Hashable {
     public var summary: String
     /// The payload as JSON (protobuf's JSON mapping), for programs.
     public var payloadJSON: String
+    /// `true` when the event holds personal data sealed under a key that is destroyed (its person
+    /// was forgotten, ``ShareLedger/forget(user:in:requestedBy:)``): ``summary`` and
+    /// ``payloadJSON`` show only ciphertext, which nothing can open any more. Sealed data whose key
+    /// exists is shown as ciphertext too (history is not a way around the answers); `false` then.
+    public var personalDataErased: Bool = false
 }
 
 extension ShareLedger {
@@ -95,19 +100,27 @@ extension ShareLedger {
             guard let envelope = try log.event(at: LogPosition(position)) else { continue }
             if case .time(let date) = since, envelope.recordedAt < date { continue }
             if case .time(let date) = until, envelope.recordedAt > date { break }
-            entries.append(try HistoryEntry(envelope))
+            entries.append(try HistoryEntry(envelope, models: models))
         }
         return entries
     }
 }
 
 extension HistoryEntry {
-    init(_ envelope: EventEnvelope) throws(LedgerError) {
+    init(_ envelope: EventEnvelope, models: ReadModels) throws(LedgerError) {
         self.envelope = envelope
         self.name = String(envelope.eventType.split(separator: ".").last ?? "")
         let event = try DomainEvent.decode(
             type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
             position: envelope.position.rawValue)
+        let sealed: Shareledger_Events_V1_SealedPersonalData?
+        switch event {
+        case .userRegistered(let e) where e.hasSealed: sealed = e.sealed
+        case .shareCreated(let e) where e.hasSealedTitle: sealed = e.sealedTitle
+        case .shareTitleChanged(let e) where e.hasSealedTitle: sealed = e.sealedTitle
+        default: sealed = nil
+        }
+        if let sealed { personalDataErased = models.vault?.open(sealed, container: envelope.container) == nil }
         if let message = event?.message {
             self.summary = message.textFormatString().split(separator: "\n").joined(separator: " ")
             self.payloadJSON = (try? message.jsonString()) ?? "{}"

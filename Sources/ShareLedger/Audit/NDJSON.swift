@@ -439,8 +439,10 @@ extension ShareLedger {
                     }
                 }
             }
-            let projector = Projector(models: scratch.models)
-            let validator = EventValidator(models: scratch.models)
+            // The scratch copy projects with this ledger's key store, as the live read models do.
+            let scratchModels = scratch.models.sealing(with: store.models.vault)
+            let projector = Projector(models: scratchModels)
+            let validator = EventValidator(models: scratchModels)
             var done = 0
             while done < events.count {
                 let end = min(done + ReadModelRebuild.chunk, events.count)

@@ -127,9 +127,12 @@ extension Decider {
         if existing == nil {
             var wanted = PBLookupInfo(lookup)
             // Invited by account: an earlier invitation to the account's email or phone is the same person.
-            if !user.isEmpty, let state = try models.user(txn, container, user) {
-                wanted.emailAddress = state.emailAddress
-                wanted.phoneNumber = state.phoneNumber
+            // (Sealed since crypto-shredding: opened with the key store; nothing for a forgotten user.)
+            if !user.isEmpty, let state = try models.user(txn, container, user),
+                let fields = models.personalFields(of: state, container: container).fields
+            {
+                wanted.emailAddress = fields.emailAddress
+                wanted.phoneNumber = fields.phoneNumber
             }
             existing = try models.participants(txn, token).first { entry in
                 (!wanted.emailAddress.isEmpty
@@ -299,7 +302,7 @@ extension Decider {
         guard title.utf8.count <= Limits.maxTitleBytes else {
             throw LedgerError(.invalidArguments, "the title is longer than \(Limits.maxTitleBytes) bytes")
         }
-        guard title != share.title else { return .output(shareOutput(token)) }
+        guard title != models.title(of: share).title else { return .output(shareOutput(token)) }
         var e = Shareledger_Events_V1_ShareTitleChanged()
         e.token = token
         e.title = title

@@ -54,4 +54,20 @@ extension Decider {
         }
         return .output([event(Streams.user(name), .userRegistered(e))], .user(name: name))
     }
+
+    /// An erasure request: appends `PersonalDataForgotten` unless the user was forgotten already
+    /// (forgetting is idempotent: a second request succeeds and appends nothing). The key itself is
+    /// destroyed by ``ShareLedger/forget(user:in:requestedBy:)`` once the event is committed.
+    func forgetUser(_ txn: borrowing some ReadModelStore & ~Copyable, name: String) throws -> Decision {
+        try Decider.checkUserName(name)
+        try Decider.checkContainer(container)
+        guard let state = try models.user(txn, container, name) else {
+            throw LedgerError(
+                .unknownItem, "user \(name) is not registered in \(container); check the user record name and the container")
+        }
+        guard state.forgottenAtMicros == 0 else { return .output([], .user(name: name)) }
+        var e = Shareledger_Events_V1_PersonalDataForgotten()
+        e.userRecordName = name
+        return .output([event(Streams.user(name), .personalDataForgotten(e))], .user(name: name))
+    }
 }

@@ -125,6 +125,8 @@ struct Decider {
                     txn, token: token, role: role, permission: permission, newID: newID, oneTimeToken: oneTime, tag: tag)
             case .acceptOneTimeURL(let oneTime, let token, let metadataContainer):
                 return try acceptOneTimeURL(txn, oneTimeToken: oneTime, token: token, metadataContainer: metadataContainer)
+            case .forgetUser(let name):
+                return try forgetUser(txn, name: name)
             }
         } catch let error as LedgerError {
             return Decision(events: [], outcome: .failed(error))

@@ -46,6 +46,8 @@ enum DomainAction: Sendable {
         oneTimeToken: String, ifChangeTag: String?)
     /// Accepting through a one-time URL (the metadata was fetched with it).
     case acceptOneTimeURL(oneTimeToken: String, token: String, metadataContainer: String)
+    /// An erasure request: forget the personal data of user `name` (crypto-shredding).
+    case forgetUser(name: String)
 
     /// A rough size, for bounding a group commit.
     var approximateBytes: Int {

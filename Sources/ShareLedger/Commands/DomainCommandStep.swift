@@ -81,6 +81,9 @@ extension DomainCommand {
         for step in steps {
             let decision = try decider.decide(step, state)
             for pending in decision.events {
+                // Personal fields are sealed before the event is appended, so the log and the read
+                // models only ever see the ciphertext.
+                let pending = try models.sealingPersonalData(of: pending, container: metadata.container, state)
                 let position = try append(pending)
                 let context = Projector.Context(
                     position: position, recordedAtMicros: recordedAt, container: metadata.container, actor: metadata.actor)

@@ -58,12 +58,30 @@ struct EventValidator {
             guard try m.user(txn, d.container, e.userRecordName) == nil else {
                 throw Self.refuse("user \(e.userRecordName) is registered already")
             }
+            // Sealed: checked by the keyed hashes it carries (no key needed).
+            if !e.sealed.emailHash.isEmpty,
+                try m.string(txn, m.userLookup, ReadModels.lookupKey(d.container, hash: Array(e.sealed.emailHash), kind: "E")) != nil
+            {
+                throw Self.refuse("its email address belongs to another user already")
+            }
+            if !e.sealed.phoneHash.isEmpty,
+                try m.string(txn, m.userLookup, ReadModels.lookupKey(d.container, hash: Array(e.sealed.phoneHash), kind: "P")) != nil
+            {
+                throw Self.refuse("its phone number belongs to another user already")
+            }
             if !e.emailAddress.isEmpty, try m.userName(txn, d.container, email: e.emailAddress) != nil {
                 throw Self.refuse("its email address belongs to another user already")
             }
             if !e.phoneNumber.isEmpty, try m.userName(txn, d.container, phone: e.phoneNumber) != nil {
                 throw Self.refuse("its phone number belongs to another user already")
             }
+
+        case .personalDataForgotten(let e):
+            try Decider.checkUserName(e.userRecordName)
+            guard let state = try m.user(txn, d.container, e.userRecordName) else {
+                throw Self.refuse("user \(e.userRecordName) is not registered in the container")
+            }
+            guard state.forgottenAtMicros == 0 else { throw Self.refuse("user \(e.userRecordName) was forgotten already") }
 
         case .zoneCreated(let e):
             try d.requireSignedIn(txn)

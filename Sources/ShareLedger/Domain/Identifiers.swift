@@ -102,6 +102,9 @@ public struct UserIdentity: Sendable, Hashable, Codable {
     /// Whether the identity belongs to an account. `false` for an invitation to an email or phone that
     /// no account has claimed yet.
     public var hasiCloudAccount: Bool
+    /// `true` when the user's personal data (email, phone, name) was forgotten on request
+    /// (``ShareLedger/forget(user:in:requestedBy:)``): the ledger can no longer read it. `nil` otherwise.
+    public var personalDataErased: Bool?
 
     /// Makes an identity.
     public init(

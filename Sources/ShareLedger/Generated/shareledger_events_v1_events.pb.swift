@@ -229,11 +229,24 @@ package nonisolated struct Shareledger_Events_V1_UserRegistered: Sendable {
   /// Clears the value of `name`. Subsequent reads from it will return its default value.
   package mutating func clearName() {self._name = nil}
 
+  /// Since crypto-shredding (docs/events.md, "Personal data"): the email address, phone number and
+  /// name sealed under the user's key; fields 2, 3 and 6 are then empty. Events written before it
+  /// hold them in plaintext and leave this unset.
+  package var sealed: Shareledger_Events_V1_SealedPersonalData {
+    get {_sealed ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_sealed = newValue}
+  }
+  /// Returns true if `sealed` has been explicitly set.
+  package var hasSealed: Bool {self._sealed != nil}
+  /// Clears the value of `sealed`. Subsequent reads from it will return its default value.
+  package mutating func clearSealed() {self._sealed = nil}
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
 
   fileprivate var _name: Shareledger_Events_V1_PersonName? = nil
+  fileprivate var _sealed: Shareledger_Events_V1_SealedPersonalData? = nil
 }
 
 /// A record zone was created in the owner's private database. Stream "zone/<owner>/<zone>".
@@ -472,9 +485,22 @@ package nonisolated struct Shareledger_Events_V1_ShareCreated: Sendable {
 
   package var ownerParticipantID: String = String()
 
+  /// Since crypto-shredding: the title sealed under the owner's key (PersonalFields.title); field 6
+  /// is then empty.
+  package var sealedTitle: Shareledger_Events_V1_SealedPersonalData {
+    get {_sealedTitle ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_sealedTitle = newValue}
+  }
+  /// Returns true if `sealedTitle` has been explicitly set.
+  package var hasSealedTitle: Bool {self._sealedTitle != nil}
+  /// Clears the value of `sealedTitle`. Subsequent reads from it will return its default value.
+  package mutating func clearSealedTitle() {self._sealedTitle = nil}
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
+
+  fileprivate var _sealedTitle: Shareledger_Events_V1_SealedPersonalData? = nil
 }
 
 /// A share was deleted: by its owner, by deleting its root record, or with its zone.
@@ -540,9 +566,21 @@ package nonisolated struct Shareledger_Events_V1_ShareTitleChanged: Sendable {
 
   package var title: String = String()
 
+  /// Since crypto-shredding: the title sealed under the owner's key; field 2 is then empty.
+  package var sealedTitle: Shareledger_Events_V1_SealedPersonalData {
+    get {_sealedTitle ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_sealedTitle = newValue}
+  }
+  /// Returns true if `sealedTitle` has been explicitly set.
+  package var hasSealedTitle: Bool {self._sealedTitle != nil}
+  /// Clears the value of `sealedTitle`. Subsequent reads from it will return its default value.
+  package mutating func clearSealedTitle() {self._sealedTitle = nil}
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
+
+  fileprivate var _sealedTitle: Shareledger_Events_V1_SealedPersonalData? = nil
 }
 
 /// The public permission changed. Participants dropped by the change get ParticipantRemoved events
@@ -933,6 +971,79 @@ package nonisolated struct Shareledger_Events_V1_IdentityUnblocked: Sendable {
   package init() {}
 }
 
+/// Personal data sealed under the key of the person it belongs to (crypto-shredding; docs/events.md,
+/// "Personal data"). The keys live in the key store next to the log (docs/operations.md), never in
+/// the log; destroying a person's key erases every box sealed under it while the hash chain, which
+/// covers these bytes, stays verifiable without any key.
+package nonisolated struct Shareledger_Events_V1_SealedPersonalData: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Whose key: a user record name of the envelope's container.
+  package var subject: String = String()
+
+  /// AES-256-GCM of a PersonalFields message: 12-byte nonce, ciphertext, 16-byte tag. The
+  /// authenticated data is the container, a 0 byte and the subject (UTF-8).
+  package var box: Data = Data()
+
+  /// Keyed hashes (HMAC-SHA256 under the key store's lookup key) of "e" or "p", the container, a 0
+  /// byte and the normalized email address or phone number; empty when there is none. Lookups by
+  /// email or phone go through them, so the read models follow from the log alone, with no key.
+  package var emailHash: Data = Data()
+
+  package var phoneHash: Data = Data()
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+}
+
+/// The plaintext inside a SealedPersonalData box.
+package nonisolated struct Shareledger_Events_V1_PersonalFields: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  package var emailAddress: String = String()
+
+  package var phoneNumber: String = String()
+
+  package var name: Shareledger_Events_V1_PersonName {
+    get {_name ?? Shareledger_Events_V1_PersonName()}
+    set {_name = newValue}
+  }
+  /// Returns true if `name` has been explicitly set.
+  package var hasName: Bool {self._name != nil}
+  /// Clears the value of `name`. Subsequent reads from it will return its default value.
+  package mutating func clearName() {self._name = nil}
+
+  /// A share title (ShareCreated, ShareTitleChanged).
+  package var title: String = String()
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+
+  fileprivate var _name: Shareledger_Events_V1_PersonName? = nil
+}
+
+/// An erasure request was carried out: the key of user_record_name (in envelope.container) is
+/// destroyed right after this event commits, so every SealedPersonalData under it is unreadable. The
+/// requester is envelope.actor; the time envelope.recorded_at_micros. No personal data. Stream
+/// "user/<name>".
+package nonisolated struct Shareledger_Events_V1_PersonalDataForgotten: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  package var userRecordName: String = String()
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "shareledger.events.v1"
@@ -1036,7 +1147,7 @@ nonisolated extension Shareledger_Events_V1_PersonName: SwiftProtobuf.Message, S
 
 nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".UserRegistered"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}email_address\0\u{3}phone_number\0\u{2}\u{3}name\0\u{b}given_name\0\u{b}family_name\0\u{c}\u{4}\u{1}\u{c}\u{5}\u{1}")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}email_address\0\u{3}phone_number\0\u{2}\u{3}name\0\u{1}sealed\0\u{b}given_name\0\u{b}family_name\0\u{c}\u{4}\u{1}\u{c}\u{5}\u{1}")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1048,6 +1159,7 @@ nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Messag
       case 2: try { try decoder.decodeSingularStringField(value: &self.emailAddress) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.phoneNumber) }()
       case 6: try { try decoder.decodeSingularMessageField(value: &self._name) }()
+      case 7: try { try decoder.decodeSingularMessageField(value: &self._sealed) }()
       default: break
       }
     }
@@ -1070,6 +1182,9 @@ nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Messag
     try { if let v = self._name {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
     } }()
+    try { if let v = self._sealed {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1078,6 +1193,7 @@ nonisolated extension Shareledger_Events_V1_UserRegistered: SwiftProtobuf.Messag
     if lhs.emailAddress != rhs.emailAddress {return false}
     if lhs.phoneNumber != rhs.phoneNumber {return false}
     if lhs._name != rhs._name {return false}
+    if lhs._sealed != rhs._sealed {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1491,7 +1607,7 @@ nonisolated extension Shareledger_Events_V1_RecordDeleted: SwiftProtobuf.Message
 
 nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ShareCreated"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}owner_name\0\u{3}zone_name\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}owner_participant_id\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}owner_name\0\u{3}zone_name\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}owner_participant_id\0\u{3}sealed_title\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1507,12 +1623,17 @@ nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message,
       case 6: try { try decoder.decodeSingularStringField(value: &self.title) }()
       case 7: try { try decoder.decodeSingularEnumField(value: &self.publicPermission) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.ownerParticipantID) }()
+      case 9: try { try decoder.decodeSingularMessageField(value: &self._sealedTitle) }()
       default: break
       }
     }
   }
 
   package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
@@ -1537,6 +1658,9 @@ nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message,
     if !self.ownerParticipantID.isEmpty {
       try visitor.visitSingularStringField(value: self.ownerParticipantID, fieldNumber: 8)
     }
+    try { if let v = self._sealedTitle {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1549,6 +1673,7 @@ nonisolated extension Shareledger_Events_V1_ShareCreated: SwiftProtobuf.Message,
     if lhs.title != rhs.title {return false}
     if lhs.publicPermission != rhs.publicPermission {return false}
     if lhs.ownerParticipantID != rhs.ownerParticipantID {return false}
+    if lhs._sealedTitle != rhs._sealedTitle {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1595,7 +1720,7 @@ nonisolated extension Shareledger_Events_V1_ShareDeleted.Cause: SwiftProtobuf._P
 
 nonisolated extension Shareledger_Events_V1_ShareTitleChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ShareTitleChanged"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}title\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}title\0\u{3}sealed_title\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1605,24 +1730,33 @@ nonisolated extension Shareledger_Events_V1_ShareTitleChanged: SwiftProtobuf.Mes
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.token) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.title) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._sealedTitle) }()
       default: break
       }
     }
   }
 
   package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.token.isEmpty {
       try visitor.visitSingularStringField(value: self.token, fieldNumber: 1)
     }
     if !self.title.isEmpty {
       try visitor.visitSingularStringField(value: self.title, fieldNumber: 2)
     }
+    try { if let v = self._sealedTitle {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   package static func ==(lhs: Shareledger_Events_V1_ShareTitleChanged, rhs: Shareledger_Events_V1_ShareTitleChanged) -> Bool {
     if lhs.token != rhs.token {return false}
     if lhs.title != rhs.title {return false}
+    if lhs._sealedTitle != rhs._sealedTitle {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2324,6 +2458,130 @@ nonisolated extension Shareledger_Events_V1_IdentityUnblocked: SwiftProtobuf.Mes
 
   package static func ==(lhs: Shareledger_Events_V1_IdentityUnblocked, rhs: Shareledger_Events_V1_IdentityUnblocked) -> Bool {
     if lhs.token != rhs.token {return false}
+    if lhs.userRecordName != rhs.userRecordName {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Events_V1_SealedPersonalData: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".SealedPersonalData"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subject\0\u{1}box\0\u{3}email_hash\0\u{3}phone_hash\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.subject) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.box) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.emailHash) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.phoneHash) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.subject.isEmpty {
+      try visitor.visitSingularStringField(value: self.subject, fieldNumber: 1)
+    }
+    if !self.box.isEmpty {
+      try visitor.visitSingularBytesField(value: self.box, fieldNumber: 2)
+    }
+    if !self.emailHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.emailHash, fieldNumber: 3)
+    }
+    if !self.phoneHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.phoneHash, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Events_V1_SealedPersonalData, rhs: Shareledger_Events_V1_SealedPersonalData) -> Bool {
+    if lhs.subject != rhs.subject {return false}
+    if lhs.box != rhs.box {return false}
+    if lhs.emailHash != rhs.emailHash {return false}
+    if lhs.phoneHash != rhs.phoneHash {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Events_V1_PersonalFields: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".PersonalFields"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{1}name\0\u{1}title\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.emailAddress) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.phoneNumber) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._name) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.title) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.emailAddress.isEmpty {
+      try visitor.visitSingularStringField(value: self.emailAddress, fieldNumber: 1)
+    }
+    if !self.phoneNumber.isEmpty {
+      try visitor.visitSingularStringField(value: self.phoneNumber, fieldNumber: 2)
+    }
+    try { if let v = self._name {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
+    if !self.title.isEmpty {
+      try visitor.visitSingularStringField(value: self.title, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Events_V1_PersonalFields, rhs: Shareledger_Events_V1_PersonalFields) -> Bool {
+    if lhs.emailAddress != rhs.emailAddress {return false}
+    if lhs.phoneNumber != rhs.phoneNumber {return false}
+    if lhs._name != rhs._name {return false}
+    if lhs.title != rhs.title {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Events_V1_PersonalDataForgotten: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".PersonalDataForgotten"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0")
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
+      default: break
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.userRecordName.isEmpty {
+      try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Events_V1_PersonalDataForgotten, rhs: Shareledger_Events_V1_PersonalDataForgotten) -> Bool {
     if lhs.userRecordName != rhs.userRecordName {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true

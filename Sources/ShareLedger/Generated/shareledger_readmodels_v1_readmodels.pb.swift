@@ -51,9 +51,31 @@ package nonisolated struct Shareledger_Readmodels_V1_UserState: Sendable {
 
   package var nickname: String = String()
 
+  /// Since crypto-shredding: the registration's sealed personal data (fields 1-4, 6, 7 then empty),
+  /// opened only when an answer needs it.
+  package var sealed: Shareledger_Events_V1_SealedPersonalData {
+    get {_sealed ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_sealed = newValue}
+  }
+  /// Returns true if `sealed` has been explicitly set.
+  package var hasSealed: Bool {self._sealed != nil}
+  /// Clears the value of `sealed`. Subsequent reads from it will return its default value.
+  package mutating func clearSealed() {self._sealed = nil}
+
+  /// Keyed hashes (HMAC-SHA256 under the key store's lookup key) of the normalized email and phone:
+  /// the keys of the user's rm_user_lookup entries, kept to remove them when the user is forgotten.
+  package var emailHash: Data = Data()
+
+  package var phoneHash: Data = Data()
+
+  /// When the user's personal data was forgotten (PersonalDataForgotten); 0 if it was not.
+  package var forgottenAtMicros: Int64 = 0
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
+
+  fileprivate var _sealed: Shareledger_Events_V1_SealedPersonalData? = nil
 }
 
 /// zones: container 0x00 owner 0x00 zone_name
@@ -115,47 +137,102 @@ package nonisolated struct Shareledger_Readmodels_V1_RecordState: Sendable {
 }
 
 /// shares: token
-package nonisolated struct Shareledger_Readmodels_V1_ShareState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_ShareState: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  package var container: String = String()
+  package var container: String {
+    get {_storage._container}
+    set {_uniqueStorage()._container = newValue}
+  }
 
-  package var ownerName: String = String()
+  package var ownerName: String {
+    get {_storage._ownerName}
+    set {_uniqueStorage()._ownerName = newValue}
+  }
 
-  package var zoneName: String = String()
+  package var zoneName: String {
+    get {_storage._zoneName}
+    set {_uniqueStorage()._zoneName = newValue}
+  }
 
-  package var zoneID: UInt64 = 0
+  package var zoneID: UInt64 {
+    get {_storage._zoneID}
+    set {_uniqueStorage()._zoneID = newValue}
+  }
 
-  package var shareRecordName: String = String()
+  package var shareRecordName: String {
+    get {_storage._shareRecordName}
+    set {_uniqueStorage()._shareRecordName = newValue}
+  }
 
   /// Empty for a zone-wide share.
-  package var rootRecordName: String = String()
+  package var rootRecordName: String {
+    get {_storage._rootRecordName}
+    set {_uniqueStorage()._rootRecordName = newValue}
+  }
 
-  package var title: String = String()
+  package var title: String {
+    get {_storage._title}
+    set {_uniqueStorage()._title = newValue}
+  }
 
-  package var publicPermission: Shareledger_Events_V1_Permission = .unknown
+  package var publicPermission: Shareledger_Events_V1_Permission {
+    get {_storage._publicPermission}
+    set {_uniqueStorage()._publicPermission = newValue}
+  }
 
   /// Starts at 1, +1 on every change of the share or its participant list.
-  package var changeTag: UInt64 = 0
+  package var changeTag: UInt64 {
+    get {_storage._changeTag}
+    set {_uniqueStorage()._changeTag = newValue}
+  }
 
-  package var createdAtMicros: Int64 = 0
+  package var createdAtMicros: Int64 {
+    get {_storage._createdAtMicros}
+    set {_uniqueStorage()._createdAtMicros = newValue}
+  }
 
-  package var ownerParticipantID: String = String()
+  package var ownerParticipantID: String {
+    get {_storage._ownerParticipantID}
+    set {_uniqueStorage()._ownerParticipantID = newValue}
+  }
 
   /// Participants that are not removed, the owner included (at most 100).
-  package var activeParticipantCount: UInt32 = 0
+  package var activeParticipantCount: UInt32 {
+    get {_storage._activeParticipantCount}
+    set {_uniqueStorage()._activeParticipantCount = newValue}
+  }
 
   /// Pending participants without an account (they make participantMayNeedVerification possible).
-  package var unmatchedPendingCount: UInt32 = 0
+  package var unmatchedPendingCount: UInt32 {
+    get {_storage._unmatchedPendingCount}
+    set {_uniqueStorage()._unmatchedPendingCount = newValue}
+  }
 
   /// CloudKit's CKShare.allowsAccessRequests (false unless an AccessRequestsAllowedChanged set it).
-  package var allowsAccessRequests: Bool = false
+  package var allowsAccessRequests: Bool {
+    get {_storage._allowsAccessRequests}
+    set {_uniqueStorage()._allowsAccessRequests = newValue}
+  }
+
+  /// Since crypto-shredding: the title sealed under the owner's key (field 7 then empty), opened
+  /// only when an answer needs it.
+  package var sealedTitle: Shareledger_Events_V1_SealedPersonalData {
+    get {_storage._sealedTitle ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_uniqueStorage()._sealedTitle = newValue}
+  }
+  /// Returns true if `sealedTitle` has been explicitly set.
+  package var hasSealedTitle: Bool {_storage._sealedTitle != nil}
+  /// Clears the value of `sealedTitle`. Subsequent reads from it will return its default value.
+  package mutating func clearSealedTitle() {_uniqueStorage()._sealedTitle = nil}
 
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// participants: token participant_id
@@ -359,7 +436,7 @@ fileprivate nonisolated let _protobuf_package = "shareledger.readmodels.v1"
 
 nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".UserState"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0\u{3}registered_at_micros\0\u{3}middle_name\0\u{1}nickname\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}email_address\0\u{3}phone_number\0\u{3}given_name\0\u{3}family_name\0\u{3}registered_at_micros\0\u{3}middle_name\0\u{1}nickname\0\u{1}sealed\0\u{3}email_hash\0\u{3}phone_hash\0\u{3}forgotten_at_micros\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -374,12 +451,20 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
       case 5: try { try decoder.decodeSingularInt64Field(value: &self.registeredAtMicros) }()
       case 6: try { try decoder.decodeSingularStringField(value: &self.middleName) }()
       case 7: try { try decoder.decodeSingularStringField(value: &self.nickname) }()
+      case 8: try { try decoder.decodeSingularMessageField(value: &self._sealed) }()
+      case 9: try { try decoder.decodeSingularBytesField(value: &self.emailHash) }()
+      case 10: try { try decoder.decodeSingularBytesField(value: &self.phoneHash) }()
+      case 11: try { try decoder.decodeSingularInt64Field(value: &self.forgottenAtMicros) }()
       default: break
       }
     }
   }
 
   package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.emailAddress.isEmpty {
       try visitor.visitSingularStringField(value: self.emailAddress, fieldNumber: 1)
     }
@@ -401,6 +486,18 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
     if !self.nickname.isEmpty {
       try visitor.visitSingularStringField(value: self.nickname, fieldNumber: 7)
     }
+    try { if let v = self._sealed {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    } }()
+    if !self.emailHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.emailHash, fieldNumber: 9)
+    }
+    if !self.phoneHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.phoneHash, fieldNumber: 10)
+    }
+    if self.forgottenAtMicros != 0 {
+      try visitor.visitSingularInt64Field(value: self.forgottenAtMicros, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -412,6 +509,10 @@ nonisolated extension Shareledger_Readmodels_V1_UserState: SwiftProtobuf.Message
     if lhs.registeredAtMicros != rhs.registeredAtMicros {return false}
     if lhs.middleName != rhs.middleName {return false}
     if lhs.nickname != rhs.nickname {return false}
+    if lhs._sealed != rhs._sealed {return false}
+    if lhs.emailHash != rhs.emailHash {return false}
+    if lhs.phoneHash != rhs.phoneHash {return false}
+    if lhs.forgottenAtMicros != rhs.forgottenAtMicros {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -544,94 +645,167 @@ nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Messa
 
 nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ShareState"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}container\0\u{3}owner_name\0\u{3}zone_name\0\u{3}zone_id\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}change_tag\0\u{3}created_at_micros\0\u{3}owner_participant_id\0\u{3}active_participant_count\0\u{3}unmatched_pending_count\0\u{3}allows_access_requests\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}container\0\u{3}owner_name\0\u{3}zone_name\0\u{3}zone_id\0\u{3}share_record_name\0\u{3}root_record_name\0\u{1}title\0\u{3}public_permission\0\u{3}change_tag\0\u{3}created_at_micros\0\u{3}owner_participant_id\0\u{3}active_participant_count\0\u{3}unmatched_pending_count\0\u{3}allows_access_requests\0\u{3}sealed_title\0")
+
+  fileprivate class _StorageClass {
+    var _container: String = String()
+    var _ownerName: String = String()
+    var _zoneName: String = String()
+    var _zoneID: UInt64 = 0
+    var _shareRecordName: String = String()
+    var _rootRecordName: String = String()
+    var _title: String = String()
+    var _publicPermission: Shareledger_Events_V1_Permission = .unknown
+    var _changeTag: UInt64 = 0
+    var _createdAtMicros: Int64 = 0
+    var _ownerParticipantID: String = String()
+    var _activeParticipantCount: UInt32 = 0
+    var _unmatchedPendingCount: UInt32 = 0
+    var _allowsAccessRequests: Bool = false
+    var _sealedTitle: Shareledger_Events_V1_SealedPersonalData? = nil
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _container = source._container
+      _ownerName = source._ownerName
+      _zoneName = source._zoneName
+      _zoneID = source._zoneID
+      _shareRecordName = source._shareRecordName
+      _rootRecordName = source._rootRecordName
+      _title = source._title
+      _publicPermission = source._publicPermission
+      _changeTag = source._changeTag
+      _createdAtMicros = source._createdAtMicros
+      _ownerParticipantID = source._ownerParticipantID
+      _activeParticipantCount = source._activeParticipantCount
+      _unmatchedPendingCount = source._unmatchedPendingCount
+      _allowsAccessRequests = source._allowsAccessRequests
+      _sealedTitle = source._sealedTitle
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.container) }()
-      case 2: try { try decoder.decodeSingularStringField(value: &self.ownerName) }()
-      case 3: try { try decoder.decodeSingularStringField(value: &self.zoneName) }()
-      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.zoneID) }()
-      case 5: try { try decoder.decodeSingularStringField(value: &self.shareRecordName) }()
-      case 6: try { try decoder.decodeSingularStringField(value: &self.rootRecordName) }()
-      case 7: try { try decoder.decodeSingularStringField(value: &self.title) }()
-      case 8: try { try decoder.decodeSingularEnumField(value: &self.publicPermission) }()
-      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.changeTag) }()
-      case 10: try { try decoder.decodeSingularInt64Field(value: &self.createdAtMicros) }()
-      case 11: try { try decoder.decodeSingularStringField(value: &self.ownerParticipantID) }()
-      case 12: try { try decoder.decodeSingularUInt32Field(value: &self.activeParticipantCount) }()
-      case 13: try { try decoder.decodeSingularUInt32Field(value: &self.unmatchedPendingCount) }()
-      case 14: try { try decoder.decodeSingularBoolField(value: &self.allowsAccessRequests) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._container) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._ownerName) }()
+        case 3: try { try decoder.decodeSingularStringField(value: &_storage._zoneName) }()
+        case 4: try { try decoder.decodeSingularUInt64Field(value: &_storage._zoneID) }()
+        case 5: try { try decoder.decodeSingularStringField(value: &_storage._shareRecordName) }()
+        case 6: try { try decoder.decodeSingularStringField(value: &_storage._rootRecordName) }()
+        case 7: try { try decoder.decodeSingularStringField(value: &_storage._title) }()
+        case 8: try { try decoder.decodeSingularEnumField(value: &_storage._publicPermission) }()
+        case 9: try { try decoder.decodeSingularUInt64Field(value: &_storage._changeTag) }()
+        case 10: try { try decoder.decodeSingularInt64Field(value: &_storage._createdAtMicros) }()
+        case 11: try { try decoder.decodeSingularStringField(value: &_storage._ownerParticipantID) }()
+        case 12: try { try decoder.decodeSingularUInt32Field(value: &_storage._activeParticipantCount) }()
+        case 13: try { try decoder.decodeSingularUInt32Field(value: &_storage._unmatchedPendingCount) }()
+        case 14: try { try decoder.decodeSingularBoolField(value: &_storage._allowsAccessRequests) }()
+        case 15: try { try decoder.decodeSingularMessageField(value: &_storage._sealedTitle) }()
+        default: break
+        }
       }
     }
   }
 
   package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if !self.container.isEmpty {
-      try visitor.visitSingularStringField(value: self.container, fieldNumber: 1)
-    }
-    if !self.ownerName.isEmpty {
-      try visitor.visitSingularStringField(value: self.ownerName, fieldNumber: 2)
-    }
-    if !self.zoneName.isEmpty {
-      try visitor.visitSingularStringField(value: self.zoneName, fieldNumber: 3)
-    }
-    if self.zoneID != 0 {
-      try visitor.visitSingularUInt64Field(value: self.zoneID, fieldNumber: 4)
-    }
-    if !self.shareRecordName.isEmpty {
-      try visitor.visitSingularStringField(value: self.shareRecordName, fieldNumber: 5)
-    }
-    if !self.rootRecordName.isEmpty {
-      try visitor.visitSingularStringField(value: self.rootRecordName, fieldNumber: 6)
-    }
-    if !self.title.isEmpty {
-      try visitor.visitSingularStringField(value: self.title, fieldNumber: 7)
-    }
-    if self.publicPermission != .unknown {
-      try visitor.visitSingularEnumField(value: self.publicPermission, fieldNumber: 8)
-    }
-    if self.changeTag != 0 {
-      try visitor.visitSingularUInt64Field(value: self.changeTag, fieldNumber: 9)
-    }
-    if self.createdAtMicros != 0 {
-      try visitor.visitSingularInt64Field(value: self.createdAtMicros, fieldNumber: 10)
-    }
-    if !self.ownerParticipantID.isEmpty {
-      try visitor.visitSingularStringField(value: self.ownerParticipantID, fieldNumber: 11)
-    }
-    if self.activeParticipantCount != 0 {
-      try visitor.visitSingularUInt32Field(value: self.activeParticipantCount, fieldNumber: 12)
-    }
-    if self.unmatchedPendingCount != 0 {
-      try visitor.visitSingularUInt32Field(value: self.unmatchedPendingCount, fieldNumber: 13)
-    }
-    if self.allowsAccessRequests != false {
-      try visitor.visitSingularBoolField(value: self.allowsAccessRequests, fieldNumber: 14)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._container.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._container, fieldNumber: 1)
+      }
+      if !_storage._ownerName.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._ownerName, fieldNumber: 2)
+      }
+      if !_storage._zoneName.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._zoneName, fieldNumber: 3)
+      }
+      if _storage._zoneID != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._zoneID, fieldNumber: 4)
+      }
+      if !_storage._shareRecordName.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._shareRecordName, fieldNumber: 5)
+      }
+      if !_storage._rootRecordName.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._rootRecordName, fieldNumber: 6)
+      }
+      if !_storage._title.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._title, fieldNumber: 7)
+      }
+      if _storage._publicPermission != .unknown {
+        try visitor.visitSingularEnumField(value: _storage._publicPermission, fieldNumber: 8)
+      }
+      if _storage._changeTag != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._changeTag, fieldNumber: 9)
+      }
+      if _storage._createdAtMicros != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._createdAtMicros, fieldNumber: 10)
+      }
+      if !_storage._ownerParticipantID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._ownerParticipantID, fieldNumber: 11)
+      }
+      if _storage._activeParticipantCount != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._activeParticipantCount, fieldNumber: 12)
+      }
+      if _storage._unmatchedPendingCount != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._unmatchedPendingCount, fieldNumber: 13)
+      }
+      if _storage._allowsAccessRequests != false {
+        try visitor.visitSingularBoolField(value: _storage._allowsAccessRequests, fieldNumber: 14)
+      }
+      try { if let v = _storage._sealedTitle {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   package static func ==(lhs: Shareledger_Readmodels_V1_ShareState, rhs: Shareledger_Readmodels_V1_ShareState) -> Bool {
-    if lhs.container != rhs.container {return false}
-    if lhs.ownerName != rhs.ownerName {return false}
-    if lhs.zoneName != rhs.zoneName {return false}
-    if lhs.zoneID != rhs.zoneID {return false}
-    if lhs.shareRecordName != rhs.shareRecordName {return false}
-    if lhs.rootRecordName != rhs.rootRecordName {return false}
-    if lhs.title != rhs.title {return false}
-    if lhs.publicPermission != rhs.publicPermission {return false}
-    if lhs.changeTag != rhs.changeTag {return false}
-    if lhs.createdAtMicros != rhs.createdAtMicros {return false}
-    if lhs.ownerParticipantID != rhs.ownerParticipantID {return false}
-    if lhs.activeParticipantCount != rhs.activeParticipantCount {return false}
-    if lhs.unmatchedPendingCount != rhs.unmatchedPendingCount {return false}
-    if lhs.allowsAccessRequests != rhs.allowsAccessRequests {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._container != rhs_storage._container {return false}
+        if _storage._ownerName != rhs_storage._ownerName {return false}
+        if _storage._zoneName != rhs_storage._zoneName {return false}
+        if _storage._zoneID != rhs_storage._zoneID {return false}
+        if _storage._shareRecordName != rhs_storage._shareRecordName {return false}
+        if _storage._rootRecordName != rhs_storage._rootRecordName {return false}
+        if _storage._title != rhs_storage._title {return false}
+        if _storage._publicPermission != rhs_storage._publicPermission {return false}
+        if _storage._changeTag != rhs_storage._changeTag {return false}
+        if _storage._createdAtMicros != rhs_storage._createdAtMicros {return false}
+        if _storage._ownerParticipantID != rhs_storage._ownerParticipantID {return false}
+        if _storage._activeParticipantCount != rhs_storage._activeParticipantCount {return false}
+        if _storage._unmatchedPendingCount != rhs_storage._unmatchedPendingCount {return false}
+        if _storage._allowsAccessRequests != rhs_storage._allowsAccessRequests {return false}
+        if _storage._sealedTitle != rhs_storage._sealedTitle {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -35,9 +35,11 @@ protocol CompactRow: SwiftProtobuf.Message {
 /// The layout byte of the first compact layout.
 let compactLayoutOne: UInt8 = 0xC1
 /// The layout byte of the second compact layout: the fields of the first, then fields added since
-/// (`ShareState`: allows access requests; `ParticipantState`: approved requester, one-time token). A row whose
-/// added fields are all at their defaults is still written in the first layout, byte for byte as
-/// before, so ledgers that do not use the new features keep rows an earlier release reads.
+/// (`ShareState`: allows access requests, the sealed title; `ParticipantState`: approved requester,
+/// one-time token; `UserState`: the sealed personal data, the keyed lookup hashes, the time it was
+/// forgotten). A row whose added fields are all at their defaults is still written in the first
+/// layout, byte for byte as before, so ledgers that do not use the new features keep rows an
+/// earlier release reads.
 let compactLayoutTwo: UInt8 = 0xC2
 
 extension CompactRow {
@@ -112,6 +114,11 @@ struct CompactWriter {
         }
     }
 
+    mutating func blob(_ value: [UInt8]) {
+        varint(UInt64(value.count))
+        bytes.append(contentsOf: value)
+    }
+
     mutating func fixed64(_ value: UInt64) {
         for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
     }
@@ -149,6 +156,14 @@ struct CompactReader {
         let value = try varint()
         guard value <= UInt64(Int32.max) else { throw damaged() }
         return Int(value)
+    }
+
+    mutating func blob() throws(LedgerError) -> [UInt8] {
+        let count = try varint()
+        guard count <= UInt64(bytes.count - offset) else { throw damaged() }
+        let start = offset
+        offset += Int(count)
+        return Array(UnsafeRawBufferPointer(rebasing: bytes[start..<offset]))
     }
 
     mutating func string() throws(LedgerError) -> String {
@@ -195,16 +210,26 @@ extension ShareState: CompactRow {
         w.string(ownerParticipantID)
         w.varint(UInt64(activeParticipantCount))
         w.varint(UInt64(unmatchedPendingCount))
-        if compactLayout == compactLayoutTwo { w.varint(allowsAccessRequests ? 1 : 0) }
+        guard compactLayout == compactLayoutTwo else { return }
+        // Second layout: allows access requests, then the subject and box of the sealed title.
+        w.varint(allowsAccessRequests ? 1 : 0)
+        w.string(hasSealedTitle ? sealedTitle.subject : "")
+        w.blob(hasSealedTitle ? Array(sealedTitle.box) : [])
     }
 
-    var compactLayout: UInt8 { allowsAccessRequests ? compactLayoutTwo : compactLayoutOne }
+    var compactLayout: UInt8 { allowsAccessRequests || hasSealedTitle ? compactLayoutTwo : compactLayoutOne }
 
     static func reads(layout: UInt8) -> Bool { layout == compactLayoutOne || layout == compactLayoutTwo }
 
     mutating func readLaterFields(_ r: inout CompactReader, layout: UInt8) throws(LedgerError) {
         guard layout == compactLayoutTwo else { return }
         allowsAccessRequests = try r.flag()
+        let subject = try r.string()
+        let box = try r.blob()
+        if !subject.isEmpty || !box.isEmpty {
+            sealedTitle.subject = subject
+            sealedTitle.box = Data(box)
+        }
     }
 
     init(compact r: inout CompactReader) throws(LedgerError) {
@@ -312,6 +337,13 @@ extension UserState: CompactRow {
         w.string(middleName)
         w.string(nickname)
         w.int64(registeredAtMicros)
+        // Second layout: subject and box of the sealed personal data, the keyed hashes, forgotten at.
+        guard compactLayout == compactLayoutTwo else { return }
+        w.string(hasSealed ? sealed.subject : "")
+        w.blob(hasSealed ? Array(sealed.box) : [])
+        w.blob(Array(emailHash))
+        w.blob(Array(phoneHash))
+        w.int64(forgottenAtMicros)
     }
 
     init(compact r: inout CompactReader) throws(LedgerError) {
@@ -323,5 +355,24 @@ extension UserState: CompactRow {
         middleName = try r.string()
         nickname = try r.string()
         registeredAtMicros = try r.int64()
+    }
+
+    var compactLayout: UInt8 {
+        hasSealed || !emailHash.isEmpty || !phoneHash.isEmpty || forgottenAtMicros != 0 ? compactLayoutTwo : compactLayoutOne
+    }
+
+    static func reads(layout: UInt8) -> Bool { layout == compactLayoutOne || layout == compactLayoutTwo }
+
+    mutating func readLaterFields(_ r: inout CompactReader, layout: UInt8) throws(LedgerError) {
+        guard layout == compactLayoutTwo else { return }
+        let subject = try r.string()
+        let box = try r.blob()
+        if !subject.isEmpty || !box.isEmpty {
+            sealed.subject = subject
+            sealed.box = Data(box)
+        }
+        emailHash = Data(try r.blob())
+        phoneHash = Data(try r.blob())
+        forgottenAtMicros = try r.int64()
     }
 }

@@ -38,6 +38,7 @@ package enum DomainEvent: Sendable, Equatable {
     case accessRequestDenied(Shareledger_Events_V1_AccessRequestDenied)
     case identityBlocked(Shareledger_Events_V1_IdentityBlocked)
     case identityUnblocked(Shareledger_Events_V1_IdentityUnblocked)
+    case personalDataForgotten(Shareledger_Events_V1_PersonalDataForgotten)
 
     /// The schema version this code writes for each event type that is past version 1.
     static let currentVersions: [String: UInt32] = [
@@ -84,6 +85,7 @@ package enum DomainEvent: Sendable, Equatable {
         case .accessRequestDenied(let m): return m
         case .identityBlocked(let m): return m
         case .identityUnblocked(let m): return m
+        case .personalDataForgotten(let m): return m
         }
     }
 
@@ -123,6 +125,7 @@ package enum DomainEvent: Sendable, Equatable {
         Shareledger_Events_V1_AccessRequestDenied.protoMessageName,
         Shareledger_Events_V1_IdentityBlocked.protoMessageName,
         Shareledger_Events_V1_IdentityUnblocked.protoMessageName,
+        Shareledger_Events_V1_PersonalDataForgotten.protoMessageName,
     ]
 
     private static let decoders: [String: @Sendable ([UInt8]) throws -> DomainEvent] = {
@@ -156,6 +159,7 @@ package enum DomainEvent: Sendable, Equatable {
             entry(Shareledger_Events_V1_AccessRequestDenied.self, DomainEvent.accessRequestDenied),
             entry(Shareledger_Events_V1_IdentityBlocked.self, DomainEvent.identityBlocked),
             entry(Shareledger_Events_V1_IdentityUnblocked.self, DomainEvent.identityUnblocked),
+            entry(Shareledger_Events_V1_PersonalDataForgotten.self, DomainEvent.personalDataForgotten),
         ])
     }()
 

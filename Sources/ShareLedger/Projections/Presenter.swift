@@ -44,19 +44,28 @@ struct Presenter: Sendable {
     }
 
     func identity(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String) throws -> UserIdentity {
-        let state = try models.user(txn, container, user)
         var names: PersonNameComponents?
-        if let state, !(state.givenName.isEmpty && state.familyName.isEmpty && state.middleName.isEmpty && state.nickname.isEmpty) {
-            var components = PersonNameComponents()
-            if !state.givenName.isEmpty { components.givenName = state.givenName }
-            if !state.familyName.isEmpty { components.familyName = state.familyName }
-            if !state.middleName.isEmpty { components.middleName = state.middleName }
-            if !state.nickname.isEmpty { components.nickname = state.nickname }
-            names = components
+        var erased = false
+        if let state = try models.user(txn, container, user) {
+            // Sealed rows are opened here, at answer time: the row itself holds only ciphertext.
+            let personal = models.personalFields(of: state, container: container)
+            erased = personal.erased
+            if let name = personal.fields?.name,
+                !(name.givenName.isEmpty && name.familyName.isEmpty && name.middleName.isEmpty && name.nickname.isEmpty)
+            {
+                var components = PersonNameComponents()
+                if !name.givenName.isEmpty { components.givenName = name.givenName }
+                if !name.familyName.isEmpty { components.familyName = name.familyName }
+                if !name.middleName.isEmpty { components.middleName = name.middleName }
+                if !name.nickname.isEmpty { components.nickname = name.nickname }
+                names = components
+            }
         }
-        return UserIdentity(
+        var identity = UserIdentity(
             userRecordID: RecordID(userRecordName: user), lookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: user)),
             nameComponents: names, hasiCloudAccount: true)
+        identity.personalDataErased = erased ? true : nil
+        return identity
     }
 
     func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, id: String, _ state: ParticipantState) throws
@@ -110,11 +119,13 @@ struct Presenter: Sendable {
         }
         let zoneID = RecordZoneID(zoneName: state.zoneName, ownerName: state.ownerName)
         let root = state.rootRecordName.isEmpty ? nil : RecordID(recordName: state.rootRecordName, zoneID: zoneID)
+        // Sealed since crypto-shredding: opened here; empty once the owner was forgotten.
+        let title = models.title(of: state).title
         var share = Share(
             recordID: RecordID(recordName: state.shareRecordName, zoneID: zoneID),
             containerIdentifier: state.container,
-            url: ShareURL.make(host: urlHost, token: parsed, title: state.title)!,
-            token: parsed, title: state.title.isEmpty ? nil : state.title,
+            url: ShareURL.make(host: urlHost, token: parsed, title: title)!,
+            token: parsed, title: title.isEmpty ? nil : title,
             publicPermission: state.publicPermission.permission,
             participants: visible, owner: owner, currentUserParticipant: current,
             hierarchicalRootRecordID: root, recordChangeTag: String(state.changeTag),
@@ -132,7 +143,7 @@ struct Presenter: Sendable {
             }
             for (id, participantState) in all where !participantState.oneTimeToken.isEmpty {
                 if let oneTime = ShareToken(participantState.oneTimeToken),
-                    let url = ShareURL.make(host: urlHost, token: oneTime, title: state.title)
+                    let url = ShareURL.make(host: urlHost, token: oneTime, title: title)
                 {
                     share.oneTimeURLs.append(Share.OneTimeURL(participantID: id, url: url))
                 }

@@ -81,6 +81,7 @@ struct Projector {
         case .accessRequestDenied(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .identityBlocked(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
         case .identityUnblocked(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .personalDataForgotten(let e): users.insert(e.userRecordName)
         case .participantZoneCreated(let e):
             users.insert(e.userRecordName)
             if let task = try task(e.taskID) { tokens = [task.token] }
@@ -94,6 +95,55 @@ struct Projector {
     private func project(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws {
         let m = models
         switch event {
+        case .userRegistered(let e) where e.hasSealed:
+            // Since crypto-shredding: the row keeps the box, opened only for answers, and the event's
+            // keyed hashes, which key the lookup entries. No key is needed: the read models follow
+            // from the log alone, on replicas and in rebuilds too.
+            var state = UserState()
+            state.sealed = e.sealed
+            state.sealed.emailHash = Data()
+            state.sealed.phoneHash = Data()
+            state.registeredAtMicros = context.recordedAtMicros
+            if e.sealed.emailHash.count == ReadModels.lookupHashBytes {
+                state.emailHash = e.sealed.emailHash
+                try m.putRaw(
+                    txn, m.userLookup, ReadModels.lookupKey(context.container, hash: Array(e.sealed.emailHash), kind: "E"),
+                    Array(e.userRecordName.utf8))
+            }
+            if e.sealed.phoneHash.count == ReadModels.lookupHashBytes {
+                state.phoneHash = e.sealed.phoneHash
+                try m.putRaw(
+                    txn, m.userLookup, ReadModels.lookupKey(context.container, hash: Array(e.sealed.phoneHash), kind: "P"),
+                    Array(e.userRecordName.utf8))
+            }
+            try m.put(txn, m.users, ReadModels.userKey(context.container, e.userRecordName), state)
+            try m.add(txn, .users, 1)
+
+        case .personalDataForgotten(let e):
+            let key = ReadModels.userKey(context.container, e.userRecordName)
+            guard let state = try m.user(txn, context.container, e.userRecordName) else { return }
+            if !state.emailHash.isEmpty {
+                _ = try m.deleteRow(txn, m.userLookup, ReadModels.lookupKey(context.container, hash: Array(state.emailHash), kind: "E"))
+            }
+            if !state.phoneHash.isEmpty {
+                _ = try m.deleteRow(txn, m.userLookup, ReadModels.lookupKey(context.container, hash: Array(state.phoneHash), kind: "P"))
+            }
+            // A user registered before crypto-shredding: its row and lookup entries held plaintext (and
+            // so does its UserRegistered event, which `audit` counts).
+            let name = Array(e.userRecordName.utf8)
+            for legacy in [
+                state.emailAddress.isEmpty ? nil : ReadModels.lookupKey(context.container, email: state.emailAddress),
+                state.phoneNumber.isEmpty ? nil : ReadModels.lookupKey(context.container, phone: state.phoneNumber),
+            ] {
+                if let legacy, try m.string(txn, m.userLookup, legacy).map({ Array($0.utf8) }) == name {
+                    _ = try m.deleteRow(txn, m.userLookup, legacy)
+                }
+            }
+            var erased = UserState()
+            erased.registeredAtMicros = state.registeredAtMicros
+            erased.forgottenAtMicros = context.recordedAtMicros
+            try m.put(txn, m.users, key, erased)
+
         case .userRegistered(let e):
             var state = UserState()
             state.emailAddress = e.emailAddress
@@ -187,6 +237,7 @@ struct Projector {
             share.shareRecordName = e.shareRecordName
             share.rootRecordName = e.rootRecordName
             share.title = e.title
+            if e.hasSealedTitle { share.sealedTitle = e.sealedTitle }
             share.publicPermission = e.publicPermission
             // The change tag starts at the position of the share's creation and counts up, so a tag
             // is never given twice for one URL, even across deleting and re-sharing the same root.
@@ -271,7 +322,10 @@ struct Projector {
             try m.add(txn, .shares, -1)
 
         case .shareTitleChanged(let e):
-            try updateShare(e.token, txn) { $0.title = e.title }
+            try updateShare(e.token, txn) { share in
+                share.title = e.title
+                if e.hasSealedTitle { share.sealedTitle = e.sealedTitle } else { share.clearSealedTitle() }
+            }
 
         case .publicPermissionChanged(let e):
             try updateShare(e.token, txn) { $0.publicPermission = e.newPermission }

@@ -28,7 +28,9 @@ enum ReadModelRebuild {
         // rows kept from the failed attempt were wrong (found by the 1M-event bench ledger); kept per
         // attempt, they did not make the replay measurably faster (35k vs 43k events/s in one run
         // each of `share-ledger rebuild` on that ledger).
-        let models = target.models
+        // A scratch target has no key store of its own: it projects with the source's, so sealed
+        // registrations get the same lookup hashes (and forgotten ones none) as the live read models.
+        let models = target.models.sealing(with: target.models.vault ?? source.models.vault)
         let projector = Projector(models: models)
         let validator = validate ? EventValidator(models: models) : nil
         var after: UInt64 = start

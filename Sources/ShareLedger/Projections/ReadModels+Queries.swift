@@ -54,12 +54,38 @@ extension ReadModels {
         return (id, state)
     }
 
+    /// The user registered with `email`: by its keyed hash (users registered since crypto-shredding),
+    /// else by the plaintext key of users registered before it.
     func userName(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, email: String) throws -> String? {
-        try string(txn, userLookup, ReadModels.lookupKey(container, email: email))
+        if let hashed = hashedLookupKey(container, email: email), let name = try string(txn, userLookup, hashed) { return name }
+        return try string(txn, userLookup, ReadModels.lookupKey(container, email: email))
     }
 
+    /// The user registered with `phone` (as ``userName(_:_:email:)``).
     func userName(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, phone: String) throws -> String? {
-        try string(txn, userLookup, ReadModels.lookupKey(container, phone: phone))
+        if let hashed = hashedLookupKey(container, phone: phone), let name = try string(txn, userLookup, hashed) { return name }
+        return try string(txn, userLookup, ReadModels.lookupKey(container, phone: phone))
+    }
+
+    /// container ‖ 0 ‖ `E` ‖ HMAC of the normalized email: the lookup key of a user registered with
+    /// sealed personal data. Nil without a key store.
+    func hashedLookupKey(_ container: String, email: String) -> [UInt8]? {
+        lookupHash(container, email: email).map { ReadModels.lookupKey(container, hash: $0, kind: "E") }
+    }
+
+    /// container ‖ 0 ‖ `P` ‖ HMAC of the normalized phone (as ``hashedLookupKey(_:email:)``).
+    func hashedLookupKey(_ container: String, phone: String) -> [UInt8]? {
+        lookupHash(container, phone: phone).map { ReadModels.lookupKey(container, hash: $0, kind: "P") }
+    }
+
+    /// The keyed hash of `email` (normalized) under the key store's lookup key; nil without one.
+    func lookupHash(_ container: String, email: String) -> [UInt8]? {
+        vault?.lookupHash("e", container: container, normalized: ReadModels.normalizeEmail(email))
+    }
+
+    /// The keyed hash of `phone` (normalized); nil without a key store.
+    func lookupHash(_ container: String, phone: String) -> [UInt8]? {
+        vault?.lookupHash("p", container: container, normalized: ReadModels.normalizePhone(phone))
     }
 
     /// The tokens of the live shares `owner` owns in `container`.

@@ -72,6 +72,29 @@ struct ReadModels: Sendable {
     /// Decoded rows kept between reads (``RowCache``): the writer's, or a replay's; nil for readers.
     private(set) var rowCache: RowCache?
 
+    /// The key store of the ledger (crypto-shredding): seals personal fields of new events, opens
+    /// them for answers, and hashes emails and phones for lookups. Nil for stores that are not a
+    /// ledger opened in this process (in-memory domains, scratch copies before ``sealing(with:)``):
+    /// events are then written and projected with plaintext personal fields, as before.
+    private(set) var vault: PersonalDataVault?
+
+    /// Whether new events' personal fields are sealed (``ShareLedger/Configuration/sealsPersonalData``).
+    private(set) var sealsNewEvents = true
+
+    /// These read models, not sealing new events (sealed ones are still opened).
+    func notSealingNewEvents() -> ReadModels {
+        var models = self
+        models.sealsNewEvents = false
+        return models
+    }
+
+    /// These read models, with `vault` as their key store.
+    func sealing(with vault: PersonalDataVault?) -> ReadModels {
+        var models = self
+        models.vault = vault
+        return models
+    }
+
     /// These read models, keeping decoded rows in `cache`.
     func keepingRows(in cache: RowCache) -> ReadModels {
         var models = self
@@ -107,6 +130,7 @@ struct ReadModels: Sendable {
     /// The read models of a log opened with ``specs`` among its databases.
     init(_ store: LogStore) {
         self.init(byName: store.extensionDatabases)
+        vault = PersonalDataVault.registered(at: store.environment.options.path)
     }
 
     /// The read models' tables in a store that is not LMDB (``InMemoryReadModelStore``).
@@ -167,6 +191,14 @@ struct ReadModels: Sendable {
 
     static func lookupKey(_ container: String, phone: String) -> [UInt8] {
         key(container, "p" + normalizePhone(phone))
+    }
+
+    /// Bytes of a keyed hash in a lookup key (HMAC-SHA256).
+    static let lookupHashBytes = 32
+
+    /// container ‖ 0 ‖ `kind` (`E` or `P`) ‖ a keyed hash.
+    static func lookupKey(_ container: String, hash: [UInt8], kind: Character) -> [UInt8] {
+        key(container, String(kind)) + hash
     }
 
     /// Emails compare case-insensitively, without surrounding spaces.
@@ -347,6 +379,8 @@ extension ReadModels {
     static func ledgerConfiguration(_ configuration: EventLog.Configuration) -> EventLog.Configuration {
         var configuration = configuration
         configuration.databases = specs
+        // A key store copied in before the first open (to import an export with its keys).
+        configuration.companionFiles = [PersonalDataVault.fileName]
         return configuration
     }
 }

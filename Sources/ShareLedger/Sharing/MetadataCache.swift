@@ -219,6 +219,12 @@ extension ShareTagTracker: CommitObserver {
 struct SharingCommitObserver: CommitObserver {
     let tags: ShareTagTracker
     let rows: RowCache
+    /// Keys made during the transaction are synced once, before it commits.
+    let vault: PersonalDataVault?
+
+    func willCommit() throws {
+        try vault?.syncIfDirty()
+    }
 
     func committed(_ notice: CommitNotice) {
         rows.committed(notice)

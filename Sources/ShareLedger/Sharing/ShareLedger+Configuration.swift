@@ -48,6 +48,11 @@ extension ShareLedger {
         /// `nil` to run none: then run a ``ResidualTaskWorker`` yourself (as a Service, or
         /// `share-ledger worker`) or call ``ShareLedger/completeResidualTasks(limit:)``.
         public var residualTaskWorker: ResidualTaskWorker.Configuration? = ResidualTaskWorker.Configuration()
+        /// Whether personal fields of new events are sealed under their person's key
+        /// (crypto-shredding, the default). `false` writes them in plaintext as releases before it
+        /// did: only for comparisons (benchmarks, the in-memory domain's equivalence tests); sealed
+        /// data already in the ledger is opened either way.
+        public var sealsPersonalData = true
 
         /// The sharing layer's defaults around the log's settings `log`.
         public init(log: EventLog.Configuration) {

@@ -40,12 +40,12 @@ public final class ShareLedger: Sendable {
     private init(log: EventLog, configuration: Configuration) {
         self.log = log
         self.configuration = configuration
-        self.models = log.store.models
+        self.models = configuration.sealsPersonalData ? log.store.models : log.store.models.notSealingNewEvents()
         let capacity = configuration.metadataCacheCapacity
         self.shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
         let rows = RowCache()
         self.writerModels = models.keepingRows(in: rows)
-        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows))
+        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault))
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
         if let workerConfiguration = configuration.residualTaskWorker, !configuration.readOnly {
             let worker = ResidualTaskWorker(ledger: self, configuration: workerConfiguration)
@@ -66,15 +66,39 @@ public final class ShareLedger: Sendable {
     ///   `configuration.shareURLHost` cannot be the host of a URL.
     public static func open(_ configuration: Configuration) throws(LedgerError) -> ShareLedger {
         try checkShareURLHost(configuration.shareURLHost)
-        return ShareLedger(log: try openLog(configuration.log), configuration: configuration)
+        let log = try openLog(configuration.log, random: configuration.randomSource)
+        if !configuration.readOnly {
+            do {
+                try destroyKeysOfForgottenUsers(log)
+            } catch {
+                Task { await log.close() }
+                throw error
+            }
+        }
+        return ShareLedger(log: log, configuration: configuration)
     }
 
     /// Opens only the event log of the ledger at `configuration.path`, without the sharing layer:
     /// for reading, verifying and raw appends. Unlike ``EventLog/open(_:)``, it opens (and, for a
     /// new or older ledger opened for writing, creates) the read models' databases too, so that the
     /// directory can later be opened as a ``ShareLedger``, read-only included.
+    ///
+    /// It also loads the ledger's key store (`personal-data.keys`, made when the ledger is opened for
+    /// writing), which seals and opens personal data; a damaged key store is
+    /// ``LedgerError/Code/corruptedData``.
     public static func openLog(_ configuration: EventLog.Configuration) throws(LedgerError) -> EventLog {
-        try EventLog.open(ReadModels.ledgerConfiguration(configuration))
+        try openLog(configuration, random: SystemRandomSource())
+    }
+
+    static func openLog(_ configuration: EventLog.Configuration, random: any LedgerRandomSource) throws(LedgerError) -> EventLog {
+        let log = try EventLog.open(ReadModels.ledgerConfiguration(configuration))
+        do {
+            _ = try PersonalDataVault.forLedger(at: configuration.path, writable: !configuration.readOnly, random: random)
+        } catch {
+            Task { await log.close() }
+            throw error
+        }
+        return log
     }
 
     /// Share URLs are made with this host for every share the ledger presents: a host no URL can

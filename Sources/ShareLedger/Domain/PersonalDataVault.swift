@@ -1,0 +1,513 @@
+import Crypto
+import EventLog
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The key store of crypto-shredding: one AES-256 key per person (container, user record name),
+/// and one lookup key per ledger for the keyed hashes that find a user by email or phone.
+///
+/// Personal fields of events are sealed under their person's key before the event is appended
+/// (``seal(_:container:subject:)``), so the log and the read models hold ciphertext only; answers
+/// open the boxes when they need the plaintext (``open(_:container:)``). Destroying a person's key
+/// (``destroy(container:user:)``) erases every box sealed under it, while the hash chain, which
+/// covers the ciphertext, stays verifiable without keys.
+///
+/// The keys live in the file `personal-data.keys` of the ledger directory, never in LMDB (its free
+/// pages keep old contents) and never in the log. Layout (`docs/log-format.md`, "Key store"): the
+/// 8 bytes `SLKEYS1\n`, then records of kind (1 byte: 1 lookup key, 2 person key), subject length
+/// (2 bytes, big-endian), subject (container ‖ 0 ‖ user; empty for the lookup key), the 32-byte key
+/// and the first 4 bytes of the SHA-256 of the record before them. A new key is appended and synced
+/// before the event that uses it commits; destroying one rewrites the file without it (a new file,
+/// synced, renamed over the old one). An incomplete last record (a crash while appending) is
+/// dropped; any other damage is ``LedgerError/Code/corruptedData``, never a trap.
+final class PersonalDataVault: Sendable {
+    /// The key store's file name inside the ledger directory.
+    static let fileName = "personal-data.keys"
+    static let magic: [UInt8] = Array("SLKEYS1\n".utf8)
+    static let keyBytes = 32
+    static let checkBytes = 4
+
+    enum Kind: UInt8 { case lookup = 1, person = 2 }
+
+    struct State {
+        var lookupKey: SymmetricKey?
+        var keys: [String: SymmetricKey] = [:]
+        /// Subjects in file order, for rewrites.
+        var order: [String] = []
+        /// The key file's size and inode as this vault last wrote or read it: a registered vault is
+        /// reused only while the file is still that one.
+        var fileSize = 0
+        var inode: UInt64 = 0
+        /// Keys appended since the file was last synced (``syncIfDirty()``).
+        var unsynced = false
+    }
+
+    let fileURL: URL
+    let writable: Bool
+    let random: any LedgerRandomSource
+    private let state: Mutex<State>
+
+    private init(fileURL: URL, writable: Bool, random: any LedgerRandomSource, state: State) {
+        self.fileURL = fileURL
+        self.writable = writable
+        self.random = random
+        self.state = Mutex(state)
+    }
+
+    // MARK: - Registry
+
+    /// One vault per ledger directory in this process, so every opening of a ledger (the writer,
+    /// audit, rebuild, import) sees the same keys.
+    private static let registry = Mutex<[String: PersonalDataVault]>([:])
+
+    /// The vault of the ledger at `directory`, loaded (and, when `writable`, created with its lookup
+    /// key) on first use in this process.
+    static func forLedger(at directory: String, writable: Bool, random: any LedgerRandomSource = SystemRandomSource())
+        throws(LedgerError) -> PersonalDataVault
+    {
+        let key = URL(fileURLWithPath: directory).standardizedFileURL.path
+        let result: Result<PersonalDataVault, LedgerError> = registry.withLock { vaults in
+            if let vault = vaults[key], vault.writable || !writable, vault.fileUnchanged() { return .success(vault) }
+            do throws(LedgerError) {
+                let vault = try PersonalDataVault.load(directory: key, writable: writable, random: random)
+                vaults[key] = vault
+                return .success(vault)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    /// Makes `vault` the key store of the ledger at `directory` in this process: views such as
+    /// snapshots answer with their source's keys, and no copy of a key is written anywhere (a
+    /// later forget destroys the only one).
+    static func register(_ vault: PersonalDataVault, at directory: String) {
+        let key = URL(fileURLWithPath: directory).standardizedFileURL.path
+        registry.withLock { $0[key] = vault }
+    }
+
+    /// The registered vault of `directory`, if a ledger there was opened in this process.
+    static func registered(at directory: String) -> PersonalDataVault? {
+        let key = URL(fileURLWithPath: directory).standardizedFileURL.path
+        return registry.withLock { $0[key] }
+    }
+
+    /// Whether the key file is still the one this vault last wrote or read (a directory may be
+    /// removed and made again at the same path, a key store restored from a backup).
+    private func fileUnchanged() -> Bool {
+        let now = PersonalDataVault.fileIdentity(fileURL.path)
+        return state.withLock { $0.fileSize == now.size && $0.inode == now.inode }
+    }
+
+    /// The size and inode of the file at `path`; zeros when there is none.
+    static func fileIdentity(_ path: String) -> (size: Int, inode: UInt64) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return (0, 0) }
+        return (Int(info.st_size), UInt64(info.st_ino))
+    }
+
+    /// Records the key file's current size and inode (after a load or a write).
+    private func noteFile(_ state: inout State) {
+        let now = PersonalDataVault.fileIdentity(fileURL.path)
+        state.fileSize = now.size
+        state.inode = now.inode
+    }
+
+    // MARK: - Loading
+
+    static func load(directory: String, writable: Bool, random: any LedgerRandomSource) throws(LedgerError) -> PersonalDataVault {
+        let url = URL(fileURLWithPath: directory).appendingPathComponent(fileName)
+        var state = State()
+        var validLength = 0
+        if let data = FileManager.default.contents(atPath: url.path) {
+            (state, validLength) = try parse(Array(data))
+            if writable, validLength < data.count {
+                // A record torn by a crash while appending: no committed event used it.
+                guard systemTruncate(url.path, off_t(validLength)) == 0 else {
+                    throw LedgerError(
+                        .storageFailure, "cannot cut the incomplete last record of the key store \(fileName); check the "
+                            + "permissions of the ledger directory")
+                }
+            }
+        }
+        let vault = PersonalDataVault(fileURL: url, writable: writable, random: random, state: state)
+        try vault.state.withLock { (state: inout State) throws(LedgerError) in
+            if writable, state.lookupKey == nil {
+                let key = vault.newKey()
+                try vault.append(kind: .lookup, subject: "", key: key, fresh: validLength == 0)
+                state.lookupKey = key
+            }
+            vault.noteFile(&state)
+        }
+        return vault
+    }
+
+    /// Parses a key file; returns the keys and the length of its complete records.
+    static func parse(_ bytes: [UInt8]) throws(LedgerError) -> (State, Int) {
+        func damaged(_ offset: Int, _ what: String) -> LedgerError {
+            LedgerError(
+                .corruptedData, "the key store \(fileName) is damaged at byte \(offset) (\(what)); restore it from its "
+                    + "backup (docs/operations.md, \"Key backup\"). Without it the sealed personal data is lost")
+        }
+        guard bytes.count >= magic.count else {
+            if bytes.isEmpty || Array(magic.prefix(bytes.count)) == bytes { return (State(), 0) }
+            throw damaged(0, "not a key store")
+        }
+        guard Array(bytes[0..<magic.count]) == magic else { throw damaged(0, "not a key store") }
+        var state = State()
+        var offset = magic.count
+        while offset < bytes.count {
+            let start = offset
+            guard bytes.count - offset >= 3 else { return (state, start) }
+            guard let kind = Kind(rawValue: bytes[offset]) else { throw damaged(offset, "unknown record kind") }
+            let length = Int(bytes[offset + 1]) << 8 | Int(bytes[offset + 2])
+            let end = offset + 3 + length + keyBytes + checkBytes
+            guard end <= bytes.count else { return (state, start) }
+            let body = Array(bytes[start..<(end - checkBytes)])
+            let check = Array(SHA256.hash(data: body).prefix(checkBytes))
+            guard check == Array(bytes[(end - checkBytes)..<end]) else { throw damaged(start, "checksum mismatch") }
+            let subjectBytes = bytes[(offset + 3)..<(offset + 3 + length)]
+            guard let subject = String(validating: subjectBytes, as: UTF8.self) else { throw damaged(start, "subject") }
+            let key = SymmetricKey(data: bytes[(offset + 3 + length)..<(end - checkBytes)])
+            switch kind {
+            case .lookup:
+                guard subject.isEmpty, state.lookupKey == nil else { throw damaged(start, "a second lookup key") }
+                state.lookupKey = key
+            case .person:
+                guard !subject.isEmpty else { throw damaged(start, "empty subject") }
+                if state.keys.updateValue(key, forKey: subject) == nil { state.order.append(subject) }
+            }
+            offset = end
+        }
+        return (state, offset)
+    }
+
+
+    // MARK: - Keys
+
+    static func subject(_ container: String, _ user: String) -> String { container + "\u{0}" + user }
+
+    /// `count` bytes (a multiple of 8) from the injected random source.
+    private func randomBytes(_ count: Int) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count)
+        for _ in 0..<(count / 8) {
+            var word = random.next()
+            for _ in 0..<8 {
+                bytes.append(UInt8(truncatingIfNeeded: word))
+                word >>= 8
+            }
+        }
+        return bytes
+    }
+
+    private func newKey() -> SymmetricKey { SymmetricKey(data: randomBytes(PersonalDataVault.keyBytes)) }
+
+    static func record(kind: Kind, subject: String, key: SymmetricKey) -> [UInt8] {
+        let subjectBytes = Array(subject.utf8)
+        var out: [UInt8] = [kind.rawValue, UInt8(subjectBytes.count >> 8), UInt8(subjectBytes.count & 0xFF)]
+        out += subjectBytes
+        key.withUnsafeBytes { out += $0 }
+        out += Array(SHA256.hash(data: out).prefix(checkBytes))
+        return out
+    }
+
+    /// Appends one record (the magic first when the file is new); syncs it when `sync` (a new key
+    /// in a commit is synced once for the whole transaction instead: ``syncIfDirty()``).
+    private func append(kind: Kind, subject: String, key: SymmetricKey, fresh: Bool, sync: Bool = true) throws(LedgerError) {
+        var bytes = fresh ? PersonalDataVault.magic : []
+        bytes += PersonalDataVault.record(kind: kind, subject: subject, key: key)
+        let fd = systemOpen(fileURL.path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        guard fd >= 0 else {
+            throw LedgerError(
+                .storageFailure, "cannot open the key store \(PersonalDataVault.fileName) for writing (errno \(errno)); "
+                    + "check the permissions of the ledger directory")
+        }
+        defer { close(fd) }
+        if fresh, lseek(fd, 0, SEEK_END) != 0 {
+            throw LedgerError(.storageFailure, "the key store \(PersonalDataVault.fileName) appeared while it was created; retry")
+        }
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == bytes.count, !sync || fsync(fd) == 0 else {
+            throw LedgerError(
+                .storageFailure, "cannot write the key store \(PersonalDataVault.fileName) (errno \(errno)); check the disk")
+        }
+        if fresh { PersonalDataVault.syncDirectory(fileURL.deletingLastPathComponent().path) }
+    }
+
+    private static func syncDirectory(_ path: String) {
+        let fd = systemOpen(path, O_RDONLY)
+        guard fd >= 0 else { return }
+        _ = fsync(fd)
+        close(fd)
+    }
+
+    /// The key of (container, user), made and stored (synced) first if `create` and there is none.
+    func key(container: String, user: String, create: Bool) throws(LedgerError) -> SymmetricKey? {
+        let subject = PersonalDataVault.subject(container, user)
+        return try state.withLock { (state: inout State) throws(LedgerError) -> SymmetricKey? in
+            if let key = state.keys[subject] { return key }
+            guard create else { return nil }
+            guard writable else { throw LedgerError(.readOnly, "the key store is open read-only; no key can be made") }
+            let key = newKey()
+            // Synced before the transaction that uses it commits (the writer's willCommit).
+            try append(kind: .person, subject: subject, key: key, fresh: false, sync: false)
+            state.keys[subject] = key
+            state.order.append(subject)
+            state.unsynced = true
+            noteFile(&state)
+            return key
+        }
+    }
+
+    /// Syncs the key file if keys were appended since it was last synced: the writer calls it right
+    /// before a transaction commits, so no committed event is sealed under a key a power loss could
+    /// take (one `fsync` per group commit that made keys, not one per key).
+    func syncIfDirty() throws(LedgerError) {
+        try state.withLock { (state: inout State) throws(LedgerError) in
+            guard state.unsynced else { return }
+            let fd = systemOpen(fileURL.path, O_RDONLY)
+            guard fd >= 0, fsync(fd) == 0 else {
+                if fd >= 0 { close(fd) }
+                throw LedgerError(
+                    .storageFailure, "cannot sync the key store \(PersonalDataVault.fileName) (errno \(errno)); check the disk")
+            }
+            close(fd)
+            state.unsynced = false
+        }
+    }
+
+    /// Whether (container, user) has a key.
+    func hasKey(container: String, user: String) -> Bool {
+        state.withLock { $0.keys[PersonalDataVault.subject(container, user)] != nil }
+    }
+
+    /// Destroys the key of (container, user): rewrites the key file without it (a new file, synced,
+    /// renamed over the old one, the directory synced). Returns whether there was a key.
+    @discardableResult
+    func destroy(container: String, user: String) throws(LedgerError) -> Bool {
+        let subject = PersonalDataVault.subject(container, user)
+        return try state.withLock { (state: inout State) throws(LedgerError) -> Bool in
+            guard state.keys[subject] != nil else { return false }
+            guard writable else { throw LedgerError(.readOnly, "the key store is open read-only; no key can be destroyed") }
+            var bytes = PersonalDataVault.magic
+            if let lookup = state.lookupKey { bytes += PersonalDataVault.record(kind: .lookup, subject: "", key: lookup) }
+            for other in state.order where other != subject {
+                if let key = state.keys[other] { bytes += PersonalDataVault.record(kind: .person, subject: other, key: key) }
+            }
+            let temporary = fileURL.path + ".new"
+            let fd = systemOpen(temporary, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+            guard fd >= 0 else {
+                throw LedgerError(
+                    .storageFailure, "cannot write a new key store \(PersonalDataVault.fileName).new (errno \(errno)); "
+                        + "check the permissions of the ledger directory, then run forget again")
+            }
+            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            let synced = fsync(fd) == 0
+            close(fd)
+            guard written == bytes.count, synced, rename(temporary, fileURL.path) == 0 else {
+                unlink(temporary)
+                throw LedgerError(
+                    .storageFailure, "cannot replace the key store \(PersonalDataVault.fileName) (errno \(errno)); check "
+                        + "the disk, then run forget again")
+            }
+            PersonalDataVault.syncDirectory(fileURL.deletingLastPathComponent().path)
+            state.keys[subject] = nil
+            state.order.removeAll { $0 == subject }
+            noteFile(&state)
+            return true
+        }
+    }
+
+    // MARK: - Sealing
+
+    private static func associatedData(_ container: String, _ subject: String) -> [UInt8] {
+        Array(container.utf8) + [0] + Array(subject.utf8)
+    }
+
+    /// `fields` sealed under the key of (container, subject), made first if there is none.
+    func seal(_ fields: Shareledger_Events_V1_PersonalFields, container: String, subject: String) throws(LedgerError)
+        -> Shareledger_Events_V1_SealedPersonalData
+    {
+        guard let key = try key(container: container, user: subject, create: true) else {
+            throw LedgerError(.storageFailure, "no key could be made for sealing personal data")
+        }
+        let nonceBytes = randomBytes(16)
+        do {
+            var options = BinaryEncodingOptions()
+            options.useDeterministicOrdering = true
+            let plaintext: [UInt8] = try fields.serializedBytes(options: options)
+            let nonce = try AES.GCM.Nonce(data: nonceBytes.prefix(12))
+            let box = try AES.GCM.seal(
+                plaintext, using: key, nonce: nonce, authenticating: PersonalDataVault.associatedData(container, subject))
+            var sealed = Shareledger_Events_V1_SealedPersonalData()
+            sealed.subject = subject
+            sealed.box = Data(box.combined ?? Data())
+            return sealed
+        } catch {
+            throw LedgerError(.storageFailure, "sealing personal data failed: \(error)")
+        }
+    }
+
+    /// The fields in `sealed`, or nil when its key is destroyed (the person was forgotten) or the box
+    /// does not open (damaged, or sealed under another key store).
+    func open(_ sealed: Shareledger_Events_V1_SealedPersonalData, container: String) -> Shareledger_Events_V1_PersonalFields? {
+        guard let key = try? key(container: container, user: sealed.subject, create: false) else { return nil }
+        guard let box = try? AES.GCM.SealedBox(combined: sealed.box),
+            let plaintext = try? AES.GCM.open(
+                box, using: key, authenticating: PersonalDataVault.associatedData(container, sealed.subject))
+        else { return nil }
+        return try? Shareledger_Events_V1_PersonalFields(serializedBytes: plaintext)
+    }
+
+    // MARK: - Keyed hashes
+
+    /// HMAC-SHA256 under the lookup key of `kind` (`e` or `p`), the container and the normalized
+    /// value: the key of an `rm_user_lookup` entry. Nil without a lookup key (a read-only ledger
+    /// whose key store was never made).
+    func lookupHash(_ kind: Character, container: String, normalized: String) -> [UInt8]? {
+        guard let key = state.withLock({ $0.lookupKey }) else { return nil }
+        var message = Array(String(kind).utf8)
+        message += Array(container.utf8)
+        message.append(0)
+        message += Array(normalized.utf8)
+        return Array(HMAC<SHA256>.authenticationCode(for: message, using: key))
+    }
+}
+
+import SwiftProtobuf
+
+private func systemOpen(_ path: String, _ flags: Int32, _ mode: mode_t = 0) -> Int32 {
+    #if canImport(Glibc)
+        return Glibc.open(path, flags, mode)
+    #else
+        return Darwin.open(path, flags, mode)
+    #endif
+}
+
+private func systemTruncate(_ path: String, _ length: off_t) -> Int32 {
+    #if canImport(Glibc)
+        return Glibc.truncate(path, length)
+    #else
+        return Darwin.truncate(path, length)
+    #endif
+}
+
+extension ReadModels {
+    /// `pending` with its personal fields sealed under their person's key, when these read models
+    /// have a key store (``vault``); unchanged otherwise, and for events without personal fields
+    /// this release seals. Today: `UserRegistered`'s email address, phone number and name (the
+    /// user's key), and share titles (the owner's key).
+    func sealingPersonalData(
+        of pending: PendingEvent, container: String, _ txn: borrowing some ReadModelStore & ~Copyable
+    ) throws -> PendingEvent {
+        guard sealsNewEvents, let vault else { return pending }
+        func sealedTitle(_ title: String, owner: String) throws(LedgerError) -> Shareledger_Events_V1_SealedPersonalData {
+            var fields = Shareledger_Events_V1_PersonalFields()
+            fields.title = title
+            return try vault.seal(fields, container: container, subject: owner)
+        }
+        switch pending.event {
+        case .shareCreated(var e) where !e.title.isEmpty:
+            e.sealedTitle = try sealedTitle(e.title, owner: e.ownerName)
+            e.title = ""
+            return PendingEvent(stream: pending.stream, event: .shareCreated(e))
+        case .shareTitleChanged(var e) where !e.title.isEmpty:
+            guard let owner = try share(txn, e.token)?.ownerName else { return pending }
+            e.sealedTitle = try sealedTitle(e.title, owner: owner)
+            e.title = ""
+            return PendingEvent(stream: pending.stream, event: .shareTitleChanged(e))
+        default:
+            break
+        }
+        guard case .userRegistered(var e) = pending.event, !e.hasSealed,
+            !e.emailAddress.isEmpty || !e.phoneNumber.isEmpty || e.hasName
+        else { return pending }
+        var fields = Shareledger_Events_V1_PersonalFields()
+        fields.emailAddress = e.emailAddress
+        fields.phoneNumber = e.phoneNumber
+        if e.hasName { fields.name = e.name }
+        e.sealed = try vault.seal(fields, container: container, subject: e.userRecordName)
+        if !fields.emailAddress.isEmpty, let hash = lookupHash(container, email: fields.emailAddress) { e.sealed.emailHash = Data(hash) }
+        if !fields.phoneNumber.isEmpty, let hash = lookupHash(container, phone: fields.phoneNumber) { e.sealed.phoneHash = Data(hash) }
+        e.emailAddress = ""
+        e.phoneNumber = ""
+        e.clearName()
+        return PendingEvent(stream: pending.stream, event: .userRegistered(e))
+    }
+
+    /// What a user row says of the person: the fields (plaintext in rows written before
+    /// crypto-shredding, else the opened box), or nil when they are erased (forgotten, or the box's
+    /// key is gone). `erased` is false for a user who never gave any.
+    func personalFields(of state: UserState, container: String) -> (fields: Shareledger_Events_V1_PersonalFields?, erased: Bool) {
+        if state.forgottenAtMicros != 0 { return (nil, true) }
+        if state.hasSealed {
+            guard let fields = vault?.open(state.sealed, container: container) else { return (nil, true) }
+            return (fields, false)
+        }
+        var fields = Shareledger_Events_V1_PersonalFields()
+        fields.emailAddress = state.emailAddress
+        fields.phoneNumber = state.phoneNumber
+        fields.name.givenName = state.givenName
+        fields.name.familyName = state.familyName
+        fields.name.middleName = state.middleName
+        fields.name.nickname = state.nickname
+        return (fields, false)
+    }
+
+    /// A share's title: its plaintext (rows written before crypto-shredding) or its opened box;
+    /// `erased` when the box's key is gone (the owner was forgotten).
+    func title(of share: ShareState) -> (title: String, erased: Bool) {
+        guard share.hasSealedTitle else { return (share.title, false) }
+        guard let fields = vault?.open(share.sealedTitle, container: share.container) else { return ("", true) }
+        return (fields.title, false)
+    }
+
+    /// The personal fields of a registration event: its plaintext fields (written before
+    /// crypto-shredding) or its opened box; nil when the box's key is gone.
+    func personalFields(of e: Shareledger_Events_V1_UserRegistered, container: String) -> Shareledger_Events_V1_PersonalFields? {
+        guard e.hasSealed else {
+            var fields = Shareledger_Events_V1_PersonalFields()
+            fields.emailAddress = e.emailAddress
+            fields.phoneNumber = e.phoneNumber
+            if e.hasName { fields.name = e.name }
+            return fields
+        }
+        return vault?.open(e.sealed, container: container)
+    }
+}
+
+extension PersonalDataVault {
+    /// The (container, user) of every person key, in file order.
+    func people() -> [(container: String, user: String)] {
+        state.withLock { state in
+            state.order.compactMap { subject in
+                guard let zero = subject.firstIndex(of: "\u{0}") else { return nil }
+                return (String(subject[..<zero]), String(subject[subject.index(after: zero)...]))
+            }
+        }
+    }
+}
+
+extension DomainEvent {
+    /// Whether the event's payload holds personal data in plaintext: a registration or title written
+    /// before crypto-shredding, or a field this release does not seal (an invitation's or lookup's
+    /// email or phone). `audit` counts them.
+    var holdsPlaintextPersonalData: Bool {
+        switch self {
+        case .userRegistered(let e): return !e.emailAddress.isEmpty || !e.phoneNumber.isEmpty || e.hasName
+        case .participantAdded(let e): return !e.lookupInfo.emailAddress.isEmpty || !e.lookupInfo.phoneNumber.isEmpty
+        case .shareParticipantFetched(let e): return !e.lookupInfo.emailAddress.isEmpty || !e.lookupInfo.phoneNumber.isEmpty
+        case .shareCreated(let e): return !e.title.isEmpty
+        case .shareTitleChanged(let e): return !e.title.isEmpty
+        default: return false
+        }
+    }
+}
