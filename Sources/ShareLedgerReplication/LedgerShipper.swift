@@ -287,8 +287,21 @@ public final class LedgerShipper: Service, Sendable {
         let window = configuration.duplicatesWindow
         let logger = configuration.logger
         return try await connection.get { connection throws(ReplicationError) in
-            let stream = try await connection.call("creating stream \(names.stream)") { connection throws(ReplicationError) in
-                try connection.ensureStream(name: names.stream, subject: names.subject, replicas: replicas, duplicatesWindow: window)
+            // Creating a replicated stream waits for the cluster to place it; right after a cluster
+            // forms or loses its leader that can time out once and succeed the next time (creating
+            // or checking the stream is idempotent), so a timeout is retried twice before it is an error.
+            var attempt = 0
+            let stream: NATSConnection.StreamState
+            while true {
+                do throws(ReplicationError) {
+                    stream = try await connection.call("creating stream \(names.stream)") { connection throws(ReplicationError) in
+                        try connection.ensureStream(name: names.stream, subject: names.subject, replicas: replicas, duplicatesWindow: window)
+                    }
+                    break
+                } catch where error.code == .timedOut && attempt < 2 {
+                    attempt += 1
+                    logger.warning("creating the stream timed out; retrying", metadata: ["stream": "\(names.stream)", "attempt": "\(attempt)"])
+                }
             }
             guard stream.denyDelete, stream.denyPurge else {
                 throw ReplicationError(
