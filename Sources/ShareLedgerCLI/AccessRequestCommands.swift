@@ -95,7 +95,7 @@ extension ShareCommand {
             let options = share
             try await ledger.acting(as: share.user, in: share.container) { handle, _ throws(LedgerError) in
                 let url = try options.shareURL()
-                guard let result = try await handle.requestAccess(to: [url])[url] else {
+                guard let result = try await handle.requestShareAccess(for: [url])[url] else {
                     throw LedgerError(.serverRejectedRequest, "the request got no answer; try again")
                 }
                 try result.get()

@@ -19,7 +19,7 @@ struct AccessRequestTests {
 
     /// The error of one access request, or nil when it succeeded.
     static func requestError(_ container: Container, _ url: URL) async throws -> LedgerError? {
-        let result = try #require(try await container.requestAccess(to: [url])[url])
+        let result = try #require(try await container.requestShareAccess(for: [url])[url])
         if case .failure(let error) = result { return error }
         return nil
     }
@@ -56,7 +56,7 @@ struct AccessRequestTests {
         let junkError = try #require(try await Self.requestError(f.carol, junk))
         #expect(junkError.code == unknown.code && junkError.message == unknown.message)
         // Without an account: the whole request fails.
-        #expect(await errorCode { try await f.as_(nil).requestAccess(to: [share.url]) } == .notAuthenticated)
+        #expect(await errorCode { try await f.as_(nil).requestShareAccess(for: [share.url]) } == .notAuthenticated)
         await f.ledger.close()
     }
 
@@ -99,7 +99,7 @@ struct AccessRequestTests {
         // Approving again: the request is answered already.
         #expect(await errorCode { try await f.alice.approveRequesters([requesterValue("_bob")], for: share.url) } == .unknownItem)
         // Inviting a requester directly approves the request the same way.
-        _ = try await f.carol.requestAccess(to: [share.url])
+        _ = try await f.carol.requestShareAccess(for: [share.url])
         share = try await f.alice.addParticipant(LookupInfo(emailAddress: "carol@example.com"), permission: .readOnly, to: share.url)
         #expect(share.requesters.isEmpty)
         #expect(share.participants.first { $0.userIdentity.userRecordID?.recordName == "_carol" }?.isApprovedRequester == true)
@@ -112,7 +112,7 @@ struct AccessRequestTests {
         let f = try await SharingFixture()
         let url = try await f.makeHierarchy().url
         _ = try await f.alice.setAllowsAccessRequests(true, for: url)
-        _ = try await f.bob.requestAccess(to: [url])
+        _ = try await f.bob.requestShareAccess(for: [url])
         let share = try await f.alice.denyRequesters([requesterValue("_bob")], for: url)
         #expect(share.requesters.isEmpty)
         #expect(!share.participants.contains { $0.userIdentity.userRecordID?.recordName == "_bob" })
@@ -137,7 +137,7 @@ struct AccessRequestTests {
         _ = try await f.alice.setAllowsAccessRequests(true, for: url)
         _ = try await f.alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readOnly, to: url)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: url))
-        _ = try await f.carol.requestAccess(to: [url])
+        _ = try await f.carol.requestShareAccess(for: [url])
 
         var share = try await f.alice.blockIdentities([identityValue("_bob")], for: url)
         _ = try await f.alice.blockRequesters(share.requesters, for: url)
@@ -191,7 +191,7 @@ struct AccessRequestTests {
         #expect(await errorCode { try await f.carol.setAllowsAccessRequests(true, for: url) } == .permissionFailure)
         _ = try await f.carol.accept(try await f.carol.shareMetadata(for: url))
         _ = try await f.carol.setAllowsAccessRequests(true, for: url)
-        _ = try await f.bob.requestAccess(to: [url])
+        _ = try await f.bob.requestShareAccess(for: [url])
         let share = try f.carol.share(for: url)
         #expect(share.requesters.count == 1)
         _ = try await f.carol.approveRequesters(share.requesters, for: url)
@@ -211,7 +211,7 @@ struct AccessRequestTests {
         let final = Mutex<Result<Void, LedgerError>?>(nil)
         let operation = ShareRequestAccessOperation(shareURLs: [url, Self.unknownURL, url])
         operation.perShareAccessRequestResultBlock = { url, result in results.withLock { $0[url] = result } }
-        operation.shareRequestAccessResultBlock = { result in final.withLock { $0 = result } }
+        operation.shareAccessRequestResultBlock = { result in final.withLock { $0 = result } }
         f.bob.add(operation)
         await operation.waitUntilFinished()
         let got = results.withLock { $0 }
@@ -237,7 +237,7 @@ struct AccessRequestTests {
                 LookupInfo(userRecordID: RecordID(userRecordName: "_carol")), permission: .readWrite, role: .administrator, to: url)
             _ = try await f.carol.accept(try await f.carol.shareMetadata(for: url))
             _ = try await f.alice.setAllowsAccessRequests(true, for: url)
-            _ = try await f.bob.requestAccess(to: [url])
+            _ = try await f.bob.requestShareAccess(for: [url])
             // Both through the real writer, concurrently; which one is started first alternates with the
             // seed (the writer may still take them in either order).
             let (alice, carol) = (f.alice, f.carol)
@@ -278,8 +278,8 @@ struct AccessRequestTests {
         let f = try await SharingFixture()
         let url = try await f.makeHierarchy().url
         _ = try await f.alice.setAllowsAccessRequests(true, for: url)
-        _ = try await f.bob.requestAccess(to: [url])
-        _ = try await f.carol.requestAccess(to: [url])
+        _ = try await f.bob.requestShareAccess(for: [url])
+        _ = try await f.carol.requestShareAccess(for: [url])
         let requested = try f.ledger.log.head().position
         _ = try await f.alice.approveRequesters([requesterValue("_bob")], for: url)
         _ = try await f.alice.blockRequesters([requesterValue("_carol")], for: url)
@@ -297,8 +297,8 @@ struct AccessRequestTests {
         let f = try await SharingFixture()
         let url = try await f.makeHierarchy().url
         _ = try await f.alice.setAllowsAccessRequests(true, for: url)
-        _ = try await f.bob.requestAccess(to: [url])
-        _ = try await f.carol.requestAccess(to: [url])
+        _ = try await f.bob.requestShareAccess(for: [url])
+        _ = try await f.carol.requestShareAccess(for: [url])
         _ = try await f.alice.approveRequesters([requesterValue("_bob")], for: url)
         _ = try await f.alice.blockRequesters([requesterValue("_carol")], for: url)
         let before = try f.alice.share(for: url)

@@ -201,12 +201,12 @@ struct EventValidatorTests {
         // accepts); Carol asks and is blocked with Bob (a participant, removed by the block); Carol is
         // unblocked.
         _ = try await f.alice.setAllowsAccessRequests(true, for: share.url)
-        _ = try await f.bob.requestAccess(to: [share.url])
+        _ = try await f.bob.requestShareAccess(for: [share.url])
         _ = try await f.alice.denyRequesters([requesterValue("_bob")], for: share.url)
-        _ = try await f.bob.requestAccess(to: [share.url])
+        _ = try await f.bob.requestShareAccess(for: [share.url])
         _ = try await f.alice.approveRequesters([requesterValue("_bob")], for: share.url)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
-        _ = try await f.carol.requestAccess(to: [share.url])
+        _ = try await f.carol.requestShareAccess(for: [share.url])
         _ = try await f.alice.blockIdentities([identityValue("_bob"), identityValue("_carol")], for: share.url)
         _ = try await f.alice.unblockIdentities([Share.BlockedIdentity(userIdentity: identityValue("_carol"))], for: share.url)
         try await f.ledger.completeResidualTasks()

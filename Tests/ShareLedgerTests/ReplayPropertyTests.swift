@@ -85,7 +85,7 @@ struct ReplayPropertyTests {
                 // share that takes requests when there is one.
                 let open = (try? (0..<3).flatMap { try f.as_(users[$0]).ownedShares().filter(\.allowsAccessRequests).map(\.url) }) ?? []
                 let target = open.isEmpty || a % 4 == 0 ? url : open[b % open.count]
-                if let result = try await container.requestAccess(to: [target])[target] { try result.get() }
+                if let result = try await container.requestShareAccess(for: [target])[target] { try result.get() }
             case 18:
                 // Answer a pending request, when some share has one.
                 let pending = (try? (0..<3).flatMap { try f.as_(users[$0]).ownedShares().filter { !$0.requesters.isEmpty } }) ?? []
@@ -96,7 +96,7 @@ struct ReplayPropertyTests {
                     let members = Set(share.participants.filter { $0.acceptanceStatus != .removed }.compactMap(\.userIdentity.userRecordID?.recordName))
                     if let stranger = users.prefix(4).first(where: { !members.contains($0) }) {
                         _ = try? await f.as_(owner).setAllowsAccessRequests(true, for: share.url)
-                        _ = try? await f.as_(stranger).requestAccess(to: [share.url])
+                        _ = try? await f.as_(stranger).requestShareAccess(for: [share.url])
                         share = try f.as_(owner).share(for: share.url)
                     }
                 }

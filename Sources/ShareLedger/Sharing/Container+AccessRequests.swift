@@ -36,7 +36,7 @@ extension Container {
     /// - Throws: ``LedgerError/Code/notAuthenticated`` without a registered account and
     ///   ``LedgerError/Code/limitExceeded`` for more than 400 URLs (for the whole request: nothing is
     ///   requested then).
-    public func requestAccess(to shareURLs: [URL]) async throws(LedgerError) -> [URL: Result<Void, LedgerError>] {
+    public func requestShareAccess(for shareURLs: [URL]) async throws(LedgerError) -> [URL: Result<Void, LedgerError>] {
         let results = Mutex<[URL: Result<Void, LedgerError>]>([:])
         try await requestAccess(shareURLs, chunkSize: Container.maxItemsPerOperation, isCancelled: { Task.isCancelled }) {
             url, result in results.withLock { $0[url] = result }

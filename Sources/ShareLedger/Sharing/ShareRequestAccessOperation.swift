@@ -2,13 +2,13 @@ import Foundation
 import Synchronization
 
 /// Asks to join shares by their URLs (CloudKit's `CKShareRequestAccessOperation`), with the rules of
-/// ``Container/requestAccess(to:)``: one result per distinct URL, and the answer of an unknown URL for
+/// ``Container/requestShareAccess(for:)``: one result per distinct URL, and the answer of an unknown URL for
 /// a share that does not allow access requests or has blocked the caller.
 ///
 /// ```swift
 /// let operation = ShareRequestAccessOperation(shareURLs: [url])
 /// operation.perShareAccessRequestResultBlock = { url, result in ... }
-/// operation.shareRequestAccessResultBlock = { result in ... }
+/// operation.shareAccessRequestResultBlock = { result in ... }
 /// container.add(operation)
 /// ```
 ///
@@ -18,7 +18,7 @@ public final class ShareRequestAccessOperation: LedgerOperation, @unchecked Send
     private struct Configuration {
         var shareURLs: [URL]?
         var perShareAccessRequestResultBlock: (@Sendable (URL, Result<Void, LedgerError>) -> Void)?
-        var shareRequestAccessResultBlock: (@Sendable (Result<Void, LedgerError>) -> Void)?
+        var shareAccessRequestResultBlock: (@Sendable (Result<Void, LedgerError>) -> Void)?
     }
 
     private let configuration = Mutex(Configuration())
@@ -47,9 +47,9 @@ public final class ShareRequestAccessOperation: LedgerOperation, @unchecked Send
     /// Called once, last: success, or `partialFailure` with the error of each failed URL (keyed by the
     /// URL's text), or the error that failed the whole request (``LedgerError/Code/notAuthenticated``,
     /// ``LedgerError/Code/limitExceeded``).
-    public var shareRequestAccessResultBlock: (@Sendable (Result<Void, LedgerError>) -> Void)? {
-        get { configuration.withLock { $0.shareRequestAccessResultBlock } }
-        set { configuration.withLock { $0.shareRequestAccessResultBlock = newValue } }
+    public var shareAccessRequestResultBlock: (@Sendable (Result<Void, LedgerError>) -> Void)? {
+        get { configuration.withLock { $0.shareAccessRequestResultBlock } }
+        set { configuration.withLock { $0.shareAccessRequestResultBlock = newValue } }
     }
 
     override func main(in container: Container) async {
@@ -58,7 +58,7 @@ public final class ShareRequestAccessOperation: LedgerOperation, @unchecked Send
         await run(
             what: "share URLs", key: { (url: URL) in url.absoluteString },
             perItem: { (url: URL, result: Result<Void, LedgerError>) in config.perShareAccessRequestResultBlock?(url, result) },
-            completion: { outcome in config.shareRequestAccessResultBlock?(outcome) }
+            completion: { outcome in config.shareAccessRequestResultBlock?(outcome) }
         ) { report throws(LedgerError) in
             try await container.requestAccess(
                 urls, chunkSize: LedgerOperationLimits.chunk, isCancelled: { [self] in self.isCancelled }, perURL: report)

@@ -1282,7 +1282,7 @@ extension SimulationClient {
 
     /// One URL's access request, its outcome thrown.
     static func requestAccess(_ handle: Container, _ url: URL) async throws(LedgerError) {
-        guard let result = try await handle.requestAccess(to: [url])[url] else {
+        guard let result = try await handle.requestShareAccess(for: [url])[url] else {
             throw LedgerError(.serverRejectedRequest, "the access request got no answer")
         }
         try result.get()
