@@ -227,6 +227,23 @@ struct CryptoShreddingTests {
         }
     }
 
+    @Test("an opened box is kept for the next answer, and no longer opens once its key is destroyed")
+    func openedBoxesGoWithTheKey() throws {
+        let dir = TemporaryDirectory()
+        let vault = try PersonalDataVault.load(directory: dir.path, writable: true, random: SeededRandom(seed: 9))
+        var fields = Shareledger_Events_V1_PersonalFields()
+        fields.emailAddress = "kept@example.com"
+        let sealed = try vault.seal(fields, container: "c", subject: "_a")
+        let other = try vault.seal(fields, container: "c", subject: "_b")
+        #expect(vault.open(sealed, container: "c") == fields)
+        #expect(vault.open(sealed, container: "c") == fields, "the second open is answered from memory")
+        #expect(vault.open(other, container: "c") == fields)
+        #expect(vault.open(sealed, container: "other") == nil, "another container's associated data does not open it")
+        #expect(try vault.destroy(container: "c", user: "_a"))
+        #expect(vault.open(sealed, container: "c") == nil)
+        #expect(vault.open(other, container: "c") == fields)
+    }
+
     @Test("keys come from the injected random source: the same seed gives the same key store")
     func deterministic() throws {
         let dirs = [TemporaryDirectory("deterministic-1"), TemporaryDirectory("deterministic-2")]

@@ -46,7 +46,22 @@ final class PersonalDataVault: Sendable {
         var inode: UInt64 = 0
         /// Keys appended since the file was last synced (``syncIfDirty()``).
         var unsynced = false
+        /// Boxes opened already, by container, subject and box bytes: answers present the same
+        /// people again and again, and AES-GCM plus a key lookup per name was most of the cost of
+        /// sealing. Plaintext in this process's memory only; a subject's entries go when its key is
+        /// destroyed, and all of them when the cache is full.
+        var opened: [OpenedKey: Shareledger_Events_V1_PersonalFields] = [:]
     }
+
+    /// The key of an opened box.
+    struct OpenedKey: Hashable {
+        var container: String
+        var subject: String
+        var box: Data
+    }
+
+    /// Opened boxes kept at most (``State/opened``).
+    static let openedCapacity = 16_384
 
     let fileURL: URL
     let writable: Bool
@@ -321,6 +336,7 @@ final class PersonalDataVault: Sendable {
             PersonalDataVault.syncDirectory(fileURL.deletingLastPathComponent().path)
             state.keys[subject] = nil
             state.order.removeAll { $0 == subject }
+            state.opened = state.opened.filter { PersonalDataVault.subject($0.key.container, $0.key.subject) != subject }
             noteFile(&state)
             return true
         }
@@ -359,12 +375,22 @@ final class PersonalDataVault: Sendable {
     /// The fields in `sealed`, or nil when its key is destroyed (the person was forgotten) or the box
     /// does not open (damaged, or sealed under another key store).
     func open(_ sealed: Shareledger_Events_V1_SealedPersonalData, container: String) -> Shareledger_Events_V1_PersonalFields? {
+        let cacheKey = OpenedKey(container: container, subject: sealed.subject, box: sealed.box)
+        if let fields = state.withLock({ $0.opened[cacheKey] }) { return fields }
         guard let key = try? key(container: container, user: sealed.subject, create: false) else { return nil }
         guard let box = try? AES.GCM.SealedBox(combined: sealed.box),
             let plaintext = try? AES.GCM.open(
-                box, using: key, authenticating: PersonalDataVault.associatedData(container, sealed.subject))
+                box, using: key, authenticating: PersonalDataVault.associatedData(container, sealed.subject)),
+            let fields = try? Shareledger_Events_V1_PersonalFields(serializedBytes: plaintext)
         else { return nil }
-        return try? Shareledger_Events_V1_PersonalFields(serializedBytes: plaintext)
+        state.withLock { state in
+            // Kept only while the key still exists: a destroy that ran since the open above has
+            // already dropped this subject's entries, and must not see this one come back.
+            guard state.keys[PersonalDataVault.subject(container, sealed.subject)] != nil else { return }
+            if state.opened.count >= PersonalDataVault.openedCapacity { state.opened.removeAll(keepingCapacity: true) }
+            state.opened[cacheKey] = fields
+        }
+        return fields
     }
 
     // MARK: - Keyed hashes
