@@ -175,6 +175,19 @@ public final class EventLog: Sendable {
         }
     }
 
+    /// The first position at or after `position` that holds an entry, without decoding it; nil when
+    /// none does. For walking past a gap in a damaged log in one step instead of one lookup per
+    /// missing position.
+    package func nextStoredPosition(atLeast position: LogPosition) throws(LedgerError) -> UInt64? {
+        try read("finding the entry at or after \(position)") { txn in
+            try txn.withCursor(store.log) { cursor in
+                try BigEndian.withBytes(of: position.rawValue) { key in
+                    try cursor.seek(atLeast: key).flatMap { BigEndian.uint64($0.key) }
+                }
+            }
+        }
+    }
+
     /// Up to `limit` events after `position`, in order, read in one short transaction.
     public func events(after position: LogPosition, limit: Int) throws(LedgerError) -> [EventEnvelope] {
         guard limit > 0 else { return [] }

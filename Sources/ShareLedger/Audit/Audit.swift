@@ -101,8 +101,18 @@ extension ShareLedger {
                 while chunk.count < 8_192 && position <= head.position.rawValue {
                     do {
                         guard let envelope = try log.event(at: LogPosition(position)) else {
-                            bad(position, "event \(position) is missing from the log")
-                            position += 1
+                            // A gap (a damaged key can make the head look billions of events away):
+                            // one report for it, and on at the next stored entry, not one lookup
+                            // per missing position.
+                            let next = try log.nextStoredPosition(atLeast: LogPosition(position)).map { max($0, position + 1) }
+                            let end = min(next ?? head.position.rawValue + 1, head.position.rawValue + 1)
+                            bad(
+                                position,
+                                end - position == 1
+                                    ? "event \(position) is missing from the log"
+                                    : "events \(position) through \(end - 1) are missing from the log")
+                            after = end - 1
+                            position = end
                             continue
                         }
                         chunk.append(envelope)
