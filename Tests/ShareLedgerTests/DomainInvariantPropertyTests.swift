@@ -164,7 +164,7 @@ struct DomainInvariantPropertyTests {
             await f.ledger.close()
         }
         // Fixed sequences first (coverage below rests on them), then random ones.
-        for numbers in fixedSequences(count: 16, length: 60...180) { try await body(numbers) }
+        for numbers in fixedSequences(count: 24, length: 60...180) { try await body(numbers) }
         await propertyCheck(count: 12, input: Gen.int(in: 0...1_000_000).array(of: 60...180)) { numbers in try await body(numbers) }
         // The sequences reached the interesting moves, or the property proves little.
         for move in ["none→pending", "pending→accepted", "accepted→removed", "pending→removed", "removed→pending"] {
