@@ -32,7 +32,7 @@ private struct WriterJob: @unchecked Sendable {
     // resumes the continuation, once.
     package var bytes: Int
     /// Runs the step; returns what resumes the caller once the transaction has committed.
-    package var run: (borrowing Transaction, borrowing Cursor, inout CommitScope) throws -> () -> Void
+    package var run: (borrowing Transaction, borrowing Cursor, inout CommitScope) throws -> @Sendable () -> Void
     /// Resumes the caller with an error (the step failed alone, or the writer no longer takes work).
     package var fail: (LedgerError) -> Void
 }
@@ -264,6 +264,12 @@ package final class LogWriter: @unchecked Sendable {
     private var paused = false
     /// The last ``CommitScope/serial`` given; only the writer's thread touches it.
     private var transactionSerial: UInt64 = 0
+    /// Resumes the callers of a committed batch of more than one command, off the writer's thread.
+    /// Resuming a caller enqueues its task on the global executor, which wakes a sleeping pool thread
+    /// with a futex call: about 30% of the writer thread's time in a 64-caller run, spent while the
+    /// next batch waited. Serial, so batches are answered in commit order; a batch of one is resumed
+    /// on the writer's thread, which saves a one-caller workload a thread hop per answer.
+    private let resumer = DispatchQueue(label: "ShareLedger.writer.resumer", qos: .userInitiated)
 
     package init(store: LogStore, configuration: EventLog.Configuration, head: LogHead) {
         self.store = store
@@ -390,6 +396,8 @@ package final class LogWriter: @unchecked Sendable {
             userNanoseconds.add(ended.user &- started.user, ordering: .relaxed)
             systemNanoseconds.add(ended.system &- started.system, ordering: .relaxed)
         }
+        // Every caller of a committed batch has its answer before `stop()` returns.
+        resumer.sync {}
         let waiters = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
             finished = true
             defer { finishWaiters.removeAll() }
@@ -428,7 +436,7 @@ package final class LogWriter: @unchecked Sendable {
     private func process(_ batch: [WriterJob]) {
         do {
             let (resumers, startHead, scope, txnID) = try store.environment.write {
-                txn -> ([() -> Void], LogHead, CommitScope, UInt64) in
+                txn -> ([@Sendable () -> Void], LogHead, CommitScope, UInt64) in
                 // The head is read inside the transaction, not cached: another process may have
                 // appended since this thread's last commit (LMDB serializes writers across processes).
                 let startHead = try store.readHead(txn)
@@ -436,7 +444,7 @@ package final class LogWriter: @unchecked Sendable {
                 var scope = CommitScope(
                     store: store, recordedAt: max(startHead.recordedAtMicros, clock.nowMicros()), head: startHead,
                     serial: transactionSerial)
-                var resumers: [() -> Void] = []
+                var resumers: [@Sendable () -> Void] = []
                 resumers.reserveCapacity(batch.count)
                 try txn.withCursor(store.log) { logCursor in
                     for job in batch {
@@ -459,7 +467,11 @@ package final class LogWriter: @unchecked Sendable {
                 commitSizes?.record(Int(newHead.position.rawValue - startHead.position.rawValue))
                 notifier.publish(newHead.position.rawValue)
             }
-            for resume in resumers { resume() }
+            if resumers.count == 1 {
+                resumers[0]()
+            } else {
+                resumer.async { for resume in resumers { resume() } }
+            }
         } catch {
             if batch.count > 1 {
                 logger.warning(

@@ -25,7 +25,7 @@ extension Decider {
         }
         if let email = lookup.emailAddress {
             let bytes = email.utf8
-            guard !bytes.isEmpty, bytes.count <= Limits.maxLookupBytes, !bytes.contains(0), email.contains("@") else {
+            guard !bytes.isEmpty, bytes.count <= Limits.maxLookupBytes, !bytes.contains(0), bytes.contains(UInt8(ascii: "@")) else {
                 throw LedgerError(
                     .invalidArguments, "the email address of a lookup is not valid: it needs an @, at most "
                         + "\(Limits.maxLookupBytes) bytes and no NUL")

@@ -19,7 +19,7 @@ extension Decider {
         e.userRecordName = name
         if let email, !email.isEmpty {
             let bytes = email.utf8
-            guard bytes.count <= Limits.maxLookupBytes, !bytes.contains(0), email.contains("@") else {
+            guard bytes.count <= Limits.maxLookupBytes, !bytes.contains(0), bytes.contains(UInt8(ascii: "@")) else {
                 throw LedgerError(
                     .invalidArguments, "the email address \(PersonalData.redact(email, as: .emailAddress)) is not valid: it "
                         + "needs an @, at most \(Limits.maxLookupBytes) bytes and no NUL")

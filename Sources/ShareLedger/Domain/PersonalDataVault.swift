@@ -36,7 +36,12 @@ final class PersonalDataVault: Sendable {
     enum Kind: UInt8 { case lookup = 1, person = 2 }
 
     struct State {
-        var lookupKey: SymmetricKey?
+        var lookupKey: SymmetricKey? {
+            didSet { lookupMAC = lookupKey.map { HMAC<SHA256>(key: $0) } }
+        }
+        /// An HMAC already keyed with ``lookupKey``, copied for every hash: keying one costs two
+        /// SHA-256 blocks, which showed in the writer's profile (the digest contexts copy on write).
+        var lookupMAC: HMAC<SHA256>?
         var keys: [String: SymmetricKey] = [:]
         /// Subjects in file order, for rewrites.
         var order: [String] = []
@@ -66,7 +71,7 @@ final class PersonalDataVault: Sendable {
     let fileURL: URL
     let writable: Bool
     let random: any LedgerRandomSource
-    private let state: Mutex<State>
+    let state: Mutex<State>
 
     private init(fileURL: URL, writable: Bool, random: any LedgerRandomSource, state: State) {
         self.fileURL = fileURL
@@ -399,12 +404,15 @@ final class PersonalDataVault: Sendable {
     /// value: the key of an `rm_user_lookup` entry. Nil without a lookup key (a read-only ledger
     /// whose key store was never made).
     func lookupHash(_ kind: Character, container: String, normalized: String) -> [UInt8]? {
-        guard let key = state.withLock({ $0.lookupKey }) else { return nil }
-        var message = Array(String(kind).utf8)
-        message += Array(container.utf8)
+        guard var mac = state.withLock({ $0.lookupMAC }) else { return nil }
+        var message: [UInt8] = []
+        message.reserveCapacity(2 + container.utf8.count + normalized.utf8.count)
+        message += String(kind).utf8
+        message += container.utf8
         message.append(0)
-        message += Array(normalized.utf8)
-        return Array(HMAC<SHA256>.authenticationCode(for: message, using: key))
+        message += normalized.utf8
+        mac.update(data: message)
+        return Array(mac.finalize())
     }
 }
 
