@@ -163,7 +163,7 @@ extension ReadModels {
         // `lexicographicallyPrecedes` made the sort most of a fold's time.
         moves.sort { a, b in
             if a.db != b.db { return a.db < b.db }
-            let order = ReadModels.compareBytes(a.key, b.key)
+            let order = KeyOrder.compare(a.key, b.key)
             return order != 0 ? order < 0 : a.position < b.position
         }
         for move in moves where ReadModels.isStorable(move.key) {
@@ -171,21 +171,6 @@ extension ReadModels {
         }
         try txn.clear(historyJournal)
         return moves.count
-    }
-
-    /// Orders two byte strings as LMDB orders keys: byte-wise, a prefix before the longer string.
-    @inline(__always)
-    static func compareBytes(_ a: [UInt8], _ b: [UInt8]) -> Int {
-        a.withUnsafeBufferPointer { a in
-            b.withUnsafeBufferPointer { b in
-                let common = min(a.count, b.count)
-                if common > 0, let pa = a.baseAddress, let pb = b.baseAddress {
-                    let order = memcmp(pa, pb, common)
-                    if order != 0 { return order < 0 ? -1 : 1 }
-                }
-                return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
-            }
-        }
     }
 
     /// The positions in the journal of the entries about (`db`, `key`), from `from` on, in order.
@@ -235,8 +220,8 @@ extension ReadModels {
         guard !journaled.isEmpty else { return out }
         out.append(contentsOf: journaled)
         out.sort { a, b in
-            let order = ReadModels.compareBytes(a.0, b.0)
-            return order != 0 ? order < 0 : ReadModels.compareBytes(a.1, b.1) < 0
+            let order = KeyOrder.compare(a.0, b.0)
+            return order != 0 ? order < 0 : KeyOrder.compare(a.1, b.1) < 0
         }
         return out
     }

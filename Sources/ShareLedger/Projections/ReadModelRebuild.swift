@@ -179,8 +179,8 @@ enum ReadModelRebuild {
                         want = try source.next()
                         continue
                     }
-                    var order = compareBytes(w.key, h.key)
-                    if order == 0 && duplicates { order = compareBytes(w.value, h.value) }
+                    var order = KeyOrder.compare(w.key, h.key)
+                    if order == 0 && duplicates { order = KeyOrder.compare(w.value, h.value) }
                     if order < 0 {
                         changes.append(Change(key: Array(w.key), value: Array(w.value), isDelete: false))
                         want = try source.next()
@@ -189,7 +189,7 @@ enum ReadModelRebuild {
                         have = try target.next()
                     } else {
                         // Same key (and, with duplicates, same value): a unique key's value may differ.
-                        if !duplicates && compareBytes(w.value, h.value) != 0 {
+                        if !duplicates && KeyOrder.compare(w.value, h.value) != 0 {
                             changes.append(Change(key: Array(w.key), value: Array(w.value), isDelete: false))
                         }
                         want = try source.next()
@@ -199,17 +199,6 @@ enum ReadModelRebuild {
                 return changes.count <= limit ? changes : nil
             }
         }
-    }
-
-    /// Byte-wise order of two buffers, a prefix first (LMDB's default order of keys and duplicates).
-    @inline(__always)
-    static func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
-        let common = min(a.count, b.count)
-        if common > 0, let pa = a.baseAddress, let pb = b.baseAddress {
-            let order = memcmp(pa, pb, common)
-            if order != 0 { return order < 0 ? -1 : 1 }
-        }
-        return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
     }
 
     /// What the final step of a rebuild wrote into the live read models.

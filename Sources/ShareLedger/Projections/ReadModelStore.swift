@@ -105,22 +105,11 @@ final class InMemoryReadModelStore: ReadModelStore {
         while low < high {
             let middle = (low + high) / 2
             let entry = table[middle]
-            var order = InMemoryReadModelStore.compare(entry.key, key)
-            if order == 0, let value { order = InMemoryReadModelStore.compare(entry.value, value) }
+            var order = KeyOrder.compare(entry.key, key)
+            if order == 0, let value { order = KeyOrder.compare(entry.value, value) }
             if order < 0 { low = middle + 1 } else { high = middle }
         }
         return low
-    }
-
-    private static func compare(_ a: [UInt8], _ b: UnsafeRawBufferPointer) -> Int {
-        a.withUnsafeBytes { a in
-            let common = min(a.count, b.count)
-            if common > 0 {
-                let order = memcmp(a.baseAddress!, b.baseAddress!, common)
-                if order != 0 { return order < 0 ? -1 : 1 }
-            }
-            return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
-        }
     }
 
     func withValue<R>(_ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R) throws
@@ -128,7 +117,7 @@ final class InMemoryReadModelStore: ReadModelStore {
     {
         guard let table = tables[db.name] else { return nil }
         let index = lowerBound(table, key: key, value: nil)
-        guard index < table.count, InMemoryReadModelStore.compare(table[index].key, key) == 0 else { return nil }
+        guard index < table.count, KeyOrder.compare(table[index].key, key) == 0 else { return nil }
         return try table[index].value.withUnsafeBytes(body)
     }
 
@@ -187,7 +176,7 @@ final class InMemoryReadModelStore: ReadModelStore {
     {
         let table = tables[db.name] ?? []
         var index = lowerBound(table, key: key, value: nil)
-        while index < table.count, InMemoryReadModelStore.compare(table[index].key, key) == 0 {
+        while index < table.count, KeyOrder.compare(table[index].key, key) == 0 {
             try table[index].value.withUnsafeBytes(body)
             index += 1
         }
