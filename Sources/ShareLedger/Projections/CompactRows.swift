@@ -175,12 +175,13 @@ struct CompactReader {
         return Int(value)
     }
 
-    mutating func blob() throws(LedgerError) -> [UInt8] {
+    /// A byte string as `Data`, copied once from the row.
+    mutating func blobData() throws(LedgerError) -> Data {
         let count = try varint()
         guard count <= UInt64(bytes.count - offset) else { throw damaged() }
         let start = offset
         offset += Int(count)
-        return Array(UnsafeRawBufferPointer(rebasing: bytes[start..<offset]))
+        return count == 0 ? Data() : Data(UnsafeRawBufferPointer(rebasing: bytes[start..<offset]))
     }
 
     mutating func string() throws(LedgerError) -> String {
@@ -197,14 +198,14 @@ struct CompactReader {
         sealed: Shareledger_Events_V1_SealedPersonalData?, emailHash: Data, phoneHash: Data, forgottenAtMicros: Int64
     ) {
         let subject = try string()
-        let box = try blob()
+        let box = try blobData()
         var sealed: Shareledger_Events_V1_SealedPersonalData?
         if !subject.isEmpty || !box.isEmpty {
             sealed = Shareledger_Events_V1_SealedPersonalData()
             sealed?.subject = subject
-            sealed?.box = Data(box)
+            sealed?.box = box
         }
-        return (sealed, Data(try blob()), Data(try blob()), try int64())
+        return (sealed, try blobData(), try blobData(), try int64())
     }
 
     /// A boolean: `0` or `1`, nothing else.
@@ -258,10 +259,10 @@ extension ShareState: CompactRow {
         guard layout == compactLayoutTwo else { return }
         allowsAccessRequests = try r.flag()
         let subject = try r.string()
-        let box = try r.blob()
+        let box = try r.blobData()
         if !subject.isEmpty || !box.isEmpty {
             sealedTitle.subject = subject
-            sealedTitle.box = Data(box)
+            sealedTitle.box = box
         }
     }
 
