@@ -13,7 +13,13 @@ With --events it also decodes every event's type (envelope field 12) and prints 
 the access-request events (docs/events.md: AccessRequestsAllowedChanged, AccessRequested,
 AccessRequestDenied, IdentityBlocked, IdentityUnblocked) are decoded field by field, and one whose
 payload is not a 26-character token and (but for AccessRequestsAllowedChanged) a user record name
-fails the check.
+fails the check. The events with personal fields (docs/events.md, "Personal data": UserRegistered,
+ShareCreated, ShareTitleChanged, ParticipantAdded, ShareParticipantFetched) are decoded too, and it
+prints how many hold personal data sealed and how many in plaintext (what `share-ledger audit`
+reports as eventsWithPlaintextPersonalData); a sealed box shorter than a nonce and a tag, a keyed
+hash that is not 32 bytes, a sealed invitation or lookup address not sealed under the key of the one
+hash it carries (subject "#E" or "#P" and the hash in hex), or a PersonalDataForgotten that names
+neither a user nor exactly one address, fails the check. No key is needed: the boxes stay closed.
 
     scripts/verify_chain.py LEDGER_DIR [--trusted-key PREFIX.pub ...] [--events]
 """
@@ -95,6 +101,66 @@ def decode_event(parsed):
     if name != "AccessRequestsAllowedChanged" and not decoded.get("user_record_name"):
         return event_type, decoded, f"{name} names no user"
     return event_type, decoded, None
+
+
+# The events with personal fields (docs/events.md, "Personal data"): payload field numbers of the
+# plaintext fields (a number -> nested numbers for a LookupInfo), and of the SealedPersonalData.
+PERSONAL_EVENTS = {
+    # UserRegistered: email 2, phone 3, name 6 (schema 1: given 4, family 5); sealed 7.
+    "UserRegistered": ({2: None, 3: None, 4: None, 5: None, 6: None}, 7, False),
+    "ShareCreated": ({6: None}, 9, False),
+    "ShareTitleChanged": ({2: None}, 3, False),
+    # LookupInfo: email 1, phone 2 (3, the user record name, is an identifier).
+    "ParticipantAdded": ({4: (1, 2)}, 9, True),
+    "ShareParticipantFetched": ({1: (1, 2)}, 4, True),
+}
+BOX_MINIMUM = 12 + 16  # AES-GCM nonce and tag
+
+
+def check_sealed(sealed, is_lookup):
+    """Returns a problem with a SealedPersonalData message's bytes, or None."""
+    try:
+        message = fields(sealed)
+    except ValueError as error:
+        return f"its sealed personal data does not decode: {error}"
+    subject = bytes(message.get(1, b"")).decode("utf-8", "replace")
+    box, hashes = bytes(message.get(2, b"")), [bytes(message.get(3, b"")), bytes(message.get(4, b""))]
+    if len(box) < BOX_MINIMUM or not subject:
+        return "its sealed box has no subject, or is shorter than a nonce and a tag"
+    if any(len(h) not in (0, 32) for h in hashes):
+        return "a keyed hash of its sealed personal data is not 32 bytes"
+    if is_lookup:
+        present = [(letter, h) for letter, h in zip("EP", hashes) if h]
+        if len(present) != 1 or subject != "#" + present[0][0] + present[0][1].hex():
+            return "its sealed address is not sealed under the key of the one keyed hash it carries"
+    return None
+
+
+def personal_data(name, payload):
+    """Returns (holds plaintext, holds sealed, problem) for an event with personal fields."""
+    if name == "PersonalDataForgotten":
+        message = fields(payload)
+        hashes = [bytes(message.get(2, b"")), bytes(message.get(3, b""))]
+        if any(len(h) not in (0, 32) for h in hashes):
+            return False, False, "PersonalDataForgotten has a keyed hash that is not 32 bytes"
+        if not message.get(1) and sum(1 for h in hashes if h) != 1:
+            return False, False, "PersonalDataForgotten names neither a user nor exactly one address"
+        return False, False, None
+    plaintext_fields, sealed_field, is_lookup = PERSONAL_EVENTS[name]
+    message = fields(payload)
+    plaintext = False
+    for number, nested in plaintext_fields.items():
+        value = message.get(number)
+        if not value:
+            continue
+        if nested is None:
+            plaintext = True
+        else:
+            lookup = fields(value)
+            plaintext = plaintext or any(lookup.get(n) for n in nested)
+    sealed = message.get(sealed_field)
+    problem = check_sealed(bytes(sealed), is_lookup) if sealed is not None else None
+    return plaintext, sealed is not None, problem
 
 
 # Ed25519 verification (RFC 8032, section 6: the reference implementation's arithmetic).
@@ -239,6 +305,7 @@ def main(path, key_paths, show_events=False):
     expected = 1
     hashes = []
     types = {}
+    personal = {"sealed": 0, "plaintext": 0}
     with env.begin() as txn:
         for key, value in txn.cursor(db=log):
             (position,) = struct.unpack(">Q", key)
@@ -264,6 +331,14 @@ def main(path, key_paths, show_events=False):
                     elif show_events:
                         event_type, _, problem = decode_event(parsed)
                         types[event_type] = types.get(event_type, 0) + 1
+                        name = event_type[len(EVENT_PREFIX):] if event_type.startswith(EVENT_PREFIX) else None
+                        if problem is None and (name in PERSONAL_EVENTS or name == "PersonalDataForgotten"):
+                            try:
+                                plaintext, sealed, problem = personal_data(name, parsed.get(13, b""))
+                            except ValueError as error:
+                                plaintext, sealed, problem = False, False, f"{name} payload does not decode: {error}"
+                            personal["plaintext"] += 1 if plaintext else 0
+                            personal["sealed"] += 1 if sealed else 0
             if problem:
                 print(f"chain BROKEN at position {expected}: {problem}")
                 return 1
@@ -298,6 +373,7 @@ def main(path, key_paths, show_events=False):
     if show_events:
         for event_type in sorted(types):
             print(f"{types[event_type]:>10}  {event_type}")
+        print(f"personal data: {personal['sealed']} events sealed, {personal['plaintext']} events in plaintext")
     signed = f"; {verified} signed checkpoints verified" if trusted else ""
     print(f"chain holds: {count} events, head {count} {previous.hex()}{signed}")
     return 0

@@ -76,7 +76,8 @@ struct AuditCommand: AsyncParsableCommand {
             if report.eventsWithPlaintextPersonalData > 0 {
                 print(
                     "note: \(report.eventsWithPlaintextPersonalData) events hold personal data in plaintext (written before "
-                        + "crypto-shredding, or fields not sealed yet); see docs/operations.md")
+                        + "it was sealed, or with sealing off); `share-ledger import --reseal-personal-data --from` this ledger "
+                        + "re-encrypts it into a new one (docs/operations.md)")
             }
         } else {
             print("audit FAILED" + (report.firstBadPosition.map { " (first bad position \($0))" } ?? "") + ":")

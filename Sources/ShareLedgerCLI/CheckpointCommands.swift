@@ -153,7 +153,8 @@ struct ExportCommand: AsyncParsableCommand {
     }
 }
 
-/// `share-ledger import`: a new ledger from an NDJSON export on standard input.
+/// `share-ledger import`: a new ledger from an NDJSON export on standard input, or, with
+/// `--reseal-personal-data --from OLD`, from another ledger's events with their personal data sealed.
 struct ImportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "import",
@@ -163,11 +164,33 @@ struct ImportCommand: AsyncParsableCommand {
             recomputed from the fields, streams, commands) before anything is written; a bad file is \
             refused with the first bad line number and exit 1, and the ledger is left as it was. A \
             non-empty ledger is refused unless the file continues its head (an `export --since HEAD`).
+
+            With --reseal-personal-data --from OLD it reads the ledger at OLD (and its key store) instead \
+            of standard input and writes every event into the new, empty ledger at --path with its \
+            personal data sealed under new keys: a new hash chain, the same positions, times, actors, \
+            commands and streams (docs/operations.md, "Personal data written before crypto-shredding"). \
+            A non-empty target is refused (exit 1).
             """)
 
     @OptionGroup var ledger: LedgerOptions
 
+    @Flag(help: "Re-encrypt: write the events of the ledger at --from with every personal field sealed under new keys.")
+    var resealPersonalData = false
+
+    @Option(help: "With --reseal-personal-data: the old ledger's directory (only read).")
+    var from: String?
+
+    func validate() throws {
+        guard resealPersonalData == (from != nil) else {
+            throw ValidationError("--reseal-personal-data and --from OLD go together")
+        }
+    }
+
     func run() async throws {
+        if let from {
+            try await reseal(from: from)
+            return
+        }
         let created = NewLedgerCleanup(path: ledger.path)
         let shareLedger = try ledger.openWithoutWorker(create: true)
         let summary: ImportSummary
@@ -176,13 +199,7 @@ struct ImportCommand: AsyncParsableCommand {
                 Output.progress("import: \(done) of \(total) events")
             }
         } catch {
-            Output.endProgress()
-            let empty = (try? shareLedger.log.head().position.rawValue) == 0
-            await shareLedger.close()
-            // A refused import into a ledger this command created leaves nothing behind.
-            if empty { created.removeCreated() }
-            Output.failure(error, json: ledger.json)
-            throw ExitCode(1)
+            throw await failed(error, shareLedger, created)
         }
         Output.endProgress()
         await shareLedger.close()
@@ -192,6 +209,53 @@ struct ImportCommand: AsyncParsableCommand {
             print(
                 "imported \(summary.events) events; head \(summary.headPosition) \(summary.headHash); "
                     + "read models projected in the same transactions")
+        }
+    }
+
+    /// Reports a failed import and closes `target`; a refused import into a ledger this command
+    /// created leaves nothing behind. Returns the exit code to throw.
+    private func failed(_ error: LedgerError, _ target: ShareLedger, _ created: NewLedgerCleanup) async -> ExitCode {
+        Output.endProgress()
+        let empty = (try? target.log.head().position.rawValue) == 0
+        await target.close()
+        if empty { created.removeCreated() }
+        Output.failure(error, json: ledger.json)
+        return ExitCode(1)
+    }
+
+    /// `--reseal-personal-data --from OLD`: ``ShareLedger/importResealingPersonalData(from:progress:)``.
+    private func reseal(from path: String) async throws {
+        var old = ledger
+        old.path = path
+        let source = try old.openWithoutWorker(readOnly: true)
+        let created = NewLedgerCleanup(path: ledger.path)
+        let target: ShareLedger
+        do {
+            target = try ledger.openWithoutWorker(create: true)
+        } catch {
+            await source.close()
+            throw error
+        }
+        let summary: ResealSummary
+        do {
+            summary = try await target.importResealingPersonalData(from: source) { done, total in
+                Output.progress("import --reseal-personal-data: \(done) of \(total) events")
+            }
+        } catch {
+            await source.close()
+            throw await failed(error, target, created)
+        }
+        Output.endProgress()
+        await target.close()
+        await source.close()
+        if ledger.json {
+            Output.printJSON(summary)
+        } else {
+            print(
+                "re-encrypted \(summary.events) events (\(summary.resealedEvents) with personal data sealed anew; "
+                    + "\(summary.plaintextEventsInSource) held plaintext in the source, \(summary.plaintextEventsLeft) do now; "
+                    + "\(summary.unopenedBoxes) sealed fields the source could not open stay unreadable); new head "
+                    + "\(summary.headPosition) \(summary.headHash)")
         }
     }
 }

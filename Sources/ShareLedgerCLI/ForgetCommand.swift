@@ -7,18 +7,26 @@ import ShareLedger
 struct ForgetCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "forget",
-        abstract: "Forget a user's personal data (email, phone, name, share titles): record the erasure, destroy the user's key.",
+        abstract: "Forget a user's personal data (email, phone, name, share titles, invitations): record the erasure, destroy the keys.",
         discussion: """
             Appends a PersonalDataForgotten event (who asked, when; no personal data) and then destroys the \
-            user's key in the key store (personal-data.keys), so every copy of the sealed data, in the log, \
-            exports and backups, is unreadable. The hash chain is unchanged: audit and verify stay clean. \
-            Forgetting a forgotten user succeeds and changes nothing.
+            user's key and the keys of the addresses they registered with (which seal the invitations and \
+            lookups to them) in the key store (personal-data.keys), so every copy of the sealed data, in \
+            the log, exports and backups, is unreadable. The hash chain is unchanged: audit and verify stay \
+            clean. Forgetting a forgotten user succeeds and changes nothing. --email or --phone instead of \
+            --user forgets an address nobody registered with (an invitee without an account).
             """)
 
     @OptionGroup var ledger: LedgerOptions
 
     @Option(help: "The user record name to forget, e.g. _alice.")
-    var user: String
+    var user: String?
+
+    @Option(help: "Instead of a user: an email address no user registered with (an invitee without an account).")
+    var email: String?
+
+    @Option(help: "Instead of a user: a phone number no user registered with.")
+    var phone: String?
 
     @Option(help: "The container the user is registered in.")
     var container: String
@@ -27,16 +35,29 @@ struct ForgetCommand: AsyncParsableCommand {
     var requestedBy: String = "operator"
 
     struct Summary: Encodable {
-        var userRecordName: String
+        /// The user forgotten; nil when an address was.
+        var userRecordName: String?
         var container: String
         var personalDataErased: Bool
+        /// For an address: whether anything readable was sealed to it when asked.
+        var addressHeldData: Bool?
+    }
+
+    func validate() throws {
+        guard [user, email, phone].compactMap({ $0 }).count == 1 else {
+            throw ValidationError("give exactly one of --user, --email and --phone")
+        }
     }
 
     func run() async throws {
         let shareLedger = try ledger.openWithoutWorker()
-        try await runReportingErrors(json: ledger.json) {
+        // The address itself is never printed or logged: it is the personal data being erased.
+        let address = email.map { LookupInfo(emailAddress: $0) } ?? phone.map { LookupInfo(phoneNumber: $0) }
+        let held: Bool? = try await runReportingErrors(json: ledger.json) {
             do {
-                try await shareLedger.forget(user: user, in: container, requestedBy: requestedBy)
+                if let address { return try await shareLedger.forget(address: address, in: container, requestedBy: requestedBy) }
+                try await shareLedger.forget(user: user ?? "", in: container, requestedBy: requestedBy)
+                return nil
             } catch {
                 await shareLedger.close()
                 throw error
@@ -44,9 +65,13 @@ struct ForgetCommand: AsyncParsableCommand {
         }
         await shareLedger.close()
         if ledger.json {
-            Output.printJSON(Summary(userRecordName: user, container: container, personalDataErased: true))
+            Output.printJSON(Summary(userRecordName: user, container: container, personalDataErased: true, addressHeldData: held))
+        } else if let user {
+            print("forgot the personal data of \(user) in \(container): its key is destroyed, and those of their addresses")
         } else {
-            print("forgot the personal data of \(user) in \(container): its key is destroyed")
+            print(
+                "forgot the address in \(container): "
+                    + (held == true ? "its key is destroyed" : "nothing readable was sealed to it; the request is recorded"))
         }
     }
 }

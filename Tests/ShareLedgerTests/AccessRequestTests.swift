@@ -307,15 +307,7 @@ struct AccessRequestTests {
         await f.ledger.close()
 
         // The personal data in the export is sealed: the new ledger reads it with the same key store.
-        let importedPath = f.dir.makeChild("imported")
-        try FileManager.default.copyItem(
-            atPath: f.dir.child("ledger") + "/" + PersonalDataVault.fileName, toPath: importedPath + "/" + PersonalDataVault.fileName)
-        var configuration = ShareLedger.Configuration(path: importedPath, durability: .unsafeNoSync)
-        configuration.residualTaskWorker = nil
-        let imported = try ShareLedger.open(configuration)
-        let input = try FileHandle(forReadingFrom: URL(fileURLWithPath: ndjson))
-        _ = try await imported.importLog(from: input)
-        try input.close()
+        let imported = try await importWithKeys(ndjson, keysFrom: f.dir.child("ledger"), into: f.dir.child("imported"))
         #expect(try imported.audit(scratchPath: f.dir.child("audit")).ok)
         let after = try imported.container(SharingFixture.container, userRecordName: "_alice").share(for: url)
         #expect(after.requesters == before.requesters && after.blockedIdentities == before.blockedIdentities)

@@ -19,6 +19,22 @@ func exportToFile(_ ledger: ShareLedger, _ path: String) throws {
     try handle.close()
 }
 
+/// A new ledger at `path` holding the export at `exported`, imported with a copy of the key store of
+/// the ledger directory `keysFrom` put in place first (docs/operations.md: how an import keeps the
+/// sealed personal data readable).
+func importWithKeys(_ exported: String, keysFrom: String, into path: String) async throws -> ShareLedger {
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    try FileManager.default.copyItem(
+        atPath: keysFrom + "/" + ShareLedger.keyStoreFileName, toPath: path + "/" + ShareLedger.keyStoreFileName)
+    var configuration = ShareLedger.Configuration(path: path, durability: .unsafeNoSync)
+    configuration.residualTaskWorker = nil
+    let imported = try ShareLedger.open(configuration)
+    let input = try FileHandle(forReadingFrom: URL(fileURLWithPath: exported))
+    _ = try await imported.importLog(from: input)
+    try input.close()
+    return imported
+}
+
 /// The JSON object a command printed.
 func jsonObject(_ text: String) -> [String: Any]? {
     (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]

@@ -45,6 +45,18 @@ struct CompactRowTests {
         p.addedAtMicros = Int64.random(in: 0...Int64.max, using: &random)
         p.approvedRequester = Bool.random(using: &random)
         if Bool.random(using: &random) { p.oneTimeToken = text(&random) }
+        switch Int.random(in: 0...3, using: &random) {
+        case 0:
+            // A sealed invitation: its box, and its keyed hash (layout C3).
+            p.sealedLookup.subject = "#E" + text(&random)
+            p.sealedLookup.box = Data((0..<Int.random(in: 28...60, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) })
+            p.emailHash = Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &random) })
+        case 1:
+            // An invitation whose address was forgotten.
+            p.forgottenAtMicros = Int64.random(in: 1...Int64.max, using: &random)
+        default:
+            break
+        }
         return p
     }
 
@@ -73,7 +85,7 @@ struct CompactRowTests {
 
     private func roundTrips<M: CompactRow & Equatable>(_ row: M) throws {
         let compact = row.compactBytes()
-        #expect(compact.first == row.compactLayout && (compact.first == 0xC1 || compact.first == 0xC2))
+        #expect(compact.first == row.compactLayout && (0xC1...0xC3).contains(compact.first ?? 0))
         #expect(try compact.withUnsafeBytes { try M.decodeStored($0, database: "t") } == row)
         // Rows an earlier release wrote (protobuf) read the same.
         var options = BinaryEncodingOptions()
@@ -185,5 +197,35 @@ extension CompactRowTests {
         var zone = ZoneState().compactBytes()
         zone[0] = 0xC2
         #expect(throws: LedgerError.self) { try zone.withUnsafeBytes { try ZoneState.decodeStored($0, database: "t") } }
+    }
+
+    @Test("layout C3 (participants only): C2's fields, then the sealed invitation, its keyed hashes and when it was forgotten; other rows refuse it")
+    func layoutThree() throws {
+        var participant = ParticipantState()
+        participant.approvedRequester = true
+        let two = participant.compactBytes()
+        #expect(two.first == 0xC2)
+        participant.sealedLookup.subject = "#E00"
+        participant.sealedLookup.box = Data([9, 8, 7])
+        participant.emailHash = Data(repeating: 0xAB, count: 32)
+        let three = participant.compactBytes()
+        // The second layout's fields, then subject, box, email hash, empty phone hash, forgotten at 0.
+        #expect(three.first == 0xC3 && Array(three[1..<two.count]) == Array(two[1...]))
+        #expect(Array(three[two.count...]) == [4] + Array("#E00".utf8) + [3, 9, 8, 7, 32] + [UInt8](repeating: 0xAB, count: 32) + [0, 0])
+        #expect(try three.withUnsafeBytes { try ParticipantState.decodeStored($0, database: "t") } == participant)
+        // An erased invitation: no box, no hash, only when it was forgotten.
+        var erased = ParticipantState()
+        erased.forgottenAtMicros = 5
+        let bytes = erased.compactBytes()
+        #expect(bytes.first == 0xC3 && Array(bytes.suffix(6)) == [0, 0, 0, 0, 0, 5])
+        #expect(try bytes.withUnsafeBytes { try ParticipantState.decodeStored($0, database: "t") } == erased)
+        // Without any of them, a participant keeps the layouts before.
+        #expect(ParticipantState().compactBytes().first == 0xC1)
+        var share = ShareState().compactBytes()
+        share[0] = 0xC3
+        #expect(throws: LedgerError.self) { try share.withUnsafeBytes { try ShareState.decodeStored($0, database: "t") } }
+        var user = UserState().compactBytes()
+        user[0] = 0xC3
+        #expect(throws: LedgerError.self) { try user.withUnsafeBytes { try UserState.decodeStored($0, database: "t") } }
     }
 }

@@ -16,10 +16,16 @@ struct CryptoShreddingTests {
     static let secrets = [email, phone, given, family]
 
     /// The spellings of the secrets a byte scan looks for: as given, lowercased, and the phone's digits.
-    static let needles: [[UInt8]] = secrets.flatMap { secret -> [[UInt8]] in
-        var out = [Array(secret.utf8), Array(secret.lowercased().utf8)]
-        if secret == phone { out.append(Array(secret.filter(\.isNumber).utf8)) }
-        return out
+    static let needles: [[UInt8]] = needles(for: secrets)
+
+    /// The spellings of `secrets` a byte scan looks for: as given, lowercased, and, for a phone
+    /// number (one that starts with `+`), its digits.
+    static func needles(for secrets: [String]) -> [[UInt8]] {
+        secrets.flatMap { secret -> [[UInt8]] in
+            var out = [Array(secret.utf8), Array(secret.lowercased().utf8)]
+            if secret.hasPrefix("+") { out.append(Array(secret.filter(\.isNumber).utf8)) }
+            return out
+        }
     }
 
     static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
@@ -33,7 +39,7 @@ struct CryptoShreddingTests {
     }
 
     /// The secrets found in the bytes of any file under `directory`, with the file's name.
-    static func plaintextFound(under directory: String) -> [String] {
+    static func plaintextFound(under directory: String, needles: [[UInt8]] = needles) -> [String] {
         var found: [String] = []
         let enumerator = FileManager.default.enumerator(atPath: directory)
         while let name = enumerator?.nextObject() as? String {
@@ -153,15 +159,7 @@ struct CryptoShreddingTests {
 
         // Import into a new ledger with a copy of the key store: still erased, bob still readable.
         // The key store is copied into the new, empty directory before the ledger is made there.
-        let importedPath = f.dir.makeChild("imported")
-        try FileManager.default.copyItem(
-            atPath: f.dir.child("ledger") + "/" + PersonalDataVault.fileName, toPath: importedPath + "/" + PersonalDataVault.fileName)
-        var configuration = ShareLedger.Configuration(path: importedPath, durability: .unsafeNoSync)
-        configuration.residualTaskWorker = nil
-        let imported = try ShareLedger.open(configuration)
-        let input = try #require(FileHandle(forReadingAtPath: exportPath))
-        _ = try await imported.importLog(from: input)
-        try input.close()
+        let imported = try await importWithKeys(exportPath, keysFrom: f.dir.child("ledger"), into: f.dir.child("imported"))
         let importedDana = try imported.read("test") { txn in try imported.presenter.identity(txn, Self.container, user: "_dana") }
         #expect(importedDana.personalDataErased == true)
         #expect(

@@ -36,10 +36,11 @@ public struct AuditReport: Sendable, Hashable, Codable {
     /// no longer skips the events before the checkpoint).
     public var chainVerifiedFrom: UInt64 = 1
     /// Events that hold personal data in plaintext (`docs/events.md`, "Personal data"):
-    /// registrations and share titles written before crypto-shredding, and the fields this release
-    /// does not seal yet (invitations' and lookups' email or phone). Not a problem of the audit (`ok`
-    /// does not depend on it): a count for the operator, who can move the data into a new ledger
-    /// (`docs/operations.md`, "Personal data written before crypto-shredding").
+    /// registrations and share titles written before crypto-shredding, invitations' and lookups'
+    /// email or phone written before those were sealed, anything written with sealing off. Not a
+    /// problem of the audit (`ok` does not depend on it): a count for the operator, who can
+    /// re-encrypt the ledger into a new one (``ShareLedger/importResealingPersonalData(from:progress:)``;
+    /// `docs/operations.md`, "Personal data written before crypto-shredding").
     public var eventsWithPlaintextPersonalData: UInt64 = 0
 }
 

@@ -118,6 +118,8 @@ extension HistoryEntry {
         case .userRegistered(let e) where e.hasSealed: sealed = e.sealed
         case .shareCreated(let e) where e.hasSealedTitle: sealed = e.sealedTitle
         case .shareTitleChanged(let e) where e.hasSealedTitle: sealed = e.sealedTitle
+        case .participantAdded(let e) where e.hasSealedLookup: sealed = e.sealedLookup
+        case .shareParticipantFetched(let e) where e.hasSealedLookup: sealed = e.sealedLookup
         default: sealed = nil
         }
         if let sealed { personalDataErased = models.vault?.open(sealed, container: envelope.container) == nil }

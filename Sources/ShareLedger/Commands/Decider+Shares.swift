@@ -125,21 +125,16 @@ extension Decider {
         var existing: (id: String, state: ParticipantState)?
         if !user.isEmpty { existing = try models.participant(txn, of: user, in: share, token: token) }
         if existing == nil {
-            var wanted = PBLookupInfo(lookup)
+            var wanted = models.addressMatch(container, email: lookup.emailAddress ?? "", phone: lookup.phoneNumber ?? "")
             // Invited by account: an earlier invitation to the account's email or phone is the same person.
             // (Sealed since crypto-shredding: opened with the key store; nothing for a forgotten user.)
             if !user.isEmpty, let state = try models.user(txn, container, user),
                 let fields = models.personalFields(of: state, container: container).fields
             {
-                wanted.emailAddress = fields.emailAddress
-                wanted.phoneNumber = fields.phoneNumber
+                wanted = models.addressMatch(container, email: fields.emailAddress, phone: fields.phoneNumber)
             }
-            existing = try models.participants(txn, token).first { entry in
-                (!wanted.emailAddress.isEmpty
-                    && ReadModels.normalizeEmail(entry.state.lookupInfo.emailAddress) == ReadModels.normalizeEmail(wanted.emailAddress))
-                    || (!wanted.phoneNumber.isEmpty
-                        && ReadModels.normalizePhone(entry.state.lookupInfo.phoneNumber) == ReadModels.normalizePhone(wanted.phoneNumber))
-            }
+            // By keyed hash for sealed invitations, by plaintext for older ones.
+            if !wanted.isEmpty { existing = try models.participants(txn, token).first { wanted.matches($0.state) } }
         }
         if let existing, existing.state.status != .statusRemoved {
             guard existing.state.role != .owner else {
@@ -152,6 +147,11 @@ extension Decider {
                 e.participantID = existing.id
                 e.userRecordName = user
                 e.lookupInfo = existing.state.lookupInfo
+                if existing.state.hasSealedLookup {
+                    // The same sealed address, with its keyed hash, as the invitation being bound.
+                    e.sealedLookup = existing.state.sealedLookup
+                    (e.sealedLookup.emailHash, e.sealedLookup.phoneHash) = (existing.state.emailHash, existing.state.phoneHash)
+                }
                 e.role = PBRole(role)
                 e.permission = PBPermission(permission)
                 e.approvedRequester = approved

@@ -68,6 +68,43 @@ extension Decider {
         guard state.forgottenAtMicros == 0 else { return .output([], .user(name: name)) }
         var e = Shareledger_Events_V1_PersonalDataForgotten()
         e.userRecordName = name
+        // (The keyed hashes of the user's email and phone, whose keys go too, are added when the
+        // event is sealed: ``ReadModels/sealingPersonalData(of:container:_:)``.)
         return .output([event(Streams.user(name), .personalDataForgotten(e))], .user(name: name))
+    }
+
+    /// An erasure request for an email address or phone number nobody registered with: appends
+    /// `PersonalDataForgotten` naming the address by its keyed hash, unless it is forgotten already
+    /// and nothing was sealed to it since (idempotent). The address's key is destroyed by
+    /// ``ShareLedger/forget(address:in:requestedBy:)`` once the event is committed.
+    ///
+    /// - Throws: ``LedgerError/Code/invalidArguments`` for a lookup by account, or an address a user
+    ///   registered with (forget that user: it takes the address with it); ``LedgerError/Code/readOnly``
+    ///   without a key store.
+    func forgetAddress(_ txn: borrowing some ReadModelStore & ~Copyable, _ lookup: LookupInfo) throws -> Decision {
+        try Decider.checkContainer(container)
+        let wanted = PBLookupInfo(lookup)
+        guard lookup.userRecordID == nil, wanted.emailAddress.isEmpty != wanted.phoneNumber.isEmpty else {
+            throw LedgerError(
+                .invalidArguments, "forgetting an address needs one email address or one phone number; forget a user by "
+                    + "their user record name instead")
+        }
+        guard let address = models.addressHash(container, of: wanted) else {
+            throw LedgerError(.readOnly, "the ledger has no key store open for writing; open it for writing to forget an address")
+        }
+        let owner = try wanted.emailAddress.isEmpty
+            ? models.userName(txn, container, phone: wanted.phoneNumber) : models.userName(txn, container, email: wanted.emailAddress)
+        if let owner {
+            throw LedgerError(
+                .invalidArguments, "\(lookup) belongs to user \(owner): forget that user, which erases the invitations and "
+                    + "lookups to their email address and phone number too")
+        }
+        guard try models.forgottenAddress(txn, container, address) == nil else { return .output(.none) }
+        var e = Shareledger_Events_V1_PersonalDataForgotten()
+        switch address.kind {
+        case .email: e.emailHash = Data(address.hash)
+        case .phone: e.phoneHash = Data(address.hash)
+        }
+        return .output([event(Streams.address(address), .personalDataForgotten(e))], .none)
     }
 }

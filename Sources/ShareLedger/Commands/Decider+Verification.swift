@@ -17,12 +17,10 @@ extension Decider {
         try refuseBlocked(txn, token)
         try refuseActiveParticipant(txn, share, token)
         try requireVerificationCase(share)
+        // By keyed hash for sealed invitations, by plaintext for older ones.
+        let address = models.addressMatch(container, email: wanted.emailAddress, phone: wanted.phoneNumber)
         let match = try models.participants(txn, token).first { entry in
-            entry.state.status == .statusPending && entry.state.userRecordName.isEmpty
-                && ((!wanted.emailAddress.isEmpty
-                    && ReadModels.normalizeEmail(entry.state.lookupInfo.emailAddress) == ReadModels.normalizeEmail(wanted.emailAddress))
-                    || (!wanted.phoneNumber.isEmpty
-                        && ReadModels.normalizePhone(entry.state.lookupInfo.phoneNumber) == ReadModels.normalizePhone(wanted.phoneNumber)))
+            entry.state.status == .statusPending && entry.state.userRecordName.isEmpty && address.matches(entry.state)
         }
         guard let match else {
             throw LedgerError(

@@ -127,6 +127,8 @@ struct Decider {
                 return try acceptOneTimeURL(txn, oneTimeToken: oneTime, token: token, metadataContainer: metadataContainer)
             case .forgetUser(let name):
                 return try forgetUser(txn, name: name)
+            case .forgetAddress(let lookup):
+                return try forgetAddress(txn, lookup)
             }
         } catch let error as LedgerError {
             return Decision(events: [], outcome: .failed(error))

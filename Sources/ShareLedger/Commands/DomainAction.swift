@@ -48,6 +48,9 @@ enum DomainAction: Sendable {
     case acceptOneTimeURL(oneTimeToken: String, token: String, metadataContainer: String)
     /// An erasure request: forget the personal data of user `name` (crypto-shredding).
     case forgetUser(name: String)
+    /// An erasure request for an email address or phone number no user registered with: forget what
+    /// invitations and lookups hold of it (crypto-shredding).
+    case forgetAddress(LookupInfo)
 
     /// A rough size, for bounding a group commit.
     var approximateBytes: Int {

@@ -48,6 +48,18 @@ struct EventValidator {
 
     private static func refuse(_ text: String) -> LedgerError { LedgerError(.invalidArguments, text) }
 
+    /// A sealed invitation or lookup address is sealed under the key of the address its one keyed
+    /// hash names (so that forgetting the address reaches it), and leaves no plaintext beside it.
+    private func checkSealedLookup(_ sealedLookup: Shareledger_Events_V1_SealedPersonalData, sealed: Bool, _ lookup: PBLookupInfo)
+        throws
+    {
+        guard sealed else { return }
+        guard sealedLookup.address != nil, lookup.emailAddress.isEmpty, lookup.phoneNumber.isEmpty else {
+            throw Self.refuse(
+                "its sealed address is not sealed under the key of the one keyed hash it carries, or has plaintext beside it")
+        }
+    }
+
     private func check(_ event: DomainEvent, _ d: Decider, _ txn: borrowing some ReadModelStore & ~Copyable) throws {
         let m = models
         let actor = d.actor
@@ -77,6 +89,22 @@ struct EventValidator {
             }
 
         case .personalDataForgotten(let e):
+            guard [e.emailHash, e.phoneHash].allSatisfy({ $0.isEmpty || $0.count == AddressHash.byteCount }) else {
+                throw Self.refuse("its keyed hashes are not \(AddressHash.byteCount) bytes")
+            }
+            if e.userRecordName.isEmpty {
+                // An address nobody registered with, by its keyed hash.
+                guard e.addresses.count == 1, let address = e.addresses.first else {
+                    throw Self.refuse("it names neither a user nor exactly one address")
+                }
+                guard try m.string(txn, m.userLookup, ReadModels.addressKey(d.container, address)) == nil else {
+                    throw Self.refuse("its address belongs to a registered user (who is forgotten with the address)")
+                }
+                guard try m.forgottenAddress(txn, d.container, address) == nil else {
+                    throw Self.refuse("its address was forgotten already, and nothing was sealed to it since")
+                }
+                break
+            }
             try Decider.checkUserName(e.userRecordName)
             guard let state = try m.user(txn, d.container, e.userRecordName) else {
                 throw Self.refuse("user \(e.userRecordName) is not registered in the container")
@@ -212,9 +240,11 @@ struct EventValidator {
             if !e.userRecordName.isEmpty, try m.accessEntry(txn, e.token, .blocked, user: e.userRecordName) != nil {
                 throw Self.refuse("user \(e.userRecordName) is blocked from the share")
             }
+            try checkSealedLookup(e.sealedLookup, sealed: e.hasSealedLookup, e.lookupInfo)
             if !e.oneTimeToken.isEmpty {
                 // A one-time URL participant: a new entry, addressed to nobody, with an unused token.
-                guard previous == nil, e.userRecordName.isEmpty, e.lookupInfo.lookupInfo == nil, !e.approvedRequester,
+                guard previous == nil, e.userRecordName.isEmpty, e.lookupInfo.lookupInfo == nil, !e.hasSealedLookup,
+                    !e.approvedRequester,
                     e.role != .publicUser
                 else { throw Self.refuse("a one-time URL participant is a new invitation to nobody in particular") }
                 try d.checkNewOneTimeToken(txn, e.oneTimeToken)
@@ -307,6 +337,7 @@ struct EventValidator {
         case .shareParticipantFetched(let e):
             // A lookup changes no read model either; one that succeeded was made by a signed-in user and
             // found an account of the container, or none.
+            try checkSealedLookup(e.sealedLookup, sealed: e.hasSealedLookup, e.lookupInfo)
             guard e.errorCode == 0 else { break }
             try d.requireSignedIn(txn)
             if !e.userRecordName.isEmpty, try m.user(txn, d.container, e.userRecordName) == nil {

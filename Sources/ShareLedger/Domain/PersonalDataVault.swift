@@ -438,11 +438,24 @@ extension ReadModels {
     /// `pending` with its personal fields sealed under their person's key, when these read models
     /// have a key store (``vault``); unchanged otherwise, and for events without personal fields
     /// this release seals. Today: `UserRegistered`'s email address, phone number and name (the
-    /// user's key), and share titles (the owner's key).
+    /// user's key), share titles (the owner's key), and the email address or phone number of an
+    /// invitation or a participant lookup (the key of that address, ``AddressHash/subject``).
+    /// A `PersonalDataForgotten` of a user gets the keyed hashes of the addresses the user registered
+    /// with, whose keys go with the user's.
     func sealingPersonalData(
         of pending: PendingEvent, container: String, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws -> PendingEvent {
         guard sealsNewEvents, let vault else { return pending }
+        if case .personalDataForgotten(var e) = pending.event, !e.userRecordName.isEmpty, e.addresses.isEmpty {
+            guard let state = try user(txn, container, e.userRecordName) else { return pending }
+            for address in registeredAddresses(of: state, container: container) {
+                switch address.kind {
+                case .email: e.emailHash = Data(address.hash)
+                case .phone: e.phoneHash = Data(address.hash)
+                }
+            }
+            return PendingEvent(stream: pending.stream, event: .personalDataForgotten(e))
+        }
         func sealedTitle(_ title: String, owner: String) throws(LedgerError) -> Shareledger_Events_V1_SealedPersonalData {
             var fields = Shareledger_Events_V1_PersonalFields()
             fields.title = title
@@ -458,6 +471,16 @@ extension ReadModels {
             e.sealedTitle = try sealedTitle(e.title, owner: owner)
             e.title = ""
             return PendingEvent(stream: pending.stream, event: .shareTitleChanged(e))
+        case .participantAdded(var e) where !e.hasSealedLookup:
+            guard let sealed = try sealedLookup(&e.lookupInfo, container: container, vault) else { return pending }
+            e.sealedLookup = sealed
+            if e.lookupInfo == PBLookupInfo() { e.clearLookupInfo() }
+            return PendingEvent(stream: pending.stream, event: .participantAdded(e))
+        case .shareParticipantFetched(var e) where !e.hasSealedLookup:
+            guard let sealed = try sealedLookup(&e.lookupInfo, container: container, vault) else { return pending }
+            e.sealedLookup = sealed
+            if e.lookupInfo == PBLookupInfo() { e.clearLookupInfo() }
+            return PendingEvent(stream: pending.stream, event: .shareParticipantFetched(e))
         default:
             break
         }
@@ -475,6 +498,38 @@ extension ReadModels {
         e.phoneNumber = ""
         e.clearName()
         return PendingEvent(stream: pending.stream, event: .userRegistered(e))
+    }
+
+    /// The email address or phone number of `lookup` sealed under the key of that address, with its
+    /// keyed hash; the plaintext is taken out of `lookup`. Nil (and `lookup` unchanged) when it has
+    /// neither.
+    private func sealedLookup(_ lookup: inout PBLookupInfo, container: String, _ vault: PersonalDataVault) throws
+        -> Shareledger_Events_V1_SealedPersonalData?
+    {
+        guard let address = addressHash(container, of: lookup) else { return nil }
+        var fields = Shareledger_Events_V1_PersonalFields()
+        fields.emailAddress = lookup.emailAddress
+        fields.phoneNumber = lookup.phoneNumber
+        var sealed = try vault.seal(fields, container: container, subject: address.subject)
+        switch address.kind {
+        case .email: sealed.emailHash = Data(address.hash)
+        case .phone: sealed.phoneHash = Data(address.hash)
+        }
+        lookup.emailAddress = ""
+        lookup.phoneNumber = ""
+        return sealed
+    }
+
+    /// The addresses a user registered with, by keyed hash: those of a sealed row as stored, those of
+    /// a row written before crypto-shredding hashed now (empty without a key store).
+    func registeredAddresses(of state: UserState, container: String) -> [AddressHash] {
+        if !state.emailHash.isEmpty || !state.phoneHash.isEmpty {
+            return AddressHash.pair(email: state.emailHash, phone: state.phoneHash)
+        }
+        var out: [AddressHash] = []
+        if !state.emailAddress.isEmpty, let address = addressHash(container, email: state.emailAddress) { out.append(address) }
+        if !state.phoneNumber.isEmpty, let address = addressHash(container, phone: state.phoneNumber) { out.append(address) }
+        return out
     }
 
     /// What a user row says of the person: the fields (plaintext in rows written before
@@ -532,8 +587,9 @@ extension PersonalDataVault {
 
 extension DomainEvent {
     /// Whether the event's payload holds personal data in plaintext: a registration or title written
-    /// before crypto-shredding, or a field this release does not seal (an invitation's or lookup's
-    /// email or phone). `audit` counts them.
+    /// before crypto-shredding, an invitation's or lookup's email or phone written before invitations
+    /// were sealed, or anything written with sealing off (``ShareLedger/Configuration/sealsPersonalData``).
+    /// `audit` counts them.
     var holdsPlaintextPersonalData: Bool {
         switch self {
         case .userRegistered(let e): return !e.emailAddress.isEmpty || !e.phoneNumber.isEmpty || e.hasName

@@ -638,11 +638,26 @@ package nonisolated struct Shareledger_Events_V1_ParticipantAdded: Sendable {
   /// the share-token shape, drawn from the ledger's random source. Empty for every other invitation.
   package var oneTimeToken: String = String()
 
+  /// Since the sealing of invitations (docs/events.md, "Personal data"): the email address or phone
+  /// number of lookup_info sealed under the key of that address (subject "#E" or "#P" followed by the
+  /// 64 lowercase hex digits of its keyed hash), with the keyed hash in email_hash or phone_hash;
+  /// lookup_info's email_address and phone_number are then empty. Events written before it hold them in
+  /// plaintext and leave this unset.
+  package var sealedLookup: Shareledger_Events_V1_SealedPersonalData {
+    get {_sealedLookup ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_sealedLookup = newValue}
+  }
+  /// Returns true if `sealedLookup` has been explicitly set.
+  package var hasSealedLookup: Bool {self._sealedLookup != nil}
+  /// Clears the value of `sealedLookup`. Subsequent reads from it will return its default value.
+  package mutating func clearSealedLookup() {self._sealedLookup = nil}
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
 
   fileprivate var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
+  fileprivate var _sealedLookup: Shareledger_Events_V1_SealedPersonalData? = nil
 }
 
 /// A participant's permission or role changed.
@@ -883,11 +898,23 @@ package nonisolated struct Shareledger_Events_V1_ShareParticipantFetched: Sendab
   /// number (the participant then has no account until someone verifies the invitation).
   package var userRecordName: String = String()
 
+  /// Since the sealing of invitations: the looked-up email address or phone number sealed under the
+  /// address's key, as ParticipantAdded.sealed_lookup; lookup_info's email and phone are then empty.
+  package var sealedLookup: Shareledger_Events_V1_SealedPersonalData {
+    get {_sealedLookup ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_sealedLookup = newValue}
+  }
+  /// Returns true if `sealedLookup` has been explicitly set.
+  package var hasSealedLookup: Bool {self._sealedLookup != nil}
+  /// Clears the value of `sealedLookup`. Subsequent reads from it will return its default value.
+  package mutating func clearSealedLookup() {self._sealedLookup = nil}
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
 
   fileprivate var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
+  fileprivate var _sealedLookup: Shareledger_Events_V1_SealedPersonalData? = nil
 }
 
 /// Whether people with the URL but no invitation may ask to join changed (CloudKit's
@@ -1032,12 +1059,22 @@ package nonisolated struct Shareledger_Events_V1_PersonalFields: Sendable {
 /// destroyed right after this event commits, so every SealedPersonalData under it is unreadable. The
 /// requester is envelope.actor; the time envelope.recorded_at_micros. No personal data. Stream
 /// "user/<name>".
+///
+/// Since the sealing of invitations, the keys of addresses (subjects "#E"/"#P" + hex of a keyed hash,
+/// which seal invitations and lookups) are destroyed too: for a user, those of the email address and
+/// phone number they registered with (email_hash, phone_hash: the keyed hashes, as in
+/// SealedPersonalData); for an address nobody registered, user_record_name is empty, exactly one of
+/// the hashes is set, and the stream is "address/<subject>".
 package nonisolated struct Shareledger_Events_V1_PersonalDataForgotten: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   package var userRecordName: String = String()
+
+  package var emailHash: Data = Data()
+
+  package var phoneHash: Data = Data()
 
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1804,7 +1841,7 @@ nonisolated extension Shareledger_Events_V1_PublicPermissionChanged: SwiftProtob
 
 nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ParticipantAdded"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{3}approved_requester\0\u{3}one_time_token\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{3}participant_id\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{3}approved_requester\0\u{3}one_time_token\0\u{3}sealed_lookup\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1820,6 +1857,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
       case 6: try { try decoder.decodeSingularEnumField(value: &self.permission) }()
       case 7: try { try decoder.decodeSingularBoolField(value: &self.approvedRequester) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.oneTimeToken) }()
+      case 9: try { try decoder.decodeSingularMessageField(value: &self._sealedLookup) }()
       default: break
       }
     }
@@ -1854,6 +1892,9 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
     if !self.oneTimeToken.isEmpty {
       try visitor.visitSingularStringField(value: self.oneTimeToken, fieldNumber: 8)
     }
+    try { if let v = self._sealedLookup {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1866,6 +1907,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantAdded: SwiftProtobuf.Mess
     if lhs.permission != rhs.permission {return false}
     if lhs.approvedRequester != rhs.approvedRequester {return false}
     if lhs.oneTimeToken != rhs.oneTimeToken {return false}
+    if lhs._sealedLookup != rhs._sealedLookup {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2247,7 +2289,7 @@ nonisolated extension Shareledger_Events_V1_ParticipantZoneRemoved: SwiftProtobu
 
 nonisolated extension Shareledger_Events_V1_ShareParticipantFetched: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ShareParticipantFetched"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}lookup_info\0\u{3}error_code\0\u{3}user_record_name\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}lookup_info\0\u{3}error_code\0\u{3}user_record_name\0\u{3}sealed_lookup\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2258,6 +2300,7 @@ nonisolated extension Shareledger_Events_V1_ShareParticipantFetched: SwiftProtob
       case 1: try { try decoder.decodeSingularMessageField(value: &self._lookupInfo) }()
       case 2: try { try decoder.decodeSingularInt32Field(value: &self.errorCode) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
+      case 4: try { try decoder.decodeSingularMessageField(value: &self._sealedLookup) }()
       default: break
       }
     }
@@ -2277,6 +2320,9 @@ nonisolated extension Shareledger_Events_V1_ShareParticipantFetched: SwiftProtob
     if !self.userRecordName.isEmpty {
       try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 3)
     }
+    try { if let v = self._sealedLookup {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2284,6 +2330,7 @@ nonisolated extension Shareledger_Events_V1_ShareParticipantFetched: SwiftProtob
     if lhs._lookupInfo != rhs._lookupInfo {return false}
     if lhs.errorCode != rhs.errorCode {return false}
     if lhs.userRecordName != rhs.userRecordName {return false}
+    if lhs._sealedLookup != rhs._sealedLookup {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2560,7 +2607,7 @@ nonisolated extension Shareledger_Events_V1_PersonalFields: SwiftProtobuf.Messag
 
 nonisolated extension Shareledger_Events_V1_PersonalDataForgotten: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".PersonalDataForgotten"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}email_hash\0\u{3}phone_hash\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2569,6 +2616,8 @@ nonisolated extension Shareledger_Events_V1_PersonalDataForgotten: SwiftProtobuf
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.emailHash) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.phoneHash) }()
       default: break
       }
     }
@@ -2578,11 +2627,19 @@ nonisolated extension Shareledger_Events_V1_PersonalDataForgotten: SwiftProtobuf
     if !self.userRecordName.isEmpty {
       try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 1)
     }
+    if !self.emailHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.emailHash, fieldNumber: 2)
+    }
+    if !self.phoneHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.phoneHash, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   package static func ==(lhs: Shareledger_Events_V1_PersonalDataForgotten, rhs: Shareledger_Events_V1_PersonalDataForgotten) -> Bool {
     if lhs.userRecordName != rhs.userRecordName {return false}
+    if lhs.emailHash != rhs.emailHash {return false}
+    if lhs.phoneHash != rhs.phoneHash {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

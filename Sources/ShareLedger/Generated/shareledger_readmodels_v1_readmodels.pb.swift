@@ -236,41 +236,108 @@ package nonisolated struct Shareledger_Readmodels_V1_ShareState: @unchecked Send
 }
 
 /// participants: token participant_id
-package nonisolated struct Shareledger_Readmodels_V1_ParticipantState: Sendable {
+package nonisolated struct Shareledger_Readmodels_V1_ParticipantState: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  package var userRecordName: String = String()
+  package var userRecordName: String {
+    get {_storage._userRecordName}
+    set {_uniqueStorage()._userRecordName = newValue}
+  }
 
   package var lookupInfo: Shareledger_Events_V1_LookupInfo {
-    get {_lookupInfo ?? Shareledger_Events_V1_LookupInfo()}
-    set {_lookupInfo = newValue}
+    get {_storage._lookupInfo ?? Shareledger_Events_V1_LookupInfo()}
+    set {_uniqueStorage()._lookupInfo = newValue}
   }
   /// Returns true if `lookupInfo` has been explicitly set.
-  package var hasLookupInfo: Bool {self._lookupInfo != nil}
+  package var hasLookupInfo: Bool {_storage._lookupInfo != nil}
   /// Clears the value of `lookupInfo`. Subsequent reads from it will return its default value.
-  package mutating func clearLookupInfo() {self._lookupInfo = nil}
+  package mutating func clearLookupInfo() {_uniqueStorage()._lookupInfo = nil}
 
-  package var role: Shareledger_Events_V1_Role = .unknown
+  package var role: Shareledger_Events_V1_Role {
+    get {_storage._role}
+    set {_uniqueStorage()._role = newValue}
+  }
 
-  package var permission: Shareledger_Events_V1_Permission = .unknown
+  package var permission: Shareledger_Events_V1_Permission {
+    get {_storage._permission}
+    set {_uniqueStorage()._permission = newValue}
+  }
 
-  package var status: Shareledger_Events_V1_AcceptanceStatus = .statusUnknown
+  package var status: Shareledger_Events_V1_AcceptanceStatus {
+    get {_storage._status}
+    set {_uniqueStorage()._status = newValue}
+  }
 
-  package var addedAtMicros: Int64 = 0
+  package var addedAtMicros: Int64 {
+    get {_storage._addedAtMicros}
+    set {_uniqueStorage()._addedAtMicros = newValue}
+  }
 
   /// Added by approving the user's access request (CloudKit's isApprovedRequester).
-  package var approvedRequester: Bool = false
+  package var approvedRequester: Bool {
+    get {_storage._approvedRequester}
+    set {_uniqueStorage()._approvedRequester = newValue}
+  }
 
   /// The one-time URL's token of a one-time URL participant not accepted yet; empty otherwise.
-  package var oneTimeToken: String = String()
+  package var oneTimeToken: String {
+    get {_storage._oneTimeToken}
+    set {_uniqueStorage()._oneTimeToken = newValue}
+  }
+
+  /// Since the sealing of invitations: the invitation's sealed email or phone (lookup_info's then
+  /// empty; keyed hashes moved to fields 10 and 11), opened only when an answer needs it.
+  package var sealedLookup: Shareledger_Events_V1_SealedPersonalData {
+    get {_storage._sealedLookup ?? Shareledger_Events_V1_SealedPersonalData()}
+    set {_uniqueStorage()._sealedLookup = newValue}
+  }
+  /// Returns true if `sealedLookup` has been explicitly set.
+  package var hasSealedLookup: Bool {_storage._sealedLookup != nil}
+  /// Clears the value of `sealedLookup`. Subsequent reads from it will return its default value.
+  package mutating func clearSealedLookup() {_uniqueStorage()._sealedLookup = nil}
+
+  /// The keyed hash of the invitation's normalized email or phone: what matching an invitation to an
+  /// account compares, and the key of its rm_addresses entry.
+  package var emailHash: Data {
+    get {_storage._emailHash}
+    set {_uniqueStorage()._emailHash = newValue}
+  }
+
+  package var phoneHash: Data {
+    get {_storage._phoneHash}
+    set {_uniqueStorage()._phoneHash = newValue}
+  }
+
+  /// When the address this invitation went to was forgotten (PersonalDataForgotten); 0 if it was not.
+  /// Such a row keeps no box and no hash: it matches nobody and answers as erased.
+  package var forgottenAtMicros: Int64 {
+    get {_storage._forgottenAtMicros}
+    set {_uniqueStorage()._forgottenAtMicros = newValue}
+  }
 
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
 
-  fileprivate var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// addresses: container 0x00 (`E` | `P`) keyed hash (32): an email address or phone number that was
+/// forgotten. (Entries whose key continues with token ‖ participant id have an empty value: the
+/// invitations sealed to that address.)
+package nonisolated struct Shareledger_Readmodels_V1_AddressState: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// When the address was forgotten; the entry is deleted when something is sealed to it again.
+  package var forgottenAtMicros: Int64 = 0
+
+  package var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  package init() {}
 }
 
 /// access: token ‖ kind (`r` a pending access request, `b` a blocked identity) ‖ user record name.
@@ -813,7 +880,154 @@ nonisolated extension Shareledger_Readmodels_V1_ShareState: SwiftProtobuf.Messag
 
 nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".ParticipantState"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{1}status\0\u{3}added_at_micros\0\u{3}approved_requester\0\u{3}one_time_token\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}user_record_name\0\u{3}lookup_info\0\u{1}role\0\u{1}permission\0\u{1}status\0\u{3}added_at_micros\0\u{3}approved_requester\0\u{3}one_time_token\0\u{3}sealed_lookup\0\u{3}email_hash\0\u{3}phone_hash\0\u{3}forgotten_at_micros\0")
+
+  fileprivate class _StorageClass {
+    var _userRecordName: String = String()
+    var _lookupInfo: Shareledger_Events_V1_LookupInfo? = nil
+    var _role: Shareledger_Events_V1_Role = .unknown
+    var _permission: Shareledger_Events_V1_Permission = .unknown
+    var _status: Shareledger_Events_V1_AcceptanceStatus = .statusUnknown
+    var _addedAtMicros: Int64 = 0
+    var _approvedRequester: Bool = false
+    var _oneTimeToken: String = String()
+    var _sealedLookup: Shareledger_Events_V1_SealedPersonalData? = nil
+    var _emailHash: Data = Data()
+    var _phoneHash: Data = Data()
+    var _forgottenAtMicros: Int64 = 0
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _userRecordName = source._userRecordName
+      _lookupInfo = source._lookupInfo
+      _role = source._role
+      _permission = source._permission
+      _status = source._status
+      _addedAtMicros = source._addedAtMicros
+      _approvedRequester = source._approvedRequester
+      _oneTimeToken = source._oneTimeToken
+      _sealedLookup = source._sealedLookup
+      _emailHash = source._emailHash
+      _phoneHash = source._phoneHash
+      _forgottenAtMicros = source._forgottenAtMicros
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._userRecordName) }()
+        case 2: try { try decoder.decodeSingularMessageField(value: &_storage._lookupInfo) }()
+        case 3: try { try decoder.decodeSingularEnumField(value: &_storage._role) }()
+        case 4: try { try decoder.decodeSingularEnumField(value: &_storage._permission) }()
+        case 5: try { try decoder.decodeSingularEnumField(value: &_storage._status) }()
+        case 6: try { try decoder.decodeSingularInt64Field(value: &_storage._addedAtMicros) }()
+        case 7: try { try decoder.decodeSingularBoolField(value: &_storage._approvedRequester) }()
+        case 8: try { try decoder.decodeSingularStringField(value: &_storage._oneTimeToken) }()
+        case 9: try { try decoder.decodeSingularMessageField(value: &_storage._sealedLookup) }()
+        case 10: try { try decoder.decodeSingularBytesField(value: &_storage._emailHash) }()
+        case 11: try { try decoder.decodeSingularBytesField(value: &_storage._phoneHash) }()
+        case 12: try { try decoder.decodeSingularInt64Field(value: &_storage._forgottenAtMicros) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._userRecordName.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._userRecordName, fieldNumber: 1)
+      }
+      try { if let v = _storage._lookupInfo {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+      } }()
+      if _storage._role != .unknown {
+        try visitor.visitSingularEnumField(value: _storage._role, fieldNumber: 3)
+      }
+      if _storage._permission != .unknown {
+        try visitor.visitSingularEnumField(value: _storage._permission, fieldNumber: 4)
+      }
+      if _storage._status != .statusUnknown {
+        try visitor.visitSingularEnumField(value: _storage._status, fieldNumber: 5)
+      }
+      if _storage._addedAtMicros != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._addedAtMicros, fieldNumber: 6)
+      }
+      if _storage._approvedRequester != false {
+        try visitor.visitSingularBoolField(value: _storage._approvedRequester, fieldNumber: 7)
+      }
+      if !_storage._oneTimeToken.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._oneTimeToken, fieldNumber: 8)
+      }
+      try { if let v = _storage._sealedLookup {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+      } }()
+      if !_storage._emailHash.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._emailHash, fieldNumber: 10)
+      }
+      if !_storage._phoneHash.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._phoneHash, fieldNumber: 11)
+      }
+      if _storage._forgottenAtMicros != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._forgottenAtMicros, fieldNumber: 12)
+      }
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  package static func ==(lhs: Shareledger_Readmodels_V1_ParticipantState, rhs: Shareledger_Readmodels_V1_ParticipantState) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._userRecordName != rhs_storage._userRecordName {return false}
+        if _storage._lookupInfo != rhs_storage._lookupInfo {return false}
+        if _storage._role != rhs_storage._role {return false}
+        if _storage._permission != rhs_storage._permission {return false}
+        if _storage._status != rhs_storage._status {return false}
+        if _storage._addedAtMicros != rhs_storage._addedAtMicros {return false}
+        if _storage._approvedRequester != rhs_storage._approvedRequester {return false}
+        if _storage._oneTimeToken != rhs_storage._oneTimeToken {return false}
+        if _storage._sealedLookup != rhs_storage._sealedLookup {return false}
+        if _storage._emailHash != rhs_storage._emailHash {return false}
+        if _storage._phoneHash != rhs_storage._phoneHash {return false}
+        if _storage._forgottenAtMicros != rhs_storage._forgottenAtMicros {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shareledger_Readmodels_V1_AddressState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  package static let protoMessageName: String = _protobuf_package + ".AddressState"
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}forgotten_at_micros\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -821,60 +1035,21 @@ nonisolated extension Shareledger_Readmodels_V1_ParticipantState: SwiftProtobuf.
       // allocates stack space for every case branch when no optimizations are
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.userRecordName) }()
-      case 2: try { try decoder.decodeSingularMessageField(value: &self._lookupInfo) }()
-      case 3: try { try decoder.decodeSingularEnumField(value: &self.role) }()
-      case 4: try { try decoder.decodeSingularEnumField(value: &self.permission) }()
-      case 5: try { try decoder.decodeSingularEnumField(value: &self.status) }()
-      case 6: try { try decoder.decodeSingularInt64Field(value: &self.addedAtMicros) }()
-      case 7: try { try decoder.decodeSingularBoolField(value: &self.approvedRequester) }()
-      case 8: try { try decoder.decodeSingularStringField(value: &self.oneTimeToken) }()
+      case 1: try { try decoder.decodeSingularInt64Field(value: &self.forgottenAtMicros) }()
       default: break
       }
     }
   }
 
   package func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if !self.userRecordName.isEmpty {
-      try visitor.visitSingularStringField(value: self.userRecordName, fieldNumber: 1)
-    }
-    try { if let v = self._lookupInfo {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
-    } }()
-    if self.role != .unknown {
-      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 3)
-    }
-    if self.permission != .unknown {
-      try visitor.visitSingularEnumField(value: self.permission, fieldNumber: 4)
-    }
-    if self.status != .statusUnknown {
-      try visitor.visitSingularEnumField(value: self.status, fieldNumber: 5)
-    }
-    if self.addedAtMicros != 0 {
-      try visitor.visitSingularInt64Field(value: self.addedAtMicros, fieldNumber: 6)
-    }
-    if self.approvedRequester != false {
-      try visitor.visitSingularBoolField(value: self.approvedRequester, fieldNumber: 7)
-    }
-    if !self.oneTimeToken.isEmpty {
-      try visitor.visitSingularStringField(value: self.oneTimeToken, fieldNumber: 8)
+    if self.forgottenAtMicros != 0 {
+      try visitor.visitSingularInt64Field(value: self.forgottenAtMicros, fieldNumber: 1)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  package static func ==(lhs: Shareledger_Readmodels_V1_ParticipantState, rhs: Shareledger_Readmodels_V1_ParticipantState) -> Bool {
-    if lhs.userRecordName != rhs.userRecordName {return false}
-    if lhs._lookupInfo != rhs._lookupInfo {return false}
-    if lhs.role != rhs.role {return false}
-    if lhs.permission != rhs.permission {return false}
-    if lhs.status != rhs.status {return false}
-    if lhs.addedAtMicros != rhs.addedAtMicros {return false}
-    if lhs.approvedRequester != rhs.approvedRequester {return false}
-    if lhs.oneTimeToken != rhs.oneTimeToken {return false}
+  package static func ==(lhs: Shareledger_Readmodels_V1_AddressState, rhs: Shareledger_Readmodels_V1_AddressState) -> Bool {
+    if lhs.forgottenAtMicros != rhs.forgottenAtMicros {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

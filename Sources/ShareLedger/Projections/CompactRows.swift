@@ -41,6 +41,11 @@ let compactLayoutOne: UInt8 = 0xC1
 /// layout, byte for byte as before, so ledgers that do not use the new features keep rows an
 /// earlier release reads.
 let compactLayoutTwo: UInt8 = 0xC2
+/// The layout byte of the third compact layout (`ParticipantState` only): the fields of the second,
+/// then the invitation's sealed email or phone (subject, box), its keyed hashes and when its address
+/// was forgotten. Written only when one of those is set: rows of invitations by account, by one-time
+/// URL or in plaintext stay in the first or second layout.
+let compactLayoutThree: UInt8 = 0xC3
 
 extension CompactRow {
     var compactLayout: UInt8 { compactLayoutOne }
@@ -119,6 +124,18 @@ struct CompactWriter {
         bytes.append(contentsOf: value)
     }
 
+    /// The fields a sealing row adds: the box's subject and bytes (empty without one), the keyed
+    /// email and phone hashes, and when the person or address was forgotten.
+    mutating func sealedFields(
+        _ sealed: Shareledger_Events_V1_SealedPersonalData?, emailHash: Data, phoneHash: Data, forgottenAtMicros: Int64
+    ) {
+        string(sealed?.subject ?? "")
+        blob(sealed.map { Array($0.box) } ?? [])
+        blob(Array(emailHash))
+        blob(Array(phoneHash))
+        int64(forgottenAtMicros)
+    }
+
     mutating func fixed64(_ value: UInt64) {
         for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
     }
@@ -158,12 +175,13 @@ struct CompactReader {
         return Int(value)
     }
 
-    mutating func blob() throws(LedgerError) -> [UInt8] {
+    /// A byte string as `Data`, copied once from the row.
+    mutating func blobData() throws(LedgerError) -> Data {
         let count = try varint()
         guard count <= UInt64(bytes.count - offset) else { throw damaged() }
         let start = offset
         offset += Int(count)
-        return Array(UnsafeRawBufferPointer(rebasing: bytes[start..<offset]))
+        return count == 0 ? Data() : Data(UnsafeRawBufferPointer(rebasing: bytes[start..<offset]))
     }
 
     mutating func string() throws(LedgerError) -> String {
@@ -172,6 +190,22 @@ struct CompactReader {
         let start = offset
         offset += Int(count)
         return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<offset]), as: UTF8.self)
+    }
+
+    /// The fields ``CompactWriter/sealedFields(_:emailHash:phoneHash:forgottenAtMicros:)`` wrote; the
+    /// box is nil when its subject and bytes are empty.
+    mutating func sealedFields() throws(LedgerError) -> (
+        sealed: Shareledger_Events_V1_SealedPersonalData?, emailHash: Data, phoneHash: Data, forgottenAtMicros: Int64
+    ) {
+        let subject = try string()
+        let box = try blobData()
+        var sealed: Shareledger_Events_V1_SealedPersonalData?
+        if !subject.isEmpty || !box.isEmpty {
+            sealed = Shareledger_Events_V1_SealedPersonalData()
+            sealed?.subject = subject
+            sealed?.box = box
+        }
+        return (sealed, try blobData(), try blobData(), try int64())
     }
 
     /// A boolean: `0` or `1`, nothing else.
@@ -225,10 +259,10 @@ extension ShareState: CompactRow {
         guard layout == compactLayoutTwo else { return }
         allowsAccessRequests = try r.flag()
         let subject = try r.string()
-        let box = try r.blob()
+        let box = try r.blobData()
         if !subject.isEmpty || !box.isEmpty {
             sealedTitle.subject = subject
-            sealedTitle.box = Data(box)
+            sealedTitle.box = box
         }
     }
 
@@ -272,20 +306,33 @@ extension ParticipantState: CompactRow {
         w.varint(UInt64(permission.rawValue))
         w.varint(UInt64(status.rawValue))
         w.int64(addedAtMicros)
-        if compactLayout == compactLayoutTwo {
-            w.varint(approvedRequester ? 1 : 0)
-            w.string(oneTimeToken)
-        }
+        let layout = compactLayout
+        guard layout != compactLayoutOne else { return }
+        w.varint(approvedRequester ? 1 : 0)
+        w.string(oneTimeToken)
+        guard layout == compactLayoutThree else { return }
+        // Third layout: subject and box of the sealed email or phone, the keyed hashes, forgotten at.
+        w.sealedFields(
+            hasSealedLookup ? sealedLookup : nil, emailHash: emailHash, phoneHash: phoneHash, forgottenAtMicros: forgottenAtMicros)
     }
 
-    var compactLayout: UInt8 { approvedRequester || !oneTimeToken.isEmpty ? compactLayoutTwo : compactLayoutOne }
+    var compactLayout: UInt8 {
+        if hasSealedLookup || !emailHash.isEmpty || !phoneHash.isEmpty || forgottenAtMicros != 0 { return compactLayoutThree }
+        return approvedRequester || !oneTimeToken.isEmpty ? compactLayoutTwo : compactLayoutOne
+    }
 
-    static func reads(layout: UInt8) -> Bool { layout == compactLayoutOne || layout == compactLayoutTwo }
+    static func reads(layout: UInt8) -> Bool {
+        layout == compactLayoutOne || layout == compactLayoutTwo || layout == compactLayoutThree
+    }
 
     mutating func readLaterFields(_ r: inout CompactReader, layout: UInt8) throws(LedgerError) {
-        guard layout == compactLayoutTwo else { return }
+        guard layout != compactLayoutOne else { return }
         approvedRequester = try r.flag()
         oneTimeToken = try r.string()
+        guard layout == compactLayoutThree else { return }
+        let fields = try r.sealedFields()
+        if let sealed = fields.sealed { sealedLookup = sealed }
+        (emailHash, phoneHash, forgottenAtMicros) = (fields.emailHash, fields.phoneHash, fields.forgottenAtMicros)
     }
 
     init(compact r: inout CompactReader) throws(LedgerError) {
@@ -339,11 +386,7 @@ extension UserState: CompactRow {
         w.int64(registeredAtMicros)
         // Second layout: subject and box of the sealed personal data, the keyed hashes, forgotten at.
         guard compactLayout == compactLayoutTwo else { return }
-        w.string(hasSealed ? sealed.subject : "")
-        w.blob(hasSealed ? Array(sealed.box) : [])
-        w.blob(Array(emailHash))
-        w.blob(Array(phoneHash))
-        w.int64(forgottenAtMicros)
+        w.sealedFields(hasSealed ? sealed : nil, emailHash: emailHash, phoneHash: phoneHash, forgottenAtMicros: forgottenAtMicros)
     }
 
     init(compact r: inout CompactReader) throws(LedgerError) {
@@ -365,14 +408,8 @@ extension UserState: CompactRow {
 
     mutating func readLaterFields(_ r: inout CompactReader, layout: UInt8) throws(LedgerError) {
         guard layout == compactLayoutTwo else { return }
-        let subject = try r.string()
-        let box = try r.blob()
-        if !subject.isEmpty || !box.isEmpty {
-            sealed.subject = subject
-            sealed.box = Data(box)
-        }
-        emailHash = Data(try r.blob())
-        phoneHash = Data(try r.blob())
-        forgottenAtMicros = try r.int64()
+        let fields = try r.sealedFields()
+        if let box = fields.sealed { sealed = box }
+        (emailHash, phoneHash, forgottenAtMicros) = (fields.emailHash, fields.phoneHash, fields.forgottenAtMicros)
     }
 }

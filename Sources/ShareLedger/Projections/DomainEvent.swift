@@ -238,6 +238,8 @@ enum Streams {
     static func user(_ name: String) -> String { "user/\(name)" }
     static func zone(owner: String, zone: String) -> String { "zone/\(owner)/\(zone)" }
     static func share(_ token: String) -> String { "share/\(token)" }
+    /// An address nobody registered with, by the subject of its key (``AddressHash/subject``).
+    static func address(_ address: AddressHash) -> String { "address/\(address.subject)" }
     /// Fetches by callers without an account.
     static let anonymous = "anonymous"
 }

@@ -72,13 +72,15 @@ struct Presenter: Sendable {
         -> Share.Participant
     {
         var identity: UserIdentity
+        // A sealed invitation's address is opened here, at answer time; erased once it was forgotten.
+        let (lookup, erased) = models.lookup(of: state, container: container)
         if state.userRecordName.isEmpty {
-            identity = UserIdentity(
-                userRecordID: nil, lookupInfo: state.lookupInfo.lookupInfo, nameComponents: nil, hasiCloudAccount: false)
+            identity = UserIdentity(userRecordID: nil, lookupInfo: lookup.lookupInfo, nameComponents: nil, hasiCloudAccount: false)
         } else {
             identity = try self.identity(txn, container, user: state.userRecordName)
-            if let lookup = state.lookupInfo.lookupInfo { identity.lookupInfo = lookup }
+            if let lookup = lookup.lookupInfo { identity.lookupInfo = lookup }
         }
+        if erased { identity.personalDataErased = true }
         return Share.Participant(
             participantID: id, userIdentity: identity, role: state.role.role, permission: state.permission.permission,
             acceptanceStatus: state.status.status, dateAddedToShare: Presenter.date(state.addedAtMicros),

@@ -120,6 +120,11 @@ struct Projector {
             try m.add(txn, .users, 1)
 
         case .personalDataForgotten(let e):
+            // The addresses whose keys go with this erasure: their invitations answer as erased.
+            for address in e.addresses { try forget(address, context, txn) }
+            guard !e.userRecordName.isEmpty else { return }
+            // So do those of the invitations bound to the user (verified ones: the user proved the address).
+            for address in try m.boundAddresses(txn, context.container, user: e.userRecordName) { try forget(address, context, txn) }
             let key = ReadModels.userKey(context.container, e.userRecordName)
             guard let state = try m.user(txn, context.container, e.userRecordName) else { return }
             if !state.emailHash.isEmpty {
@@ -291,6 +296,7 @@ struct Projector {
                     }
                 }
                 if !participant.oneTimeToken.isEmpty { try txn.delete(m.oneTimeURLs, key: Array(participant.oneTimeToken.utf8)) }
+                try indexInvitation(share.container, e.token, id, from: participant.address, to: nil, txn)
                 try m.deleteRow(txn, m.participants, ReadModels.participantKey(e.token, id))
                 if !participant.userRecordName.isEmpty {
                     try txn.delete(m.sharesByUser, key: ReadModels.key(share.container, participant.userRecordName, e.token))
@@ -337,6 +343,17 @@ struct Projector {
             var state = previous ?? ParticipantState()
             state.userRecordName = e.userRecordName
             state.lookupInfo = e.lookupInfo
+            // A sealed invitation keeps its box, and its keyed hash apart from it (as a user row does).
+            if e.hasSealedLookup {
+                var sealed = e.sealedLookup
+                (state.emailHash, state.phoneHash) = (sealed.emailHash, sealed.phoneHash)
+                (sealed.emailHash, sealed.phoneHash) = (Data(), Data())
+                state.sealedLookup = sealed
+            } else {
+                state.clearSealedLookup()
+                (state.emailHash, state.phoneHash) = (Data(), Data())
+            }
+            state.forgottenAtMicros = 0
             state.role = e.role
             state.permission = e.permission
             state.status = .statusPending
@@ -344,6 +361,8 @@ struct Projector {
             state.approvedRequester = e.approvedRequester
             state.oneTimeToken = e.oneTimeToken
             try m.put(txn, m.participants, key, state)
+            try indexInvitation(
+                share.container, e.token, e.participantID, from: previous?.address, to: state.address, txn)
             if !e.oneTimeToken.isEmpty {
                 try m.putRaw(txn, m.oneTimeURLs, Array(e.oneTimeToken.utf8), Array((e.token + e.participantID).utf8))
             }
@@ -452,9 +471,16 @@ struct Projector {
                 id: Projector.taskID(position: context.position, index: 0), context, txn)
             try updateShare(e.token, txn) { _ in }
 
-        case .shareMetadataFetched, .shareParticipantFetched:
-            // A fetch or a lookup changes nothing but the log (it is there for the audit trail).
+        case .shareMetadataFetched:
+            // A fetch changes nothing but the log (it is there for the audit trail).
             break
+
+        case .shareParticipantFetched(let e):
+            // A lookup changes nothing but the log, except that a lookup sealed to a forgotten address
+            // means the address holds personal data again: it is no longer a forgotten one.
+            if let address = e.sealedLookup.address {
+                try m.deleteRow(txn, m.addresses, ReadModels.addressKey(context.container, address))
+            }
 
         case .accessRequestsAllowedChanged(let e):
             try updateShare(e.token, txn) { $0.allowsAccessRequests = e.allowed }
@@ -520,6 +546,43 @@ struct Projector {
             try models.put(txn, models.access, ReadModels.accessKey(token, add, user: user), state)
         }
         try updateShare(token, txn) { _ in }
+    }
+
+    /// Moves an invitation's `rm_addresses` entry from the address it went to before (if any) to the
+    /// one it goes to now (if any). An invitation sealed to a forgotten address means the address
+    /// holds personal data again: it is no longer a forgotten one.
+    private func indexInvitation(
+        _ container: String, _ token: String, _ participantID: String, from old: AddressHash?, to new: AddressHash?,
+        _ txn: borrowing some ReadModelStore & ~Copyable
+    ) throws {
+        let suffix = ReadModels.participantKey(token, participantID)
+        if let old, old != new { try txn.delete(models.addresses, key: ReadModels.addressKey(container, old) + suffix) }
+        guard let new else { return }
+        let key = ReadModels.addressKey(container, new)
+        try models.putRaw(txn, models.addresses, key + suffix, [])
+        try models.deleteRow(txn, models.addresses, key)
+    }
+
+    /// Erases every invitation sealed to `address` (their rows keep no box and no hash, and answer
+    /// as erased; their `rm_addresses` entries go) and marks the address forgotten.
+    private func forget(_ address: AddressHash, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws {
+        let key = ReadModels.addressKey(context.container, address)
+        for invitation in try models.invitations(txn, context.container, to: address) {
+            let rowKey = ReadModels.participantKey(invitation.token, invitation.participantID)
+            if var state = try models.message(ParticipantState.self, txn, models.participants, rowKey) {
+                state.clearSealedLookup()
+                (state.emailHash, state.phoneHash) = (Data(), Data())
+                state.lookupInfo.emailAddress = ""
+                state.lookupInfo.phoneNumber = ""
+                if state.lookupInfo == PBLookupInfo() { state.clearLookupInfo() }
+                state.forgottenAtMicros = context.recordedAtMicros
+                try models.put(txn, models.participants, rowKey, state)
+            }
+            try txn.delete(models.addresses, key: key + rowKey)
+        }
+        var state = AddressState()
+        state.forgottenAtMicros = context.recordedAtMicros
+        try models.put(txn, models.addresses, key, state)
     }
 
     private func deleteVerifications(token: String, participantID: String, _ txn: borrowing some ReadModelStore & ~Copyable) throws {

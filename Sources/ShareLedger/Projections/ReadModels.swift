@@ -13,6 +13,7 @@ typealias ResidualTaskState = Shareledger_Readmodels_V1_ResidualTask
 typealias SharedZoneState = Shareledger_Readmodels_V1_SharedZoneState
 typealias VerificationState = Shareledger_Readmodels_V1_VerificationState
 typealias AccessEntryState = Shareledger_Readmodels_V1_AccessEntryState
+typealias AddressState = Shareledger_Readmodels_V1_AddressState
 
 /// The read models' named databases and their key layouts (`docs/log-format.md`, "Read models").
 ///
@@ -52,6 +53,9 @@ struct ReadModels: Sendable {
     let oneTimeURLs: Database
     /// counter name → 8-byte big-endian count.
     let counters: Database
+    /// container ‖ 0 ‖ `E` or `P` ‖ keyed hash (32) → AddressState: an address that was forgotten;
+    /// the same key ‖ token ‖ participant id → (empty): an invitation sealed to that address.
+    let addresses: Database
     /// (dupsort, 8-byte values) token → positions of the events about that share (fetches and
     /// residual-task completions included): the share's history.
     let shareHistory: Database
@@ -119,6 +123,7 @@ struct ReadModels: Sendable {
         DatabaseSpec("rm_counters"),
         DatabaseSpec("rm_access"),
         DatabaseSpec("rm_one_time_urls"),
+        DatabaseSpec("rm_addresses"),
         DatabaseSpec("idx_share_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_user_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_container_history", [.dupSort, .dupFixed]),
@@ -154,6 +159,7 @@ struct ReadModels: Sendable {
         counters = byName["rm_counters"]!
         access = byName["rm_access"]!
         oneTimeURLs = byName["rm_one_time_urls"]!
+        addresses = byName["rm_addresses"]!
         shareHistory = byName["idx_share_history"]!
         userHistory = byName["idx_user_history"]!
         containerHistory = byName["idx_container_history"]!
@@ -168,7 +174,8 @@ struct ReadModels: Sendable {
     var all: [Database] {
         [
             users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
-            sharedZones, outbox, verifications, counters, access, oneTimeURLs, shareHistory, userHistory, containerHistory, historyJournal,
+            sharedZones, outbox, verifications, counters, access, oneTimeURLs, addresses, shareHistory, userHistory, containerHistory,
+            historyJournal,
         ]
     }
 
@@ -199,6 +206,13 @@ struct ReadModels: Sendable {
     /// container ‖ 0 ‖ `kind` (`E` or `P`) ‖ a keyed hash.
     static func lookupKey(_ container: String, hash: [UInt8], kind: Character) -> [UInt8] {
         key(container, String(kind)) + hash
+    }
+
+    /// The `rm_addresses` key of an address: container ‖ 0 ‖ `E` or `P` ‖ its keyed hash (the
+    /// layout of a hashed ``lookupKey(_:hash:kind:)``); an invitation sealed to it adds token ‖
+    /// participant id.
+    static func addressKey(_ container: String, _ address: AddressHash) -> [UInt8] {
+        lookupKey(container, hash: address.hash, kind: address.kind.letter)
     }
 
     /// Emails compare case-insensitively, without surrounding spaces.

@@ -8,13 +8,16 @@ extension ShareLedger {
     public static let keyStoreFileName = PersonalDataVault.fileName
 
     /// Carries out an erasure request (GDPR art. 17): forgets the personal data (email address,
-    /// phone number, name) of user `userRecordName` in `containerIdentifier` by crypto-shredding.
+    /// phone number, name, share titles, and the invitations and lookups addressed to them) of user
+    /// `userRecordName` in `containerIdentifier` by crypto-shredding.
     ///
     /// In one committed step it appends `PersonalDataForgotten` (the requester is the envelope's
     /// actor, the time its recorded-at; no personal data) and marks the user's row as erased,
-    /// removing its lookup entries; then it destroys the user's key in the key store, which makes
-    /// every box sealed under it unreadable: in the log, in exports, in backups of the log. The hash
-    /// chain covers the ciphertext, so `verify` and `audit` stay clean.
+    /// removing its lookup entries, and erases the participant rows of every invitation to the
+    /// email address or phone number the user registered with, or bound to the user; then it
+    /// destroys the user's key and those addresses' keys in the key store, which makes every box
+    /// sealed under them unreadable: in the log, in exports, in backups of the log. The hash chain
+    /// covers the ciphertext, so `verify` and `audit` stay clean.
     ///
     /// Forgetting is idempotent: forgetting a forgotten user succeeds, appends nothing and destroys
     /// the key if a crash left it behind (``open(_:)`` does that too for every forgotten user).
@@ -37,22 +40,90 @@ extension ShareLedger {
         guard models.vault != nil else {
             throw LedgerError(.readOnly, "the ledger has no key store open for writing; open it for writing to forget a user")
         }
+        // The addresses whose keys go with the user's (read before the erasure drops them from the rows).
+        let addresses = try read("reading the addresses of the user to forget") { txn in
+            let registered = try models.user(txn, containerIdentifier, userRecordName).map {
+                models.registeredAddresses(of: $0, container: containerIdentifier)
+            }
+            return (registered ?? []) + (try models.boundAddresses(txn, containerIdentifier, user: userRecordName))
+        }
         let output = try await container(containerIdentifier, userRecordName: requestedBy).runOne(
             .forgetUser(name: userRecordName))
         guard case .user(var identity) = output else { throw LedgerError.unexpectedOutput("forget") }
-        // After the commit: a crash before this line leaves a forgotten user whose key survives, which
-        // the next open (or the next forget) destroys.
+        // After the commit: a crash before these lines leaves a forgotten user (or address) whose key
+        // survives, which the next open (or the next forget) destroys.
         try models.vault?.destroy(container: containerIdentifier, user: userRecordName)
-        // Kept metadata answers may name the user: a user row changed without any share's tag
-        // changing, so every kept answer is dropped (as after maintenance work: a new generation).
-        shareTags.committed(0, appended: false, tokens: [], everything: true)
-        metadataCache?.removeAll()
+        try destroyKeys(ofForgotten: addresses, in: containerIdentifier)
+        dropKeptAnswers()
         identity.personalDataErased = true
         return identity
     }
 
-    /// Destroys the key of every user the read models say is forgotten: finishes a forget that
-    /// crashed between its commit and the key's destruction. One point read per key.
+    /// Carries out an erasure request for an email address or phone number that no user registered
+    /// with (an invitee who never made an account, or someone looked up by it): forgets what the
+    /// invitations and participant lookups addressed to it hold of it, by crypto-shredding.
+    ///
+    /// Invitations and lookups are sealed under a key of their address (``AddressHash``), so that an
+    /// invitee with no account can be forgotten too. In one committed step it appends
+    /// `PersonalDataForgotten` naming the address only by its keyed hash (the requester is the
+    /// envelope's actor) and erases the participant rows of the invitations to it; then it destroys
+    /// the address's key. Answers show those participants with ``UserIdentity/personalDataErased``
+    /// and no lookup info; verifying such an invitation by that address no longer finds it.
+    ///
+    /// Forgetting is idempotent: forgetting a forgotten address appends nothing (unless something was
+    /// sealed to it since) and destroys the key if a crash left it behind (``open(_:)`` does that too).
+    /// An address nothing was ever sealed to gets the event all the same: the request is recorded.
+    ///
+    /// - Parameters:
+    ///   - address: An email address or a phone number (``LookupInfo/init(emailAddress:)``,
+    ///     ``LookupInfo/init(phoneNumber:)``), compared as lookups compare them.
+    ///   - containerIdentifier: The container whose invitations went to it.
+    ///   - requestedBy: Who asked, recorded as the event's actor (a role or ticket reference).
+    /// - Returns: Whether anything readable was sealed to the address when asked (and is erased now).
+    /// - Throws: ``LedgerError/Code/invalidArguments`` for a lookup by user record id, or for the
+    ///   address of a registered user (forget that user with ``forget(user:in:requestedBy:)``, which
+    ///   takes their addresses with them); ``LedgerError/Code/readOnly`` without a writable key store;
+    ///   ``LedgerError/Code/storageFailure`` when the key store cannot be rewritten (the event is
+    ///   committed then: run forget again).
+    @discardableResult
+    public func forget(address: LookupInfo, in containerIdentifier: String, requestedBy: String = "operator")
+        async throws(LedgerError) -> Bool
+    {
+        try Decider.checkUserName(requestedBy)
+        guard let vault = models.vault, vault.writable else {
+            throw LedgerError(.readOnly, "the ledger has no key store open for writing; open it for writing to forget an address")
+        }
+        guard let hash = models.addressHash(containerIdentifier, of: PBLookupInfo(address)), address.userRecordID == nil else {
+            throw LedgerError(
+                .invalidArguments, "forgetting an address needs one email address or one phone number; forget a user by "
+                    + "their user record name instead")
+        }
+        let held = vault.hasKey(container: containerIdentifier, user: hash.subject)
+        _ = try await container(containerIdentifier, userRecordName: requestedBy).runOne(.forgetAddress(address))
+        try destroyKeys(ofForgotten: [hash], in: containerIdentifier)
+        dropKeptAnswers()
+        return held
+    }
+
+    /// Destroys the keys of those of `addresses` the read models say are forgotten (an address sealed
+    /// to again since keeps its new key).
+    private func destroyKeys(ofForgotten addresses: [AddressHash], in containerIdentifier: String) throws(LedgerError) {
+        guard let vault = models.vault, !addresses.isEmpty else { return }
+        let forgotten = try read("reading which addresses are forgotten") { txn in
+            try addresses.filter { try models.forgottenAddress(txn, containerIdentifier, $0) != nil }
+        }
+        for address in forgotten { try vault.destroy(container: containerIdentifier, user: address.subject) }
+    }
+
+    /// Kept metadata answers may name a forgotten person: rows changed without any share's tag
+    /// changing, so every kept answer is dropped (as after maintenance work: a new generation).
+    private func dropKeptAnswers() {
+        shareTags.committed(0, appended: false, tokens: [], everything: true)
+        metadataCache?.removeAll()
+    }
+
+    /// Destroys the key of every user and address the read models say is forgotten: finishes a forget
+    /// that crashed between its commit and the keys' destruction. One point read per key.
     static func destroyKeysOfForgottenUsers(_ log: EventLog) throws(LedgerError) {
         let models = log.store.models
         guard let vault = models.vault, vault.writable else { return }
@@ -60,7 +131,10 @@ extension ShareLedger {
         guard !people.isEmpty else { return }
         let forgotten = try log.read("looking for forgotten users whose key survived") { txn in
             try people.filter { person in
-                try models.user(txn, person.container, person.user).map { $0.forgottenAtMicros != 0 } ?? false
+                if let address = AddressHash(subject: person.user) {
+                    return try models.forgottenAddress(txn, person.container, address) != nil
+                }
+                return try models.user(txn, person.container, person.user).map { $0.forgottenAtMicros != 0 } ?? false
             }
         }
         for person in forgotten { try vault.destroy(container: person.container, user: person.user) }
