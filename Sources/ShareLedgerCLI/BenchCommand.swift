@@ -67,6 +67,13 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Share actions write personal data in plaintext (as before crypto-shredding), to compare with the default, sealed.")
     var plaintextPersonalData = false
 
+    @Flag(
+        help: """
+            Share actions invite by the invitees' email addresses (sealed, matched by keyed hash) instead of \
+            their user record names.
+            """)
+    var inviteByEmail = false
+
     func validate() throws {
         if let replicateSeconds, !(2...7_200).contains(replicateSeconds) { throw ValidationError("--replicate-seconds must be 2...7200") }
         guard (1...600).contains(replicateWindow) else { throw ValidationError("--replicate-window must be 1...600") }
@@ -109,7 +116,7 @@ struct BenchCommand: AsyncParsableCommand {
             if parts.contains("append") {
                 let actions = ShareActionBench(
                     directory: bench.directory, durability: durability, writerPoll: writerPoll,
-                    sealsPersonalData: !plaintextPersonalData)
+                    sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail)
                 // The same number of actions whatever the callers: 64 × 16 cycles in all.
                 let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
                 let concurrent = try await actions.mixed(name: "actions-concurrent", callers: callers, cycles: cycles) {
@@ -163,7 +170,7 @@ struct BenchCommand: AsyncParsableCommand {
             if parts.contains("fetch") {
                 let actions = ShareActionBench(
                     directory: bench.directory, durability: durability, writerPoll: writerPoll,
-                    sealsPersonalData: !plaintextPersonalData)
+                    sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail)
                 let fetch = try await actions.fetches(callers: 64, perCaller: quick ? 60 : 300) {
                     Output.progress("round \(round)/\(repeats): logged fetches, 64 callers, segment \($0)/\($1)")
                 }

@@ -12,26 +12,31 @@ struct ShareWorkload: Sendable {
     static let actionsPerCycle = 9
     let ledger: ShareLedger
     let callers: Int
+    /// Invitations go to the invitees' registered email addresses (sealed under the address's key,
+    /// matched by keyed hash) instead of their user record names (`bench --invite-by-email`).
+    var invitesByEmail = false
     let zone = RecordZoneID(zoneName: "Bench")
 
     func ownerName(_ caller: Int) -> String { "_owner\(caller)" }
     func inviteeName(_ caller: Int, _ index: Int) -> String { "_invitee\(caller)_\(index)" }
+    func inviteeEmail(_ caller: Int, _ index: Int) -> String { "invitee\(caller)_\(index)@example.com" }
     func owner(_ caller: Int) -> Container { ledger.container(Self.container, userRecordName: ownerName(caller)) }
     func invitee(_ caller: Int, _ index: Int) -> Container {
         ledger.container(Self.container, userRecordName: inviteeName(caller, index))
     }
 
     /// Registers every user, saves every owner's zone and `records` root records per owner (not measured).
-    static func setUp(_ ledger: ShareLedger, callers: Int, records: Int) async throws -> ShareWorkload {
-        let workload = ShareWorkload(ledger: ledger, callers: callers)
+    static func setUp(_ ledger: ShareLedger, callers: Int, records: Int, invitesByEmail: Bool = false) async throws
+        -> ShareWorkload
+    {
+        let workload = ShareWorkload(ledger: ledger, callers: callers, invitesByEmail: invitesByEmail)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for caller in 0..<callers {
                 group.addTask {
                     try await ledger.registerUser(workload.ownerName(caller), in: container)
                     for index in 0..<3 {
                         try await ledger.registerUser(
-                            workload.inviteeName(caller, index), in: container,
-                            emailAddress: "invitee\(caller)_\(index)@example.com")
+                            workload.inviteeName(caller, index), in: container, emailAddress: workload.inviteeEmail(caller, index))
                     }
                     _ = try await workload.owner(caller).save(RecordZone(zoneID: workload.zone))
                 }
@@ -62,8 +67,11 @@ struct ShareWorkload: Sendable {
         let owner = owner(caller)
         let url = try await owner.share(rootRecord: RecordID(recordName: "doc\(record)", zoneID: zone)).url
         for index in 0..<3 {
-            _ = try await owner.addParticipant(
-                LookupInfo(userRecordID: RecordID(userRecordName: inviteeName(caller, index))), permission: .readWrite, to: url)
+            let lookup =
+                invitesByEmail
+                ? LookupInfo(emailAddress: inviteeEmail(caller, index))
+                : LookupInfo(userRecordID: RecordID(userRecordName: inviteeName(caller, index)))
+            _ = try await owner.addParticipant(lookup, permission: .readWrite, to: url)
         }
         var metadatas: [Share.Metadata] = []
         for index in 0..<3 { metadatas.append(try await invitee(caller, index).shareMetadata(for: url)) }
@@ -94,6 +102,8 @@ struct ShareActionBench {
     let writerPoll: Int
     /// Whether personal data is sealed (crypto-shredding; `bench --plaintext-personal-data` turns it off).
     var sealsPersonalData = true
+    /// Whether the share actions invite by email address (`bench --invite-by-email`).
+    var invitesByEmail = false
 
     struct Figures {
         var perSecond: Double
@@ -123,7 +133,7 @@ struct ShareActionBench {
     /// ledger segment its commit pattern is replayed on a bare LMDB environment.
     func mixed(name: String, callers: Int, cycles: Int, progress: (Int, Int) -> Void) async throws -> Figures {
         let ledger = try openLedger(name)
-        let workload = try await ShareWorkload.setUp(ledger, callers: callers, records: cycles)
+        let workload = try await ShareWorkload.setUp(ledger, callers: callers, records: cycles, invitesByEmail: invitesByEmail)
         return try await interleaved(ledger, rawName: "\(name)-raw", rounds: cycles, progress: progress) { first, count in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for caller in 0..<callers {
@@ -141,7 +151,7 @@ struct ShareActionBench {
     /// `ShareMetadataFetched` event), next to the raw replay of the same commits.
     func fetches(callers: Int, perCaller: Int, progress: (Int, Int) -> Void) async throws -> Figures {
         let ledger = try openLedger("fetch")
-        let workload = try await ShareWorkload.setUp(ledger, callers: callers, records: 1)
+        let workload = try await ShareWorkload.setUp(ledger, callers: callers, records: 1, invitesByEmail: invitesByEmail)
         var urls: [URL] = []
         for caller in 0..<callers { urls.append(try await workload.cycle(caller: caller, record: 0)) }
         let shareURLs = urls
