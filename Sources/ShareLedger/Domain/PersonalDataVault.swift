@@ -56,6 +56,23 @@ final class PersonalDataVault: Sendable {
         /// sealing. Plaintext in this process's memory only; a subject's entries go when its key is
         /// destroyed, and all of them when the cache is full.
         var opened: [OpenedKey: Shareledger_Events_V1_PersonalFields] = [:]
+        /// Boxes sealed already for an address subject (`#E…`, `#P…`), by container, subject and
+        /// plaintext: an address is invited and looked up again and again, and sealing the same
+        /// plaintext under the same key again gives nothing a reused box does not, since the keyed
+        /// hash beside the box already tells equal addresses apart. Not kept for people's own
+        /// subjects, whose boxes (titles) carry no such hash. Dropped with the subject's key.
+        var sealedBoxes: [SealedKey: Data] = [:]
+        /// Keyed hashes computed already, by message (kind, container, normalized address): the
+        /// writer hashes the same address several times per invitation. Plaintext addresses in this
+        /// process's memory only, as ``opened``; emptied by every key destruction.
+        var hashes: [[UInt8]: [UInt8]] = [:]
+    }
+
+    /// The key of a sealed box kept for reuse.
+    struct SealedKey: Hashable {
+        var container: String
+        var subject: String
+        var plaintext: [UInt8]
     }
 
     /// The key of an opened box.
@@ -342,6 +359,8 @@ final class PersonalDataVault: Sendable {
             state.keys[subject] = nil
             state.order.removeAll { $0 == subject }
             state.opened = state.opened.filter { PersonalDataVault.subject($0.key.container, $0.key.subject) != subject }
+            state.sealedBoxes = state.sealedBoxes.filter { PersonalDataVault.subject($0.key.container, $0.key.subject) != subject }
+            state.hashes.removeAll()
             noteFile(&state)
             return true
         }
@@ -360,17 +379,31 @@ final class PersonalDataVault: Sendable {
         guard let key = try key(container: container, user: subject, create: true) else {
             throw LedgerError(.storageFailure, "no key could be made for sealing personal data")
         }
-        let nonceBytes = randomBytes(16)
         do {
             var options = BinaryEncodingOptions()
             options.useDeterministicOrdering = true
             let plaintext: [UInt8] = try fields.serializedBytes(options: options)
+            var sealed = Shareledger_Events_V1_SealedPersonalData()
+            sealed.subject = subject
+            let reusable = AddressHash(subject: subject) != nil
+            let cacheKey = SealedKey(container: container, subject: subject, plaintext: plaintext)
+            if reusable, let box = state.withLock({ $0.sealedBoxes[cacheKey] }) {
+                sealed.box = box
+                return sealed
+            }
+            let nonceBytes = randomBytes(16)
             let nonce = try AES.GCM.Nonce(data: nonceBytes.prefix(12))
             let box = try AES.GCM.seal(
                 plaintext, using: key, nonce: nonce, authenticating: PersonalDataVault.associatedData(container, subject))
-            var sealed = Shareledger_Events_V1_SealedPersonalData()
-            sealed.subject = subject
             sealed.box = Data(box.combined ?? Data())
+            if reusable {
+                state.withLock { state in
+                    // Kept only while the key still exists (as in ``open(_:container:)``).
+                    guard state.keys[PersonalDataVault.subject(container, subject)] != nil else { return }
+                    if state.sealedBoxes.count >= PersonalDataVault.openedCapacity { state.sealedBoxes.removeAll(keepingCapacity: true) }
+                    state.sealedBoxes[cacheKey] = sealed.box
+                }
+            }
             return sealed
         } catch {
             throw LedgerError(.storageFailure, "sealing personal data failed: \(error)")
@@ -404,15 +437,22 @@ final class PersonalDataVault: Sendable {
     /// value: the key of an `rm_user_lookup` entry. Nil without a lookup key (a read-only ledger
     /// whose key store was never made).
     func lookupHash(_ kind: Character, container: String, normalized: String) -> [UInt8]? {
-        guard var mac = state.withLock({ $0.lookupMAC }) else { return nil }
         var message: [UInt8] = []
         message.reserveCapacity(2 + container.utf8.count + normalized.utf8.count)
         message += String(kind).utf8
         message += container.utf8
         message.append(0)
         message += normalized.utf8
+        let (kept, template) = state.withLock { ($0.hashes[message], $0.lookupMAC) }
+        if let kept { return kept }
+        guard var mac = template else { return nil }
         mac.update(data: message)
-        return Array(mac.finalize())
+        let hash = Array(mac.finalize())
+        state.withLock { state in
+            if state.hashes.count >= PersonalDataVault.openedCapacity { state.hashes.removeAll(keepingCapacity: true) }
+            state.hashes[message] = hash
+        }
+        return hash
     }
 }
 
