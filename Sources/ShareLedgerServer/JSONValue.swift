@@ -11,6 +11,9 @@ enum JSONValue: Sendable, Hashable {
     case string(String)
     case array([JSONValue])
     case object([String: JSONValue])
+    /// A value already written as JSON (by ``JSONWriter``), copied into the output as it is. The
+    /// parser never makes one; the ledger's values (``Wire``) are written this way.
+    case rendered([UInt8])
 
     /// Parses a request body (RFC 8259; at most ``JSONParser/maxDepth`` nested arrays and objects);
     /// malformed JSON is a `BAD_REQUEST`. Hand-written: `JSONDecoder` over this enum (through
@@ -41,7 +44,8 @@ enum JSONValue: Sendable, Hashable {
         case .int(let value): out.append(contentsOf: String(value).utf8)
         // JSON has no infinity or NaN; Swift's shortest round-trip form is valid JSON otherwise.
         case .double(let value): out.append(contentsOf: (value.isFinite ? String(value) : "null").utf8)
-        case .string(let value): Self.writeString(value, into: &out)
+        case .string(let value): JSONWriter.writeString(value, into: &out)
+        case .rendered(let bytes): out.append(contentsOf: bytes)
         case .array(let values):
             out.append(UInt8(ascii: "["))
             for (index, value) in values.enumerated() {
@@ -54,44 +58,12 @@ enum JSONValue: Sendable, Hashable {
             // The pairs sorted once (no second hash lookup per key).
             for (index, pair) in object.sorted(by: { $0.key < $1.key }).enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                Self.writeString(pair.key, into: &out)
+                JSONWriter.writeString(pair.key, into: &out)
                 out.append(UInt8(ascii: ":"))
                 pair.value.write(into: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
-    }
-
-    private static func writeString(_ text: String, into out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        // Most strings need no escape: copy them whole.
-        let plain = text.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
-            guard !bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
-                return false
-            }
-            out.append(contentsOf: bytes)
-            return true
-        }
-        if plain == true {
-            out.append(UInt8(ascii: "\""))
-            return
-        }
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: "\\\"".utf8)
-            case UInt8(ascii: "\\"): out.append(contentsOf: "\\\\".utf8)
-            case 0x0A: out.append(contentsOf: "\\n".utf8)
-            case 0x0D: out.append(contentsOf: "\\r".utf8)
-            case 0x09: out.append(contentsOf: "\\t".utf8)
-            case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                out.append(contentsOf: "\\u00".utf8)
-                out.append(hex[Int(byte >> 4)])
-                out.append(hex[Int(byte & 0xF)])
-            default: out.append(byte)
-            }
-        }
-        out.append(UInt8(ascii: "\""))
     }
 
     /// The value of `key` in an object (an explicit `null` included: where the document allows

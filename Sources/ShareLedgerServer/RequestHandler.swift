@@ -22,16 +22,16 @@ struct RequestHandler: Sendable {
         context.logger[metadataKey: "hb.request.id"].map { "\($0)" } ?? ServerCredentials.randomHex(bytes: 16)
     }
 
-    func handle(_ request: Request, context: BasicRequestContext) async -> Response {
+    func handle(_ request: Request, context: BasicRequestContext, path: DatabasePath) async -> Response {
         let start = ContinuousClock.now
         var endpointName = "unknown"
         var items = 0
         var credentialID: String?
-        let container = context.parameters.get("container") ?? ""
+        let container = path.container
         let status: Int
         let body: JSONValue
         do {
-            let subpath = context.parameters.getCatchAll().joined(separator: "/")
+            let subpath = path.subpath
             guard let endpoint = Endpoints.all[subpath] else {
                 throw WireError(.notFound, "there is no endpoint \(subpath.prefix(64)) under /database/1/", status: 404)
             }
@@ -40,11 +40,11 @@ struct RequestHandler: Sendable {
                 throw WireError(
                     .badRequest, "\(subpath) takes \(endpoint.methods.sorted().joined(separator: " or "))", status: 405)
             }
-            let environment = context.parameters.get("environment") ?? ""
+            let environment = path.environment
             guard Self.environments.contains(environment) else {
                 throw WireError(.notFound, "the environment must be development or production")
             }
-            guard let database = DatabaseRequest.Database(rawValue: context.parameters.get("database") ?? "") else {
+            guard let database = DatabaseRequest.Database(rawValue: path.database) else {
                 throw WireError(.notFound, "the database must be public, private or shared")
             }
             server.credentials.refresh()

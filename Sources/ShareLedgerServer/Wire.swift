@@ -4,57 +4,118 @@ import ShareLedger
 /// The ledger's values in CloudKit Web Services' JSON (record, share, participant, user identity and
 /// ShortGUID Result dictionaries), and records read back from it.
 enum Wire {
-    static func millis(_ date: Date?) -> JSONValue {
-        .int(Int64(((date ?? Date(timeIntervalSince1970: 0)).timeIntervalSince1970 * 1_000).rounded()))
+    // The writers below put each object's keys in the order `JSONValue` sorts them (`String`'s
+    // `<`), so that the bytes are those of the sorted dictionaries the server used to build
+    // (JSONWriter's contract; WireRenderingTests).
+
+    static func millis(_ date: Date?) -> Int64 {
+        Int64(((date ?? Date(timeIntervalSince1970: 0)).timeIntervalSince1970 * 1_000).rounded())
     }
 
     static func zoneID(_ id: RecordZoneID) -> JSONValue {
-        ["zoneName": .string(id.zoneName), "ownerRecordName": .string(id.ownerName), "zoneType": "REGULAR_CUSTOM_ZONE"]
+        .rendered(JSONWriter.render(capacity: 96) { writeZoneID(id, into: &$0) })
     }
 
-    static func reference(_ id: RecordID) -> JSONValue {
-        ["recordName": .string(id.recordName), "zoneID": zoneID(id.zoneID), "action": "NONE"]
+    static func writeZoneID(_ id: RecordZoneID, into out: inout JSONWriter) {
+        out.object { out in
+            out.member("ownerRecordName", id.ownerName)
+            out.member("zoneName", id.zoneName)
+            out.member("zoneType", "REGULAR_CUSTOM_ZONE" as StaticString)
+        }
+    }
+
+    static func writeReference(_ id: RecordID, into out: inout JSONWriter) {
+        out.object { out in
+            out.member("action", "NONE" as StaticString)
+            out.member("recordName", id.recordName)
+            out.key("zoneID")
+            writeZoneID(id.zoneID, into: &out)
+        }
+    }
+
+    /// `{timestamp, userRecordName}` (`created`, `modified`).
+    private static func writeStamp(_ date: Date?, user: String?, into out: inout JSONWriter) {
+        out.object { out in
+            out.key("timestamp")
+            out.int(millis(date))
+            out.key("userRecordName")
+            if let user { out.string(user) } else { out.null() }
+        }
     }
 
     // MARK: - Records
 
     static func record(_ record: Record, desiredKeys: Set<String>? = nil) -> JSONValue {
-        var fields: [String: JSONValue] = [:]
-        for (key, value) in record.fields where desiredKeys?.contains(key) ?? true {
-            fields[key] = field(value)
+        .rendered(JSONWriter.render { writeRecord(record, desiredKeys: desiredKeys, into: &$0) })
+    }
+
+    static func writeRecord(_ record: Record, desiredKeys: Set<String>?, into out: inout JSONWriter) {
+        let modifier = record.lastModifiedUserRecordID?.recordName
+        out.object { out in
+            out.key("created")
+            writeStamp(record.creationDate, user: modifier, into: &out)
+            out.key("deleted")
+            out.bool(false)
+            out.key("fields")
+            out.object { out in
+                for (key, value) in record.fields.sorted(by: { $0.key < $1.key }) where desiredKeys?.contains(key) ?? true {
+                    out.key(key)
+                    writeField(value, into: &out)
+                }
+            }
+            out.key("modified")
+            writeStamp(record.modificationDate, user: modifier, into: &out)
+            if let parent = record.parent {
+                out.key("parent")
+                out.object { out in
+                    out.member("recordName", parent.recordName)
+                }
+            }
+            out.member("recordChangeTag", record.recordChangeTag)
+            out.member("recordName", record.recordID.recordName)
+            out.member("recordType", record.recordType)
+            if let share = record.share {
+                out.key("share")
+                writeReference(share, into: &out)
+            }
+            out.key("zoneID")
+            writeZoneID(record.recordID.zoneID, into: &out)
         }
-        var object: [String: JSONValue] = [
-            "recordName": .string(record.recordID.recordName),
-            "recordType": .string(record.recordType),
-            "zoneID": zoneID(record.recordID.zoneID),
-            "fields": .object(fields),
-            "deleted": false,
-        ]
-        if let tag = record.recordChangeTag { object["recordChangeTag"] = .string(tag) }
-        let modifier: JSONValue = record.lastModifiedUserRecordID.map { .string($0.recordName) } ?? .null
-        object["created"] = ["timestamp": millis(record.creationDate), "userRecordName": modifier]
-        object["modified"] = ["timestamp": millis(record.modificationDate), "userRecordName": modifier]
-        if let parent = record.parent { object["parent"] = ["recordName": .string(parent.recordName)] }
-        if let share = record.share { object["share"] = reference(share) }
-        return .object(object)
     }
 
-    static func field(_ value: FieldValue) -> JSONValue {
-        let (json, type) = fieldValue(value)
-        return ["value": json, "type": .string(type)]
+    /// `{type, value}`.
+    static func writeField(_ value: FieldValue, into out: inout JSONWriter) {
+        out.object { out in
+            out.member("type", fieldType(value))
+            out.key("value")
+            writeFieldValue(value, into: &out)
+        }
     }
 
-    private static func fieldValue(_ value: FieldValue) -> (JSONValue, String) {
+    private static func fieldType(_ value: FieldValue) -> String {
         switch value {
-        case .string(let text): return (.string(text), "STRING")
-        case .int64(let number): return (.int(number), "INT64")
-        case .double(let number): return (.double(number), "DOUBLE")
-        case .date(let date): return (millis(date), "TIMESTAMP")
-        case .bytes(let bytes): return (.string(Data(bytes).base64EncodedString()), "BYTES")
-        case .reference(let id): return (reference(id), "REFERENCE")
+        case .string: return "STRING"
+        case .int64: return "INT64"
+        case .double: return "DOUBLE"
+        case .date: return "TIMESTAMP"
+        case .bytes: return "BYTES"
+        case .reference: return "REFERENCE"
+        case .list(let values): return (values.first.map(fieldType) ?? "STRING") + "_LIST"
+        }
+    }
+
+    private static func writeFieldValue(_ value: FieldValue, into out: inout JSONWriter) {
+        switch value {
+        case .string(let text): out.string(text)
+        case .int64(let number): out.int(number)
+        case .double(let number): out.value(.double(number))
+        case .date(let date): out.int(millis(date))
+        case .bytes(let bytes): out.string(Data(bytes).base64EncodedString())
+        case .reference(let id): writeReference(id, into: &out)
         case .list(let values):
-            let items = values.map(fieldValue)
-            return (.array(items.map(\.0)), (items.first?.1 ?? "STRING") + "_LIST")
+            out.array { out in
+                for item in values { writeFieldValue(item, into: &out) }
+            }
         }
     }
 
@@ -107,7 +168,7 @@ enum Wire {
 
     // MARK: - Shares
 
-    static func permission(_ permission: Share.Participant.Permission) -> JSONValue {
+    static func permission(_ permission: Share.Participant.Permission) -> StaticString {
         switch permission {
         case .none: return "NONE"
         case .readOnly: return "READ_ONLY"
@@ -125,7 +186,7 @@ enum Wire {
         }
     }
 
-    static func type(_ role: Share.Participant.Role) -> JSONValue {
+    static func type(_ role: Share.Participant.Role) -> StaticString {
         switch role {
         case .owner: return "OWNER"
         case .administrator: return "ADMINISTRATOR"
@@ -135,7 +196,7 @@ enum Wire {
         }
     }
 
-    static func status(_ status: Share.Participant.AcceptanceStatus) -> JSONValue {
+    static func status(_ status: Share.Participant.AcceptanceStatus) -> StaticString {
         switch status {
         case .pending: return "INVITED"
         case .accepted: return "ACCEPTED"
@@ -144,83 +205,124 @@ enum Wire {
         }
     }
 
-    static func lookupInfo(_ info: LookupInfo?) -> JSONValue {
-        var object: [String: JSONValue] = [:]
-        if let email = info?.emailAddress { object["emailAddress"] = .string(email) }
-        if let phone = info?.phoneNumber { object["phoneNumber"] = .string(phone) }
-        if let id = info?.userRecordID { object["userRecordName"] = .string(id.recordName) }
-        return .object(object)
-    }
-
     static func identity(_ identity: UserIdentity) -> JSONValue {
-        var object: [String: JSONValue] = ["lookupInfo": lookupInfo(identity.lookupInfo)]
-        if let id = identity.userRecordID { object["userRecordName"] = .string(id.recordName) }
-        if let names = identity.nameComponents {
-            var components: [String: JSONValue] = [:]
-            if let given = names.givenName { components["givenName"] = .string(given) }
-            if let family = names.familyName { components["familyName"] = .string(family) }
-            if let middle = names.middleName { components["middleName"] = .string(middle) }
-            if let nickname = names.nickname { components["nickname"] = .string(nickname) }
-            object["nameComponents"] = .object(components)
-        }
-        return .object(object)
+        .rendered(JSONWriter.render(capacity: 256) { writeIdentity(identity, into: &$0) })
     }
 
-    static func participant(_ participant: Share.Participant) -> JSONValue {
-        [
-            "participantId": .string(participant.participantID),
-            "userIdentity": identity(participant.userIdentity),
-            "permission": permission(participant.permission),
-            "type": type(participant.role),
-            "acceptanceStatus": status(participant.acceptanceStatus),
-        ]
+    static func writeIdentity(_ identity: UserIdentity, into out: inout JSONWriter) {
+        out.object { out in
+            out.key("lookupInfo")
+            out.object { out in
+                out.member("emailAddress", identity.lookupInfo?.emailAddress)
+                out.member("phoneNumber", identity.lookupInfo?.phoneNumber)
+                out.member("userRecordName", identity.lookupInfo?.userRecordID?.recordName)
+            }
+            if let names = identity.nameComponents {
+                out.key("nameComponents")
+                out.object { out in
+                    out.member("familyName", names.familyName)
+                    out.member("givenName", names.givenName)
+                    out.member("middleName", names.middleName)
+                    out.member("nickname", names.nickname)
+                }
+            }
+            out.member("userRecordName", identity.userRecordID?.recordName)
+        }
+    }
+
+    static func writeParticipant(_ participant: Share.Participant, into out: inout JSONWriter) {
+        out.object { out in
+            out.member("acceptanceStatus", status(participant.acceptanceStatus))
+            out.member("participantId", participant.participantID)
+            out.member("permission", permission(participant.permission))
+            out.member("type", type(participant.role))
+            out.key("userIdentity")
+            writeIdentity(participant.userIdentity, into: &out)
+        }
     }
 
     /// The `cloudkit.share` record dictionary. The share's URL is in `fields.cloudkit.shareURL` and
     /// its token (what resolve and accept take) in `shortGUID`.
     static func share(_ share: Share) -> JSONValue {
-        var fields: [String: JSONValue] = ["cloudkit.shareURL": field(.string(share.url.absoluteString))]
-        if let title = share.title { fields["cloudkit.title"] = field(.string(title)) }
-        var object: [String: JSONValue] = [
-            "recordName": .string(share.recordID.recordName),
-            "recordType": .string(Share.recordType),
-            "recordChangeTag": .string(share.recordChangeTag),
-            "zoneID": zoneID(share.recordID.zoneID),
-            "fields": .object(fields),
-            "shortGUID": .string(share.token.text),
-            "publicPermission": permission(share.publicPermission),
-            "participants": .array(share.participants.map(participant)),
-            "owner": participant(share.owner),
-            "created": [
-                "timestamp": millis(share.creationDate),
-                "userRecordName": .string(share.owner.userIdentity.userRecordID?.recordName ?? ""),
-            ],
-            "deleted": false,
-        ]
-        if let current = share.currentUserParticipant { object["currentUserParticipant"] = participant(current) }
-        if let root = share.hierarchicalRootRecordID { object["share"] = reference(root) }
-        return .object(object)
+        .rendered(JSONWriter.render(capacity: 1_024) { writeShare(share, into: &$0) })
+    }
+
+    static func writeShare(_ share: Share, into out: inout JSONWriter) {
+        out.object { out in
+            out.key("created")
+            writeStamp(share.creationDate, user: share.owner.userIdentity.userRecordID?.recordName ?? "", into: &out)
+            if let current = share.currentUserParticipant {
+                out.key("currentUserParticipant")
+                writeParticipant(current, into: &out)
+            }
+            out.key("deleted")
+            out.bool(false)
+            out.key("fields")
+            out.object { out in
+                out.key("cloudkit.shareURL")
+                writeField(.string(share.url.absoluteString), into: &out)
+                if let title = share.title {
+                    out.key("cloudkit.title")
+                    writeField(.string(title), into: &out)
+                }
+            }
+            out.key("owner")
+            writeParticipant(share.owner, into: &out)
+            out.key("participants")
+            out.array { out in
+                for participant in share.participants { writeParticipant(participant, into: &out) }
+            }
+            out.member("publicPermission", permission(share.publicPermission))
+            out.member("recordChangeTag", share.recordChangeTag)
+            out.member("recordName", share.recordID.recordName)
+            out.member("recordType", Share.recordType)
+            if let root = share.hierarchicalRootRecordID {
+                out.key("share")
+                writeReference(root, into: &out)
+            }
+            out.member("shortGUID", share.token.text)
+            out.key("zoneID")
+            writeZoneID(share.recordID.zoneID, into: &out)
+        }
     }
 
     /// The ShortGUID Result dictionary of `records/resolve` and `records/accept`.
     static func shortGUIDResult(
         _ metadata: Share.Metadata, shortGUID: JSONValue, environment: String, caller: String, desiredKeys: Set<String>?
     ) -> JSONValue {
-        let ownerName = metadata.ownerIdentity.userRecordID?.recordName
-        var object: [String: JSONValue] = [
-            "shortGUID": shortGUID,
-            "containerIdentifier": .string(metadata.containerIdentifier),
-            "environment": .string(environment),
-            "databaseScope": ownerName == caller ? "PRIVATE" : "SHARED",
-            "zoneID": zoneID(metadata.share.recordID.zoneID),
-            "share": share(metadata.share),
-            "ownerIdentity": identity(metadata.ownerIdentity),
-            "participantStatus": status(metadata.participantStatus),
-            "participantPermission": permission(metadata.participantPermission),
-            "participantType": type(metadata.participantRole),
-        ]
-        if let root = metadata.hierarchicalRootRecordID { object["rootRecordName"] = .string(root.recordName) }
-        if let rootRecord = metadata.rootRecord { object["rootRecord"] = record(rootRecord, desiredKeys: desiredKeys) }
-        return .object(object)
+        .rendered(
+            JSONWriter.render(capacity: 2_048) { out in
+                writeShortGUIDResult(
+                    metadata, shortGUID: shortGUID, environment: environment, caller: caller, desiredKeys: desiredKeys,
+                    into: &out)
+            })
+    }
+
+    static func writeShortGUIDResult(
+        _ metadata: Share.Metadata, shortGUID: JSONValue, environment: String, caller: String, desiredKeys: Set<String>?,
+        into out: inout JSONWriter
+    ) {
+        out.object { out in
+            out.member("containerIdentifier", metadata.containerIdentifier)
+            let own = metadata.ownerIdentity.userRecordID?.recordName == caller
+            out.member("databaseScope", own ? "PRIVATE" : "SHARED" as StaticString)
+            out.member("environment", environment)
+            out.key("ownerIdentity")
+            writeIdentity(metadata.ownerIdentity, into: &out)
+            out.member("participantPermission", permission(metadata.participantPermission))
+            out.member("participantStatus", status(metadata.participantStatus))
+            out.member("participantType", type(metadata.participantRole))
+            if let rootRecord = metadata.rootRecord {
+                out.key("rootRecord")
+                writeRecord(rootRecord, desiredKeys: desiredKeys, into: &out)
+            }
+            out.member("rootRecordName", metadata.hierarchicalRootRecordID?.recordName)
+            out.key("share")
+            writeShare(metadata.share, into: &out)
+            out.key("shortGUID")
+            out.value(shortGUID)
+            out.key("zoneID")
+            writeZoneID(metadata.share.recordID.zoneID, into: &out)
+        }
     }
 }
