@@ -288,8 +288,9 @@ public final class LedgerShipper: Service, Sendable {
         let logger = configuration.logger
         return try await connection.get { connection throws(ReplicationError) in
             // Creating a replicated stream waits for the cluster to place it; right after a cluster
-            // forms or loses its leader that can time out once and succeed the next time (creating
-            // or checking the stream is idempotent), so a timeout is retried twice before it is an error.
+            // forms or loses its leader that can time out, or find no peers to place it on, once and
+            // succeed the next time (creating or checking the stream is idempotent), so either is
+            // retried twice, half a second apart, before it is an error.
             var attempt = 0
             let stream: NATSConnection.StreamState
             while true {
@@ -301,6 +302,7 @@ public final class LedgerShipper: Service, Sendable {
                 } catch where error.code == .timedOut && attempt < 2 {
                     attempt += 1
                     logger.warning("creating the stream timed out; retrying", metadata: ["stream": "\(names.stream)", "attempt": "\(attempt)"])
+                    try? await Task.sleep(for: .milliseconds(500))
                 }
             }
             guard stream.denyDelete, stream.denyPurge else {

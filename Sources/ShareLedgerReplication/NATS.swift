@@ -109,11 +109,18 @@ final class NATSConnection: @unchecked Sendable {
         var last = status
         let detail = nats_GetLastError(&last).map { String(cString: $0) } ?? ""
         let text = natsStatus_GetText(status).map { String(cString: $0) } ?? "status \(status.rawValue)"
-        let code: ReplicationError.Code = status == NATS_TIMEOUT ? .timedOut : .unavailable
+        // JetStream error 10005, "no suitable peers for placement": a replicated stream asked of a
+        // cluster whose metadata leader does not know enough current peers yet (it is forming, or
+        // one node is restarting). Like a timeout, it passes; retrying is the answer.
+        let transient = status == NATS_TIMEOUT || jsError.rawValue == NATSConnection.noSuitablePeers
+        let code: ReplicationError.Code = transient ? .timedOut : .unavailable
         let js = jsError.rawValue != 0 ? " (JetStream error \(jsError.rawValue))" : ""
         let advice = code == .timedOut ? "; retry (the cluster may be electing a leader)" : "; check that the NATS cluster runs and has a JetStream leader"
         return ReplicationError(code, "\(doing) failed: \(text)\(js)\(detail.isEmpty || detail == text ? "" : ": \(detail)")\(advice)")
     }
+
+    /// JetStream's error code for "no suitable peers for placement" (`JSClusterNoPeersErr`).
+    static let noSuitablePeers: UInt32 = 10005
 
     // MARK: - Streams
 

@@ -113,9 +113,17 @@ struct ReplicationTests {
         let cluster = try await Cluster()
         let a = try await NATSConnection.connect(servers: cluster.servers, name: "a", wait: Ledgers.callTimeout)
         let b = try await NATSConnection.connect(servers: [cluster.servers[2]], name: "b", wait: Ledgers.callTimeout)
-        _ = try await a.call("stream") { c throws(ReplicationError) in
-            try c.ensureStream(name: "LEDGER_race", subject: "ledger.race.events", replicas: 3, duplicatesWindow: .seconds(60))
+        // A cluster just formed may not place a replicated stream yet (a timeout, or JetStream's "no
+        // suitable peers", both `timedOut`); the shipper retries that, and so does this direct call.
+        var created: ReplicationError?
+        for _ in 1...5 {
+            created = await a.result("stream") { c throws(ReplicationError) in
+                _ = try c.ensureStream(name: "LEDGER_race", subject: "ledger.race.events", replicas: 3, duplicatesWindow: .seconds(60))
+            }
+            guard created?.code == .timedOut else { break }
+            try await Task.sleep(for: .milliseconds(500))
         }
+        if let created { throw created }
         for round in UInt64(1)...40 {
             async let first = a.call("a") { c throws(ReplicationError) in
                 try c.publishBatch(subject: "ledger.race.events", [.init(sequence: round, data: [1], messageID: "\(round):a", expectedLastMessageID: nil)])
@@ -532,6 +540,19 @@ struct ReplicationTests {
                 guard error.code == .noWriter, attempt < 50 else { throw error }
             }
             try await Task.sleep(for: .milliseconds(100))
+        }
+    }
+}
+
+extension NATSConnection {
+    /// ``call(_:_:)``'s error, or nil when it succeeded (a retry loop around a typed-throws call in an
+    /// async test crashed the 6.3 compiler's ownership verifier).
+    func result(_ what: String, _ body: @escaping @Sendable (NATSConnection) throws(ReplicationError) -> Void) async -> ReplicationError? {
+        do throws(ReplicationError) {
+            try await call(what, body)
+            return nil
+        } catch {
+            return error
         }
     }
 }
