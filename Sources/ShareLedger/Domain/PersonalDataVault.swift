@@ -330,13 +330,22 @@ final class PersonalDataVault: Sendable {
     /// renamed over the old one, the directory synced). Returns whether there was a key.
     @discardableResult
     func destroy(container: String, user: String) throws(LedgerError) -> Bool {
-        let subject = PersonalDataVault.subject(container, user)
-        return try state.withLock { (state: inout State) throws(LedgerError) -> Bool in
-            guard state.keys[subject] != nil else { return false }
+        try destroy([(container, user)]) > 0
+    }
+
+    /// Destroys the keys of every (container, user) of `people` with one rewrite of the key file (a
+    /// forget takes the user's key and those of their addresses; an open may finish several).
+    /// Returns how many of them had a key.
+    @discardableResult
+    func destroy(_ people: [(container: String, user: String)]) throws(LedgerError) -> Int {
+        let subjects = Set(people.map { PersonalDataVault.subject($0.container, $0.user) })
+        return try state.withLock { (state: inout State) throws(LedgerError) -> Int in
+            let held = subjects.filter { state.keys[$0] != nil }
+            guard !held.isEmpty else { return 0 }
             guard writable else { throw LedgerError(.readOnly, "the key store is open read-only; no key can be destroyed") }
             var bytes = PersonalDataVault.magic
             if let lookup = state.lookupKey { bytes += PersonalDataVault.record(kind: .lookup, subject: "", key: lookup) }
-            for other in state.order where other != subject {
+            for other in state.order where !held.contains(other) {
                 if let key = state.keys[other] { bytes += PersonalDataVault.record(kind: .person, subject: other, key: key) }
             }
             let temporary = fileURL.path + ".new"
@@ -356,13 +365,15 @@ final class PersonalDataVault: Sendable {
                         + "the disk, then run forget again")
             }
             PersonalDataVault.syncDirectory(fileURL.deletingLastPathComponent().path)
-            state.keys[subject] = nil
-            state.order.removeAll { $0 == subject }
-            state.opened = state.opened.filter { PersonalDataVault.subject($0.key.container, $0.key.subject) != subject }
-            state.sealedBoxes = state.sealedBoxes.filter { PersonalDataVault.subject($0.key.container, $0.key.subject) != subject }
+            for subject in held { state.keys[subject] = nil }
+            state.order.removeAll { held.contains($0) }
+            state.opened = state.opened.filter { !held.contains(PersonalDataVault.subject($0.key.container, $0.key.subject)) }
+            state.sealedBoxes = state.sealedBoxes.filter {
+                !held.contains(PersonalDataVault.subject($0.key.container, $0.key.subject))
+            }
             state.hashes.removeAll()
             noteFile(&state)
-            return true
+            return held.count
         }
     }
 

@@ -52,8 +52,7 @@ extension ShareLedger {
         guard case .user(var identity) = output else { throw LedgerError.unexpectedOutput("forget") }
         // After the commit: a crash before these lines leaves a forgotten user (or address) whose key
         // survives, which the next open (or the next forget) destroys.
-        try models.vault?.destroy(container: containerIdentifier, user: userRecordName)
-        try destroyKeys(ofForgotten: addresses, in: containerIdentifier)
+        try destroyKeys(ofForgotten: addresses, in: containerIdentifier, with: userRecordName)
         dropKeptAnswers()
         identity.personalDataErased = true
         return identity
@@ -106,13 +105,20 @@ extension ShareLedger {
     }
 
     /// Destroys the keys of those of `addresses` the read models say are forgotten (an address sealed
-    /// to again since keeps its new key).
-    private func destroyKeys(ofForgotten addresses: [AddressHash], in containerIdentifier: String) throws(LedgerError) {
-        guard let vault = models.vault, !addresses.isEmpty else { return }
-        let forgotten = try read("reading which addresses are forgotten") { txn in
-            try addresses.filter { try models.forgottenAddress(txn, containerIdentifier, $0) != nil }
-        }
-        for address in forgotten { try vault.destroy(container: containerIdentifier, user: address.subject) }
+    /// to again since keeps its new key), and the key of `user` if given, with one rewrite of the key
+    /// file.
+    private func destroyKeys(ofForgotten addresses: [AddressHash], in containerIdentifier: String, with user: String? = nil)
+        throws(LedgerError)
+    {
+        guard let vault = models.vault else { return }
+        let forgotten =
+            addresses.isEmpty
+            ? []
+            : try read("reading which addresses are forgotten") { txn in
+                try addresses.filter { try models.forgottenAddress(txn, containerIdentifier, $0) != nil }
+            }
+        let subjects = (user.map { [$0] } ?? []) + forgotten.map(\.subject)
+        try vault.destroy(subjects.map { (containerIdentifier, $0) })
     }
 
     /// Kept metadata answers may name a forgotten person: rows changed without any share's tag
@@ -137,6 +143,6 @@ extension ShareLedger {
                 return try models.user(txn, person.container, person.user).map { $0.forgottenAtMicros != 0 } ?? false
             }
         }
-        for person in forgotten { try vault.destroy(container: person.container, user: person.user) }
+        try vault.destroy(forgotten.map { ($0.container, $0.user) })
     }
 }
