@@ -231,4 +231,48 @@ struct InvitationSealingTests {
         #expect(report.ok && report.eventsWithPlaintextPersonalData == 2)
         await ledger.close()
     }
+
+    @Test("the address index folds from its journal: forgetting an address finds its invitations folded and journaled (a removed participant's too), those of a deleted share drop out, and the rebuild agrees")
+    func addressJournalFolds() async throws {
+        let f = try await SharingFixture()
+        _ = try await f.alice.save(RecordZone(zoneID: SharingFixture.zone))
+        var shares: [Share] = []
+        for index in 0..<12 {
+            _ = try await f.alice.save(Record(recordType: "List", recordID: SharingFixture.recordID("l\(index)")))
+            shares.append(try await f.alice.share(rootRecord: SharingFixture.recordID("l\(index)")))
+        }
+        // The address to forget: invitations early (folded later; one of them removed, whose row keeps
+        // the sealed address) and late (journaled; one of them in a share deleted afterwards).
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: Self.email), permission: .readOnly, to: shares[0].url)
+        let removed = try await f.alice.addParticipant(LookupInfo(emailAddress: Self.email), permission: .readOnly, to: shares[1].url)
+        for (index, share) in shares.enumerated() {
+            for n in 0..<95 {
+                _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "p\(index)_\(n)@example.org"), permission: .readOnly, to: share.url)
+            }
+        }
+        let removedID = try #require(removed.participants.first { $0.userIdentity.lookupInfo?.emailAddress == Self.email }?.participantID)
+        _ = try await f.alice.removeParticipant(removedID, from: shares[1].url)
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: Self.email), permission: .readOnly, to: shares[11].url)
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: Self.email), permission: .readOnly, to: shares[10].url)
+        try await f.alice.deleteShare(shares[10].url)
+        let models = f.ledger.models
+        let (journaled, folded) = try f.ledger.read("test") { txn in
+            (try txn.entryCount(models.addressJournal), try txn.entryCount(models.addresses))
+        }
+        // 1,140 other invitations: one fold happened (the deleted share took its folded entries with it).
+        #expect(journaled > 0 && journaled < ReadModels.addressFoldThreshold && folded > ReadModels.addressFoldThreshold / 2)
+        let address = try #require(models.addressHash(Self.container, email: Self.email))
+        let found = try f.ledger.read("test") { txn in try models.invitations(txn, Self.container, to: address) }
+        #expect(Set(found.map(\.token)) == [shares[0].token.text, shares[1].token.text, shares[11].token.text], "\(found)")
+
+        #expect(try await f.ledger.forget(address: LookupInfo(emailAddress: Self.email), in: Self.container))
+        for share in [shares[0], shares[1], shares[11]] {
+            let erased = try Self.rows(f, share).filter { $0.forgottenAtMicros != 0 }
+            #expect(erased.count == 1 && erased[0].address == nil)
+        }
+        #expect(Self.scan(f.dir.child("ledger")).isEmpty)
+        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        #expect(report.ok, "\(report.problems) \(report.projectionDifferences)")
+    }
+
 }

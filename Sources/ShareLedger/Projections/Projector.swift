@@ -296,7 +296,7 @@ struct Projector {
                     }
                 }
                 if !participant.oneTimeToken.isEmpty { try txn.delete(m.oneTimeURLs, key: Array(participant.oneTimeToken.utf8)) }
-                try indexInvitation(share.container, e.token, id, from: participant.address, to: nil, txn)
+                try indexInvitation(share.container, e.token, id, from: participant.address, to: nil, context, txn)
                 try m.deleteRow(txn, m.participants, ReadModels.participantKey(e.token, id))
                 if !participant.userRecordName.isEmpty {
                     try txn.delete(m.sharesByUser, key: ReadModels.key(share.container, participant.userRecordName, e.token))
@@ -362,7 +362,7 @@ struct Projector {
             state.oneTimeToken = e.oneTimeToken
             try m.put(txn, m.participants, key, state)
             try indexInvitation(
-                share.container, e.token, e.participantID, from: previous?.address, to: state.address, txn)
+                share.container, e.token, e.participantID, from: previous?.address, to: state.address, context, txn)
             if !e.oneTimeToken.isEmpty {
                 try m.putRaw(txn, m.oneTimeURLs, Array(e.oneTimeToken.utf8), Array((e.token + e.participantID).utf8))
             }
@@ -549,17 +549,18 @@ struct Projector {
     }
 
     /// Moves an invitation's `rm_addresses` entry from the address it went to before (if any) to the
-    /// one it goes to now (if any). An invitation sealed to a forgotten address means the address
-    /// holds personal data again: it is no longer a forgotten one.
+    /// one it goes to now (if any; through the address journal, ``ReadModels/journalAddress(_:position:entry:)``,
+    /// whose stale entries the fold and the reads leave out). An invitation sealed to a forgotten
+    /// address means the address holds personal data again: it is no longer a forgotten one.
     private func indexInvitation(
         _ container: String, _ token: String, _ participantID: String, from old: AddressHash?, to new: AddressHash?,
-        _ txn: borrowing some ReadModelStore & ~Copyable
+        _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws {
         let suffix = ReadModels.participantKey(token, participantID)
         if let old, old != new { try txn.delete(models.addresses, key: ReadModels.addressKey(container, old) + suffix) }
-        guard let new else { return }
+        guard let new, new != old else { return }
         let key = ReadModels.addressKey(container, new)
-        try models.putRaw(txn, models.addresses, key + suffix, [])
+        try models.journalAddress(txn, position: context.position, entry: key + suffix)
         try models.deleteRow(txn, models.addresses, key)
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 
 /// Addresses (email addresses and phone numbers) by keyed hash: what invitations and lookups are
 /// sealed to, matched by and erased through (``AddressHash``, `rm_addresses`).
@@ -29,15 +30,83 @@ extension ReadModels {
         try message(AddressState.self, txn, addresses, ReadModels.addressKey(container, address))
     }
 
-    /// (token, participant id) of every invitation sealed to `address`, in key order.
+    /// (token, participant id) of every invitation sealed to `address`, in key order: the entries of
+    /// `rm_addresses` and those of the address journal whose invitation still goes to `address`.
     func invitations(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, to address: AddressHash) throws
         -> [(token: String, participantID: String)]
     {
-        try scan(txn, addresses, prefix: ReadModels.addressKey(container, address)).compactMap { entry in
-            guard entry.suffix.count > ShareToken.length else { return nil }
-            let token = String(decoding: entry.suffix[..<ShareToken.length], as: UTF8.self)
-            return (token, String(decoding: entry.suffix[ShareToken.length...], as: UTF8.self))
+        let prefix = ReadModels.addressKey(container, address)
+        var suffixes = try scan(txn, addresses, prefix: prefix).map(\.suffix)
+        for entry in try scan(txn, addressJournal, prefix: []) {
+            let key = Array(entry.suffix.dropFirst(8))
+            guard key.count > prefix.count, key.starts(with: prefix) else { continue }
+            let suffix = Array(key[prefix.count...])
+            if try currentInvitation(txn, suffix, to: address) { suffixes.append(suffix) }
         }
+        suffixes.sort { KeyOrder.compare($0, $1) < 0 }
+        var out: [(token: String, participantID: String)] = []
+        for (index, suffix) in suffixes.enumerated() where suffix.count > ShareToken.length {
+            if index > 0 && suffixes[index - 1] == suffix { continue }
+            out.append(
+                (String(decoding: suffix[..<ShareToken.length], as: UTF8.self),
+                    String(decoding: suffix[ShareToken.length...], as: UTF8.self)))
+        }
+        return out
+    }
+
+    /// Whether the participant row `rowKey` (token ‖ participant id) exists and its invitation is
+    /// sealed to `address`.
+    private func currentInvitation(_ txn: borrowing some ReadModelStore & ~Copyable, _ rowKey: [UInt8], to address: AddressHash)
+        throws -> Bool
+    {
+        try message(ParticipantState.self, txn, participants, rowKey)?.address == address
+    }
+
+    /// Journal entries that make a fold of the address journal (as the history journal's).
+    static let addressFoldThreshold = 1_024
+
+    /// Indexes an invitation under its address: `entry` is its `rm_addresses` key (address key ‖
+    /// token ‖ participant id). Written into `rm_addresses` directly, each invitation would dirty a
+    /// page at a random place (the keyed hash leads the key): about one page and a half per share
+    /// action of a workload whose invitations go to email addresses. Instead it is appended to the
+    /// address journal under the event's position (the journal's right edge), and every
+    /// ``addressFoldThreshold``-th entry moves the journal, sorted, into `rm_addresses`, keeping the
+    /// entries whose invitation still goes to that address (a removed or erased invitation's entry
+    /// is dropped). ``invitations(_:_:to:)`` reads both. The fold is decided by the journal's size
+    /// alone, so the same events leave the same bytes.
+    func journalAddress(_ txn: borrowing some ReadModelStore & ~Copyable, position: UInt64, entry: [UInt8]) throws {
+        try putRaw(txn, addressJournal, BigEndian.bytes(of: position) + entry, [])
+        guard try txn.entryCount(addressJournal) >= ReadModels.addressFoldThreshold else { return }
+        var entries: [[UInt8]] = []
+        try txn.visit(addressJournal, from: nil) { key, _ in
+            if key.count > 8 { entries.append(Array(key[8...])) }
+            return true
+        }
+        entries.sort { KeyOrder.compare($0, $1) < 0 }
+        for (index, entry) in entries.enumerated() where index == 0 || entries[index - 1] != entry {
+            guard let (address, rowKey) = ReadModels.splitAddressEntry(entry),
+                try currentInvitation(txn, rowKey, to: address)
+            else { continue }
+            try putRaw(txn, addresses, entry, [])
+        }
+        try txn.clear(addressJournal)
+    }
+
+    /// The address and the participant row key of an `rm_addresses` invitation entry (container ‖ 0
+    /// ‖ `E`/`P` ‖ 32-byte hash ‖ token ‖ participant id); nil for bytes that are not one.
+    static func splitAddressEntry(_ entry: [UInt8]) -> (AddressHash, [UInt8])? {
+        guard let zero = entry.firstIndex(of: 0), entry.count > zero + 2 + AddressHash.byteCount + ShareToken.length else {
+            return nil
+        }
+        let kind: AddressHash.Kind
+        switch entry[zero + 1] {
+        case UInt8(ascii: "E"): kind = .email
+        case UInt8(ascii: "P"): kind = .phone
+        default: return nil
+        }
+        let hashStart = zero + 2
+        guard let address = AddressHash(kind, entry[hashStart..<hashStart + AddressHash.byteCount]) else { return nil }
+        return (address, Array(entry[(hashStart + AddressHash.byteCount)...]))
     }
 
     /// The addresses of the sealed invitations bound to `user` in `container` (any status), by keyed

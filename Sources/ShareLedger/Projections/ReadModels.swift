@@ -67,6 +67,9 @@ struct ReadModels: Sendable {
     /// position (8, big-endian) → ``HistoryJournalEntry``: history entries not yet folded into the
     /// three indexes above (``ReadModels/foldHistory(_:)``).
     let historyJournal: Database
+    /// Invitations to be indexed under their address in `rm_addresses`, by position
+    /// (``ReadModels/journalAddress(_:position:entry:)``).
+    let addressJournal: Database
     /// task id → WorkerTaskState: the worker's bookkeeping (not a read model: not rebuilt or compared).
     let workerTasks: Database
     /// `worker_lease` → WorkerLease: which residual-task worker may take tasks, until when (not a read
@@ -128,6 +131,7 @@ struct ReadModels: Sendable {
         DatabaseSpec("idx_user_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_container_history", [.dupSort, .dupFixed]),
         DatabaseSpec("idx_history_journal"),
+        DatabaseSpec("idx_address_journal"),
         DatabaseSpec("worker_tasks"),
         DatabaseSpec("worker_state"),
     ]
@@ -164,6 +168,7 @@ struct ReadModels: Sendable {
         userHistory = byName["idx_user_history"]!
         containerHistory = byName["idx_container_history"]!
         historyJournal = byName["idx_history_journal"]!
+        addressJournal = byName["idx_address_journal"]!
         workerTasks = byName["worker_tasks"]!
         workerState = byName["worker_state"]!
     }
@@ -175,7 +180,7 @@ struct ReadModels: Sendable {
         [
             users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
             sharedZones, outbox, verifications, counters, access, oneTimeURLs, addresses, shareHistory, userHistory, containerHistory,
-            historyJournal,
+            historyJournal, addressJournal,
         ]
     }
 
