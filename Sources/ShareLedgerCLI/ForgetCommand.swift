@@ -19,14 +19,22 @@ struct ForgetCommand: AsyncParsableCommand {
 
     @OptionGroup var ledger: LedgerOptions
 
-    @Option(help: "The user record name to forget, e.g. _alice.")
-    var user: String?
+    // Arrays, though one is forgotten per call: given twice, an option is refused instead of the
+    // last one silently winning (an operator would believe both were forgotten).
+    @Option(name: .customLong("user"), help: "The user record name to forget, e.g. _alice.")
+    var users: [String] = []
 
-    @Option(help: "Instead of a user: an email address no user registered with (an invitee without an account).")
-    var email: String?
+    @Option(
+        name: .customLong("email"),
+        help: "Instead of a user: an email address no user registered with (an invitee without an account).")
+    var emails: [String] = []
 
-    @Option(help: "Instead of a user: a phone number no user registered with.")
-    var phone: String?
+    @Option(name: .customLong("phone"), help: "Instead of a user: a phone number no user registered with.")
+    var phones: [String] = []
+
+    var user: String? { users.first }
+    var email: String? { emails.first }
+    var phone: String? { phones.first }
 
     @Option(help: "The container the user is registered in.")
     var container: String
@@ -44,8 +52,8 @@ struct ForgetCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
-        guard [user, email, phone].compactMap({ $0 }).count == 1 else {
-            throw ValidationError("give exactly one of --user, --email and --phone")
+        guard users.count + emails.count + phones.count == 1 else {
+            throw ValidationError("give exactly one of --user, --email and --phone, once (one erasure per call)")
         }
     }
 

@@ -66,17 +66,24 @@ extension Share.Participant.Role: ExpressibleByArgument {
 /// Whom a command means: an email address, phone number or user record name (the command checks
 /// how many it needs).
 struct PersonOptions: ParsableArguments {
-    @Option(help: "An email address.")
-    var email: String?
+    // Arrays, though one person is named: an option given twice then counts twice and the command
+    // refuses it, where a single-value option would keep the last one silently (`share invite URL
+    // --email a --email b` invited only b).
+    @Option(name: .customLong("email"), help: "An email address.")
+    var emails: [String] = []
 
-    @Option(help: "A phone number.")
-    var phone: String?
+    @Option(name: .customLong("phone"), help: "A phone number.")
+    var phones: [String] = []
 
-    @Option(help: "A user record name.")
-    var user: String?
+    @Option(name: .customLong("user"), help: "A user record name.")
+    var users: [String] = []
 
-    /// How many of the three were given.
-    var count: Int { [email, phone, user].compactMap { $0 }.count }
+    var email: String? { emails.first }
+    var phone: String? { phones.first }
+    var user: String? { users.first }
+
+    /// How many were given, counting repeats.
+    var count: Int { emails.count + phones.count + users.count }
 
     /// The lookup info of the person, when one was given.
     var lookupInfo: LookupInfo? {
@@ -578,7 +585,9 @@ struct ShareCommand: AsyncParsableCommand {
         var permission: Share.Participant.Permission = .readOnly
 
         func validate() throws {
-            guard person.count == 1 else { throw ValidationError("name whom to invite with exactly one of --email, --phone and --user") }
+            guard person.count == 1 else {
+                throw ValidationError("name whom to invite with exactly one of --email, --phone and --user (one person per call)")
+            }
         }
 
         @Option(help: "privateUser (default) or administrator.")

@@ -199,6 +199,8 @@ struct ShareLifeCLITests {
         for arguments in [
             ["share", "invite", url],  // nobody named
             ["share", "invite", url, "--email", "a@example.com", "--user", "_bob"],  // two people
+            ["share", "invite", url, "--email", "a@example.com", "--email", "b@example.com"],  // the same option twice
+            ["share", "remove", url, "--user", "_bob", "--user", "_alice"],
             ["share", "create", "--zone", "Lists", "--public", "everyone"],
             ["share", "invite", url, "--user", "_bob", "--role", "owner"],
             ["share", "remove", url],
@@ -209,6 +211,11 @@ struct ShareLifeCLITests {
             let outcome = try await cli.run(arguments, as: "_alice")
             #expect(outcome.exited(64), "\(arguments): \(outcome.summary)")
         }
+        // One erasure per call: a repeated option is refused, not reduced to its last value.
+        let twice = try await cli.run(["forget", "--user", "_bob", "--user", "_alice"])
+        #expect(twice.exited(64), "\(twice.summary)")
+        let participants = try #require((try await cli.ok(["fetch", url], as: "_alice")["share"] as? [String: Any])?["participants"] as? [Any])
+        #expect(participants.count == 1, "nothing was invited by the refused calls")
         // Failed calls: 1, with CloudKit's codes.
         try await cli.fails(["share", "invite", url, "--user", "_nobody"], as: "_alice", "unknownItem")
         try await cli.fails(["share", "invite", url, "--user", "_alice"], as: "_bob", "unknownItem")  // not in the share: learns nothing
