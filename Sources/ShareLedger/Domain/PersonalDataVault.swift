@@ -68,11 +68,13 @@ final class PersonalDataVault: Sendable {
         var hashes: [[UInt8]: [UInt8]] = [:]
     }
 
-    /// The key of a sealed box kept for reuse.
+    /// The key of a sealed box kept for reuse: an address's box holds its email address or phone
+    /// number, as spelled, and nothing else.
     struct SealedKey: Hashable {
         var container: String
         var subject: String
-        var plaintext: [UInt8]
+        var emailAddress: String
+        var phoneNumber: String
     }
 
     /// The key of an opened box.
@@ -387,6 +389,19 @@ final class PersonalDataVault: Sendable {
     func seal(_ fields: Shareledger_Events_V1_PersonalFields, container: String, subject: String) throws(LedgerError)
         -> Shareledger_Events_V1_SealedPersonalData
     {
+        var sealed = Shareledger_Events_V1_SealedPersonalData()
+        sealed.subject = subject
+        // Checked first: a kept box means the key exists (boxes go with their key), and a hit needs
+        // neither the key nor the encoding (the writer seals the same address again and again).
+        // An address's subject starts with `#`, which no user record name holds (``AddressHash/subject``).
+        let reusable =
+            !fields.hasName && fields.title.isEmpty && fields.unknownFields.data.isEmpty && subject.utf8.first == UInt8(ascii: "#")
+        let cacheKey = SealedKey(
+            container: container, subject: subject, emailAddress: fields.emailAddress, phoneNumber: fields.phoneNumber)
+        if reusable, let box = state.withLock({ $0.sealedBoxes[cacheKey] }) {
+            sealed.box = box
+            return sealed
+        }
         guard let key = try key(container: container, user: subject, create: true) else {
             throw LedgerError(.storageFailure, "no key could be made for sealing personal data")
         }
@@ -394,14 +409,6 @@ final class PersonalDataVault: Sendable {
             var options = BinaryEncodingOptions()
             options.useDeterministicOrdering = true
             let plaintext: [UInt8] = try fields.serializedBytes(options: options)
-            var sealed = Shareledger_Events_V1_SealedPersonalData()
-            sealed.subject = subject
-            let reusable = AddressHash(subject: subject) != nil
-            let cacheKey = SealedKey(container: container, subject: subject, plaintext: plaintext)
-            if reusable, let box = state.withLock({ $0.sealedBoxes[cacheKey] }) {
-                sealed.box = box
-                return sealed
-            }
             let nonceBytes = randomBytes(16)
             let nonce = try AES.GCM.Nonce(data: nonceBytes.prefix(12))
             let box = try AES.GCM.seal(
