@@ -273,6 +273,7 @@ struct InvitationSealingTests {
         #expect(Self.scan(f.dir.child("ledger")).isEmpty)
         let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems) \(report.projectionDifferences)")
+        await f.ledger.close()
     }
 
 }

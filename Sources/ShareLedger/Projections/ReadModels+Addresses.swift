@@ -43,14 +43,20 @@ extension ReadModels {
             let suffix = Array(key[prefix.count...])
             if try currentInvitation(txn, suffix, to: address) { suffixes.append(suffix) }
         }
-        suffixes.sort { KeyOrder.compare($0, $1) < 0 }
-        var out: [(token: String, participantID: String)] = []
-        for (index, suffix) in suffixes.enumerated() where suffix.count > ShareToken.length {
-            if index > 0 && suffixes[index - 1] == suffix { continue }
-            out.append(
-                (String(decoding: suffix[..<ShareToken.length], as: UTF8.self),
-                    String(decoding: suffix[ShareToken.length...], as: UTF8.self)))
+        return ReadModels.sortedUnique(suffixes).compactMap { suffix in
+            guard suffix.count > ShareToken.length else { return nil }
+            return (
+                String(decoding: suffix[..<ShareToken.length], as: UTF8.self),
+                String(decoding: suffix[ShareToken.length...], as: UTF8.self)
+            )
         }
+    }
+
+    /// `keys` in LMDB's key order, each once.
+    static func sortedUnique(_ keys: [[UInt8]]) -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        out.reserveCapacity(keys.count)
+        for key in keys.sorted(by: { KeyOrder.compare($0, $1) < 0 }) where out.last != key { out.append(key) }
         return out
     }
 
@@ -82,8 +88,7 @@ extension ReadModels {
             if key.count > 8 { entries.append(Array(key[8...])) }
             return true
         }
-        entries.sort { KeyOrder.compare($0, $1) < 0 }
-        for (index, entry) in entries.enumerated() where index == 0 || entries[index - 1] != entry {
+        for entry in ReadModels.sortedUnique(entries) {
             guard let (address, rowKey) = ReadModels.splitAddressEntry(entry),
                 try currentInvitation(txn, rowKey, to: address)
             else { continue }
