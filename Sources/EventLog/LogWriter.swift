@@ -267,8 +267,9 @@ package final class LogWriter: @unchecked Sendable {
     /// Resumes the callers of a committed batch of more than one command, off the writer's thread.
     /// Resuming a caller enqueues its task on the global executor, which wakes a sleeping pool thread
     /// with a futex call: about 30% of the writer thread's time in a 64-caller run, spent while the
-    /// next batch waited. Serial, so batches are answered in commit order; a batch of one is resumed
-    /// on the writer's thread, which saves a one-caller workload a thread hop per answer.
+    /// next batch waited. Serial, so the batches it gets are answered in commit order; a batch of one
+    /// is resumed on the writer's thread, which saves a one-caller workload a thread hop per answer
+    /// (and may answer it before an earlier batch still queued here: every one of them has committed).
     private let resumer = DispatchQueue(label: "ShareLedger.writer.resumer", qos: .userInitiated)
 
     package init(store: LogStore, configuration: EventLog.Configuration, head: LogHead) {
