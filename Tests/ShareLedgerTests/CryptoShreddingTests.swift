@@ -191,6 +191,67 @@ struct CryptoShreddingTests {
         await ledger.close()
     }
 
+    @Test("a replica and an import holding a copy of the key store taken before the forget destroy the forgotten keys when the forget arrives")
+    func forgetReachesCopiesOfTheKeyStore() async throws {
+        let (f, share, _) = try await Self.ledgerWithDana()
+        let outsider = "zed.outsider@example.net"
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: outsider), permission: .readOnly, to: share.url)
+        let source = f.dir.child("ledger")
+        func withKeyCopy(_ name: String) throws -> String {
+            let path = f.dir.child(name)
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(
+                atPath: source + "/" + PersonalDataVault.fileName, toPath: path + "/" + PersonalDataVault.fileName)
+            return path
+        }
+        func open(_ path: String) throws -> ShareLedger {
+            var configuration = ShareLedger.Configuration(path: path, durability: .unsafeNoSync)
+            configuration.residualTaskWorker = nil
+            return try ShareLedger.open(configuration)
+        }
+        func people(_ ledger: ShareLedger) throws -> Set<String> {
+            Set(try #require(ledger.models.vault).people().map { $0.container + "/" + $0.user })
+        }
+        let replica = try open(try withKeyCopy("replica"))
+        let importPath = try withKeyCopy("imported")
+        let before = try f.ledger.log.storedEvents(after: .start, limit: 100_000)
+        try await replica.applyReplicated(before)
+        let readable = try replica.read("test") { txn in try replica.presenter.identity(txn, Self.container, user: "_dana") }
+        #expect(readable.nameComponents?.givenName == Self.given, "the copied key store opens the replica's boxes")
+        let held = try people(replica)
+
+        try await f.ledger.forget(user: "_dana", in: Self.container, requestedBy: "dsr-7")
+        #expect(try await f.ledger.forget(address: LookupInfo(emailAddress: outsider), in: Self.container, requestedBy: "dsr-8"))
+        let destroyed = held.subtracting(try people(f.ledger))
+        #expect(destroyed.contains(Self.container + "/_dana") && destroyed.contains { $0.contains("/#E") }, "\(destroyed)")
+
+        // The replica: the rest of the log, in one batch.
+        let rest = try f.ledger.log.storedEvents(after: try #require(before.last).position, limit: 100_000)
+        try await replica.applyReplicated(rest)
+        #expect(try people(replica) == people(f.ledger))
+        let erased = try replica.read("test") { txn in try replica.presenter.identity(txn, Self.container, user: "_dana") }
+        #expect(erased.personalDataErased == true && erased.nameComponents == nil)
+        #expect(try replica.readModelDigest().digest == f.ledger.readModelDigest().digest)
+        await replica.close()
+
+        // An import of the whole export, into a directory whose key store was copied before the forget.
+        let exportPath = f.dir.child("export.ndjson")
+        _ = FileManager.default.createFile(atPath: exportPath, contents: nil)
+        let handle = try #require(FileHandle(forWritingAtPath: exportPath))
+        _ = try f.ledger.export(to: handle)
+        try handle.close()
+        let imported = try open(importPath)
+        let input = try FileHandle(forReadingFrom: URL(fileURLWithPath: exportPath))
+        _ = try await imported.importLog(from: input)
+        try input.close()
+        #expect(try people(imported) == people(f.ledger))
+        let importedDana = try imported.read("test") { txn in try imported.presenter.identity(txn, Self.container, user: "_dana") }
+        #expect(importedDana.personalDataErased == true)
+        #expect(try imported.audit(scratchPath: f.dir.child("scratch")).ok)
+        await imported.close()
+        await f.ledger.close()
+    }
+
     @Test("a damaged key store is a typed error, never a trap; a record torn by a crash while appending is dropped")
     func damagedKeyStore() throws {
         let dir = TemporaryDirectory()

@@ -248,6 +248,7 @@ extension ShareLedger {
             done += batch.count
             progress?(UInt64(done), total)
         }
+        try finishForgets(among: entries.events.lazy.map { $0.projection?.0 })
         let replayed = total
         let last = entries.events.last
         return ImportSummary(

@@ -128,6 +128,17 @@ extension ShareLedger {
         metadataCache?.removeAll()
     }
 
+    /// After events another ledger wrote were committed here (a replica's batch, an import) that
+    /// include a ``DomainEvent/personalDataForgotten(_:)``: destroys the keys those forgets made
+    /// useless in this ledger's own key store (a copy of the primary's, for a replica that must read
+    /// personal data), as the primary's `forget` destroyed its own, and drops kept answers. A crash
+    /// before this finishes is finished by the next open for writing.
+    func finishForgets(among events: some Sequence<DomainEvent?>) throws(LedgerError) {
+        guard events.contains(where: { if case .personalDataForgotten? = $0 { true } else { false } }) else { return }
+        try Self.destroyKeysOfForgottenUsers(log)
+        dropKeptAnswers()
+    }
+
     /// Destroys the key of every user and address the read models say is forgotten: finishes a forget
     /// that crashed between its commit and the keys' destruction. One point read per key.
     static func destroyKeysOfForgottenUsers(_ log: EventLog) throws(LedgerError) {

@@ -21,6 +21,11 @@ extension ShareLedger {
     /// A replica must take no other writes: open it with `residualTaskWorker = nil` (the primary's
     /// worker does the residual tasks, and its events arrive here) and send commands to the primary.
     ///
+    /// A replica reads personal data with a copy of the primary's key store (the keys never travel
+    /// with the events). When a batch holds a `PersonalDataForgotten`, the keys it made useless are
+    /// destroyed in this ledger's key store after the commit, as the primary's `forget` destroyed its
+    /// own (a crash in between is finished by the next open for writing).
+    ///
     /// - Returns: the new head.
     /// - Throws: ``LedgerError/Code/serverRecordChanged`` when `events` do not continue the head
     ///   (another writer appended, or events are missing: resume from ``EventLog/head()``);
@@ -59,6 +64,7 @@ extension ShareLedger {
             }
             return batch.count
         }
+        try finishForgets(among: batch.lazy.map(\.domain))
         return LogHead(position: batch[batch.count - 1].envelope.position, hash: batch[batch.count - 1].envelope.hash,
             recordedAtMicros: batch[batch.count - 1].envelope.recordedAtMicros)
     }
