@@ -112,7 +112,10 @@ final class NATSConnection: @unchecked Sendable {
         // JetStream error 10005, "no suitable peers for placement": a replicated stream asked of a
         // cluster whose metadata leader does not know enough current peers yet (it is forming, or
         // one node is restarting). Like a timeout, it passes; retrying is the answer.
-        let transient = status == NATS_TIMEOUT || jsError.rawValue == NATSConnection.noSuitablePeers
+        // Calls that take no JetStream error code (creating a key-value bucket) carry it in the text.
+        let transient =
+            status == NATS_TIMEOUT || jsError.rawValue == NATSConnection.noSuitablePeers
+            || detail.lowercased().contains("no suitable peers")
         let code: ReplicationError.Code = transient ? .timedOut : .unavailable
         let js = jsError.rawValue != 0 ? " (JetStream error \(jsError.rawValue))" : ""
         let advice = code == .timedOut ? "; retry (the cluster may be electing a leader)" : "; check that the NATS cluster runs and has a JetStream leader"
@@ -329,13 +332,19 @@ final class NATSConnection: @unchecked Sendable {
         config.History = history
         config.Replicas = Int32(replicas)
         config.StorageType = js_FileStorage
-        let status = js_CreateKeyValue(&store, jetStream, &config)
-        if status != NATS_OK {
+        // A cluster that is still forming answers "no suitable peers" for a while: retry that
+        // (about 5 s in all, on this blocking thread), as creating a stream is retried.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while true {
+            let status = js_CreateKeyValue(&store, jetStream, &config)
+            if status == NATS_OK { break }
             // Created by someone else meanwhile?
             if js_KeyValue(&store, jetStream, name) == NATS_OK, let store {
                 return NATSKeyValue(store: store, bucket: name, connection: self)
             }
-            throw NATSConnection.error(status, "creating key-value bucket \(name)")
+            let error = NATSConnection.error(status, "creating key-value bucket \(name)")
+            guard error.code == .timedOut, ContinuousClock.now + .milliseconds(250) < deadline else { throw error }
+            usleep(250_000)
         }
         guard let store else { throw ReplicationError(.unavailable, "creating key-value bucket \(name) returned nothing") }
         return NATSKeyValue(store: store, bucket: name, connection: self)
