@@ -31,25 +31,26 @@ struct Projector {
     }
 
     /// Applies `event`; returns the shares (tokens) it is about: every share whose row it may have
-    /// changed is among them.
+    /// changed is among them (one at most).
     @discardableResult
-    func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws -> Set<String> {
+    func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws -> [String] {
         // Who and what the event is about, read before it changes the read models.
         let (tokens, users) = try subjects(of: event, context, txn)
         try project(event, context, txn)
-        let entry = HistoryJournalEntry(
-            container: context.container, tokens: tokens.sorted(),
-            users: users.filter { !$0.isEmpty && $0 != "system" && $0 != "(no account)" }.sorted())
-        try models.journalHistory(txn, position: context.position, entry)
+        try models.journalHistory(
+            txn, position: context.position, HistoryJournalEntry(container: context.container, tokens: tokens, users: users))
         return tokens
     }
 
-    /// The shares (tokens) and users an event is about, for the history indexes.
+    /// The shares (tokens) and users an event is about, for the history indexes: at most one token,
+    /// and the actor plus at most one other user, each list sorted and without repeats, with no empty
+    /// name and neither `system` nor `(no account)` among the users. (Small arrays, not sets: this
+    /// runs for every event the writer appends and every event a rebuild replays.)
     private func subjects(of event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws
-        -> (tokens: Set<String>, users: Set<String>)
+        -> (tokens: [String], users: [String])
     {
-        var users: Set<String> = [context.actor]
-        var tokens: Set<String> = []
+        var other = ""
+        var token: String?
         func participantUser(_ token: String, _ id: String) throws -> String {
             try models.participant(txn, token, id)?.userRecordName ?? ""
         }
@@ -57,39 +58,46 @@ struct Projector {
             try models.message(ResidualTaskState.self, txn, models.outbox, BigEndian.bytes(of: id))
         }
         switch event {
-        case .userRegistered(let e): users.insert(e.userRecordName)
-        case .zoneCreated(let e): users.insert(e.ownerName)
-        case .zoneDeleted(let e): users.insert(e.ownerName)
-        case .recordSaved(let e): users.insert(e.ownerName)
-        case .recordDeleted(let e): users.insert(e.ownerName)
-        case .shareCreated(let e): (tokens, users) = ([e.token], users.union([e.ownerName]))
-        case .shareDeleted(let e): tokens = [e.token]
-        case .shareTitleChanged(let e): tokens = [e.token]
-        case .publicPermissionChanged(let e): tokens = [e.token]
-        case .participantAdded(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
-        case .participantUpdated(let e): (tokens, users) = ([e.token], users.union([try participantUser(e.token, e.participantID)]))
-        case .participantRemoved(let e): (tokens, users) = ([e.token], users.union([try participantUser(e.token, e.participantID)]))
-        case .verificationRequested(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
-        case .participantVerified(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
-        case .shareAccepted(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
+        case .userRegistered(let e): other = e.userRecordName
+        case .zoneCreated(let e): other = e.ownerName
+        case .zoneDeleted(let e): other = e.ownerName
+        case .recordSaved(let e): other = e.ownerName
+        case .recordDeleted(let e): other = e.ownerName
+        case .shareCreated(let e): (token, other) = (e.token, e.ownerName)
+        case .shareDeleted(let e): token = e.token
+        case .shareTitleChanged(let e): token = e.token
+        case .publicPermissionChanged(let e): token = e.token
+        case .participantAdded(let e): (token, other) = (e.token, e.userRecordName)
+        case .participantUpdated(let e): (token, other) = (e.token, try participantUser(e.token, e.participantID))
+        case .participantRemoved(let e): (token, other) = (e.token, try participantUser(e.token, e.participantID))
+        case .verificationRequested(let e): (token, other) = (e.token, e.userRecordName)
+        case .participantVerified(let e): (token, other) = (e.token, e.userRecordName)
+        case .shareAccepted(let e): (token, other) = (e.token, e.userRecordName)
         case .shareMetadataFetched(let e):
             // A fetch through a one-time URL is about the share that URL belongs to.
-            if !e.shareContainer.isEmpty { tokens = [try models.oneTimeURL(txn, e.token)?.token ?? e.token] }
-        case .shareParticipantFetched(let e): users.insert(e.userRecordName)  // whom the lookup found, if anyone
-        case .accessRequestsAllowedChanged(let e): tokens = [e.token]
-        case .accessRequested(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
-        case .accessRequestDenied(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
-        case .identityBlocked(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
-        case .identityUnblocked(let e): (tokens, users) = ([e.token], users.union([e.userRecordName]))
-        case .personalDataForgotten(let e): users.insert(e.userRecordName)
+            if !e.shareContainer.isEmpty { token = try models.oneTimeURL(txn, e.token)?.token ?? e.token }
+        case .shareParticipantFetched(let e): other = e.userRecordName  // whom the lookup found, if anyone
+        case .accessRequestsAllowedChanged(let e): token = e.token
+        case .accessRequested(let e): (token, other) = (e.token, e.userRecordName)
+        case .accessRequestDenied(let e): (token, other) = (e.token, e.userRecordName)
+        case .identityBlocked(let e): (token, other) = (e.token, e.userRecordName)
+        case .identityUnblocked(let e): (token, other) = (e.token, e.userRecordName)
+        case .personalDataForgotten(let e): other = e.userRecordName
         case .participantZoneCreated(let e):
-            users.insert(e.userRecordName)
-            if let task = try task(e.taskID) { tokens = [task.token] }
+            other = e.userRecordName
+            if let task = try task(e.taskID) { token = task.token }
         case .participantZoneRemoved(let e):
-            users.insert(e.userRecordName)
-            if let task = try task(e.taskID) { tokens = [task.token] }
+            other = e.userRecordName
+            if let task = try task(e.taskID) { token = task.token }
         }
-        return (tokens, users)
+        func indexed(_ user: String) -> Bool { !user.isEmpty && user != "system" && user != "(no account)" }
+        var users: [String] = []
+        users.reserveCapacity(2)
+        if indexed(context.actor) { users.append(context.actor) }
+        if indexed(other) && other != context.actor {
+            if let first = users.first, other < first { users.insert(other, at: 0) } else { users.append(other) }
+        }
+        return (token.map { [$0] } ?? [], users)
     }
 
     private func project(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws {
