@@ -61,6 +61,20 @@ extension EventLog {
         /// Files a layer built on the log keeps in the ledger directory next to LMDB's: a directory
         /// holding only these (and `lock.mdb`) may become a new ledger.
         package var companionFiles: Set<String> = []
+        /// A scratch ledger that nothing must survive (a rebuild's, an audit's, an as-of view's):
+        /// opened with `MDB_WRITEMAP | MDB_MAPASYNC` on top of ``durability`` (which should be
+        /// `.unsafeNoSync`), so that a write transaction's dirty pages are the file's own mapped pages
+        /// instead of malloc'd copies written out at every commit. Off by default.
+        package var scratch = false
+
+        /// The configuration of a scratch ledger at `path` that is deleted after use (a rebuild's,
+        /// an audit's, an import's check): no flush at all (``Durability/unsafeNoSync``) and
+        /// ``scratch`` on.
+        package static func scratch(at path: String, logger: Logger) -> Configuration {
+            var configuration = Configuration(path: path, durability: .unsafeNoSync, logger: logger)
+            configuration.scratch = true
+            return configuration
+        }
 
         /// A configuration with the defaults: created when missing, durable, 64 MiB to start, no
         /// maximum size, 1,024 commands or 8 MiB per group commit.

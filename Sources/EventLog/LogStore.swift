@@ -100,15 +100,16 @@ package final class LogStore: Sendable {
         let lockExisted = fileManager.fileExists(atPath: lockFile)
         let environment: Environment
         do {
-            environment = try Environment(
-                options: EnvironmentOptions(
-                    path: path,
-                    mapSize: configuration.initialMapSize,
-                    maxMapSize: configuration.maximumMapSize,
-                    maxDatabases: 32,
-                    maxReaders: configuration.maxReaders,
-                    durability: configuration.durability.syncMode,
-                    readOnly: configuration.readOnly))
+            var options = EnvironmentOptions(
+                path: path,
+                mapSize: configuration.initialMapSize,
+                maxMapSize: configuration.maximumMapSize,
+                maxDatabases: 32,
+                maxReaders: configuration.maxReaders,
+                durability: configuration.durability.syncMode,
+                readOnly: configuration.readOnly)
+            options.writeMap = configuration.scratch
+            environment = try Environment(options: options)
         } catch {
             if !lockExisted { try? fileManager.removeItem(atPath: lockFile) }
             if error.code == .invalid || error.code == .versionMismatch {

@@ -19,6 +19,11 @@ package struct EnvironmentOptions: Sendable {
     package var durability: SyncMode
     /// Opens with `MDB_RDONLY`: no write transaction can begin.
     package var readOnly: Bool
+    /// Opens with `MDB_WRITEMAP | MDB_MAPASYNC`: write transactions change the mapped file directly
+    /// (no malloc'd page copies, no write at commit). Only for scratch environments opened with
+    /// `.unsafeNoSync`: a stray write through a bad pointer could then damage the file, and
+    /// `MDB_MAPASYNC` leaves flushing to the kernel.
+    package var writeMap = false
 
     package init(
         path: String,
@@ -98,6 +103,7 @@ package final class Environment: @unchecked Sendable {
             try check(mdb_env_set_mapsize(env, requested), "mdb_env_set_mapsize")
             var flags = UInt32(MDB_NOTLS) | options.durability.environmentFlags
             if options.readOnly { flags |= UInt32(MDB_RDONLY) }
+            if options.writeMap && !options.readOnly { flags |= UInt32(MDB_WRITEMAP) | UInt32(MDB_MAPASYNC) }
             try check(mdb_env_open(env, options.path, flags, 0o644), "mdb_env_open", path: options.path)
             var dead: Int32 = 0
             try check(mdb_reader_check(env, &dead), "mdb_reader_check", path: options.path)

@@ -289,7 +289,7 @@ extension ShareLedger {
         do {
             try FileManager.default.createDirectory(atPath: scratchPath, withIntermediateDirectories: true)
             scratch = try LogStore.openLedger(
-                EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
+                EventLog.Configuration.scratch(at: scratchPath, logger: configuration.logger))
             replayed = try ReadModelRebuild.replay(from: store, into: scratch, validate: true) { progress?($0, head) }
         } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
             throw inadmissible.error

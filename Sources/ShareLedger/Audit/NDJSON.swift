@@ -425,7 +425,7 @@ extension ShareLedger {
         do {
             try FileManager.default.createDirectory(atPath: scratchPath, withIntermediateDirectories: true)
             let scratch = try LogStore.openLedger(
-                EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
+                EventLog.Configuration.scratch(at: scratchPath, logger: configuration.logger))
             defer { scratch.environment.close() }
             if start.position.rawValue > 0 {
                 // The state the import continues: the live read models, copied (sorted appends).

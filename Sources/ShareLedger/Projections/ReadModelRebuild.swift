@@ -314,7 +314,7 @@ extension ShareLedger {
     func verifyReadModels(scratchPath: String) throws(LedgerError) -> ReadModelRebuild.Comparison {
         do {
             let scratch = try LogStore.openLedger(
-                EventLog.Configuration(path: scratchPath, durability: .unsafeNoSync, logger: configuration.logger))
+                EventLog.Configuration.scratch(at: scratchPath, logger: configuration.logger))
             defer { scratch.environment.close() }
             do {
                 try ReadModelRebuild.replay(from: log.store, into: scratch, validate: true)
