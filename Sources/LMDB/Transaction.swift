@@ -76,7 +76,7 @@ package struct Transaction: ~Copyable {
     /// Stores `value` under `key`.
     @inline(__always)
     package func put(
-        _ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = []
+        _ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = .none
     ) throws {
         precondition(isWritable, "put in a read-only transaction")
         var k = MDB_val(buffer: key)
@@ -87,7 +87,7 @@ package struct Transaction: ~Copyable {
 
     /// Stores `value` under `key`.
     package func put(
-        _ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: PutFlags = []
+        _ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: PutFlags = .none
     ) throws {
         try withBytes(key) { k in try withBytes(value) { v in try put(db, key: k, value: v, flags: flags) } }
     }

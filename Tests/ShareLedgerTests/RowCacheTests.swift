@@ -79,6 +79,9 @@ struct RowCacheTests {
         #expect(title(cache, "a") == .some("one"))
         #expect(cache.row(ParticipantState.self, shares, Array("a".utf8)) == nil)
         #expect(!RowCache.keeps(outbox) && RowCache.keeps(shares))
+        for spec in ReadModels.specs {
+            #expect(RowCache.keeps(Database.unattached(name: spec.name)) == (ReadModels.compactRowTypes[spec.name] != nil), "\(spec.name)")
+        }
     }
 
     @Test("bounded: past its capacity it starts over, and never keeps a committed row a pending change replaced")
