@@ -120,7 +120,7 @@ public struct LedgerServer: Service {
         let timeout = configuration.idleTimeout.components
         let app = Application(
             responder: ServerResponder(handler: handler, others: router.buildResponder()),
-            server: .http1(configuration: .init(idleTimeout: .seconds(max(1, timeout.seconds)))),
+            server: .http1OnEventLoop(configuration: .init(idleTimeout: .seconds(max(1, timeout.seconds)))),
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "share-ledger",
                 availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections)),
