@@ -9,8 +9,8 @@ import NIOCore
 /// request then hops from the channel's event loop to the pool (to read it) and back (to write the
 /// answer), and the ledger's writer resumes the caller on the pool too. Run with this executor
 /// preferred, the connection's task stays on the event loop that owns its channel: the request parts
-/// arrive without a hop, the answer is written on the loop directly, and the writer's answer is one
-/// `execute` onto that loop. The loop runs the endpoint's (short, synchronous) work between its I/O,
+/// arrive without a hop, the answer is written on the loop directly, and the writer's answer (from
+/// its thread or its resumer queue) is one `execute` onto that loop. The loop runs the endpoint's (short, synchronous) work between its I/O,
 /// as a NIO handler would.
 final class EventLoopExecutor: TaskExecutor {
     let eventLoop: any EventLoop
