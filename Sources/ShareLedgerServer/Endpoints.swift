@@ -63,7 +63,8 @@ enum Endpoints {
 
     struct ShortGUIDItem {
         var echo: JSONValue
-        var url: URL?
+        /// The shortGUID's token; `nil` when the value cannot be one (answered as an unknown item).
+        var token: ShareToken?
         var shouldFetchRootRecord: Bool
         var desiredKeys: [String]?
     }
@@ -83,8 +84,7 @@ enum Endpoints {
                     keys?.append(try key.string("\(path).rootRecordDesiredKeys[\(keyIndex)]"))
                 }
             }
-            let url = ShareToken(value).flatMap { ShareURL.make(host: request.shareURLHost, token: $0) }
-            out.append(ShortGUIDItem(echo: item, url: url, shouldFetchRootRecord: fetchRoot ?? false, desiredKeys: keys))
+            out.append(ShortGUIDItem(echo: item, token: ShareToken(value), shouldFetchRootRecord: fetchRoot ?? false, desiredKeys: keys))
         }
         return out
     }
@@ -98,23 +98,25 @@ enum Endpoints {
             var fetchRoot: Bool
             var keys: [String]?
         }
-        var groups: [Options: [URL]] = [:]
+        // By token: the library records the same fetch as for the token's URL, without a URL built
+        // per item here and parsed again there.
+        var groups: [Options: [ShareToken]] = [:]
         for item in items {
-            guard let url = item.url else { continue }
-            groups[Options(fetchRoot: item.shouldFetchRootRecord, keys: item.desiredKeys), default: []].append(url)
+            guard let token = item.token else { continue }
+            groups[Options(fetchRoot: item.shouldFetchRootRecord, keys: item.desiredKeys), default: []].append(token)
         }
-        var answers: [Options: [URL: Result<Share.Metadata, LedgerError>]] = [:]
-        for (options, urls) in groups {
+        var answers: [Options: [ShareToken: Result<Share.Metadata, LedgerError>]] = [:]
+        for (options, tokens) in groups {
             do {
                 answers[options] = try await request.container.shareMetadatas(
-                    for: urls, shouldFetchRootRecord: options.fetchRoot, rootRecordDesiredKeys: options.keys)
+                    forTokens: tokens, shouldFetchRootRecord: options.fetchRoot, rootRecordDesiredKeys: options.keys)
             } catch {
                 throw WireError(error)
             }
         }
         let results: [JSONValue] = items.map { item in
             let options = Options(fetchRoot: item.shouldFetchRootRecord, keys: item.desiredKeys)
-            guard let url = item.url, let result = answers[options]?[url] else {
+            guard let token = item.token, let result = answers[options]?[token] else {
                 return itemError(unknownShortGUID, ["shortGUID": item.echo])
             }
             switch result {
@@ -131,13 +133,14 @@ enum Endpoints {
 
     @Sendable static func accept(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
         let items = try shortGUIDs(request)
+        let urls = items.map { item in item.token.flatMap { ShareURL.make(host: request.shareURLHost, token: $0) } }
         var metadatas: [URL: Result<Share.Metadata, LedgerError>] = [:]
-        for item in items {
-            guard let url = item.url, metadatas[url] == nil else { continue }
+        for url in urls {
+            guard let url, metadatas[url] == nil else { continue }
             metadatas[url] = Result { () throws(LedgerError) in try request.container.shareMetadataWithoutLogging(for: url) }
         }
         var seen = Set<Share.Metadata>()
-        let toAccept = items.compactMap { item in item.url.flatMap { try? metadatas[$0]?.get() } }.filter {
+        let toAccept = urls.compactMap { url in url.flatMap { try? metadatas[$0]?.get() } }.filter {
             seen.insert($0).inserted
         }
         let accepted: [Share.Metadata: Result<Share, LedgerError>]
@@ -146,8 +149,8 @@ enum Endpoints {
         } catch {
             throw WireError(error)
         }
-        let results: [JSONValue] = items.map { item in
-            guard let url = item.url, let found = metadatas[url] else {
+        let results: [JSONValue] = zip(items, urls).map { item, url in
+            guard let url, let found = metadatas[url] else {
                 return itemError(unknownShortGUID, ["shortGUID": item.echo])
             }
             let result = found.flatMap { metadata in

@@ -120,7 +120,7 @@ public struct LedgerServer: Service {
         let timeout = configuration.idleTimeout.components
         let app = Application(
             responder: ServerResponder(handler: handler, others: router.buildResponder()),
-            server: .http1(configuration: .init(idleTimeout: .seconds(max(1, timeout.seconds)))),
+            server: .http1OnEventLoop(configuration: .init(idleTimeout: .seconds(max(1, timeout.seconds)))),
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "share-ledger",
                 availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections)),
@@ -183,6 +183,36 @@ struct DatabasePath: Equatable {
 extension DatabasePath {
     /// The parts of `path`, or nil when the route did not match it.
     init?(_ path: String) {
+        // An ASCII path without empty components past a leading `/` (no `//`, no trailing `/`)
+        // splits into the five leading components and the subpath as it stands, on bytes instead of
+        // Characters (for ASCII the same split); any other path is split as the route did.
+        let utf8 = path.utf8
+        guard Self.isPlain(utf8) else {
+            self.init(splitting: path)
+            return
+        }
+        let slash = UInt8(ascii: "/")
+        let parts = utf8.split(separator: slash, maxSplits: 5, omittingEmptySubsequences: true)
+        guard parts.count == 6, parts[0].elementsEqual("database".utf8), parts[1].elementsEqual("1".utf8) else {
+            return nil
+        }
+        func text(_ part: Substring.UTF8View) -> String { String(path[part.startIndex..<part.endIndex]) }
+        self.init(container: text(parts[2]), environment: text(parts[3]), database: text(parts[4]), subpath: text(parts[5]))
+    }
+
+    /// Whether `utf8` is all ASCII, has no `//` and does not end with `/`.
+    private static func isPlain(_ utf8: String.UTF8View) -> Bool {
+        var previousSlash = false
+        for byte in utf8 {
+            let slash = byte == UInt8(ascii: "/")
+            if (slash && previousSlash) || byte >= 0x80 { return false }
+            previousSlash = slash
+        }
+        return !previousSlash
+    }
+
+    /// The route's own split: components between `/`s, empty ones left out.
+    init?(splitting path: String) {
         let components = path.split(separator: "/", omittingEmptySubsequences: true)
         guard components.count >= 6, components[0] == "database", components[1] == "1" else { return nil }
         container = String(components[2])

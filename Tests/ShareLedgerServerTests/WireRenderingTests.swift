@@ -102,4 +102,21 @@ struct WireRenderingTests {
             #expect(DatabasePath(path) == expected, "\(path)")
         }
     }
+
+    @Test("the byte split of plain paths agrees with the route's split on every path")
+    func databasePathsFastSplit() {
+        // Paths built from pieces that exercise both splits: empty components, a leading or missing
+        // `/`, non-ASCII (a `/` with a combining mark is one Character), case and percent escapes.
+        let pieces = ["database", "1", "Database", "2", "C", "é", "/\u{338}", "%2F", "records", "", "x y", "e\u{301}"]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            let count = Int.random(in: 0...9, using: &generator)
+            var path = Bool.random(using: &generator) ? "/database/1/C/development/public/" : ""
+            for _ in 0..<count {
+                path += pieces.randomElement(using: &generator)! + (Bool.random(using: &generator) ? "/" : "//")
+            }
+            if !path.isEmpty, Bool.random(using: &generator) { path.removeLast() }
+            #expect(DatabasePath(path) == DatabasePath(splitting: path), "\(path)")
+        }
+    }
 }

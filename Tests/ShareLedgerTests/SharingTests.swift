@@ -238,6 +238,35 @@ struct SharingTests {
         await f.ledger.close()
     }
 
+    @Test("batch fetch by token: the results, the limit and the logged events of the fetch by URL")
+    func batchFetchByToken() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        let unknown = ShareToken.generate()
+        let unknownURL = try #require(ShareURL.make(host: f.ledger.configuration.shareURLHost, token: unknown))
+        let start = try f.ledger.log.head().position
+        let byURL = try await f.alice.shareMetadatas(for: [share.url, unknownURL, share.url], shouldFetchRootRecord: true)
+        let middle = try f.ledger.log.head().position
+        let byToken = try await f.alice.shareMetadatas(forTokens: [share.token, unknown, share.token], shouldFetchRootRecord: true)
+        #expect(byToken.count == 2)
+        #expect(try byToken[share.token]?.get() == byURL[share.url]?.get())
+        #expect(byToken[unknown]?.errorCode == .unknownItem)
+        #expect(byURL[unknownURL]?.errorCode == .unknownItem)
+        // The same events, payloads included: each fetch is logged as the fetch of its URL.
+        let urlEvents = try f.ledger.log.events(after: start, limit: .max).filter { $0.position <= middle }
+        let tokenEvents = try f.ledger.log.events(after: middle, limit: .max)
+        #expect(urlEvents.count == 2)
+        #expect(tokenEvents.map(\.eventType) == urlEvents.map(\.eventType))
+        #expect(tokenEvents.map(\.payload) == urlEvents.map(\.payload))
+
+        let many = (0..<401).map { _ in ShareToken.generate() }
+        #expect(await errorCode { try await f.bob.shareMetadatas(forTokens: many) } == .limitExceeded)
+        #expect(await errorCode { try await f.as_(nil).shareMetadatas(forTokens: [share.token]) } == .notAuthenticated)
+        #expect(try f.ledger.log.head().position == tokenEvents.last?.position)
+        #expect(try await f.bob.shareMetadatas(forTokens: []).isEmpty)
+        await f.ledger.close()
+    }
+
     @Test("accept: owner no-op, not invited, removed, deleted, wrong container")
     func acceptErrors() async throws {
         let f = try await SharingFixture()

@@ -316,6 +316,36 @@ public struct Container: Sendable {
         return results.withLock { $0 }
     }
 
+    /// The metadata of several shares by their tokens (the last path component of a share URL), one
+    /// result per distinct token, each fetch recorded in the log exactly as
+    /// ``shareMetadatas(for:shouldFetchRootRecord:rootRecordDesiredKeys:)`` records the fetch of the
+    /// token's URL. For a caller that receives tokens, as a server does CloudKit Web Services'
+    /// shortGUIDs, and would otherwise build a URL per token for the ledger to parse again.
+    ///
+    /// - Parameters:
+    ///   - tokens: The share tokens (duplicates are fetched once).
+    ///   - shouldFetchRootRecord: Include the root record of hierarchy shares (ignored for zone-wide shares).
+    ///   - rootRecordDesiredKeys: The root record's fields to include: `nil` for all, `[]` for none.
+    /// - Throws: ``LedgerError/Code/limitExceeded`` for more than 400 tokens (nothing is fetched).
+    public func shareMetadatas(
+        forTokens tokens: [ShareToken], shouldFetchRootRecord: Bool = false, rootRecordDesiredKeys: [String]? = nil
+    ) async throws(LedgerError) -> [ShareToken: Result<Share.Metadata, LedgerError>] {
+        var results: [ShareToken: Result<Share.Metadata, LedgerError>] = [:]
+        // The same words as the fetch by URL: to a caller it is the same operation.
+        try await runChunked(
+            tokens, what: "share URLs in one fetch", chunkSize: Container.maxItemsPerOperation, isCancelled: { Task.isCancelled },
+            step: { token in
+                DomainAction.fetchMetadata(
+                    tokenText: token.text, shouldFetchRootRecord: shouldFetchRootRecord, desiredKeys: rootRecordDesiredKeys)
+            },
+            value: { output in
+                guard case .metadata(let metadata) = output else { return nil }
+                return metadata
+            },
+            perItem: { token, result in results[token] = result })
+        return results
+    }
+
     /// The one implementation of fetching metadata, for the async API and the operation: distinct
     /// URLs, at most 400, submitted `chunkSize` at a time; `perURL` gets each result in input order.
     /// Once `isCancelled` says so, the URLs not yet submitted end with `operationCancelled`.
