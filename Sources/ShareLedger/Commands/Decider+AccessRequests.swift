@@ -39,7 +39,7 @@ extension Decider {
     /// A pending invitee gets `participantAlreadyInvited`; an accepted participant, the owner, or a caller
     /// who asked already succeeds with nothing new.
     func requestAccess(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String) throws -> Decision {
-        guard signedIn, try models.user(txn, container, actor) != nil else {
+        guard signedIn, try models.userExists(txn, container, actor) else {
             throw LedgerError(.notAuthenticated, "requesting access needs a signed-in user; register the user and act as them")
         }
         let share = try liveShare(txn, tokenText)
@@ -131,7 +131,7 @@ extension Decider {
     /// Who may be blocked: a registered user of the share's container other than its owner. Shared
     /// with the ``EventValidator``.
     func checkBlockable(_ txn: borrowing some ReadModelStore & ~Copyable, _ share: ShareState, user: String) throws {
-        guard try models.user(txn, container, user) != nil else {
+        guard try models.userExists(txn, container, user) else {
             throw LedgerError(
                 .unknownItem, "no user with that user record name is registered in container \(container); only accounts "
                     + "can be blocked")

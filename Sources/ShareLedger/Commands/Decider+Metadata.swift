@@ -95,7 +95,7 @@ extension Decider {
     private func fetchableShare(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String) throws
         -> (share: ShareState, token: String, oneTime: ParticipantState?)
     {
-        guard signedIn, try models.user(txn, container, actor) != nil else {
+        guard signedIn, try models.userExists(txn, container, actor) else {
             throw LedgerError(.notAuthenticated, "fetching share metadata needs a signed-in user; register the user and act as them")
         }
         guard ShareToken(tokenText) != nil else { throw LedgerError(.unknownItem, Decider.shareNotFound) }

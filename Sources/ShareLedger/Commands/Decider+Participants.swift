@@ -16,7 +16,7 @@ extension Decider {
     ///   ``LedgerError/Code/invalidArguments`` for an email address or phone number that is not one.
     func account(_ txn: borrowing some ReadModelStore & ~Copyable, for lookup: LookupInfo) throws -> String {
         if let id = lookup.userRecordID {
-            guard try models.user(txn, container, id.recordName) != nil else {
+            guard try models.userExists(txn, container, id.recordName) else {
                 throw LedgerError(
                     .unknownItem, "no user with that user record name is registered in container \(container): "
                         + "look people up by a registered user record name, an email address or a phone number")
@@ -58,7 +58,7 @@ extension Decider {
             e.errorCode = Int32(error.code.rawValue)
             return Decision(events: [event(stream, .shareParticipantFetched(e))], outcome: .failed(error))
         }
-        guard signedIn, try models.user(txn, container, actor) != nil else {
+        guard signedIn, try models.userExists(txn, container, actor) else {
             return failed(
                 LedgerError(.notAuthenticated, "looking up participants needs a signed-in user; register the user and act as them"))
         }

@@ -12,7 +12,7 @@ extension Decider {
     ) throws -> Decision {
         try Decider.checkUserName(name)
         try Decider.checkContainer(container)
-        guard try models.user(txn, container, name) == nil else {
+        guard try !models.userExists(txn, container, name) else {
             throw LedgerError(.invalidArguments, "user \(name) is already registered in \(container)")
         }
         var e = Shareledger_Events_V1_UserRegistered()

@@ -138,7 +138,7 @@ struct Decider {
     // MARK: - Helpers
 
     func requireSignedIn(_ txn: borrowing some ReadModelStore & ~Copyable) throws {
-        guard signedIn, try models.user(txn, container, actor) != nil else {
+        guard signedIn, try models.userExists(txn, container, actor) else {
             throw LedgerError(
                 .notAuthenticated, "no signed-in user: register the user in container \(container) and act as that user")
         }

@@ -16,7 +16,7 @@ extension Container {
         let container = containerIdentifier
         let ledger = self.ledger
         return try ledger.read("reading the current user") { txn in
-            guard try ledger.models.user(txn, container, user) != nil else {
+            guard try ledger.models.userExists(txn, container, user) else {
                 throw LedgerError(.unknownItem, "the signed-in user is not registered in this container")
             }
             return try ledger.presenter.identity(txn, container, user: user)

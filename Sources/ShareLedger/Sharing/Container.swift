@@ -502,7 +502,7 @@ public struct Container: Sendable {
         let ledger = self.ledger
         let container = containerIdentifier
         let registered = try ledger.read("checking the signed-in user") { txn in
-            try ledger.models.user(txn, container, user) != nil
+            try ledger.models.userExists(txn, container, user)
         }
         guard registered else {
             throw LedgerError(
