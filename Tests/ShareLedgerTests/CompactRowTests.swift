@@ -123,6 +123,37 @@ struct CompactRowTests {
         #expect([UInt8]([0xC1, 1, 2]).withUnsafeBytes { ShareState.storedChangeTag($0) } == nil)
     }
 
+    @Test("a record's parent and share token read from its stored bytes equal the decoded row's; damage is nil")
+    func recordLinkScan() throws {
+        var random = SplitMix64(state: 11)
+        for round in 0..<200 {
+            var row = RecordState()
+            row.recordType = "Doc\(random.next() % 5)"
+            for index in 0..<Int(random.next() % 4) {
+                var field = Shareledger_Events_V1_Field()
+                field.key = "f\(index)"
+                field.value.stringValue = String(repeating: "x", count: Int(random.next() % 300))
+                row.fields.append(field)
+            }
+            if random.next() % 3 != 0 { row.parentRecordName = "parent\(round)" }
+            if random.next() % 2 == 0 { row.shareToken = "token\(round)" }
+            row.changeTag = random.next()
+            row.createdAtMicros = Int64(bitPattern: random.next())
+            let bytes: [UInt8] = try row.serializedBytes()
+            bytes.withUnsafeBytes { raw in
+                #expect(ProtobufScan.lengthDelimited(field: 3, in: raw).map { String(decoding: $0, as: UTF8.self) } == row.parentRecordName)
+                #expect(ProtobufScan.lengthDelimited(field: 5, in: raw).map { String(decoding: $0, as: UTF8.self) } == row.shareToken)
+            }
+            // Cut short inside a field: not a message.
+            if bytes.count > 2 {
+                let cut = Array(bytes[0..<(bytes.count - 1)])
+                let scanned = cut.withUnsafeBytes { ProtobufScan.lengthDelimited(field: 5, in: $0) }
+                let decodes = (try? RecordState(serializedBytes: cut)) != nil
+                #expect(decodes || scanned == nil)
+            }
+        }
+    }
+
     @Test("a ledger whose rows are protobuf (an earlier release) audits clean, and its rows turn compact as they change")
     func oldRowsCompareByContent() async throws {
         let f = try await SharingFixture()

@@ -57,7 +57,7 @@ extension Decider {
         var seen = Set<String>()
         while let next = stack.popLast() {
             guard seen.insert(next).inserted else { continue }
-            if let state = try models.record(txn, zoneID: zoneID, next), !state.shareToken.isEmpty { return true }
+            if let link = try models.recordLink(txn, zoneID: zoneID, next), !link.shareToken.isEmpty { return true }
             stack.append(contentsOf: try models.children(txn, zoneID: zoneID, of: next))
         }
         return false
@@ -68,9 +68,9 @@ extension Decider {
         var current: String? = name
         var seen = Set<String>()
         while let next = current, !next.isEmpty, seen.insert(next).inserted {
-            guard let state = try models.record(txn, zoneID: zoneID, next) else { return false }
-            if !state.shareToken.isEmpty { return true }
-            current = state.parentRecordName
+            guard let link = try models.recordLink(txn, zoneID: zoneID, next) else { return false }
+            if !link.shareToken.isEmpty { return true }
+            current = link.parent
         }
         return false
     }
@@ -119,7 +119,7 @@ extension Decider {
         guard parent != name else {
             throw LedgerError(.invalidArguments, "record \(name) cannot be its own parent")
         }
-        guard try models.record(txn, zoneID: zone.zoneID, parent) != nil else {
+        guard try models.recordLink(txn, zoneID: zone.zoneID, parent) != nil else {
             throw LedgerError(.referenceViolation, "the parent record \(parent) does not exist; save it first")
         }
         // No cycles: the parent's chain must not lead back to this record.
@@ -129,7 +129,7 @@ extension Decider {
             guard next != name else {
                 throw LedgerError(.invalidArguments, "making \(parent) the parent of \(name) would form a cycle")
             }
-            current = try models.record(txn, zoneID: zone.zoneID, next)?.parentRecordName
+            current = try models.recordLink(txn, zoneID: zone.zoneID, next)?.parent
         }
         if parent != existing?.parentRecordName,
             try ancestorHasShare(txn, zoneID: zone.zoneID, parent),

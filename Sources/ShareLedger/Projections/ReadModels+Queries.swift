@@ -27,6 +27,27 @@ extension ReadModels {
         try message(RecordState.self, txn, records, ReadModels.recordKey(zoneID: zoneID, name))
     }
 
+    /// A record's parent and the token of the live share rooted at it (empty when none), read from
+    /// its stored bytes without decoding its fields: for walks up and down a hierarchy, which need
+    /// nothing else of each record they pass.
+    func recordLink(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ name: String) throws
+        -> (parent: String, shareToken: String)?
+    {
+        let key = ReadModels.recordKey(zoneID: zoneID, name)
+        guard ReadModels.isStorable(key) else { return nil }
+        return try key.withUnsafeBytes { k in
+            try txn.withValue(records, key: k) { raw throws -> (parent: String, shareToken: String) in
+                // RecordState: parent_record_name = 3, share_token = 5.
+                guard let parent = ProtobufScan.lengthDelimited(field: 3, in: raw),
+                    let token = ProtobufScan.lengthDelimited(field: 5, in: raw)
+                else {
+                    throw LedgerError(.corruptedData, "a row of rm_records does not decode; run `share-ledger rebuild`")
+                }
+                return (String(decoding: parent, as: UTF8.self), String(decoding: token, as: UTF8.self))
+            }
+        }
+    }
+
     func share(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> ShareState? {
         try message(ShareState.self, txn, shares, Array(token.utf8))
     }
@@ -185,9 +206,9 @@ extension ReadModels {
         var current = name
         var seen = Set<String>()
         while let next = current, !next.isEmpty, seen.insert(next).inserted {
-            guard let state = try record(txn, zoneID: zone.zoneID, next) else { break }
-            if !state.shareToken.isEmpty { return state.shareToken }
-            current = state.parentRecordName
+            guard let link = try recordLink(txn, zoneID: zone.zoneID, next) else { break }
+            if !link.shareToken.isEmpty { return link.shareToken }
+            current = link.parent
         }
         return zone.zoneShareToken.isEmpty ? nil : zone.zoneShareToken
     }

@@ -89,6 +89,30 @@ enum ProtobufScan {
         }
         return found
     }
+
+    /// The bytes of the top-level length-delimited field `field` (a string or bytes; the last one, as
+    /// protobuf keeps), empty when the field is absent, nil when the bytes are not a well-formed
+    /// message.
+    static func lengthDelimited(field: UInt64, in bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
+        var offset = 0
+        var found = UnsafeRawBufferPointer(rebasing: bytes[0..<0])
+        func readVarint() -> UInt64? { EnvelopeCodec.readVarint(bytes, &offset, limit: bytes.count) }
+        while offset < bytes.count {
+            guard let tag = readVarint() else { return nil }
+            switch tag & 7 {
+            case 0: guard readVarint() != nil else { return nil }
+            case 1: offset += 8
+            case 2:
+                guard let length = readVarint(), length <= UInt64(bytes.count - offset) else { return nil }
+                if tag >> 3 == field { found = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + Int(length)]) }
+                offset += Int(length)
+            case 5: offset += 4
+            default: return nil
+            }
+            if offset > bytes.count { return nil }
+        }
+        return found
+    }
 }
 
 /// Share change tags kept in memory, so that a kept metadata answer can be validated without a read
