@@ -47,6 +47,35 @@ struct HistoryJournalTests {
         }
     }
 
+    @Test("the fold's moves read from an entry's bytes are its index keys, non-ASCII and invalid UTF-8 names included")
+    func movesInPlace() throws {
+        var random = SplitMix64(state: 0xF01D)
+        let names = ["", "a", "_alice", "T0K3N", "iCloud.c", "Zoë", "名前", "x\u{0}y"]
+        for round in 0..<300 {
+            let entry = HistoryJournalEntry(
+                container: names.randomElement(using: &random)!,
+                tokens: (0..<Int.random(in: 0...2, using: &random)).map { _ in names.randomElement(using: &random)! },
+                users: (0..<Int.random(in: 0...3, using: &random)).map { _ in names.randomElement(using: &random)! })
+            var bytes = entry.encoded()
+            if round % 10 == 0, let last = bytes.indices.last, bytes.count > 4 {
+                bytes[last] = 0xC3  // a cut multi-byte sequence: not UTF-8, decoded with a replacement
+            }
+            guard let decoded = try? bytes.withUnsafeBytes({ try HistoryJournalEntry(decoding: $0) }) else { continue }
+            var keys: [UInt8] = []
+            var moves: [HistoryJournalEntry.Move] = []
+            try bytes.withUnsafeBytes { try HistoryJournalEntry.appendMoves(of: $0, position: 7, keys: &keys, moves: &moves) }
+            let listed = moves.map { (index: $0.db, key: Array(keys[$0.start..<$0.start + $0.count])) }
+            let expected = decoded.indexKeys()
+            #expect(listed.count == expected.count && zip(listed, expected).allSatisfy { $0.index == $1.index && $0.key == $1.key })
+            #expect(moves.allSatisfy { $0.position == 7 })
+            for cut in 0..<bytes.count {
+                var k: [UInt8] = []
+                var m: [HistoryJournalEntry.Move] = []
+                _ = try? Array(bytes.prefix(cut)).withUnsafeBytes { try HistoryJournalEntry.appendMoves(of: $0, position: 1, keys: &k, moves: &m) }
+            }
+        }
+    }
+
     @Test("histories span folded and journaled events; the fold empties the journal; audit and rebuild agree")
     func foldAcrossThreshold() async throws {
         let f = try await SharingFixture()

@@ -124,6 +124,63 @@ struct HistoryJournalEntry: Equatable {
         out.append((2, Array(container.utf8)))
         return out
     }
+
+    /// One history index entry a fold writes: the index (as in ``indexKeys()``), where its key lies
+    /// in the fold's key buffer, and the position.
+    struct Move {
+        var db: Int
+        var start: Int
+        var count: Int
+        var position: UInt64
+    }
+
+    /// Appends the moves the encoded entry `bytes` stands for (exactly ``indexKeys()`` of the entry
+    /// it decodes to, at `position`), their keys to `keys`, without decoding its strings. A name
+    /// that is not valid UTF-8 goes through `String` as the decoder does, so the key bytes agree.
+    static func appendMoves(
+        of bytes: UnsafeRawBufferPointer, position: UInt64, keys: inout [UInt8], moves: inout [Move]
+    ) throws {
+        var offset = 0
+        func fail() -> LedgerError {
+            LedgerError(.corruptedData, "an entry of the history journal does not decode; run `share-ledger rebuild`")
+        }
+        func byte() throws -> Int {
+            guard offset < bytes.count else { throw fail() }
+            defer { offset += 1 }
+            return Int(bytes[offset])
+        }
+        func string() throws -> UnsafeRawBufferPointer {
+            let count = try byte() << 8 | byte()
+            guard offset + count <= bytes.count else { throw fail() }
+            defer { offset += count }
+            return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
+        }
+        func append(_ name: UnsafeRawBufferPointer) {
+            if name.allSatisfy({ $0 < 0x80 }) {
+                keys.append(contentsOf: name)
+            } else {
+                keys.append(contentsOf: String(decoding: name, as: UTF8.self).utf8)
+            }
+        }
+        guard try byte() == Int(layoutVersion) else { throw fail() }
+        let container = try string()
+        for _ in 0..<(try byte()) {
+            let start = keys.count
+            append(try string())
+            moves.append(Move(db: 0, start: start, count: keys.count - start, position: position))
+        }
+        for _ in 0..<(try byte()) {
+            let start = keys.count
+            append(container)
+            keys.append(0)
+            append(try string())
+            moves.append(Move(db: 1, start: start, count: keys.count - start, position: position))
+        }
+        guard offset == bytes.count else { throw fail() }
+        let start = keys.count
+        append(container)
+        moves.append(Move(db: 2, start: start, count: keys.count - start, position: position))
+    }
 }
 
 extension ReadModels {
@@ -146,28 +203,39 @@ extension ReadModels {
 
     /// Moves every journal entry into the history indexes, sorted by index and key, and empties the
     /// journal. Returns the number of index entries written.
+    ///
+    /// The index keys are copied straight from the entries' bytes into one buffer (no `String` per
+    /// name, no array per key), and the moves sorted are plain values that point into it: building
+    /// and sorting moves that each held an array was most of a fold's time.
     @discardableResult
     func foldHistory(_ txn: borrowing some ReadModelStore & ~Copyable) throws -> Int {
-        var moves: [(db: Int, key: [UInt8], position: UInt64)] = []
-        let databases = historyIndexes
+        var keys: [UInt8] = []
+        var moves: [HistoryJournalEntry.Move] = []
         try txn.visit(historyJournal, from: nil) { key, value in
             guard let position = BigEndian.uint64(key) else {
                 throw LedgerError(.corruptedData, "a key of the history journal is \(key.count) bytes, expected 8; run `share-ledger rebuild`")
             }
-            for (index, key) in try HistoryJournalEntry(decoding: value).indexKeys() { moves.append((index, key, position)) }
+            try HistoryJournalEntry.appendMoves(of: value, position: position, keys: &keys, moves: &moves)
             return true
         }
         guard !moves.isEmpty else { return 0 }
-        // Sorted by index, key and position (LMDB's order of a sorted-duplicates database): each
-        // index is walked once, left to right. Keys compare with memcmp: the generic
-        // `lexicographicallyPrecedes` made the sort most of a fold's time.
-        moves.sort { a, b in
-            if a.db != b.db { return a.db < b.db }
-            let order = KeyOrder.compare(a.key, b.key)
-            return order != 0 ? order < 0 : a.position < b.position
-        }
-        for move in moves where ReadModels.isStorable(move.key) {
-            try txn.put(databases[move.db], key: move.key, value: BigEndian.bytes(of: move.position))
+        let databases = historyIndexes
+        try keys.withUnsafeBytes { buffer in
+            func key(_ move: HistoryJournalEntry.Move) -> UnsafeRawBufferPointer {
+                UnsafeRawBufferPointer(rebasing: buffer[move.start..<move.start + move.count])
+            }
+            // Sorted by index, key and position (LMDB's order of a sorted-duplicates database): each
+            // index is walked once, left to right. Keys compare with memcmp.
+            moves.sort { a, b in
+                if a.db != b.db { return a.db < b.db }
+                let order = KeyOrder.compare(key(a), key(b))
+                return order != 0 ? order < 0 : a.position < b.position
+            }
+            for move in moves where move.count > 0 && move.count <= ReadModels.maxKeyBytes {
+                try BigEndian.withBytes(of: move.position) { value in
+                    try txn.put(databases[move.db], key: key(move), value: value, flags: .none)
+                }
+            }
         }
         try txn.clear(historyJournal)
         return moves.count
