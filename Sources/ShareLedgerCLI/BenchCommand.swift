@@ -220,6 +220,7 @@ struct BenchCommand: AsyncParsableCommand {
                 figures["rebuild.changedEntries"] = Double(scale.rebuildChangedEntries)
                 figures["rebuild.rewriteAll.perSecond"] = scale.rewriteRebuildPerSecond
                 figures["memory.rebuildRewriteAllPeakAnonMB"] = scale.rewriteRebuildPeakAnonMB
+                figures["memory.rebuildProcessPeakAnonMB"] = scale.processRebuildPeakAnonMB
             }
             if parts.contains("replicate"), let nats, let replicateSeconds {
                 let servers = try NATSOptions.parse(["--nats", nats]).servers()

@@ -290,6 +290,9 @@ struct ScaleBench {
         /// The same rebuild rewriting every read model whole (what a rebuild that changes them all costs).
         var rewriteRebuildPerSecond: Double
         var rewriteRebuildPeakAnonMB: Double
+        /// The same rebuild run as `share-ledger rebuild` in a process of its own (what an operator
+        /// runs): its peak anonymous memory, without this process's heap from the parts before.
+        var processRebuildPeakAnonMB: Double
         var participants10P50Micros: Double
         var participants100P50Micros: Double
         var events: UInt64
@@ -432,6 +435,8 @@ struct ScaleBench {
             worst = max(worst, seconds)
         }
         await ledger.close()
+        progress("scale: rebuilding the read models of \(events) events in a process of its own")
+        let processPeak = try Self.rebuildInOwnProcess(path: path)
 
         return Figures(
             points: points, rebuildPerSecond: Double(events) / rebuildSeconds,
@@ -442,8 +447,37 @@ struct ScaleBench {
             rebuildPeakAnonMB: Double(peak) / 1_048_576, rebuildAnonGrowthMB: Double(peak - baseline) / 1_048_576,
             rebuildChangedEntries: rebuilt.changedEntries, rewriteRebuildPerSecond: Double(events) / rewriteSeconds,
             rewriteRebuildPeakAnonMB: Double(rewritePeak) / 1_048_576,
+            processRebuildPeakAnonMB: Double(processPeak) / 1_048_576,
             participants10P50Micros: participantP50[10] ?? 0, participants100P50Micros: participantP50[100] ?? 0,
             events: events)
+    }
+}
+
+extension ScaleBench {
+    /// Runs `share-ledger rebuild --path PATH` (this executable) in a child process, in that process
+    /// itself (not in a supervised child of its own), sampling its `RssAnon` every 5 ms; returns the
+    /// peak in bytes.
+    static func rebuildInOwnProcess(path: String) throws -> Int {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Bundle.main.executablePath ?? CommandLine.arguments[0])
+        process.arguments = ["rebuild", "--path", path, "--json"]
+        var environment = ProcessInfo.processInfo.environment
+        environment[CommandSupervisor.childVariable] = "1"
+        environment[CommandSupervisor.pipeVariable] = nil  // this process's pipe is not the child's
+        process.environment = environment
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var peak = 0
+        while process.isRunning {
+            peak = max(peak, AnonymousMemorySampler.current(pid: process.processIdentifier))
+            usleep(5_000)
+        }
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw BenchFailure("share-ledger rebuild in a process of its own exited with \(process.terminationStatus)")
+        }
+        return peak
     }
 }
 
@@ -463,8 +497,13 @@ final class AnonymousMemorySampler: @unchecked Sendable {
     private var running = false
     private var thread: Thread?
 
-    static func current() -> Int {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+    static func current() -> Int { current(path: "/proc/self/status") }
+
+    /// The `RssAnon` of process `pid`, in bytes (0 once it is gone).
+    static func current(pid: Int32) -> Int { current(path: "/proc/\(pid)/status") }
+
+    private static func current(path: String) -> Int {
+        guard let status = try? String(contentsOfFile: path, encoding: .utf8) else { return 0 }
         for line in status.split(separator: "\n") where line.hasPrefix("RssAnon:") {
             let digits = line.split(separator: " ").compactMap { Int($0) }
             return (digits.first ?? 0) * 1024
