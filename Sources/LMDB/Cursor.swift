@@ -63,7 +63,7 @@ package struct Cursor: ~Copyable {
     /// Stores `value` under `key` through the cursor (use ``PutFlags/append`` and
     /// ``PutFlags/appendDup`` for sorted bulk loads).
     @inline(__always)
-    package func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = .none) throws {
+    package func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = PutFlags(rawValue: 0)) throws {
         precondition(isWritable, "cursor put in a read-only transaction")
         var k = MDB_val(buffer: key)
         var v = MDB_val(buffer: value)

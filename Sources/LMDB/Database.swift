@@ -31,10 +31,6 @@ package struct PutFlags: OptionSet, Sendable, Hashable {
     package let rawValue: UInt32
     package init(rawValue: UInt32) { self.rawValue = rawValue }
 
-    /// No flag: a plain put. (A constant rather than `[]`: the array literal went through the
-    /// generic `SetAlgebra` initializer at run time, 2–3 % of the writer's and a rebuild's samples.)
-    package static let none = PutFlags(rawValue: 0)
-
     /// `MDB_NOOVERWRITE`: fail with ``LMDBError/Code/keyExists`` when the key exists.
     package static let noOverwrite = PutFlags(rawValue: UInt32(MDB_NOOVERWRITE))
     /// `MDB_NODUPDATA`: (dupsort) fail when the key/value pair exists.

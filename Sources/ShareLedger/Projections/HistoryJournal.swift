@@ -233,7 +233,7 @@ extension ReadModels {
             }
             for move in moves where move.count > 0 && move.count <= ReadModels.maxKeyBytes {
                 try BigEndian.withBytes(of: move.position) { value in
-                    try txn.put(databases[move.db], key: key(move), value: value, flags: .none)
+                    try txn.put(databases[move.db], key: key(move), value: value, flags: PutFlags(rawValue: 0))
                 }
             }
         }

@@ -137,7 +137,7 @@ enum ReadModelRebuild {
         _ entry: inout Entry?, with cursor: borrowing Cursor, into db: Database, in txn: borrowing Transaction,
         limit: Int = .max
     ) throws -> Int {
-        let flags: PutFlags = db.flags.contains(.dupSort) ? .none : .append
+        let flags: PutFlags = db.flags.contains(.dupSort) ? PutFlags(rawValue: 0) : .append
         var copied = 0
         while let current = entry, copied < limit {
             try txn.put(db, key: current.key, value: current.value, flags: flags)

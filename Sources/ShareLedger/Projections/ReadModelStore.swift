@@ -36,7 +36,7 @@ protocol ReadModelStore: ~Copyable {
 extension ReadModelStore where Self: ~Copyable {
     /// Stores `value` under `key`.
     func put(_ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>) throws {
-        try put(db, key: key, value: value, flags: .none)
+        try put(db, key: key, value: value, flags: PutFlags(rawValue: 0))
     }
 
     /// Deletes `key` and all its values; returns whether anything was deleted.
