@@ -54,26 +54,49 @@ struct HistoryJournalEntry: Equatable {
 
     /// Decodes an entry; throws ``LedgerError/Code/corruptedData`` for bytes that are not one.
     init(decoding bytes: UnsafeRawBufferPointer) throws {
+        var reader = try Reader(bytes)
+        func string() throws -> String { String(decoding: try reader.string(), as: UTF8.self) }
+        container = try string()
+        tokens = try (0..<(try reader.byte())).map { _ in try string() }
+        users = try (0..<(try reader.byte())).map { _ in try string() }
+        try reader.finish()
+    }
+
+    /// Reads an encoded entry's parts in place, for the decoder, ``names(index:key:in:)`` and
+    /// ``appendMoves(of:position:keys:moves:)``: each step past the end (or a layout other than
+    /// ``layoutVersion``) throws ``LedgerError/Code/corruptedData``.
+    private struct Reader {
+        let bytes: UnsafeRawBufferPointer
         var offset = 0
-        func fail() -> LedgerError {
+
+        /// Starts after the layout byte, which must be ``layoutVersion``.
+        init(_ bytes: UnsafeRawBufferPointer) throws {
+            self.bytes = bytes
+            guard try byte() == Int(HistoryJournalEntry.layoutVersion) else { throw Reader.fail() }
+        }
+
+        static func fail() -> LedgerError {
             LedgerError(.corruptedData, "an entry of the history journal does not decode; run `share-ledger rebuild`")
         }
-        func byte() throws -> UInt8 {
-            guard offset < bytes.count else { throw fail() }
+
+        mutating func byte() throws -> Int {
+            guard offset < bytes.count else { throw Reader.fail() }
             defer { offset += 1 }
-            return bytes[offset]
+            return Int(bytes[offset])
         }
-        func string() throws -> String {
-            let count = Int(try byte()) << 8 | Int(try byte())
-            guard offset + count <= bytes.count else { throw fail() }
+
+        /// A 2-byte big-endian length and that many bytes.
+        mutating func string() throws -> UnsafeRawBufferPointer {
+            let count = try byte() << 8 | byte()
+            guard offset + count <= bytes.count else { throw Reader.fail() }
             defer { offset += count }
-            return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count]), as: UTF8.self)
+            return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
         }
-        guard try byte() == HistoryJournalEntry.layoutVersion else { throw fail() }
-        container = try string()
-        tokens = try (0..<Int(try byte())).map { _ in try string() }
-        users = try (0..<Int(try byte())).map { _ in try string() }
-        guard offset == bytes.count else { throw fail() }
+
+        /// Throws unless every byte was read.
+        func finish() throws {
+            guard offset == bytes.count else { throw Reader.fail() }
+        }
     }
 
     init(container: String, tokens: [String], users: [String]) {
@@ -85,33 +108,18 @@ struct HistoryJournalEntry: Equatable {
     /// Whether the encoded entry `bytes` stands for (`index`, `key`) (as ``indexKeys()`` would list
     /// it), read in place without decoding its strings: a history query tests every journal entry.
     static func names(index: Int, key: [UInt8], in bytes: UnsafeRawBufferPointer) throws -> Bool {
-        var offset = 0
-        func fail() -> LedgerError {
-            LedgerError(.corruptedData, "an entry of the history journal does not decode; run `share-ledger rebuild`")
-        }
-        func byte() throws -> Int {
-            guard offset < bytes.count else { throw fail() }
-            defer { offset += 1 }
-            return Int(bytes[offset])
-        }
-        func string() throws -> UnsafeRawBufferPointer {
-            let count = try byte() << 8 | byte()
-            guard offset + count <= bytes.count else { throw fail() }
-            defer { offset += count }
-            return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
-        }
-        guard try byte() == Int(layoutVersion) else { throw fail() }
-        let container = try string()
+        var reader = try Reader(bytes)
+        let container = try reader.string()
         return try key.withUnsafeBytes { key in
             if index == 2 { return key.elementsEqual(container) }
-            let tokens = try byte()
-            for _ in 0..<tokens where try string().elementsEqual(key) && index == 0 { return true }
+            let tokens = try reader.byte()
+            for _ in 0..<tokens where try reader.string().elementsEqual(key) && index == 0 { return true }
             guard index == 1, key.count > container.count, key[container.count] == 0,
                 UnsafeRawBufferPointer(rebasing: key[0..<container.count]).elementsEqual(container)
             else { return false }
             let user = UnsafeRawBufferPointer(rebasing: key[(container.count + 1)...])
-            let users = try byte()
-            for _ in 0..<users where try string().elementsEqual(user) { return true }
+            let users = try reader.byte()
+            for _ in 0..<users where try reader.string().elementsEqual(user) { return true }
             return false
         }
     }
@@ -140,21 +148,6 @@ struct HistoryJournalEntry: Equatable {
     static func appendMoves(
         of bytes: UnsafeRawBufferPointer, position: UInt64, keys: inout [UInt8], moves: inout [Move]
     ) throws {
-        var offset = 0
-        func fail() -> LedgerError {
-            LedgerError(.corruptedData, "an entry of the history journal does not decode; run `share-ledger rebuild`")
-        }
-        func byte() throws -> Int {
-            guard offset < bytes.count else { throw fail() }
-            defer { offset += 1 }
-            return Int(bytes[offset])
-        }
-        func string() throws -> UnsafeRawBufferPointer {
-            let count = try byte() << 8 | byte()
-            guard offset + count <= bytes.count else { throw fail() }
-            defer { offset += count }
-            return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
-        }
         func append(_ name: UnsafeRawBufferPointer) {
             if name.allSatisfy({ $0 < 0x80 }) {
                 keys.append(contentsOf: name)
@@ -162,21 +155,21 @@ struct HistoryJournalEntry: Equatable {
                 keys.append(contentsOf: String(decoding: name, as: UTF8.self).utf8)
             }
         }
-        guard try byte() == Int(layoutVersion) else { throw fail() }
-        let container = try string()
-        for _ in 0..<(try byte()) {
+        var reader = try Reader(bytes)
+        let container = try reader.string()
+        for _ in 0..<(try reader.byte()) {
             let start = keys.count
-            append(try string())
+            append(try reader.string())
             moves.append(Move(db: 0, start: start, count: keys.count - start, position: position))
         }
-        for _ in 0..<(try byte()) {
+        for _ in 0..<(try reader.byte()) {
             let start = keys.count
             append(container)
             keys.append(0)
-            append(try string())
+            append(try reader.string())
             moves.append(Move(db: 1, start: start, count: keys.count - start, position: position))
         }
-        guard offset == bytes.count else { throw fail() }
+        try reader.finish()
         let start = keys.count
         append(container)
         moves.append(Move(db: 2, start: start, count: keys.count - start, position: position))
