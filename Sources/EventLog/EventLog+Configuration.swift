@@ -66,6 +66,17 @@ extension EventLog {
         /// `.unsafeNoSync`), so that a write transaction's dirty pages are the file's own mapped pages
         /// instead of malloc'd copies written out at every commit. Off by default.
         package var scratch = false
+        /// Keep the ``DatabaseSpec/derived`` databases in a companion environment (`derived/` in
+        /// the ledger directory) that commits after the log without flushing, so a commit flushes
+        /// only the log's pages (``DerivedState``). The derived state is brought up to the log's
+        /// head before every write, after a process crash from the page cache, after a machine
+        /// crash by deriving it again from the log. Off by default; a ledger already laid out this
+        /// way is opened this way whatever the setting.
+        package var defersDerivedState = false
+        /// What derives the derived databases' state for the log's events after a position, in the
+        /// write transaction it is given: the layer that owns those databases. Without it, derived
+        /// databases found behind the head are left as they are.
+        package var derivedReplay: DerivedReplay?
 
         /// The configuration of a scratch ledger at `path` that is deleted after use (a rebuild's,
         /// an audit's, an import's check): no flush at all (``Durability/unsafeNoSync``) and
@@ -116,15 +127,25 @@ extension EventLog {
     }
 }
 
+/// Derives the state of the derived databases for the log's events after `after`, in `txn`
+/// (``EventLog/Configuration/derivedReplay``).
+package typealias DerivedReplay = @Sendable (_ store: LogStore, _ txn: borrowing Transaction, _ after: UInt64) throws -> Void
+
 /// A named database of a layer built on the log (see ``EventLog/Configuration/databases``).
 package struct DatabaseSpec: Sendable, Hashable {
     /// Its name in the LMDB environment.
     package var name: String
     /// Its LMDB flags (sorted duplicates, fixed-size duplicates).
     package var flags: DatabaseFlags
+    /// Whether its contents are derived from the log (read models, indexes) and can be derived
+    /// again: with ``EventLog/Configuration/defersDerivedState`` it then lives in the companion
+    /// environment, flushed off the commit path (``DerivedState``). Operational state that is not
+    /// derived from the log stays with the log and is flushed at every commit.
+    package var derived: Bool
 
-    package init(_ name: String, _ flags: DatabaseFlags = []) {
+    package init(_ name: String, _ flags: DatabaseFlags = [], derived: Bool = false) {
         self.name = name
         self.flags = flags
+        self.derived = derived
     }
 }

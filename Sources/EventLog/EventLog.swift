@@ -50,6 +50,15 @@ public final class EventLog: Sendable {
     ///   it for writing once must add databases first.
     public static func open(_ configuration: Configuration) throws(LedgerError) -> EventLog {
         let store = try LogStore.open(configuration)
+        do {
+            try store.catchUpDerivedState(replay: configuration.derivedReplay, logger: configuration.logger)
+        } catch {
+            // A log the derived state cannot be brought up to (a damaged event) still opens, for
+            // `verify` and `audit` to report it: readers see the state as of the derived position,
+            // and the writer tries again before each batch (which fails while the damage is there).
+            configuration.logger.error(
+                "the derived state could not be brought up to the log", metadata: ["error": "\(error)"])
+        }
         let head: LogHead
         do {
             head = try store.environment.read { txn in try store.readHead(txn) }
@@ -73,6 +82,13 @@ public final class EventLog: Sendable {
     public func close() async {
         if !configuration.readOnly { await writer.stop() }
         writer.notifier.close()
+        do {
+            try store.markDerivedFlushed()
+        } catch {
+            // The next open for writing then takes the derived state as possibly unflushed: after a
+            // machine crash it derives it again, which costs time, not data.
+            logger.warning("could not mark the derived state flushed", metadata: ["error": "\(error)"])
+        }
         store.environment.close()
         logger.info("closed ledger", metadata: ["path": "\(configuration.path)"])
     }
@@ -259,7 +275,7 @@ public final class EventLog: Sendable {
     /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``.
     package func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
         do {
-            return try store.environment.read(body)
+            return try store.read(body)
         } catch {
             throw namingTheFile(LedgerError.wrap(error, while: doing()))
         }

@@ -15,7 +15,10 @@ package final class LogStore: Sendable {
     ///   of version 2 misread (ShareLedger's compact rows and history journal), so those releases
     ///   must refuse the ledger rather than write it. A version 2 ledger is marked 3 when opened for
     ///   writing (nothing else changes); opened read-only, it is read as it is.
-    package static let formatVersion: UInt32 = 3
+    /// - 4: the layers' derived databases may live in a companion environment, `derived/`, flushed
+    ///   off the commit path (`meta`/`derived_state` says so; ``DerivedState``). A version 3 ledger
+    ///   opened for writing by a layer that defers its derived state is moved to this layout.
+    package static let formatVersion: UInt32 = 4
 
     package let environment: Environment
     /// position (8-byte big-endian) → stored envelope bytes.
@@ -32,6 +35,9 @@ package final class LogStore: Sendable {
     package let checkpoints: Database
     /// The databases of the layers built on the log (``EventLog/Configuration/databases``), by name.
     package let extensionDatabases: [String: Database]
+    /// `derived_meta` in the companion environment when the derived databases live there
+    /// (``DerivedState``); nil when everything is in one environment.
+    package let derivedMeta: Database?
 
     /// The log's own named databases.
     package static let databaseSpecs: [DatabaseSpec] = [
@@ -45,7 +51,7 @@ package final class LogStore: Sendable {
     package static let formatKey = Array("format_version".utf8)
     package static let headKey = Array("head".utf8)
 
-    private init(environment: Environment, databases: [Database]) {
+    private init(environment: Environment, databases: [Database], derivedMeta: Database?) {
         self.environment = environment
         self.log = databases[0]
         self.meta = databases[1]
@@ -53,6 +59,7 @@ package final class LogStore: Sendable {
         self.streams = databases[3]
         self.checkpoints = databases[4]
         self.extensionDatabases = Dictionary(uniqueKeysWithValues: databases[5...].map { ($0.name, $0) })
+        self.derivedMeta = derivedMeta
     }
 
     /// The database named `name` among the ones the configuration added.
@@ -142,24 +149,53 @@ package final class LogStore: Sendable {
             try refuseNewerFormat(environment, path: path)
         }
 
+        // Where the derived databases live: with the log, or in the companion `derived/`.
+        let split: DerivedState.Placement
+        do {
+            split = try DerivedState.placement(environment, existing: existing, configuration: configuration)
+        } catch {
+            environment.close()
+            throw error
+        }
+        let derivedSpecs = split.separate ? configuration.databases.filter(\.derived) : []
+        let primarySpecs = databaseSpecs + configuration.databases.filter { !split.separate || !$0.derived }
+
         // Databases added by later releases are created by the first open for writing; read-only,
         // they cannot be, so say what to do instead of failing on the first one missing.
-        let specs = databaseSpecs + configuration.databases
-        let missing = specs.map(\.name).filter { !existing.contains($0) }
+        let missing = primarySpecs.map(\.name).filter { !existing.contains($0) }
         if configuration.readOnly && !missing.isEmpty {
+            environment.close()
             throw LedgerError(
                 .readOnly, "the ledger at \(path) was written by an earlier ShareLedger and lacks the databases "
                     + "\(missing.joined(separator: ", ")), which opening it read-only cannot add; open it once for "
                     + "writing (any command that writes, e.g. `share-ledger worker --drain`), or work on a writable copy")
         }
         let databases: [Database]
+        var derivedMeta: Database? = nil
         do {
-            databases = try environment.openDatabases(specs.map { ($0.name, $0.flags) })
+            var opened = try environment.openDatabases(primarySpecs.map { ($0.name, $0.flags) })
+            if split.separate {
+                try DerivedState.attach(environment, configuration: configuration, placement: split)
+                let companion = try environment.openDatabases(
+                    derivedSpecs.map { ($0.name, $0.flags) } + [(DerivedState.metaName, DatabaseFlags())], inCompanion: true)
+                derivedMeta = companion.last
+                opened += companion.dropLast()
+            }
+            databases = opened
         } catch {
-            throw LedgerError(error, while: "opening the ledger's databases at \(path)")
+            environment.close()
+            throw LedgerError.wrap(error, while: "opening the ledger's databases at \(path)")
         }
-        let store = LogStore(environment: environment, databases: databases)
-        try store.checkFormat(initialize: !configuration.readOnly)
+        let store = LogStore(environment: environment, databases: databases, derivedMeta: derivedMeta)
+        do {
+            try store.checkFormat(initialize: !configuration.readOnly)
+            if split.separate && !configuration.readOnly {
+                try DerivedState.prepare(store, existing: existing, derivedSpecs: derivedSpecs, placement: split)
+            }
+        } catch {
+            environment.close()
+            throw error
+        }
         return store
     }
 

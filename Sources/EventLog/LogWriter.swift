@@ -259,6 +259,8 @@ package final class LogWriter: @unchecked Sendable {
     /// sleeping thread (on a VM: a halted vCPU) costs tens of microseconds per hand-off; a short poll
     /// keeps a caller that answers quickly from paying it.
     private let spinBeforeSleep: Duration
+    /// What brings the derived databases up to the head (``EventLog/Configuration/derivedReplay``).
+    private let derivedReplay: DerivedReplay?
 
     // Guarded by `lock`: a pause for tests that need to control which commands share a batch.
     private var paused = false
@@ -281,6 +283,7 @@ package final class LogWriter: @unchecked Sendable {
         self.spinBeforeSleep = .microseconds(max(0, configuration.writerPollMicroseconds))
         self.notifier = HeadNotifier(head: head.position.rawValue)
         self.commitSizes = configuration.recordsCommitSizes ? CommitSizeRecorder() : nil
+        self.derivedReplay = configuration.derivedReplay
     }
 
     /// Starts the writer thread.
@@ -441,16 +444,23 @@ package final class LogWriter: @unchecked Sendable {
                 // The head is read inside the transaction, not cached: another process may have
                 // appended since this thread's last commit (LMDB serializes writers across processes).
                 let startHead = try store.readHead(txn)
+                let derivedCaughtUp =
+                    store.defersDerivedState
+                    ? try store.catchUpDerivedState(txn, head: startHead, replay: derivedReplay, logger: logger) : false
                 transactionSerial &+= 1
                 var scope = CommitScope(
                     store: store, recordedAt: max(startHead.recordedAtMicros, clock.nowMicros()), head: startHead,
                     serial: transactionSerial)
+                if derivedCaughtUp { scope.invalidateEverything() }
                 var resumers: [@Sendable () -> Void] = []
                 resumers.reserveCapacity(batch.count)
                 try txn.withCursor(store.log) { logCursor in
                     for job in batch {
                         resumers.append(try job.run(txn, logCursor, &scope))
                     }
+                }
+                if store.defersDerivedState && (scope.head != startHead || derivedCaughtUp) {
+                    try store.writeDerivedPosition(txn, scope.head)
                 }
                 try lock.withLock({ self.observer })?.willCommit()
                 return (resumers, startHead, scope, txn.id)

@@ -18,6 +18,16 @@ package struct Database: Sendable, Hashable {
     let dbi: MDB_dbi
     /// The flags it was opened with.
     package let flags: DatabaseFlags
+    /// Whether it lives in the environment's companion (``Environment/attachCompanion(_:)``), not in
+    /// the environment itself.
+    package let inCompanion: Bool
+
+    init(name: String, dbi: MDB_dbi, flags: DatabaseFlags, inCompanion: Bool = false) {
+        self.name = name
+        self.dbi = dbi
+        self.flags = flags
+        self.inCompanion = inCompanion
+    }
 
     /// A handle that names a table of a store that is not LMDB (an in-memory stand-in). LMDB
     /// refuses it (`EINVAL`): it belongs to no environment.

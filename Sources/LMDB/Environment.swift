@@ -75,6 +75,11 @@ package struct EnvironmentInfo: Sendable, Hashable {
 package final class Environment: @unchecked Sendable {
     package let options: EnvironmentOptions
     private let env: OpaquePointer
+    /// The companion environment (``attachCompanion(_:)``): set once, before the environment is
+    /// shared with another thread, and never changed after.
+    private var companionEnv: OpaquePointer?
+    /// The companion's options; nil when there is none.
+    package private(set) var companionOptions: EnvironmentOptions?
     private let resizeLock = ResizeLock()
     private var closed = false
     private let databasesBox = Mutex<[String: Database]>([:])
@@ -87,6 +92,12 @@ package final class Environment: @unchecked Sendable {
     ///   directory or is not writable; ``LMDBError/Code/invalid`` when it holds a `data.mdb` that is not
     ///   an LMDB file; ``LMDBError/Code/versionMismatch`` for a file from an incompatible LMDB.
     package init(options: EnvironmentOptions) throws(LMDBError) {
+        (env, staleReadersCleared) = try Environment.open(options)
+        self.options = options
+    }
+
+    /// Creates and opens one LMDB environment; returns it with the stale reader slots cleared.
+    private static func open(_ options: EnvironmentOptions) throws(LMDBError) -> (OpaquePointer, Int) {
         try Environment.checkDirectory(options.path, writable: !options.readOnly)
         try DataFileCheck.check(directory: options.path)
         var envPointer: OpaquePointer?
@@ -107,14 +118,32 @@ package final class Environment: @unchecked Sendable {
             try check(mdb_env_open(env, options.path, flags, 0o644), "mdb_env_open", path: options.path)
             var dead: Int32 = 0
             try check(mdb_reader_check(env, &dead), "mdb_reader_check", path: options.path)
-            staleReadersCleared = Int(dead)
+            return (env, Int(dead))
         } catch {
             mdb_env_close(env)
             throw error
         }
-        self.env = env
-        self.options = options
     }
+
+    /// Opens a second environment, the companion, that every transaction of this one spans from
+    /// now on: a database opened with `inCompanion` lives there, and ``Transaction`` routes each
+    /// operation to the environment of its database.
+    ///
+    /// Transactions begin in the companion first, then here (so every process takes the two
+    /// writer locks in the same order), and a write commits here first, then in the companion: a
+    /// companion opened without flushes (``SyncMode/unsafeNoSync``) holds state derived from this
+    /// environment's, which its owner can derive again after a crash. Call it once, right after
+    /// `init`, before the environment is used by another thread; `readOnly` must match.
+    package func attachCompanion(_ companion: EnvironmentOptions) throws(LMDBError) {
+        precondition(companionEnv == nil, "an environment has at most one companion")
+        precondition(companion.readOnly == options.readOnly, "a companion is read-only exactly when its environment is")
+        let (opened, _) = try Environment.open(companion)
+        companionEnv = opened
+        companionOptions = companion
+    }
+
+    /// Whether ``attachCompanion(_:)`` attached one.
+    package var hasCompanion: Bool { companionEnv != nil }
 
     deinit {
         // Closing the environment is not ending a transaction: none can be open once the last
@@ -122,6 +151,10 @@ package final class Environment: @unchecked Sendable {
         if !closed {
             if options.durability == .unsafeNoSync && !options.readOnly { mdb_env_sync(env, 1) }
             mdb_env_close(env)
+            if let companionEnv, let companionOptions {
+                if !companionOptions.readOnly { mdb_env_sync(companionEnv, 1) }
+                mdb_env_close(companionEnv)
+            }
         }
     }
 
@@ -156,16 +189,22 @@ package final class Environment: @unchecked Sendable {
     /// and nothing is written.
     ///
     /// Call once at start-up with every database the program uses (`lmdb-notes.md`, rule 7).
-    package func openDatabases(_ specs: [(name: String, flags: DatabaseFlags)], create: Bool = true) throws(LMDBError) -> [Database] {
+    /// With `inCompanion`, they are opened in the companion (``attachCompanion(_:)``).
+    package func openDatabases(
+        _ specs: [(name: String, flags: DatabaseFlags)], create: Bool = true, inCompanion: Bool = false
+    ) throws(LMDBError) -> [Database] {
+        precondition(!inCompanion || companionEnv != nil, "no companion environment is attached")
         let readOnly = options.readOnly || !create
+        let path = inCompanion ? companionOptions?.path ?? options.path : options.path
         let body = { (txn: borrowing Transaction) throws -> [Database] in
             var opened: [Database] = []
             for spec in specs {
                 var dbi: MDB_dbi = 0
                 var flags = spec.flags.rawValue
                 if !readOnly { flags |= UInt32(MDB_CREATE) }
-                try check(mdb_dbi_open(txn.handle, spec.name, flags, &dbi), "mdb_dbi_open(\(spec.name))", path: self.options.path)
-                opened.append(Database(name: spec.name, dbi: dbi, flags: spec.flags))
+                let handle = inCompanion ? txn.companion : txn.handle
+                try check(mdb_dbi_open(handle, spec.name, flags, &dbi), "mdb_dbi_open(\(spec.name))", path: path)
+                opened.append(Database(name: spec.name, dbi: dbi, flags: spec.flags, inCompanion: inCompanion))
             }
             return opened
         }
@@ -180,11 +219,13 @@ package final class Environment: @unchecked Sendable {
     }
 
     /// The names of the named databases in the environment (the keys of the unnamed main database).
-    package func databaseNames() throws -> [String] {
-        try read { txn in
+    package func databaseNames(inCompanion: Bool = false) throws -> [String] {
+        precondition(!inCompanion || companionEnv != nil, "no companion environment is attached")
+        return try read { txn in
             var dbi: MDB_dbi = 0
-            try check(mdb_dbi_open(txn.handle, nil, 0, &dbi), "mdb_dbi_open(main)", path: options.path)
-            return try txn.withCursor(Database(name: "(main)", dbi: dbi, flags: [])) { cursor in
+            let handle = inCompanion ? txn.companion : txn.handle
+            try check(mdb_dbi_open(handle, nil, 0, &dbi), "mdb_dbi_open(main)", path: options.path)
+            return try txn.withCursor(Database(name: "(main)", dbi: dbi, flags: [], inCompanion: inCompanion)) { cursor in
                 var names: [String] = []
                 var entry = try cursor.first()
                 while let current = entry {
@@ -218,10 +259,21 @@ package final class Environment: @unchecked Sendable {
         return try withTransaction(writable: true, body)
     }
 
+    /// Like ``write(_:)``, but with a companion the companion commits first and is then flushed to
+    /// disk whole (`mdb_env_sync`), before this environment commits: when this environment's commit
+    /// is on disk, every commit of the companion up to this one is too. (No process can commit in
+    /// the companion in between: a writer takes the companion's lock first and commits there last.)
+    package func writeFlushingCompanionFirst<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        precondition(!options.readOnly, "write transaction on an environment opened read-only")
+        return try withTransaction(writable: true, flushCompanionFirst: true, body)
+    }
+
     /// The common transaction loop: begin (adopting a size another process set), run, end, and on
-    /// `MDB_MAP_FULL` grow and run again.
+    /// `MDB_MAP_FULL` grow and run again. With a companion, its transaction begins first and, for a
+    /// write, commits last (unless `flushCompanionFirst`).
     private func withTransaction<R>(
-        writable: Bool, commitReadOnly: Bool = false, _ body: (borrowing Transaction) throws -> R
+        writable: Bool, commitReadOnly: Bool = false, flushCompanionFirst: Bool = false,
+        _ body: (borrowing Transaction) throws -> R
     ) throws -> R {
         while true {
             let outcome: TransactionOutcome<R> = try resizeLock.withShared { () throws -> TransactionOutcome<R> in
@@ -230,61 +282,123 @@ package final class Environment: @unchecked Sendable {
                         code: .closed, operation: writable ? "write" : "read", path: options.path,
                         message: "the environment is closed")
                 }
+                let beginFlags = writable ? UInt32(0) : UInt32(MDB_RDONLY)
+                var companionTxn: OpaquePointer?
+                if let companionEnv, let companionOptions {
+                    var pointer: OpaquePointer?
+                    let rc = mdb_txn_begin(companionEnv, nil, beginFlags, &pointer)
+                    if rc == MDB_MAP_RESIZED { return .mapResized(companion: true) }
+                    try check(rc, "mdb_txn_begin", path: companionOptions.path)
+                    guard let pointer else {
+                        throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
+                    }
+                    companionTxn = pointer
+                }
                 var txnPointer: OpaquePointer?
-                let rc = mdb_txn_begin(env, nil, writable ? 0 : UInt32(MDB_RDONLY), &txnPointer)
-                if rc == MDB_MAP_RESIZED { return .mapResized }
+                let rc = mdb_txn_begin(env, nil, beginFlags, &txnPointer)
+                if rc != MDB_SUCCESS, let companionTxn { mdb_txn_abort(companionTxn) }
+                if rc == MDB_MAP_RESIZED { return .mapResized(companion: false) }
                 try check(rc, "mdb_txn_begin", path: options.path)
                 guard let txn = txnPointer else {
+                    if let companionTxn { mdb_txn_abort(companionTxn) }
                     throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
                 }
+                func abortAll() {
+                    mdb_txn_abort(txn)
+                    if let companionTxn { mdb_txn_abort(companionTxn) }
+                }
                 let state = TransactionState()
-                let mapSizeAtStart = currentMapSizeUnlocked()
+                let mapSizeAtStart = currentMapSizeUnlocked(env)
+                let companionSizeAtStart = companionEnv.map { currentMapSizeUnlocked($0) } ?? 0
+                func full(_ error: LMDBError) -> TransactionOutcome<R> {
+                    if let companionOptions, error.path == companionOptions.path {
+                        return .mapFull(companion: true, sizeAtFailure: companionSizeAtStart)
+                    }
+                    return .mapFull(companion: false, sizeAtFailure: mapSizeAtStart)
+                }
                 let result: R
                 do {
-                    result = try body(Transaction(txn: txn, isWritable: writable, state: state, path: options.path))
+                    result = try body(
+                        Transaction(
+                            txn: txn, companion: companionTxn, isWritable: writable, state: state, path: options.path,
+                            companionPath: companionOptions?.path))
                 } catch {
-                    mdb_txn_abort(txn)
+                    abortAll()
                     // The first LMDB error recorded inside the transaction wins over what the body made of it.
                     if let first = state.firstError {
-                        if first.code == .mapFull { return .mapFull(sizeAtFailure: mapSizeAtStart) }
+                        if first.code == .mapFull { return full(first) }
                         throw first
                     }
-                    if let lmdb = error as? LMDBError, lmdb.code == .mapFull {
-                        return .mapFull(sizeAtFailure: mapSizeAtStart)
-                    }
+                    if let lmdb = error as? LMDBError, lmdb.code == .mapFull { return full(lmdb) }
                     throw error
                 }
                 if let first = state.firstError {
-                    mdb_txn_abort(txn)
-                    if first.code == .mapFull { return .mapFull(sizeAtFailure: mapSizeAtStart) }
+                    abortAll()
+                    if first.code == .mapFull { return full(first) }
                     throw first
                 }
-                if writable || commitReadOnly {
-                    // mdb_txn_commit frees the transaction, success or not.
-                    let rc = mdb_txn_commit(txn)
-                    if rc == MDB_MAP_FULL { return .mapFull(sizeAtFailure: mapSizeAtStart) }
-                    if writable, let full = fileSystemFull(afterCommitFailure: rc) { throw full }
-                    try check(rc, "mdb_txn_commit", path: options.path)
-                } else {
-                    mdb_txn_abort(txn)
+                guard writable || commitReadOnly else {
+                    abortAll()
+                    return .done(result)
+                }
+                if flushCompanionFirst, let companionTxn, let companionEnv, let companionOptions {
+                    let rc = mdb_txn_commit(companionTxn)
+                    if rc != MDB_SUCCESS { mdb_txn_abort(txn) }
+                    if rc == MDB_MAP_FULL { return .mapFull(companion: true, sizeAtFailure: companionSizeAtStart) }
+                    try check(rc, "mdb_txn_commit", path: companionOptions.path)
+                    let synced = mdb_env_sync(companionEnv, 1)
+                    if synced != MDB_SUCCESS { mdb_txn_abort(txn) }
+                    try check(synced, "mdb_env_sync", path: companionOptions.path)
+                    if let outcome: TransactionOutcome<R> = try commit(
+                        txn, writable: writable, sizeAtStart: mapSizeAtStart, companion: nil)
+                    {
+                        return outcome
+                    }
+                    return .done(result)
+                }
+                // mdb_txn_commit frees the transaction, success or not.
+                if let outcome: TransactionOutcome<R> = try commit(
+                    txn, writable: writable, sizeAtStart: mapSizeAtStart, companion: companionTxn)
+                {
+                    return outcome
+                }
+                if let companionTxn, let companionOptions {
+                    // This environment has committed: a failure here leaves the companion behind it,
+                    // which its owner detects and repairs (the companion holds derived state).
+                    let rc = mdb_txn_commit(companionTxn)
+                    try check(rc, "mdb_txn_commit", path: companionOptions.path)
                 }
                 return .done(result)
             }
             switch outcome {
             case .done(let result):
                 return result
-            case .mapResized:
-                try adoptMapSizeFromFile()
-            case .mapFull(let sizeAtFailure):
-                try grow(after: sizeAtFailure)
+            case .mapResized(let companion):
+                try adoptMapSizeFromFile(companion: companion)
+            case .mapFull(let companion, let sizeAtFailure):
+                try grow(companion: companion, after: sizeAtFailure)
             }
         }
     }
 
+    /// Commits `txn` in this environment; on failure aborts `companion` too. Returns the outcome to
+    /// return instead of going on (a full map), nil when committed.
+    private func commit<R>(
+        _ txn: OpaquePointer, writable: Bool, sizeAtStart: Int, companion: OpaquePointer?
+    ) throws -> TransactionOutcome<R>? {
+        let rc = mdb_txn_commit(txn)
+        guard rc != MDB_SUCCESS else { return nil }
+        if let companion { mdb_txn_abort(companion) }
+        if rc == MDB_MAP_FULL { return .mapFull(companion: false, sizeAtFailure: sizeAtStart) }
+        if writable, let full = fileSystemFull(afterCommitFailure: rc) { throw full }
+        try check(rc, "mdb_txn_commit", path: options.path)
+        return nil
+    }
+
     private enum TransactionOutcome<R> {
         case done(R)
-        case mapFull(sizeAtFailure: Int)
-        case mapResized
+        case mapFull(companion: Bool, sizeAtFailure: Int)
+        case mapResized(companion: Bool)
     }
 
     // MARK: - A full file system
@@ -312,7 +426,7 @@ package final class Environment: @unchecked Sendable {
 
     // MARK: - Map size
 
-    private func currentMapSizeUnlocked() -> Int {
+    private func currentMapSizeUnlocked(_ env: OpaquePointer) -> Int {
         var info = MDB_envinfo()
         mdb_env_info(env, &info)
         return info.me_mapsize
@@ -320,12 +434,13 @@ package final class Environment: @unchecked Sendable {
 
     /// Grows the map after a transaction failed with `MDB_MAP_FULL` at `sizeAtFailure`: doubling up to
     /// 1 GiB, then 1 GiB at a time, never beyond the maximum.
-    private func grow(after sizeAtFailure: Int) throws(LMDBError) {
+    private func grow(companion: Bool, after sizeAtFailure: Int) throws(LMDBError) {
+        let (env, options) = companion ? (companionEnv!, companionOptions!) : (self.env, self.options)
         try resizeLock.withExclusive { () throws(LMDBError) in
             guard !closed else {
                 throw LMDBError(code: .closed, operation: "grow", path: options.path, message: "the environment is closed")
             }
-            let current = currentMapSizeUnlocked()
+            let current = currentMapSizeUnlocked(env)
             if current > sizeAtFailure { return }  // grown by another thread meanwhile
             let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
             var next = current < (1 << 30) ? current * 2 : current + (1 << 30)
@@ -345,7 +460,8 @@ package final class Environment: @unchecked Sendable {
     }
 
     /// Adopts the map size another process set (`MDB_MAP_RESIZED`).
-    private func adoptMapSizeFromFile() throws(LMDBError) {
+    private func adoptMapSizeFromFile(companion: Bool) throws(LMDBError) {
+        let (env, options) = companion ? (companionEnv!, companionOptions!) : (self.env, self.options)
         try resizeLock.withExclusive { () throws(LMDBError) in
             guard !closed else { return }
             try check(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize(0)", path: options.path)
@@ -355,8 +471,10 @@ package final class Environment: @unchecked Sendable {
     // MARK: - Maintenance
 
     /// Sizes and counters.
-    package func info() throws(LMDBError) -> EnvironmentInfo {
-        try resizeLock.withShared { () throws(LMDBError) -> EnvironmentInfo in
+    package func info(companion: Bool = false) throws(LMDBError) -> EnvironmentInfo {
+        precondition(!companion || companionEnv != nil, "no companion environment is attached")
+        let env = companion ? companionEnv! : self.env
+        return try resizeLock.withShared { () throws(LMDBError) -> EnvironmentInfo in
             guard !closed else {
                 throw LMDBError(code: .closed, operation: "info", path: options.path, message: "the environment is closed")
             }
@@ -376,12 +494,13 @@ package final class Environment: @unchecked Sendable {
     }
 
     /// The id of the last committed transaction, by any process (`mdb_env_info`'s `me_last_txnid`,
-    /// read from the meta pages without a transaction); nil once the environment is closed.
+    /// read from the meta pages without a transaction); nil once the environment is closed. With a
+    /// companion, the companion's (as ``Transaction/id``).
     package func lastCommittedTransactionID() -> UInt64? {
         resizeLock.withShared { () -> UInt64? in
             guard !closed else { return nil }
             var info = MDB_envinfo()
-            guard mdb_env_info(env, &info) == MDB_SUCCESS else { return nil }
+            guard mdb_env_info(companionEnv ?? env, &info) == MDB_SUCCESS else { return nil }
             return UInt64(info.me_last_txnid)
         }
     }
@@ -391,6 +510,9 @@ package final class Environment: @unchecked Sendable {
         try resizeLock.withShared { () throws(LMDBError) in
             guard !closed, !options.readOnly else { return }
             try check(mdb_env_sync(env, 1), "mdb_env_sync", path: options.path)
+            if let companionEnv, let companionOptions {
+                try check(mdb_env_sync(companionEnv, 1), "mdb_env_sync", path: companionOptions.path)
+            }
         }
     }
 
@@ -401,6 +523,10 @@ package final class Environment: @unchecked Sendable {
             guard !closed else { return }
             if options.durability == .unsafeNoSync && !options.readOnly { mdb_env_sync(env, 1) }
             mdb_env_close(env)
+            if let companionEnv, let companionOptions {
+                if !companionOptions.readOnly { mdb_env_sync(companionEnv, 1) }
+                mdb_env_close(companionEnv)
+            }
             closed = true
         }
     }

@@ -18,25 +18,44 @@ final class TransactionState {
 /// map and are valid only until the closure returns: decode or copy them inside.
 package struct Transaction: ~Copyable {
     let handle: OpaquePointer
+    /// The transaction in the companion environment (``Environment/attachCompanion(_:)``): the
+    /// handle of databases with ``Database/inCompanion``. The same as `handle` when there is none.
+    let companion: OpaquePointer
     /// Whether puts and deletes are allowed.
     package let isWritable: Bool
     let state: TransactionState
     let path: String
+    /// The companion environment's directory (errors there name it); `path` when there is none.
+    let companionPath: String
 
-    init(txn: OpaquePointer, isWritable: Bool, state: TransactionState, path: String) {
+    init(
+        txn: OpaquePointer, companion: OpaquePointer? = nil, isWritable: Bool, state: TransactionState, path: String,
+        companionPath: String? = nil
+    ) {
         self.handle = txn
+        self.companion = companion ?? txn
         self.isWritable = isWritable
         self.state = state
         self.path = path
+        self.companionPath = companionPath ?? path
     }
 
+    /// The LMDB transaction that holds `db`.
+    @inline(__always)
+    func handle(for db: Database) -> OpaquePointer { db.inCompanion ? companion : handle }
+
+    /// Whether the transaction spans an environment and its companion.
+    package var spansCompanion: Bool { companion != handle }
+
     /// The transaction's id (`mdb_txn_id`): for a read transaction the id of the committed
-    /// transaction whose snapshot it sees; for a write transaction the id it commits as.
-    package var id: UInt64 { UInt64(mdb_txn_id(handle)) }
+    /// transaction whose snapshot it sees; for a write transaction the id it commits as. With a
+    /// companion environment, the companion's: the databases derived from the others live there,
+    /// and it is their changes that readers and caches follow.
+    package var id: UInt64 { UInt64(mdb_txn_id(companion)) }
 
     @inline(__always)
-    func fail(_ rc: Int32, _ operation: String) -> LMDBError {
-        state.record(LMDBError(returnCode: rc, operation: operation, path: path))
+    func fail(_ rc: Int32, _ operation: String, _ db: Database? = nil) -> LMDBError {
+        state.record(LMDBError(returnCode: rc, operation: operation, path: db?.inCompanion == true ? companionPath : path))
     }
 
     // MARK: Reads
@@ -49,9 +68,9 @@ package struct Transaction: ~Copyable {
     ) throws -> R? {
         var k = MDB_val(buffer: key)
         var v = MDB_val()
-        let rc = mdb_get(handle, db.dbi, &k, &v)
+        let rc = mdb_get(handle(for: db), db.dbi, &k, &v)
         if rc == MDB_NOTFOUND { return nil }
-        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_get(\(db.name))") }
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_get(\(db.name))", db) }
         return try body(v.buffer)
     }
 
@@ -63,8 +82,8 @@ package struct Transaction: ~Copyable {
     /// Counters of `db` as seen by this transaction.
     package func statistics(_ db: Database) throws -> DatabaseStatistics {
         var stat = MDB_stat()
-        let rc = mdb_stat(handle, db.dbi, &stat)
-        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_stat(\(db.name))") }
+        let rc = mdb_stat(handle(for: db), db.dbi, &stat)
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_stat(\(db.name))", db) }
         return DatabaseStatistics(
             entries: stat.ms_entries,
             depth: Int(stat.ms_depth),
@@ -83,8 +102,8 @@ package struct Transaction: ~Copyable {
         precondition(isWritable, "put in a read-only transaction")
         var k = MDB_val(buffer: key)
         var v = MDB_val(buffer: value)
-        let rc = mdb_put(handle, db.dbi, &k, &v, flags.rawValue)
-        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_put(\(db.name))") }
+        let rc = mdb_put(handle(for: db), db.dbi, &k, &v, flags.rawValue)
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_put(\(db.name))", db) }
     }
 
     /// Stores `value` under `key`.
@@ -107,13 +126,13 @@ package struct Transaction: ~Copyable {
             if let value {
                 rc = withBytes(value) { v in
                     var vv = MDB_val(buffer: v)
-                    return mdb_del(handle, db.dbi, &kv, &vv)
+                    return mdb_del(handle(for: db), db.dbi, &kv, &vv)
                 }
             } else {
-                rc = mdb_del(handle, db.dbi, &kv, nil)
+                rc = mdb_del(handle(for: db), db.dbi, &kv, nil)
             }
             if rc == MDB_NOTFOUND { return false }
-            guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_del(\(db.name))") }
+            guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_del(\(db.name))", db) }
             return true
         }
     }
@@ -121,15 +140,15 @@ package struct Transaction: ~Copyable {
     /// Deletes `db` itself from the environment (`mdb_drop` with `del` 1); its handle is closed.
     package func dropDatabase(_ db: Database) throws {
         precondition(isWritable, "dropDatabase in a read-only transaction")
-        let rc = mdb_drop(handle, db.dbi, 1)
-        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name), delete)") }
+        let rc = mdb_drop(handle(for: db), db.dbi, 1)
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name), delete)", db) }
     }
 
     /// Deletes every entry of `db`, keeping the database itself (`mdb_drop` with `del` 0).
     package func clear(_ db: Database) throws {
         precondition(isWritable, "clear in a read-only transaction")
-        let rc = mdb_drop(handle, db.dbi, 0)
-        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name))") }
+        let rc = mdb_drop(handle(for: db), db.dbi, 0)
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name))", db) }
     }
 
     // MARK: Nested transactions
@@ -142,29 +161,55 @@ package struct Transaction: ~Copyable {
     /// inside `body` is also this transaction's: it aborts the whole write, as anywhere else.
     package func nested(_ body: (borrowing Transaction) throws -> Bool) throws -> Bool {
         precondition(isWritable, "a nested transaction needs a write transaction")
+        var companionChild: OpaquePointer?
+        if spansCompanion {
+            var pointer: OpaquePointer?
+            let rc = mdb_txn_begin(mdb_txn_env(companion), companion, 0, &pointer)
+            guard rc == MDB_SUCCESS, let child = pointer else { throw fail(rc, "mdb_txn_begin(nested, companion)", nil) }
+            companionChild = child
+        }
         var childPointer: OpaquePointer?
         let rc = mdb_txn_begin(mdb_txn_env(handle), handle, 0, &childPointer)
-        guard rc == MDB_SUCCESS, let child = childPointer else { throw fail(rc, "mdb_txn_begin(nested)") }
+        guard rc == MDB_SUCCESS, let child = childPointer else {
+            if let companionChild { mdb_txn_abort(companionChild) }
+            throw fail(rc, "mdb_txn_begin(nested)")
+        }
+        func abortBoth() {
+            mdb_txn_abort(child)
+            if let companionChild { mdb_txn_abort(companionChild) }
+        }
         let childState = TransactionState()
         let keep: Bool
         do {
-            keep = try body(Transaction(txn: child, isWritable: true, state: childState, path: path))
+            keep = try body(
+                Transaction(
+                    txn: child, companion: companionChild, isWritable: true, state: childState, path: path,
+                    companionPath: companionPath))
         } catch {
-            mdb_txn_abort(child)
+            abortBoth()
             if let first = childState.firstError { throw state.record(first) }
             throw error
         }
         if let first = childState.firstError {
-            mdb_txn_abort(child)
+            abortBoth()
             throw state.record(first)
         }
         guard keep else {
-            mdb_txn_abort(child)
+            abortBoth()
             return false
         }
-        // mdb_txn_commit frees the child, success or not.
+        // mdb_txn_commit frees the child, success or not. A nested commit writes nothing to disk:
+        // it only hands its pages to the parent, so the two cannot end differently but by an
+        // allocation failure, which fails the whole write (the parents abort).
         let committed = mdb_txn_commit(child)
-        guard committed == MDB_SUCCESS else { throw fail(committed, "mdb_txn_commit(nested)") }
+        guard committed == MDB_SUCCESS else {
+            if let companionChild { mdb_txn_abort(companionChild) }
+            throw fail(committed, "mdb_txn_commit(nested)")
+        }
+        if let companionChild {
+            let rc = mdb_txn_commit(companionChild)
+            guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_txn_commit(nested, companion)") }
+        }
         return true
     }
 
@@ -173,10 +218,13 @@ package struct Transaction: ~Copyable {
     /// Calls `body` with a cursor on `db`; the cursor is closed when `body` returns.
     package func withCursor<R>(_ db: Database, _ body: (borrowing Cursor) throws -> R) throws -> R {
         var cursorPointer: OpaquePointer?
-        let rc = mdb_cursor_open(handle, db.dbi, &cursorPointer)
-        guard rc == MDB_SUCCESS, let cursor = cursorPointer else { throw fail(rc, "mdb_cursor_open(\(db.name))") }
+        let rc = mdb_cursor_open(handle(for: db), db.dbi, &cursorPointer)
+        guard rc == MDB_SUCCESS, let cursor = cursorPointer else { throw fail(rc, "mdb_cursor_open(\(db.name))", db) }
         defer { mdb_cursor_close(cursor) }
-        return try body(Cursor(handle: cursor, database: db, isWritable: isWritable, state: state, path: path))
+        return try body(
+            Cursor(
+                handle: cursor, database: db, isWritable: isWritable, state: state,
+                path: db.inCompanion ? companionPath : path))
     }
 }
 

@@ -25,6 +25,8 @@ struct NewLedgerCleanup {
         guard !dataFileExisted else { return }
         let fileManager = FileManager.default
         try? fileManager.removeItem(atPath: (path as NSString).appendingPathComponent("data.mdb"))
+        // The derived state's environment is made with the ledger (``DerivedState``).
+        try? fileManager.removeItem(atPath: (path as NSString).appendingPathComponent(DerivedState.directoryName))
         if !lockFileExisted { try? fileManager.removeItem(atPath: (path as NSString).appendingPathComponent("lock.mdb")) }
         if !keyStoreExisted {
             try? fileManager.removeItem(atPath: (path as NSString).appendingPathComponent(ShareLedger.keyStoreFileName))

@@ -185,6 +185,8 @@ struct HostileStoredDataTests {
                         position: fields.position, recordedAtMicros: fields.recordedAtMicros, container: fields.container,
                         actor: fields.actor), txn)
             }
+            // What the writer records after projecting (the derived state then reflects the head).
+            try store.writeDerivedPosition(txn, try store.readHead(txn))
         }
         return forged.first?.fields.position ?? 0
     }

@@ -173,7 +173,7 @@ extension ShareLedger {
             bad(head.position.rawValue + 1, AuditReport.cutTailProblem(head: head.position.rawValue, named: beyondHead))
         }
         do {
-            try log.store.environment.read { txn in
+            try log.store.read { txn in
                 let storedStreams = try txn.statistics(log.store.streams).entries
                 let storedCommands = try txn.statistics(log.store.commands).entries
                 if storedStreams != streams.count || storedCommands != commands.count {

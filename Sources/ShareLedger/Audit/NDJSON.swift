@@ -429,7 +429,7 @@ extension ShareLedger {
             defer { scratch.environment.close() }
             if start.position.rawValue > 0 {
                 // The state the import continues: the live read models, copied (sorted appends).
-                try store.environment.read { live in
+                try store.read { live in
                     try scratch.environment.write { txn in
                         for (source, copy) in zip(store.models.all, scratch.models.all) {
                             try live.withCursor(source) { cursor in

@@ -40,7 +40,7 @@ extension ShareLedger {
             let target = try LogStore.openLedger(
                 EventLog.Configuration(path: temporary, durability: .unsafeNoSync, logger: configuration.logger))
             var entries: UInt64 = 0
-            let head = try source.environment.read { txn -> LogHead in
+            let head = try source.read { txn -> LogHead in
                 let head = try source.readHead(txn)
                 for (from, to) in zip(source.models.all, target.models.all) {
                     try txn.withCursor(from) { cursor in

@@ -271,8 +271,8 @@ enum ReadModelRebuild {
         var differences: [Comparison.Difference] = []
         var digests: [String: String] = [:]
         for (dbA, dbB) in zip(a.models.all, b.models.all) where dbA.name != a.models.historyJournal.name {
-            let entriesA = try a.environment.read { txn in try a.models.logicalEntries(txn, dbA) }
-            let entriesB = try b.environment.read { txn in try b.models.logicalEntries(txn, dbB) }
+            let entriesA = try a.read { txn in try a.models.logicalEntries(txn, dbA) }
+            let entriesB = try b.read { txn in try b.models.logicalEntries(txn, dbB) }
             var hasher = SHA256()
             for (key, value) in entriesA {
                 hasher.update(data: BigEndian.bytes(of: UInt32(key.count)) + key + BigEndian.bytes(of: UInt32(value.count)) + value)

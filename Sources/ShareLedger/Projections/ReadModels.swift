@@ -110,28 +110,30 @@ struct ReadModels: Sendable {
     }
 
     /// The databases the sharing layer adds to the log's environment (``EventLog/Configuration/databases``).
+    /// Every one but the worker's bookkeeping and lease is derived from the log, so it lives in the
+    /// companion environment that is flushed off the commit path (``DerivedState``).
     static let specs: [DatabaseSpec] = [
-        DatabaseSpec("rm_users"),
-        DatabaseSpec("rm_user_lookup"),
-        DatabaseSpec("rm_zones"),
-        DatabaseSpec("rm_records"),
-        DatabaseSpec("rm_record_children", [.dupSort]),
-        DatabaseSpec("rm_shares"),
-        DatabaseSpec("rm_participants"),
-        DatabaseSpec("rm_shares_by_owner"),
-        DatabaseSpec("rm_shares_by_user"),
-        DatabaseSpec("rm_shared_zones"),
-        DatabaseSpec("rm_outbox"),
-        DatabaseSpec("rm_verifications"),
-        DatabaseSpec("rm_counters"),
-        DatabaseSpec("rm_access"),
-        DatabaseSpec("rm_one_time_urls"),
-        DatabaseSpec("rm_addresses"),
-        DatabaseSpec("idx_share_history", [.dupSort, .dupFixed]),
-        DatabaseSpec("idx_user_history", [.dupSort, .dupFixed]),
-        DatabaseSpec("idx_container_history", [.dupSort, .dupFixed]),
-        DatabaseSpec("idx_history_journal"),
-        DatabaseSpec("idx_address_journal"),
+        DatabaseSpec("rm_users", derived: true),
+        DatabaseSpec("rm_user_lookup", derived: true),
+        DatabaseSpec("rm_zones", derived: true),
+        DatabaseSpec("rm_records", derived: true),
+        DatabaseSpec("rm_record_children", [.dupSort], derived: true),
+        DatabaseSpec("rm_shares", derived: true),
+        DatabaseSpec("rm_participants", derived: true),
+        DatabaseSpec("rm_shares_by_owner", derived: true),
+        DatabaseSpec("rm_shares_by_user", derived: true),
+        DatabaseSpec("rm_shared_zones", derived: true),
+        DatabaseSpec("rm_outbox", derived: true),
+        DatabaseSpec("rm_verifications", derived: true),
+        DatabaseSpec("rm_counters", derived: true),
+        DatabaseSpec("rm_access", derived: true),
+        DatabaseSpec("rm_one_time_urls", derived: true),
+        DatabaseSpec("rm_addresses", derived: true),
+        DatabaseSpec("idx_share_history", [.dupSort, .dupFixed], derived: true),
+        DatabaseSpec("idx_user_history", [.dupSort, .dupFixed], derived: true),
+        DatabaseSpec("idx_container_history", [.dupSort, .dupFixed], derived: true),
+        DatabaseSpec("idx_history_journal", derived: true),
+        DatabaseSpec("idx_address_journal", derived: true),
         DatabaseSpec("worker_tasks"),
         DatabaseSpec("worker_state"),
     ]
@@ -394,12 +396,46 @@ extension LogStore {
 
     /// Opens a ledger's databases, the read models' included, without a writer thread: scratch
     /// ledgers of rebuilds and snapshots, and copies read by the audit.
+    ///
+    /// Without a writer there is nothing to bring a derived state kept apart up to the log, so a
+    /// new ledger opened this way keeps its read models with the log (one environment); a ledger
+    /// already laid out with its derived state apart is opened as it is.
     static func openLedger(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
-        try open(ReadModels.ledgerConfiguration(configuration))
+        var configuration = ReadModels.ledgerConfiguration(configuration)
+        configuration.defersDerivedState = false
+        return try open(configuration)
     }
 }
 
 extension ReadModels {
+    /// Projects the log's events after `after` into the read models of `store`, in `txn`: how the
+    /// log's writer brings the read models up to its head when it finds them behind
+    /// (``EventLog/Configuration/derivedReplay``).
+    static func derive(_ store: LogStore, _ txn: borrowing Transaction, after: UInt64) throws {
+        let projector = Projector(models: store.models)
+        try txn.withCursor(store.log) { cursor in
+            var entry = try BigEndian.withBytes(of: after + 1) { try cursor.seek(atLeast: $0) }
+            while let current = entry {
+                guard let key = BigEndian.uint64(current.key) else {
+                    throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
+                }
+                let envelope = try EnvelopeCodec.decode(current.value, key: key)
+                if let event = try DomainEvent.decode(
+                    type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
+                    position: key)
+                {
+                    try projector.apply(
+                        event,
+                        Projector.Context(
+                            position: key, recordedAtMicros: envelope.recordedAtMicros, container: envelope.container,
+                            actor: envelope.actor),
+                        txn)
+                }
+                entry = try cursor.next()
+            }
+        }
+    }
+
     /// `configuration` with the read models' databases added: how every opening of a sharing
     /// ledger's environment (``ShareLedger/open(_:)``, ``ShareLedger/openLog(_:)``, scratch copies)
     /// asks the log for them.
@@ -408,6 +444,9 @@ extension ReadModels {
         configuration.databases = specs
         // A key store copied in before the first open (to import an export with its keys).
         configuration.companionFiles = [PersonalDataVault.fileName]
+        // Scratch ledgers keep everything in one environment (``DerivedState/placement``).
+        configuration.defersDerivedState = true
+        configuration.derivedReplay = { store, txn, after in try ReadModels.derive(store, txn, after: after) }
         return configuration
     }
 }

@@ -1,0 +1,324 @@
+import Foundation
+import LMDB
+import Logging
+
+/// Derived state kept off the commit path: the layout of format 4 (`docs/architecture.md`, "The
+/// log-only commit").
+///
+/// The databases a layer derives from the log (``DatabaseSpec/derived``: read models, indexes)
+/// live in a companion LMDB environment, `derived/` in the ledger directory, opened with
+/// `MDB_NOSYNC`. Every transaction spans both environments (``Environment``
+/// begins the companion's first and commits it last), so readers and the writer see one state, as
+/// before. What changes is what a commit flushes: only the log's environment (the log, the stream
+/// and command records, checkpoints, operational state); the companion's pages go to the page
+/// cache and reach the disk when the kernel writes them back.
+///
+/// What keeps that safe:
+/// - `derived_meta`/`position` in the companion records the log position (and its hash) the
+///   derived databases reflect, written in every write transaction that moves the head. Before
+///   every batch the writer compares it with the head and, when it is behind, derives the missing
+///   events first (``LogWriter/setDerivedReplay(_:)``). A process crash between the two commits
+///   leaves it one batch behind: the page cache kept everything else.
+/// - `meta`/`derived_state` in the log's environment says whether the companion may hold writes
+///   that were never flushed, and since which boot (byte 0: 0 flushed, 1 not; bytes 1–16: the
+///   boot id). The first write after a flush marks it in the log's own commit, which is flushed
+///   before any companion page of that transaction is written. A clean close flushes the companion
+///   and then marks it flushed. Opened for writing after a machine crash (not flushed, another
+///   boot), the companion is discarded and derived again from the log, because `MDB_NOSYNC` gives
+///   no guarantee that its file is consistent after one.
+/// - A position whose hash is not the log's at that position (a companion from another ledger, a
+///   log cut back) makes the writer clear the derived databases and derive them from the start.
+package enum DerivedState {
+    /// The companion's own database: `position` → position (8, big-endian) ‖ hash (32).
+    static let metaName = "derived_meta"
+    /// The directory of the companion environment, inside the ledger directory.
+    package static let directoryName = "derived"
+    static let markerKey = Array("derived_state".utf8)
+    static let positionKey = Array("position".utf8)
+
+    /// Where a ledger's derived databases are, decided when it is opened.
+    struct Placement {
+        /// In the companion environment.
+        var separate: Bool
+        /// The companion's files must be discarded first (written without flushing before a
+        /// machine crash), or are missing: everything is derived again.
+        var discard: Bool
+    }
+
+    /// The id of this boot of the machine: Linux's `boot_id`. Where there is none, a random id per
+    /// process, so that every open after an unclean close counts as after a machine crash (slower,
+    /// never wrong).
+    static let currentBoot: [UInt8] = {
+        if let text = try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8),
+            let id = UUID(uuidString: text.trimmingCharacters(in: .whitespacesAndNewlines))
+        {
+            return EnvelopeCodec.bytes(id)
+        }
+        return EnvelopeCodec.bytes(UUID())
+    }()
+
+    /// The marker of a companion that may hold unflushed writes of this boot.
+    static let dirtyMarker: [UInt8] = [1] + currentBoot
+
+    /// Decides where the derived databases are: where the ledger already keeps them, or (a ledger
+    /// opened for writing by a layer that defers them) in the companion.
+    static func placement(
+        _ environment: Environment, existing: [String], configuration: EventLog.Configuration
+    ) throws(LedgerError) -> Placement {
+        let path = configuration.path
+        var marker: [UInt8]? = nil
+        if existing.contains("meta") {
+            do {
+                let meta = try environment.openDatabases([("meta", [])], create: false)[0]
+                marker = try environment.read { txn in try txn.get(meta, key: markerKey) }
+            } catch {
+                throw LedgerError.wrap(error, while: "reading where the derived state of \(path) is")
+            }
+        }
+        let derivedFile = ((path as NSString).appendingPathComponent(directoryName) as NSString)
+            .appendingPathComponent("data.mdb")
+        let companionExists = FileManager.default.fileExists(atPath: derivedFile)
+        guard let marker else {
+            let separate =
+                !configuration.readOnly && configuration.defersDerivedState && !configuration.scratch
+                && configuration.databases.contains(where: \.derived)
+            return Placement(separate: separate, discard: separate)
+        }
+        guard marker.count == 17, marker[0] <= 1 else {
+            throw LedgerError(.corruptedData, "the derived-state record of \(path) is malformed (\(marker.count) bytes)")
+        }
+        let unflushedFromAnotherBoot = marker[0] == 1 && Array(marker[1...]) != currentBoot
+        if configuration.readOnly {
+            guard companionExists && !unflushedFromAnotherBoot else {
+                throw LedgerError(
+                    .readOnly, "the derived state of the ledger at \(path) "
+                        + (companionExists ? "was not flushed before the machine stopped" : "is missing")
+                        + " and must be derived again from the log, which opening it read-only cannot do; open it once "
+                        + "for writing (e.g. `share-ledger worker --drain`), or work on a writable copy")
+            }
+            return Placement(separate: true, discard: false)
+        }
+        return Placement(separate: true, discard: unflushedFromAnotherBoot || !companionExists)
+    }
+
+    /// Opens the companion environment (creating its directory; emptied first when `placement`
+    /// says so).
+    static func attach(
+        _ environment: Environment, configuration: EventLog.Configuration, placement: Placement
+    ) throws {
+        let directory = (configuration.path as NSString).appendingPathComponent(directoryName)
+        let fileManager = FileManager.default
+        if !configuration.readOnly {
+            if placement.discard {
+                for name in ["data.mdb", "lock.mdb"] {
+                    let file = (directory as NSString).appendingPathComponent(name)
+                    if fileManager.fileExists(atPath: file) { try fileManager.removeItem(atPath: file) }
+                }
+            }
+            try fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        // Not `MDB_WRITEMAP`: LMDB does not nest transactions in a write-mapped environment (the
+        // writer's atomic batches nest), and writing the mapped file's holes on a full file system
+        // raises SIGBUS instead of returning an error.
+        let options = EnvironmentOptions(
+            path: directory, mapSize: configuration.initialMapSize, maxMapSize: configuration.maximumMapSize,
+            maxDatabases: 32, maxReaders: configuration.maxReaders, durability: .unsafeNoSync,
+            readOnly: configuration.readOnly)
+        try environment.attachCompanion(options)
+    }
+
+    /// Opened for writing: moves the derived databases a version 3 ledger kept with the log into
+    /// the companion (one transaction: their entries copied, the old databases dropped, the
+    /// position set to the head), and marks the companion as possibly unflushed.
+    static func prepare(
+        _ store: LogStore, existing: [String], derivedSpecs: [DatabaseSpec], placement: Placement
+    ) throws(LedgerError) {
+        let environment = store.environment
+        let path = environment.options.path
+        let old = derivedSpecs.filter { existing.contains($0.name) }
+        do {
+            let oldDatabases = old.isEmpty ? [] : try environment.openDatabases(old.map { ($0.name, $0.flags) })
+            try environment.write { txn in
+                if !oldDatabases.isEmpty {
+                    for source in oldDatabases {
+                        guard let target = store.extensionDatabases[source.name] else { continue }
+                        try txn.clear(target)
+                        try txn.withCursor(source) { cursor in
+                            var entry = try cursor.first()
+                            while let current = entry {
+                                try txn.put(target, key: current.key, value: current.value)
+                                entry = try cursor.next()
+                            }
+                        }
+                        try txn.dropDatabase(source)
+                    }
+                    try store.writeDerivedPosition(txn, try store.readHead(txn))
+                }
+                try store.markDerivedUnflushed(txn)
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "moving the derived state of \(path) into \(directoryName)/")
+        }
+    }
+}
+
+extension LogStore {
+    /// Whether the derived databases live in the companion environment (``DerivedState``).
+    package var defersDerivedState: Bool { derivedMeta != nil }
+
+    /// Runs `body` in a read transaction in which the derived databases reflect the log's head.
+    ///
+    /// A read transaction begins in the companion, then in the log's environment, and the writer
+    /// commits in the other order, so a reader that begins between the writer's two commits sees
+    /// the log one batch ahead of the derived databases. Such a transaction is ended and begun
+    /// again (the window is the writer's second commit, microseconds). When they still differ
+    /// after ``consistentReadAttempts`` (the derived state is behind for good: a crash before any
+    /// writer caught up, or a damaged event it cannot be brought past), `body` runs on what there
+    /// is; the audit then reports the difference.
+    package func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        guard derivedMeta != nil else { return try environment.read(body) }
+        for _ in 1..<LogStore.consistentReadAttempts {
+            let result: R? = try environment.read { txn in
+                guard try derivedIsCurrent(txn) else { return nil }
+                return try body(txn)
+            }
+            if let result { return result }
+            sched_yield()
+        }
+        return try environment.read(body)
+    }
+
+    /// How many read transactions ``read(_:)`` begins, at most, looking for one whose derived
+    /// databases reflect the log's head.
+    package static let consistentReadAttempts = 200
+
+    /// Whether the derived databases reflect the log's last entry in `txn`.
+    package func derivedIsCurrent(_ txn: borrowing Transaction) throws -> Bool {
+        let head = try readHead(txn)
+        let derived = try derivedPosition(txn)
+        return derived.position == head.position.rawValue
+    }
+
+    /// The position (and its event's hash) the derived databases reflect; (0, zero) when nothing
+    /// was derived yet.
+    package func derivedPosition(_ txn: borrowing Transaction) throws -> (position: UInt64, hash: EventHash) {
+        try recordedDerivedPosition(txn) ?? (0, .zero)
+    }
+
+    /// The position record itself; nil when there is none (a new companion: nothing derived yet).
+    func recordedDerivedPosition(_ txn: borrowing Transaction) throws -> (position: UInt64, hash: EventHash)? {
+        guard let derivedMeta else { return nil }
+        let record = try DerivedState.positionKey.withUnsafeBytes { key in
+            try txn.withValue(derivedMeta, key: key) { value -> (UInt64, EventHash) in
+                guard value.count == 40, let position = BigEndian.uint64(value), let hash = EventHash(bytes: value[8...])
+                else {
+                    throw LedgerError(.corruptedData, "the derived-state position record is \(value.count) bytes, expected 40")
+                }
+                return (position, hash)
+            }
+        }
+        return record
+    }
+
+    /// Records that the derived databases reflect the log through `head`.
+    package func writeDerivedPosition(_ txn: borrowing Transaction, _ head: LogHead) throws {
+        guard let derivedMeta else { return }
+        var value = BigEndian.bytes(of: head.position.rawValue)
+        value += head.hash.bytes
+        try txn.put(derivedMeta, key: DerivedState.positionKey, value: value)
+    }
+
+    /// Marks the companion as possibly holding unflushed writes of this boot, unless it is already.
+    package func markDerivedUnflushed(_ txn: borrowing Transaction) throws {
+        guard derivedMeta != nil else { return }
+        let marker = DerivedState.markerKey.withUnsafeBytes { key in
+            (try? txn.withValue(meta, key: key) { $0.elementsEqual(DerivedState.dirtyMarker) }) ?? false
+        }
+        if marker != true { try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.dirtyMarker) }
+    }
+
+    /// Empties every derived database, before they are derived again from the start.
+    package func clearDerived(_ txn: borrowing Transaction) throws {
+        for database in extensionDatabases.values where database.inCompanion { try txn.clear(database) }
+        if let derivedMeta { try txn.clear(derivedMeta) }
+    }
+
+    /// Flushes the companion and then marks it flushed (a clean close). Commits by other processes
+    /// are covered: none can commit in the companion while this transaction holds both writer locks.
+    package func markDerivedFlushed() throws(LedgerError) {
+        guard derivedMeta != nil, !environment.options.readOnly else { return }
+        do {
+            try environment.writeFlushingCompanionFirst { txn in
+                try txn.put(meta, key: DerivedState.markerKey, value: [0] + DerivedState.currentBoot)
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "flushing the derived state of \(environment.options.path)")
+        }
+    }
+
+    /// Marks the companion unflushed and, when the derived databases are behind `head`, derives
+    /// the missing events with `replay` first (from the start when their position is not one of
+    /// this log's). Returns whether it derived anything (rows and tags kept in memory must then be
+    /// forgotten).
+    package func catchUpDerivedState(
+        _ txn: borrowing Transaction, head: LogHead, replay: DerivedReplay?, logger: Logger
+    ) throws -> Bool {
+        try markDerivedUnflushed(txn)
+        let recorded = try recordedDerivedPosition(txn)
+        let derived = recorded ?? (0, .zero)
+        if derived.position == head.position.rawValue && derived.hash == head.hash { return false }
+        guard let replay else { return false }
+        var after = derived.position
+        // No record: nothing was derived into this companion (or its first commit was lost); clear
+        // whatever it holds and derive everything.
+        var matches = false
+        if recorded != nil && derived.position <= head.position.rawValue {
+            matches = try self.head(at: derived.position, txn)?.hash == derived.hash
+        }
+        if !matches {
+            logger.warning(
+                "the derived state does not match the log; deriving it again from the start",
+                metadata: ["derivedPosition": "\(derived.position)", "head": "\(head.position)"])
+            try clearDerived(txn)
+            after = 0
+        } else {
+            logger.notice(
+                "the derived state is behind the log; deriving the missing events",
+                metadata: ["derivedPosition": "\(derived.position)", "head": "\(head.position)"])
+        }
+        try replay(self, txn, after)
+        return true
+    }
+
+    /// Brings the derived state up to the head in one write transaction (when a ledger is opened
+    /// for writing, before its writer starts).
+    package func catchUpDerivedState(replay: DerivedReplay?, logger: Logger) throws(LedgerError) {
+        guard defersDerivedState, !environment.options.readOnly else { return }
+        do {
+            try environment.write { txn in
+                let head = try readHead(txn)
+                if try catchUpDerivedState(txn, head: head, replay: replay, logger: logger) {
+                    try writeDerivedPosition(txn, head)
+                }
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "bringing the derived state of \(environment.options.path) up to the log")
+        }
+    }
+
+    /// The head as of `position`: position, hash and time of its event; nil when the log holds no
+    /// event there.
+    func head(at position: UInt64, _ txn: borrowing Transaction) throws -> LogHead? {
+        guard position > 0 else { return LogHead(position: .start, hash: .zero) }
+        return try BigEndian.withBytes(of: position) { key in
+            try txn.withValue(log, key: key) { value -> LogHead in
+                guard value.count >= EnvelopeCodec.hashSuffixLength, let hash = EventHash(bytes: value[(value.count - 32)...])
+                else {
+                    throw LedgerError(.corruptedData, "the log entry at \(position) is malformed (\(value.count) bytes)")
+                }
+                return LogHead(
+                    position: LogPosition(position), hash: hash, recordedAtMicros: EnvelopeCodec.recordedAtMicros(value))
+            }
+        }
+    }
+}

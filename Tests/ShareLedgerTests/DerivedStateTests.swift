@@ -1,0 +1,177 @@
+import Foundation
+import LMDB
+@testable import ShareLedger
+import TestSupport
+import Testing
+
+/// The derived state kept off the commit path (``DerivedState``, format 4): where it lives, how it is
+/// brought up to the log after a process crash, derived again after a machine crash or when it is not
+/// this log's, and how ledgers that kept it with the log are moved.
+@Suite("Derived state apart from the log")
+struct DerivedStateTests {
+    static func configuration(_ path: String, readOnly: Bool = false) -> ShareLedger.Configuration {
+        var configuration = ShareLedger.Configuration(
+            path: path, createIfMissing: false, readOnly: readOnly, durability: .unsafeNoSync, clock: SteppingClock())
+        configuration.residualTaskWorker = nil
+        return configuration
+    }
+
+    /// Names of the named databases of the environment at `path`.
+    static func databaseNames(_ path: String) throws -> [String] {
+        let environment = try Environment(options: EnvironmentOptions(path: path, readOnly: true))
+        defer { environment.close() }
+        return try environment.databaseNames()
+    }
+
+    /// A share with two participants, one accepted, and a few more actions.
+    static func act(_ f: SharingFixture, title: String) async throws {
+        _ = try await f.alice.save(RecordZone(zoneID: RecordZoneID(zoneName: title)))
+        let root = RecordID(recordName: "root", zoneID: RecordZoneID(zoneName: title))
+        _ = try await f.alice.save(Record(recordType: "List", recordID: root))
+        let share = try await f.alice.share(rootRecord: root, title: title)
+        _ = try await f.alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readWrite, to: share.url)
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "carol@example.com"), permission: .readOnly, to: share.url)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+    }
+
+    @Test("a new ledger keeps its read models in derived/ and its log, streams, commands and the worker's bookkeeping in data.mdb")
+    func layout() async throws {
+        let f = try await SharingFixture()
+        try await Self.act(f, title: "A")
+        #expect(f.ledger.log.store.defersDerivedState)
+        #expect(try f.ledger.log.statistics().formatVersion == 4)
+        await f.ledger.close()
+        let path = f.dir.child("ledger")
+        let primary = try Self.databaseNames(path)
+        #expect(Set(primary) == ["log", "meta", "commands", "streams", "checkpoints", "worker_tasks", "worker_state"])
+        let derived = try Self.databaseNames(path + "/" + DerivedState.directoryName)
+        #expect(derived.contains("rm_shares") && derived.contains("idx_history_journal") && derived.contains("derived_meta"))
+        #expect(!derived.contains("worker_tasks"))
+    }
+
+    @Test("derived state left behind the log (a crash between the two commits) is brought up to the log when the ledger opens")
+    func behindIsCaughtUp() async throws {
+        let f = try await SharingFixture()
+        try await Self.act(f, title: "A")
+        await f.ledger.close()
+        let path = f.dir.child("ledger")
+        let derived = path + "/" + DerivedState.directoryName
+        let saved = f.dir.child("saved-derived")
+        try FileManager.default.copyItem(atPath: derived, toPath: saved)
+
+        let ledger = try ShareLedger.open(Self.configuration(path))
+        let container = ledger.container(SharingFixture.container, userRecordName: "_alice")
+        _ = try await container.save(RecordZone(zoneID: RecordZoneID(zoneName: "B")))
+        let expected = try ledger.readModelDigest()
+        await ledger.close()
+
+        // The derived state as it was before the last actions: the log is ahead of it.
+        try FileManager.default.removeItem(atPath: derived)
+        try FileManager.default.copyItem(atPath: saved, toPath: derived)
+        let reopened = try ShareLedger.open(Self.configuration(path))
+        let digest = try reopened.readModelDigest()
+        #expect(digest.head == expected.head)
+        #expect(digest.digest == expected.digest)
+        #expect(try reopened.audit(scratchPath: f.dir.child("audit")).ok)
+        await reopened.close()
+    }
+
+    @Test("after a machine crash (unflushed derived state, another boot) the derived state is derived again from the log; read-only, opening says what to do")
+    func machineCrashDerivesAgain() async throws {
+        let f = try await SharingFixture()
+        try await Self.act(f, title: "A")
+        let expected = try f.ledger.readModelDigest()
+        await f.ledger.close()
+        let path = f.dir.child("ledger")
+        // Marked unflushed by another boot, and the derived file damaged as a crash may leave it.
+        do {
+            let environment = try Environment(options: EnvironmentOptions(path: path))
+            let meta = try environment.openDatabases([("meta", [])])[0]
+            try environment.write { txn in
+                try txn.put(meta, key: Array("derived_state".utf8), value: [1] + Array(repeating: 0xAB, count: 16))
+            }
+            environment.close()
+        }
+        let derivedFile = path + "/" + DerivedState.directoryName + "/data.mdb"
+        let handle = try #require(FileHandle(forWritingAtPath: derivedFile))
+        try handle.seek(toOffset: 3 * 4096)
+        try handle.write(contentsOf: Data(repeating: 0x5A, count: 4 * 4096))
+        try handle.close()
+
+        let readOnly = #expect(throws: LedgerError.self) { try ShareLedger.open(Self.configuration(path, readOnly: true)) }
+        #expect(readOnly?.code == .readOnly)
+        #expect(readOnly?.message.contains("derived again") == true, "\(String(describing: readOnly))")
+
+        let ledger = try ShareLedger.open(Self.configuration(path))
+        #expect(try ledger.readModelDigest() == expected)
+        #expect(try ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        await ledger.close()
+        // Closed cleanly: marked flushed, so a read-only open works again.
+        let again = try ShareLedger.open(Self.configuration(path, readOnly: true))
+        #expect(try again.readModelDigest() == expected)
+        await again.close()
+    }
+
+    @Test("a derived state that is not this log's (copied from another ledger) is cleared and derived from the start")
+    func foreignDerivedState() async throws {
+        let a = try await SharingFixture("foreignA")
+        try await Self.act(a, title: "A")
+        await a.ledger.close()
+        let b = try await SharingFixture("foreignB", seed: 7)
+        try await Self.act(b, title: "B")
+        _ = try await b.alice.save(RecordZone(zoneID: RecordZoneID(zoneName: "Only in B")))
+        let expected = try b.ledger.readModelDigest()
+        await b.ledger.close()
+        let target = b.dir.child("ledger") + "/" + DerivedState.directoryName
+        try FileManager.default.removeItem(atPath: target)
+        try FileManager.default.copyItem(atPath: a.dir.child("ledger") + "/" + DerivedState.directoryName, toPath: target)
+
+        let ledger = try ShareLedger.open(Self.configuration(b.dir.child("ledger")))
+        #expect(try ledger.readModelDigest() == expected)
+        await ledger.close()
+    }
+
+    @Test("a missing derived/ (a backup of data.mdb alone) is derived again when opened for writing")
+    func missingDerivedState() async throws {
+        let f = try await SharingFixture()
+        try await Self.act(f, title: "A")
+        let expected = try f.ledger.readModelDigest()
+        await f.ledger.close()
+        let path = f.dir.child("ledger")
+        try FileManager.default.removeItem(atPath: path + "/" + DerivedState.directoryName)
+        let readOnly = #expect(throws: LedgerError.self) { try ShareLedger.open(Self.configuration(path, readOnly: true)) }
+        #expect(readOnly?.code == .readOnly)
+        let ledger = try ShareLedger.open(Self.configuration(path))
+        #expect(try ledger.readModelDigest() == expected)
+        await ledger.close()
+    }
+
+    @Test("a ledger that kept its read models with the log (the release fixture) answers the same after they move to derived/")
+    func movesOlderLayout() async throws {
+        let dir = TemporaryDirectory()
+        let path = try ReleaseFixtureTests.copy(dir)
+        // Opened for writing once by a layout that keeps them with the log (adds worker_state),
+        // then read as it is.
+        do {
+            var configuration = EventLog.Configuration(path: path, createIfMissing: false, durability: .unsafeNoSync)
+            configuration = ReadModels.ledgerConfiguration(configuration)
+            configuration.defersDerivedState = false
+            let log = try EventLog.open(configuration)
+            await log.close()
+        }
+        #expect(try Self.databaseNames(path).contains("rm_shares"))
+        let before = try ShareLedger.open(Self.configuration(path, readOnly: true))
+        let expected = try before.readModelDigest()
+        #expect(!before.log.store.defersDerivedState)
+        await before.close()
+
+        let ledger = try ShareLedger.open(Self.configuration(path))
+        #expect(ledger.log.store.defersDerivedState)
+        #expect(try ledger.readModelDigest() == expected)
+        #expect(try ledger.audit(scratchPath: dir.child("audit")).ok)
+        await ledger.close()
+        let primary = try Self.databaseNames(path)
+        #expect(!primary.contains("rm_shares") && primary.contains("worker_tasks"))
+        #expect(try Self.databaseNames(path + "/" + DerivedState.directoryName).contains("rm_shares"))
+    }
+}
