@@ -43,6 +43,9 @@ package enum DerivedState {
         /// The companion's files must be discarded first (written without flushing before a
         /// machine crash), or are missing: everything is derived again.
         var discard: Bool
+        /// The directory lock is held exclusively (to move the derived databases): go back to
+        /// shared once they are.
+        var exclusive = false
     }
 
     /// The id of this boot of the machine: Linux's `boot_id`. Where there is none, a random id per
@@ -63,7 +66,7 @@ package enum DerivedState {
     /// Decides where the derived databases are: where the ledger already keeps them, or (a ledger
     /// opened for writing by a layer that defers them) in the companion.
     static func placement(
-        _ environment: Environment, existing: [String], configuration: EventLog.Configuration
+        _ environment: Environment, existing: [String], configuration: EventLog.Configuration, lock: DirectoryLock
     ) throws(LedgerError) -> Placement {
         let path = configuration.path
         var marker: [UInt8]? = nil
@@ -79,10 +82,19 @@ package enum DerivedState {
             .appendingPathComponent("data.mdb")
         let companionExists = FileManager.default.fileExists(atPath: derivedFile)
         guard let marker else {
-            let separate =
+            var separate =
                 !configuration.readOnly && configuration.defersDerivedState && !configuration.scratch
                 && configuration.databases.contains(where: \.derived)
-            return Placement(separate: separate, discard: separate)
+            // Moving the databases needs every other process out (their handles would point at
+            // moved databases); with one there, the ledger is opened as it is laid out, and moved
+            // by a later open.
+            if separate && !lock.tryExclusive() {
+                configuration.logger.notice(
+                    "another process has the ledger open; its derived state stays with the log until it is opened alone",
+                    metadata: ["path": "\(path)"])
+                separate = false
+            }
+            return Placement(separate: separate, discard: separate, exclusive: separate)
         }
         guard marker.count == 17, marker[0] <= 1 else {
             throw LedgerError(.corruptedData, "the derived-state record of \(path) is malformed (\(marker.count) bytes)")
@@ -120,8 +132,10 @@ package enum DerivedState {
         // Not `MDB_WRITEMAP`: LMDB does not nest transactions in a write-mapped environment (the
         // writer's atomic batches nest), and writing the mapped file's holes on a full file system
         // raises SIGBUS instead of returning an error.
+        // No maximum size of its own: the maximum bounds the log, and the derived state must follow
+        // every event the log stored (the disk bounds it; see `Environment.reserveCompanionSpace`).
         let options = EnvironmentOptions(
-            path: directory, mapSize: configuration.initialMapSize, maxMapSize: configuration.maximumMapSize,
+            path: directory, mapSize: configuration.initialMapSize, maxMapSize: nil,
             maxDatabases: 32, maxReaders: configuration.maxReaders, durability: .unsafeNoSync,
             readOnly: configuration.readOnly)
         try environment.attachCompanion(options)
@@ -141,7 +155,7 @@ package enum DerivedState {
             try environment.write { txn in
                 if !oldDatabases.isEmpty {
                     for source in oldDatabases {
-                        guard let target = store.extensionDatabases[source.name] else { continue }
+                        guard let target = store.derivedDatabase(source.name) else { continue }
                         try txn.clear(target)
                         try txn.withCursor(source) { cursor in
                             var entry = try cursor.first()
@@ -158,6 +172,51 @@ package enum DerivedState {
             }
         } catch {
             throw LedgerError.wrap(error, while: "moving the derived state of \(path) into \(directoryName)/")
+        }
+    }
+}
+
+/// A `flock` on the ledger directory, held by every process that has the ledger open (shared) and,
+/// briefly, by the one that moves its derived databases into the companion (exclusive): database
+/// handles of another process would point at the databases that move.
+///
+/// `@unchecked Sendable`: the descriptor is set once and closed once, under `lock`.
+final class DirectoryLock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var descriptor: Int32
+
+    /// Opens `path` and takes the shared lock (waiting for an exclusive holder); a directory that
+    /// cannot be opened is not locked (nothing to move there either).
+    init(path: String) {
+        descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if descriptor >= 0 { _ = flock(descriptor, LOCK_SH) }
+    }
+
+    deinit { release() }
+
+    /// Tries to hold the lock exclusively: true when no other process has the ledger open. On
+    /// failure the shared lock is taken again (a conversion may drop it).
+    func tryExclusive() -> Bool {
+        lock.withLock {
+            guard descriptor >= 0 else { return false }
+            if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return true }
+            _ = flock(descriptor, LOCK_SH)
+            return false
+        }
+    }
+
+    /// Goes back to the shared lock.
+    func shared() {
+        lock.withLock {
+            if descriptor >= 0 { _ = flock(descriptor, LOCK_SH) }
+        }
+    }
+
+    /// Releases the lock (idempotent).
+    func release() {
+        lock.withLock {
+            if descriptor >= 0 { close(descriptor) }
+            descriptor = -1
         }
     }
 }
@@ -237,10 +296,54 @@ extension LogStore {
         if marker != true { try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.dirtyMarker) }
     }
 
+    /// The derived database named `name` in the companion (the stream and command records or a
+    /// layer's).
+    func derivedDatabase(_ name: String) -> Database? {
+        switch name {
+        case commands.name: commands
+        case streams.name: streams
+        default: extensionDatabases[name]
+        }
+    }
+
     /// Empties every derived database, before they are derived again from the start.
     package func clearDerived(_ txn: borrowing Transaction) throws {
         for database in extensionDatabases.values where database.inCompanion { try txn.clear(database) }
+        try txn.clear(commands)
+        try txn.clear(streams)
         if let derivedMeta { try txn.clear(derivedMeta) }
+    }
+
+    /// Derives the stream and command records of the events after `after` from their envelopes, as
+    /// the writer wrote them: a stream record per versioned event; a command record per command id
+    /// (its first position and event count, and the stream version of its last event, or 0 for a
+    /// command of a layer's own namespace, which records none).
+    func deriveRecords(_ txn: borrowing Transaction, after: UInt64) throws {
+        try txn.withCursor(log) { cursor in
+            var entry = try BigEndian.withBytes(of: after + 1) { try cursor.seek(atLeast: $0) }
+            while let current = entry {
+                guard let position = BigEndian.uint64(current.key) else {
+                    throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
+                }
+                let envelope = try EnvelopeCodec.decode(current.value, key: position)
+                if envelope.streamVersion != 0 {
+                    try writeStreamRecord(
+                        txn, key: LogStore.streamKey(container: envelope.container, stream: envelope.stream),
+                        version: envelope.streamVersion, last: position)
+                }
+                let key = LogStore.commandKey(container: envelope.container, commandID: envelope.commandID)
+                let layered = envelope.eventType.hasPrefix(EventLog.reservedTypePrefix)
+                if let record = try commandRecord(txn, key: key), record.first + UInt64(record.count) == position {
+                    try writeCommandRecord(
+                        txn, key: key, first: record.first, count: record.count + 1,
+                        streamVersion: layered ? 0 : envelope.streamVersion)
+                } else {
+                    try writeCommandRecord(
+                        txn, key: key, first: position, count: 1, streamVersion: layered ? 0 : envelope.streamVersion)
+                }
+                entry = try cursor.next()
+            }
+        }
     }
 
     /// Flushes the companion and then marks it flushed (a clean close). Commits by other processes
@@ -286,6 +389,7 @@ extension LogStore {
                 "the derived state is behind the log; deriving the missing events",
                 metadata: ["derivedPosition": "\(derived.position)", "head": "\(head.position)"])
         }
+        try deriveRecords(txn, after: after)
         try replay(self, txn, after)
         return true
     }

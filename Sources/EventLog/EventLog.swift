@@ -89,7 +89,7 @@ public final class EventLog: Sendable {
             // machine crash it derives it again, which costs time, not data.
             logger.warning("could not mark the derived state flushed", metadata: ["error": "\(error)"])
         }
-        store.environment.close()
+        store.close()
         logger.info("closed ledger", metadata: ["path": "\(configuration.path)"])
     }
 
@@ -127,6 +127,9 @@ public final class EventLog: Sendable {
         return try await writer.submit(command).get()
     }
 
+    /// The event types of the sharing layer: written only through its API, never by a raw append.
+    package static let reservedTypePrefix = "shareledger.events."
+
     /// Checks an append against the limits; returns its payload bytes.
     package static func validate(_ events: [EventDraft], stream: String, metadata: CommandMetadata) throws(LedgerError) -> Int {
         guard !events.isEmpty else {
@@ -143,7 +146,7 @@ public final class EventLog: Sendable {
         var bytes = 0
         for (index, event) in events.enumerated() {
             try checkName(event.type, "event type of event \(index)")
-            guard !event.type.hasPrefix("shareledger.events.") else {
+            guard !event.type.hasPrefix(reservedTypePrefix) else {
                 throw LedgerError(
                     .invalidArguments, "event \(index) has type \(event.type): the shareledger.events namespace is "
                         + "written only by the sharing API, which keeps the read models in step")

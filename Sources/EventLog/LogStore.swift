@@ -38,28 +38,41 @@ package final class LogStore: Sendable {
     /// `derived_meta` in the companion environment when the derived databases live there
     /// (``DerivedState``); nil when everything is in one environment.
     package let derivedMeta: Database?
+    /// The shared lock on the ledger directory this process holds while the ledger is open.
+    let directoryLock: DirectoryLock
 
     /// The log's own named databases.
+    /// The stream and command records are derived from the log (each envelope names its stream,
+    /// version and command id), so with ``EventLog/Configuration/defersDerivedState`` they live
+    /// with the layers' derived databases (``DerivedState``).
     package static let databaseSpecs: [DatabaseSpec] = [
         DatabaseSpec("log"),
         DatabaseSpec("meta"),
-        DatabaseSpec("commands"),
-        DatabaseSpec("streams"),
+        DatabaseSpec("commands", derived: true),
+        DatabaseSpec("streams", derived: true),
         DatabaseSpec("checkpoints"),
     ]
 
     package static let formatKey = Array("format_version".utf8)
     package static let headKey = Array("head".utf8)
 
-    private init(environment: Environment, databases: [Database], derivedMeta: Database?) {
+    private init(environment: Environment, databases: [Database], derivedMeta: Database?, directoryLock: DirectoryLock) {
+        self.directoryLock = directoryLock
+        var byName = Dictionary(uniqueKeysWithValues: databases.map { ($0.name, $0) })
         self.environment = environment
-        self.log = databases[0]
-        self.meta = databases[1]
-        self.commands = databases[2]
-        self.streams = databases[3]
-        self.checkpoints = databases[4]
-        self.extensionDatabases = Dictionary(uniqueKeysWithValues: databases[5...].map { ($0.name, $0) })
+        self.log = byName.removeValue(forKey: "log")!
+        self.meta = byName.removeValue(forKey: "meta")!
+        self.commands = byName.removeValue(forKey: "commands")!
+        self.streams = byName.removeValue(forKey: "streams")!
+        self.checkpoints = byName.removeValue(forKey: "checkpoints")!
+        self.extensionDatabases = byName
         self.derivedMeta = derivedMeta
+    }
+
+    /// Closes the environment (after the transactions in flight) and lets go of the directory lock.
+    package func close() {
+        environment.close()
+        directoryLock.release()
     }
 
     /// The database named `name` among the ones the configuration added.
@@ -102,6 +115,7 @@ package final class LogStore: Sendable {
             }
         }
 
+        let directoryLock = DirectoryLock(path: path)
         // A directory LMDB cannot open as an environment is left as it was found: no lock.mdb behind.
         let lockFile = (path as NSString).appendingPathComponent("lock.mdb")
         let lockExisted = fileManager.fileExists(atPath: lockFile)
@@ -152,13 +166,15 @@ package final class LogStore: Sendable {
         // Where the derived databases live: with the log, or in the companion `derived/`.
         let split: DerivedState.Placement
         do {
-            split = try DerivedState.placement(environment, existing: existing, configuration: configuration)
+            split = try DerivedState.placement(
+                environment, existing: existing, configuration: configuration, lock: directoryLock)
         } catch {
             environment.close()
             throw error
         }
-        let derivedSpecs = split.separate ? configuration.databases.filter(\.derived) : []
-        let primarySpecs = databaseSpecs + configuration.databases.filter { !split.separate || !$0.derived }
+        let allSpecs = databaseSpecs + configuration.databases
+        let derivedSpecs = split.separate ? allSpecs.filter(\.derived) : []
+        let primarySpecs = allSpecs.filter { !split.separate || !$0.derived }
 
         // Databases added by later releases are created by the first open for writing; read-only,
         // they cannot be, so say what to do instead of failing on the first one missing.
@@ -186,12 +202,14 @@ package final class LogStore: Sendable {
             environment.close()
             throw LedgerError.wrap(error, while: "opening the ledger's databases at \(path)")
         }
-        let store = LogStore(environment: environment, databases: databases, derivedMeta: derivedMeta)
+        let store = LogStore(
+            environment: environment, databases: databases, derivedMeta: derivedMeta, directoryLock: directoryLock)
         do {
             try store.checkFormat(initialize: !configuration.readOnly)
             if split.separate && !configuration.readOnly {
                 try DerivedState.prepare(store, existing: existing, derivedSpecs: derivedSpecs, placement: split)
             }
+            if split.exclusive { directoryLock.shared() }
         } catch {
             environment.close()
             throw error

@@ -81,6 +81,8 @@ package final class Environment: @unchecked Sendable {
     /// The companion's options; nil when there is none.
     package private(set) var companionOptions: EnvironmentOptions?
     private let resizeLock = ResizeLock()
+    /// Bytes of the companion's file allocated ahead of its use (``reserveCompanionSpace()``).
+    private let companionAllocated = Mutex<Int>(0)
     private var closed = false
     private let databasesBox = Mutex<[String: Database]>([:])
     /// Stale reader slots cleared by `mdb_reader_check` when the environment was opened.
@@ -140,6 +142,39 @@ package final class Environment: @unchecked Sendable {
         let (opened, _) = try Environment.open(companion)
         companionEnv = opened
         companionOptions = companion
+    }
+
+    /// The least the companion's file is allocated beyond its used pages before a write begins.
+    package static let companionReserveBytes = 256 << 10
+
+    /// Makes sure the companion's file has disk blocks allocated (`posix_fallocate`) for its used
+    /// pages plus ``companionReserveBytes`` or an eighth of them, whichever is more, before a write
+    /// transaction begins. The companion commits after this environment, when the callers' events
+    /// are already stored: on a full file system its page writes must not be the ones that find no
+    /// room, so the room is taken first, and a write that cannot get it fails before anything is
+    /// stored (``LMDBError/Code/system`` with `ENOSPC`).
+    private func reserveCompanionSpace() throws(LMDBError) {
+        guard !closed, let companionEnv, let companionOptions, !companionOptions.readOnly else { return }
+        var info = MDB_envinfo()
+        var stat = MDB_stat()
+        guard mdb_env_info(companionEnv, &info) == MDB_SUCCESS, mdb_env_stat(companionEnv, &stat) == MDB_SUCCESS else { return }
+        let used = (info.me_last_pgno + 1) * Int(stat.ms_psize)
+        let wanted = used + max(Environment.companionReserveBytes, used / 8)
+        if companionAllocated.withLock({ $0 }) >= wanted { return }
+        var fd: mdb_filehandle_t = -1
+        guard mdb_env_get_fd(companionEnv, &fd) == MDB_SUCCESS, fd >= 0 else { return }
+        // Allocate twice the shortfall at once, so this runs rarely.
+        let target = used + 2 * max(Environment.companionReserveBytes, used / 8)
+        let rc = posix_fallocate(fd, 0, off_t(target))
+        if rc == 0 {
+            companionAllocated.withLock { $0 = max($0, target) }
+        } else if rc == ENOSPC || rc == EDQUOT {
+            throw LMDBError(
+                code: .system, returnCode: ENOSPC, operation: "posix_fallocate", path: companionOptions.path,
+                message: "the disk is full (no room for the derived state's next pages); nothing of the failed write "
+                    + "was stored. Free space and retry")
+        }
+        // Other answers (a file system without fallocate): the write goes on unreserved.
     }
 
     /// Whether ``attachCompanion(_:)`` attached one.
@@ -276,6 +311,7 @@ package final class Environment: @unchecked Sendable {
         _ body: (borrowing Transaction) throws -> R
     ) throws -> R {
         while true {
+            if writable && companionEnv != nil { try resizeLock.withShared { () throws(LMDBError) in try reserveCompanionSpace() } }
             let outcome: TransactionOutcome<R> = try resizeLock.withShared { () throws -> TransactionOutcome<R> in
                 guard !closed else {
                     throw LMDBError(
@@ -366,6 +402,9 @@ package final class Environment: @unchecked Sendable {
                     // This environment has committed: a failure here leaves the companion behind it,
                     // which its owner detects and repairs (the companion holds derived state).
                     let rc = mdb_txn_commit(companionTxn)
+                    if rc != MDB_SUCCESS, let full = fileSystemFull(afterCommitFailure: rc, path: companionOptions.path) {
+                        throw full
+                    }
                     try check(rc, "mdb_txn_commit", path: companionOptions.path)
                 }
                 return .done(result)
@@ -412,16 +451,20 @@ package final class Environment: @unchecked Sendable {
     /// so an `EIO`, `ENOSPC` or `EDQUOT` from the commit counts as a full file system when less than
     /// ``fullFileSystemThreshold`` bytes are free for this process at the ledger's directory. The
     /// failed commit stored nothing (its meta page was never written).
-    private func fileSystemFull(afterCommitFailure rc: Int32) -> LMDBError? {
+    private func fileSystemFull(afterCommitFailure rc: Int32, path: String? = nil) -> LMDBError? {
         guard rc == EIO || rc == ENOSPC || rc == EDQUOT else { return nil }
         var stats = statvfs()
-        guard statvfs(options.path, &stats) == 0 else { return nil }
+        guard statvfs(path ?? options.path, &stats) == 0 else { return nil }
         let free = Int(stats.f_bavail) * Int(stats.f_frsize)
         guard free < Environment.fullFileSystemThreshold else { return nil }
+        let outcome =
+            path == nil
+            ? "nothing of the failed write was stored. Free space and retry"
+            : "the write's events were stored, the state derived from them was not (it is derived again by the next "
+                + "write that finds room). Free space"
         return LMDBError(
-            code: .system, returnCode: ENOSPC, operation: "mdb_txn_commit", path: options.path,
-            message: "the disk is full (\(free) bytes free; LMDB reported \(String(cString: strerror(rc)))); "
-                + "nothing of the failed write was stored. Free space and retry")
+            code: .system, returnCode: ENOSPC, operation: "mdb_txn_commit", path: path ?? options.path,
+            message: "the disk is full (\(free) bytes free; LMDB reported \(String(cString: strerror(rc)))); " + outcome)
     }
 
     // MARK: - Map size

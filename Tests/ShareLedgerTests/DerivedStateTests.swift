@@ -34,7 +34,7 @@ struct DerivedStateTests {
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
     }
 
-    @Test("a new ledger keeps its read models in derived/ and its log, streams, commands and the worker's bookkeeping in data.mdb")
+    @Test("a new ledger keeps its read models, stream and command records in derived/, its log, checkpoints and the worker's bookkeeping in data.mdb")
     func layout() async throws {
         let f = try await SharingFixture()
         try await Self.act(f, title: "A")
@@ -43,9 +43,10 @@ struct DerivedStateTests {
         await f.ledger.close()
         let path = f.dir.child("ledger")
         let primary = try Self.databaseNames(path)
-        #expect(Set(primary) == ["log", "meta", "commands", "streams", "checkpoints", "worker_tasks", "worker_state"])
+        #expect(Set(primary) == ["log", "meta", "checkpoints", "worker_tasks", "worker_state"])
         let derived = try Self.databaseNames(path + "/" + DerivedState.directoryName)
         #expect(derived.contains("rm_shares") && derived.contains("idx_history_journal") && derived.contains("derived_meta"))
+        #expect(derived.contains("commands") && derived.contains("streams"))
         #expect(!derived.contains("worker_tasks"))
     }
 
@@ -171,7 +172,43 @@ struct DerivedStateTests {
         #expect(try ledger.audit(scratchPath: dir.child("audit")).ok)
         await ledger.close()
         let primary = try Self.databaseNames(path)
-        #expect(!primary.contains("rm_shares") && primary.contains("worker_tasks"))
+        #expect(!primary.contains("rm_shares") && !primary.contains("commands") && primary.contains("worker_tasks"))
         #expect(try Self.databaseNames(path + "/" + DerivedState.directoryName).contains("rm_shares"))
+    }
+
+    @Test("while another open holds the ledger in the older layout, opening does not move its databases; opened alone, it does")
+    func noMoveWhileOpenElsewhere() async throws {
+        let dir = TemporaryDirectory()
+        let path = try ReleaseFixtureTests.copy(dir)
+        var older = ReadModels.ledgerConfiguration(EventLog.Configuration(path: path, createIfMissing: false, durability: .unsafeNoSync))
+        older.defersDerivedState = false
+        let first = try EventLog.open(older)
+        let second = try ShareLedger.open(Self.configuration(path))
+        #expect(!second.log.store.defersDerivedState)
+        #expect(try second.audit(scratchPath: dir.child("audit")).ok)
+        await second.close()
+        await first.close()
+        let alone = try ShareLedger.open(Self.configuration(path))
+        #expect(alone.log.store.defersDerivedState)
+        #expect(try alone.audit(scratchPath: dir.child("audit2")).ok)
+        await alone.close()
+    }
+
+    @Test("stream versions and command ids are derived again with the read models: a retried command is still answered, a stream continues")
+    func recordsAreDerived() async throws {
+        let dir = TemporaryDirectory()
+        let path = dir.child("ledger")
+        let log = try ShareLedger.openLog(EventLog.Configuration(path: path, durability: .unsafeNoSync))
+        let metadata = Fixtures.metadata()
+        let first = try await log.append([Fixtures.draft("a"), Fixtures.draft("b")], to: "s", metadata: metadata)
+        await log.close()
+        try FileManager.default.removeItem(atPath: path + "/" + DerivedState.directoryName)
+        let reopened = try ShareLedger.openLog(EventLog.Configuration(path: path, createIfMissing: false, durability: .unsafeNoSync))
+        let retried = try await reopened.append([Fixtures.draft("a"), Fixtures.draft("b")], to: "s", metadata: metadata)
+        #expect(retried.wasAlreadyApplied && retried.positions == first.positions && retried.streamVersion == 2)
+        #expect(try reopened.streamVersion("s", container: Fixtures.container) == 2)
+        let next = try await reopened.append([Fixtures.draft("c")], to: "s", expectedVersion: .exact(2), metadata: Fixtures.metadata())
+        #expect(next.streamVersion == 3)
+        await reopened.close()
     }
 }
