@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 import Logging
+import Synchronization
 
 /// Derived state kept off the commit path: the layout of format 4 (`docs/architecture.md`, "The
 /// log-only commit").
@@ -236,14 +237,25 @@ extension LogStore {
     /// is; the audit then reports the difference.
     package func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
         guard derivedMeta != nil else { return try environment.read(body) }
+        var lastBehind = UInt64.max
         for _ in 1..<LogStore.consistentReadAttempts {
+            var behindAt: UInt64? = nil
             let result: R? = try environment.read { txn in
-                guard try derivedIsCurrent(txn) else { return nil }
+                if try !derivedIsCurrent(txn) {
+                    let position = try derivedPosition(txn).position
+                    // Behind where an earlier read gave up: no writer is catching up, read it as it is.
+                    if position != derivedStuckAt.load(ordering: .relaxed) {
+                        behindAt = position
+                        return nil
+                    }
+                }
                 return try body(txn)
             }
             if let result { return result }
+            if let behindAt { lastBehind = behindAt }
             sched_yield()
         }
+        derivedStuckAt.store(lastBehind, ordering: .relaxed)
         return try environment.read(body)
     }
 
@@ -251,11 +263,13 @@ extension LogStore {
     /// databases reflect the log's head.
     package static let consistentReadAttempts = 200
 
-    /// Whether the derived databases reflect the log's last entry in `txn`.
+    /// Whether the derived databases reflect the log's last entry in `txn`: the log holds no event
+    /// after their position. (One point read; a cursor on the log would cost an allocation per
+    /// query.)
     package func derivedIsCurrent(_ txn: borrowing Transaction) throws -> Bool {
-        let head = try readHead(txn)
-        let derived = try derivedPosition(txn)
-        return derived.position == head.position.rawValue
+        let derived = try derivedPosition(txn).position
+        let next = try BigEndian.withBytes(of: derived &+ 1) { key in try txn.withValue(log, key: key) { _ in true } }
+        return next == nil
     }
 
     /// The position (and its event's hash) the derived databases reflect; (0, zero) when nothing

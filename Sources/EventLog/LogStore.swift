@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import Synchronization
 
 /// The log's named databases and the byte layout of their keys and values (`docs/log-format.md`).
 ///
@@ -40,6 +41,9 @@ package final class LogStore: Sendable {
     package let derivedMeta: Database?
     /// The shared lock on the ledger directory this process holds while the ledger is open.
     let directoryLock: DirectoryLock
+    /// The derived position at which ``read(_:)`` last gave up waiting for the derived state to
+    /// reach the log (no writer is catching up); reads with the derived state there do not wait.
+    let derivedStuckAt = Atomic<UInt64>(.max)
 
     /// The log's own named databases.
     /// The stream and command records are derived from the log (each envelope names its stream,
