@@ -158,7 +158,8 @@ let package = Package(
         // child runs, its acknowledgement side file, the checks after a kill and the kill loop.
         .target(
             name: "ShareLedgerCrashHarness",
-            dependencies: ["ShareLedger"],
+            // TestSupport for `Spawned` (children started with posix_spawn, not Foundation's Process).
+            dependencies: ["ShareLedger", "TestSupport"],
             swiftSettings: strictSettings
         ),
         // The fuzz targets (envelope decoder, share-URL parser, NDJSON line parser): scripts/fuzz builds

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import ShareLedger
 
 #if canImport(Glibc)
@@ -116,15 +117,19 @@ public enum ImportCrash {
 
     /// Starts the child; kills it after `killAfterBatches` batch lines and the delay (nil: lets it finish).
     private static func runChild(_ options: Options, killAfterBatches: Int?, delayMilliseconds: Int) -> (killed: Bool, problem: String?) {
-        let process = Process()
-        process.executableURL = options.childExecutable
-        process.arguments = ["--import", options.ledgerPath, options.file]
         let out = Pipe()
         let input = Pipe()
-        process.standardOutput = out
-        process.standardInput = input
-        process.standardError = FileHandle.standardError
-        do { try process.run() } catch { return (false, "the child did not start: \(error)") }
+        let child: Spawned
+        do {
+            child = try Spawned(
+                options.childExecutable.path, ["--import", options.ledgerPath, options.file],
+                stdin: input.fileHandleForReading.fileDescriptor, stdout: out.fileHandleForWriting.fileDescriptor,
+                stderr: FileHandle.standardError.fileDescriptor)
+        } catch {
+            return (false, "the child did not start: \(error)")
+        }
+        try? out.fileHandleForWriting.close()
+        try? input.fileHandleForReading.close()
         var text = ""
         var killed = false
         if let killAfterBatches {
@@ -144,14 +149,16 @@ public enum ImportCrash {
                 }
             }
             if killAfterBatches == 0 { usleep(useconds_t(delayMilliseconds * 1_000)) }
-            killed = kill(process.processIdentifier, SIGKILL) == 0
+            killed = kill(child.pid, SIGKILL) == 0
         } else {
             try? input.fileHandleForWriting.close()
             _ = out.fileHandleForReading.readDataToEndOfFile()
         }
-        process.waitUntilExit()
-        if killAfterBatches == nil && process.terminationStatus != 0 {
-            return (false, "the child exited with \(process.terminationStatus)")
+        let (status, signaled) = child.wait()
+        try? out.fileHandleForReading.close()
+        try? input.fileHandleForWriting.close()
+        if killAfterBatches == nil && (status != 0 || signaled) {
+            return (false, "the child exited with \(signaled ? "signal" : "status") \(status)")
         }
         return (killed, nil)
     }

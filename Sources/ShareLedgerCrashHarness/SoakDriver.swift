@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import ShareLedger
 
 #if canImport(Glibc)
@@ -155,13 +156,10 @@ public enum SoakDriver {
 
     /// Starts the child, waits for "ready" (the ledger is open), lets it run, kills it with SIGKILL.
     static func runAndKill(_ executable: URL, _ arguments: [String], after milliseconds: Int) async throws {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
         let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.standardError
-        try process.run()
+        let child = try Spawned(
+            executable.path, arguments, stdout: out.fileHandleForWriting.fileDescriptor, stderr: FileHandle.standardError.fileDescriptor)
+        try? out.fileHandleForWriting.close()
         var seen = Data()
         while !String(decoding: seen, as: UTF8.self).contains("ready") {
             let data = out.fileHandleForReading.availableData
@@ -169,16 +167,17 @@ public enum SoakDriver {
             seen.append(data)
         }
         guard String(decoding: seen, as: UTF8.self).contains("ready") else {
-            process.waitUntilExit()
-            throw ChildFailure(description: "the child exited with status \(process.terminationStatus) before it was ready")
+            let (status, _) = child.wait()
+            throw ChildFailure(description: "the child exited with status \(status) before it was ready")
         }
         try await Task.sleep(for: .milliseconds(milliseconds))
-        let stillRunning = process.isRunning
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        guard stillRunning, process.terminationReason == .uncaughtSignal, process.terminationStatus == SIGKILL else {
+        // Not reaped yet either way: a kill of a child that already exited is a no-op on a zombie.
+        kill(child.pid, SIGKILL)
+        let (status, signaled) = child.wait()
+        guard signaled, status == SIGKILL else {
             throw ChildFailure(
-                description: "the child ended by itself (status \(process.terminationStatus)) before the kill; see its standard error")
+                description: "the child ended by itself (status \(status)) before the kill; see its standard error")
         }
+        try? out.fileHandleForReading.close()
     }
 }

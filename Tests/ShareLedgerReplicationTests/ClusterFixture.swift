@@ -26,12 +26,9 @@ final class Cluster: Sendable {
     deinit {
         // A deinit cannot await: the stop (kills by PID, quick) is the one wait left on the caller's
         // thread. It must end before the directory with the PID files goes.
-        let stop = Process()
-        stop.executableURL = packageRoot.appendingPathComponent("scripts/cluster")
-        stop.arguments = ["stop", path]
-        stop.standardOutput = FileHandle.nullDevice
-        stop.standardError = FileHandle.nullDevice
-        if (try? stop.run()) != nil { stop.waitUntilExit() }
+        if let stop = try? Spawned(packageRoot.appendingPathComponent("scripts/cluster").path, ["stop", path]) {
+            _ = stop.wait()
+        }
     }
 
     /// The PID of node `n` (1 to 3).

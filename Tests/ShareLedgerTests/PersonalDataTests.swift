@@ -318,17 +318,13 @@ struct PersonalDataTests {
         _ = FileManager.default.createFile(atPath: errPath, contents: nil)
         let out = try #require(FileHandle(forWritingAtPath: outPath))
         let err = try #require(FileHandle(forWritingAtPath: errPath))
-        let process = Process()
-        process.executableURL = builtProduct("share-ledger")
-        process.arguments = arguments
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        process.waitUntilExit()
+        let child = try Spawned(
+            builtProduct("share-ledger").path, arguments, stdout: out.fileDescriptor, stderr: err.fileDescriptor)
         try out.close()
         try err.close()
+        let (status, _) = child.wait()
         return (
-            process.terminationStatus, String(decoding: try Data(contentsOf: URL(fileURLWithPath: outPath)), as: UTF8.self),
+            status, String(decoding: try Data(contentsOf: URL(fileURLWithPath: outPath)), as: UTF8.self),
             String(decoding: try Data(contentsOf: URL(fileURLWithPath: errPath)), as: UTF8.self)
         )
     }

@@ -20,10 +20,10 @@ public struct Termination: Sendable, Equatable {
 ///
 /// `Process.waitUntilExit()` and blocking reads of a pipe hold a pool thread until the child ends; on a
 /// 2-core machine the pool has 2 threads, so two such waits starve every other task (the ledger's
-/// writer, a worker, the NATS client) that the test or the child is waiting on. Here Foundation's
-/// termination handler (called on a thread of its own) resumes the waiting tasks instead. Standard
-/// input, output and error are files or /dev/null, never pipes: nothing is read while the child runs
-/// (a read from a pipe can also be interrupted by SIGCHLD, which Foundation turns into a trap).
+/// writer, a worker, the NATS client) that the test or the child is waiting on. Here a thread of its
+/// own waits for the child (`waitpid`) and resumes the waiting tasks. Standard input, output and
+/// error are files or /dev/null, never pipes: nothing is read while the child runs. Started with
+/// ``Spawned`` (`posix_spawn`), not Foundation's `Process`.
 public final class ChildProcess: Sendable {
     private struct State {
         var termination: Termination?
@@ -38,8 +38,6 @@ public final class ChildProcess: Sendable {
     /// The child's process ID.
     public let pid: pid_t
     private let shared = Shared()
-    // Kept for the child's life: Foundation tracks the child through it. Touched only in init.
-    private let process: Process
 
     /// Starts `executable` with `arguments`. `stdin`, `stdout` and `stderr` are paths of files (standard
     /// input is read from it, the others are created or truncated); nil is /dev/null. `stdinHandle`
@@ -49,40 +47,38 @@ public final class ChildProcess: Sendable {
         _ executable: URL, _ arguments: [String], stdin: String? = nil, stdinHandle: FileHandle? = nil,
         stdout: String? = nil, stderr: String? = nil, environment: [String: String]? = nil
     ) throws {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        if let environment { process.environment = environment }
-        process.standardInput = try stdinHandle ?? stdin.map { try FileHandle(forReadingFrom: URL(fileURLWithPath: $0)) } ?? FileHandle.nullDevice
-        process.standardOutput = try Self.output(stdout)
-        process.standardError = try Self.output(stderr)
-        self.process = process
+        let input = try stdinHandle ?? stdin.map { try FileHandle(forReadingFrom: URL(fileURLWithPath: $0)) }
+        let output = try Self.output(stdout)
+        let error = try Self.output(stderr)
+        defer {
+            // The child's copies are all it needs; close ours.
+            for handle in [input, output, error] { try? handle?.close() }
+        }
+        let child = try Spawned(
+            executable.path, arguments, environment: environment, stdin: input?.fileDescriptor,
+            stdout: output?.fileDescriptor, stderr: error?.fileDescriptor)
+        pid = child.pid
         let shared = shared
-        // Set before run(): the end cannot be missed. Foundation calls it on a thread of its own.
-        process.terminationHandler = { ended in
-            let reason = ended.terminationReason
-            let status = ended.terminationStatus
+        // The end is awaited on a thread of its own (waitpid blocks), never on the cooperative pool.
+        let waiter = Thread {
+            let (status, signaled) = child.wait()
             let (termination, waiters) = shared.mutex.withLock { state in
-                let termination = Termination(status: status, signaled: reason == .uncaughtSignal, timedOut: state.killedForTime)
+                let termination = Termination(status: status, signaled: signaled, timedOut: state.killedForTime)
                 state.termination = termination
                 defer { state.waiters = [] }
                 return (termination, state.waiters)
             }
             for waiter in waiters { waiter.resume(returning: termination) }
         }
-        try process.run()
-        pid = process.processIdentifier
-        // The child's copies of the file handles are all it needs; close ours.
-        for handle in [process.standardInput, process.standardOutput, process.standardError] {
-            if let handle = handle as? FileHandle, handle !== FileHandle.nullDevice { try? handle.close() }
-        }
+        waiter.stackSize = 1 << 18
+        waiter.start()
     }
 
     /// A child never outlives its handle: one a failed test left running is killed.
     deinit { send(SIGKILL) }
 
-    private static func output(_ path: String?) throws -> FileHandle {
-        guard let path else { return FileHandle.nullDevice }
+    private static func output(_ path: String?) throws -> FileHandle? {
+        guard let path else { return nil }
         _ = FileManager.default.createFile(atPath: path, contents: nil)
         return try FileHandle(forWritingTo: URL(fileURLWithPath: path))
     }
