@@ -310,8 +310,14 @@ public final class EventLog: Sendable {
         public var commands: Int
         /// Current map size in bytes (grows on demand).
         public var mapSizeBytes: Int
-        /// Bytes in use in the data file.
+        /// Bytes in use in the data file (`data.mdb`: the log, checkpoints, operational state).
         public var usedBytes: Int
+        /// Bytes in use in the derived state's data file (`derived/data.mdb`: stream and command
+        /// records, read models, indexes); nil when the ledger keeps everything in one file.
+        public var derivedUsedBytes: Int?
+        /// The derived state's current map size in bytes; nil when the ledger keeps everything in
+        /// one file.
+        public var derivedMapSizeBytes: Int?
         /// The format version recorded in the ledger (a ledger opened read-only keeps the version it
         /// was written with; opened for writing, it is marked with the current one).
         public var formatVersion: UInt32
@@ -350,8 +356,10 @@ public final class EventLog: Sendable {
         _ more: (borrowing Transaction, Statistics) throws -> R
     ) throws(LedgerError) -> R {
         let info: EnvironmentInfo
+        let derivedInfo: EnvironmentInfo?
         do {
             info = try store.environment.info()
+            derivedInfo = store.environment.hasCompanion ? try store.environment.info(companion: true) : nil
         } catch {
             throw LedgerError(error, while: "reading the ledger's size")
         }
@@ -365,6 +373,8 @@ public final class EventLog: Sendable {
                 commands: try txn.statistics(store.commands).entries,
                 mapSizeBytes: info.mapSize,
                 usedBytes: info.usedBytes,
+                derivedUsedBytes: derivedInfo?.usedBytes,
+                derivedMapSizeBytes: derivedInfo?.mapSize,
                 formatVersion: try store.storedFormatVersion(txn) ?? LogStore.formatVersion,
                 durability: configuration.durability.rawValue)
             return try more(txn, log)

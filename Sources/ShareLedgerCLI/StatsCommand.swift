@@ -57,7 +57,7 @@ struct StatsCommand: AsyncParsableCommand {
                 streams        \(stats.streams)
                 commands       \(stats.commands)
                 mapSizeBytes   \(stats.mapSizeBytes)
-                usedBytes      \(stats.usedBytes)
+                usedBytes      \(stats.usedBytes)\(stats.derivedUsedBytes.map { "\nderivedUsedBytes  \($0) (derived/, map \(stats.derivedMapSizeBytes ?? 0))" } ?? "")
                 formatVersion  \(stats.formatVersion)
                 users          \(stats.users)
                 zones          \(stats.zones)
