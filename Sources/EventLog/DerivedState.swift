@@ -6,19 +6,19 @@ import Synchronization
 /// Derived state kept off the commit path: the layout of format 4 (`docs/architecture.md`, "The
 /// log-only commit").
 ///
-/// The databases a layer derives from the log (``DatabaseSpec/derived``: read models, indexes)
-/// live in a companion LMDB environment, `derived/` in the ledger directory, opened with
-/// `MDB_NOSYNC`. Every transaction spans both environments (``Environment``
-/// begins the companion's first and commits it last), so readers and the writer see one state, as
-/// before. What changes is what a commit flushes: only the log's environment (the log, the stream
-/// and command records, checkpoints, operational state); the companion's pages go to the page
-/// cache and reach the disk when the kernel writes them back.
+/// What is derived from the log (``DatabaseSpec/derived``: the stream and command records, a
+/// layer's read models and indexes) lives in a companion LMDB environment, `derived/` in the
+/// ledger directory, opened with `MDB_NOSYNC`. Every transaction spans both environments
+/// (``Environment`` begins the companion's first and commits it last), so readers and the writer
+/// see one state, as before. What changes is what a commit flushes: only the log's environment
+/// (the log, checkpoints, operational state); the companion's pages go to the page cache and reach
+/// the disk when the kernel writes them back.
 ///
 /// What keeps that safe:
 /// - `derived_meta`/`position` in the companion records the log position (and its hash) the
 ///   derived databases reflect, written in every write transaction that moves the head. Before
 ///   every batch the writer compares it with the head and, when it is behind, derives the missing
-///   events first (``LogWriter/setDerivedReplay(_:)``). A process crash between the two commits
+///   events first (``EventLog/Configuration/derivedReplay``). A process crash between the two commits
 ///   leaves it one batch behind: the page cache kept everything else.
 /// - `meta`/`derived_state` in the log's environment says whether the companion may hold writes
 ///   that were never flushed, and since which boot (byte 0: 0 flushed, 1 not; bytes 1–16: the
@@ -145,9 +145,7 @@ package enum DerivedState {
     /// Opened for writing: moves the derived databases a version 3 ledger kept with the log into
     /// the companion (one transaction: their entries copied, the old databases dropped, the
     /// position set to the head), and marks the companion as possibly unflushed.
-    static func prepare(
-        _ store: LogStore, existing: [String], derivedSpecs: [DatabaseSpec], placement: Placement
-    ) throws(LedgerError) {
+    static func prepare(_ store: LogStore, existing: [String], derivedSpecs: [DatabaseSpec]) throws(LedgerError) {
         let environment = store.environment
         let path = environment.options.path
         let old = derivedSpecs.filter { existing.contains($0.name) }
@@ -241,13 +239,10 @@ extension LogStore {
         for _ in 1..<LogStore.consistentReadAttempts {
             var behindAt: UInt64? = nil
             let result: R? = try environment.read { txn in
-                if try !derivedIsCurrent(txn) {
-                    let position = try derivedPosition(txn).position
-                    // Behind where an earlier read gave up: no writer is catching up, read it as it is.
-                    if position != derivedStuckAt.load(ordering: .relaxed) {
-                        behindAt = position
-                        return nil
-                    }
+                // Behind where an earlier read gave up: no writer is catching up, read it as it is.
+                if let position = try derivedBehind(txn), position != derivedStuckAt.load(ordering: .relaxed) {
+                    behindAt = position
+                    return nil
                 }
                 return try body(txn)
             }
@@ -263,13 +258,13 @@ extension LogStore {
     /// databases reflect the log's head.
     package static let consistentReadAttempts = 200
 
-    /// Whether the derived databases reflect the log's last entry in `txn`: the log holds no event
-    /// after their position. (One point read; a cursor on the log would cost an allocation per
-    /// query.)
-    package func derivedIsCurrent(_ txn: borrowing Transaction) throws -> Bool {
+    /// The derived databases' position when the log in `txn` holds an event after it; nil when
+    /// they reflect the log's last entry. (One point read; a cursor on the log would cost an
+    /// allocation per query.)
+    func derivedBehind(_ txn: borrowing Transaction) throws -> UInt64? {
         let derived = try derivedPosition(txn).position
         let next = try BigEndian.withBytes(of: derived &+ 1) { key in try txn.withValue(log, key: key) { _ in true } }
-        return next == nil
+        return next == nil ? nil : derived
     }
 
     /// The position (and its event's hash) the derived databases reflect; (0, zero) when nothing
@@ -328,11 +323,12 @@ extension LogStore {
         if let derivedMeta { try txn.clear(derivedMeta) }
     }
 
-    /// Derives the stream and command records of the events after `after` from their envelopes, as
-    /// the writer wrote them: a stream record per versioned event; a command record per command id
-    /// (its first position and event count, and the stream version of its last event, or 0 for a
-    /// command of a layer's own namespace, which records none).
-    func deriveRecords(_ txn: borrowing Transaction, after: UInt64) throws {
+    /// Derives everything derived from the events after `after`, reading and decoding each once:
+    /// its stream and command records, as the writer wrote them (a stream record per versioned
+    /// event; a command record per command id: its first position and event count, and the stream
+    /// version of its last event, or 0 for a command of a layer's own namespace, which records
+    /// none), then what `project` makes of it.
+    func derive(_ txn: borrowing Transaction, after: UInt64, _ project: DerivedProjection) throws {
         try txn.withCursor(log) { cursor in
             var entry = try BigEndian.withBytes(of: after + 1) { try cursor.seek(atLeast: $0) }
             while let current = entry {
@@ -346,15 +342,13 @@ extension LogStore {
                         version: envelope.streamVersion, last: position)
                 }
                 let key = LogStore.commandKey(container: envelope.container, commandID: envelope.commandID)
-                let layered = envelope.eventType.hasPrefix(EventLog.reservedTypePrefix)
+                let streamVersion = envelope.eventType.hasPrefix(EventLog.reservedTypePrefix) ? 0 : envelope.streamVersion
                 if let record = try commandRecord(txn, key: key), record.first + UInt64(record.count) == position {
-                    try writeCommandRecord(
-                        txn, key: key, first: record.first, count: record.count + 1,
-                        streamVersion: layered ? 0 : envelope.streamVersion)
+                    try writeCommandRecord(txn, key: key, first: record.first, count: record.count + 1, streamVersion: streamVersion)
                 } else {
-                    try writeCommandRecord(
-                        txn, key: key, first: position, count: 1, streamVersion: layered ? 0 : envelope.streamVersion)
+                    try writeCommandRecord(txn, key: key, first: position, count: 1, streamVersion: streamVersion)
                 }
+                try project(txn, envelope)
                 entry = try cursor.next()
             }
         }
@@ -403,8 +397,7 @@ extension LogStore {
                 "the derived state is behind the log; deriving the missing events",
                 metadata: ["derivedPosition": "\(derived.position)", "head": "\(head.position)"])
         }
-        try deriveRecords(txn, after: after)
-        try replay(self, txn, after)
+        try derive(txn, after: after, replay(self))
         return true
     }
 
@@ -430,12 +423,10 @@ extension LogStore {
         guard position > 0 else { return LogHead(position: .start, hash: .zero) }
         return try BigEndian.withBytes(of: position) { key in
             try txn.withValue(log, key: key) { value -> LogHead in
-                guard value.count >= EnvelopeCodec.hashSuffixLength, let hash = EventHash(bytes: value[(value.count - 32)...])
-                else {
+                guard let head = LogStore.head(position: position, entry: value) else {
                     throw LedgerError(.corruptedData, "the log entry at \(position) is malformed (\(value.count) bytes)")
                 }
-                return LogHead(
-                    position: LogPosition(position), hash: hash, recordedAtMicros: EnvelopeCodec.recordedAtMicros(value))
+                return head
             }
         }
     }

@@ -73,9 +73,9 @@ extension EventLog {
         /// crash by deriving it again from the log. Off by default; a ledger already laid out this
         /// way is opened this way whatever the setting.
         package var defersDerivedState = false
-        /// What derives the derived databases' state for the log's events after a position, in the
-        /// write transaction it is given: the layer that owns those databases. Without it, derived
-        /// databases found behind the head are left as they are.
+        /// How the layer that owns the derived databases applies one event to them, when the
+        /// writer brings them up to the head. Without it, derived databases found behind the head
+        /// are left as they are.
         package var derivedReplay: DerivedReplay?
 
         /// The configuration of a scratch ledger at `path` that is deleted after use (a rebuild's,
@@ -127,9 +127,13 @@ extension EventLog {
     }
 }
 
-/// Derives the state of the derived databases for the log's events after `after`, in `txn`
-/// (``EventLog/Configuration/derivedReplay``).
-package typealias DerivedReplay = @Sendable (_ store: LogStore, _ txn: borrowing Transaction, _ after: UInt64) throws -> Void
+/// Applies one event of the log to a layer's derived databases, in the write transaction `txn`.
+package typealias DerivedProjection = (_ txn: borrowing Transaction, _ envelope: EventEnvelope) throws -> Void
+
+/// Makes the layer's ``DerivedProjection`` for one catch-up of `store`'s derived databases
+/// (``EventLog/Configuration/derivedReplay``): the log reads and decodes each missing event once,
+/// derives its own stream and command records from it, then hands it to the projection.
+package typealias DerivedReplay = @Sendable (_ store: LogStore) -> DerivedProjection
 
 /// A named database of a layer built on the log (see ``EventLog/Configuration/databases``).
 package struct DatabaseSpec: Sendable, Hashable {

@@ -211,7 +211,7 @@ package final class LogStore: Sendable {
         do {
             try store.checkFormat(initialize: !configuration.readOnly)
             if split.separate && !configuration.readOnly {
-                try DerivedState.prepare(store, existing: existing, derivedSpecs: derivedSpecs, placement: split)
+                try DerivedState.prepare(store, existing: existing, derivedSpecs: derivedSpecs)
             }
             if split.exclusive { directoryLock.shared() }
         } catch {
@@ -342,14 +342,21 @@ package final class LogStore: Sendable {
     package func readHead(_ txn: borrowing Transaction) throws -> LogHead {
         try txn.withCursor(log) { cursor in
             guard let entry = try cursor.last() else { return LogHead(position: .start, hash: .zero) }
-            guard let position = BigEndian.uint64(entry.key), entry.value.count >= EnvelopeCodec.hashSuffixLength,
-                let hash = EventHash(bytes: entry.value[(entry.value.count - 32)...])
+            guard let position = BigEndian.uint64(entry.key), let head = LogStore.head(position: position, entry: entry.value)
             else {
                 throw LedgerError(.corruptedData, "the last log entry is malformed (key \(entry.key.count) bytes, value \(entry.value.count))")
             }
-            return LogHead(
-                position: LogPosition(position), hash: hash, recordedAtMicros: EnvelopeCodec.recordedAtMicros(entry.value))
+            return head
         }
+    }
+
+    /// The head at the log entry `entry` stored at `position`: its last 32 bytes are its hash, its
+    /// recorded time is the envelope's field 2. Nil when it is too short to hold a hash.
+    static func head(position: UInt64, entry: UnsafeRawBufferPointer) -> LogHead? {
+        guard entry.count >= EnvelopeCodec.hashSuffixLength, let hash = EventHash(bytes: entry[(entry.count - 32)...]) else {
+            return nil
+        }
+        return LogHead(position: LogPosition(position), hash: hash, recordedAtMicros: EnvelopeCodec.recordedAtMicros(entry))
     }
 
     // MARK: - Keys

@@ -134,9 +134,7 @@ extension ShareLedger {
             guard let last = chunk.last else { break }
             for envelope in chunk {
                 do {
-                    let event = try DomainEvent.decode(
-                        type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
-                        position: envelope.position.rawValue)
+                    let event = try DomainEvent.decode(envelope)
                     if event?.holdsPlaintextPersonalData == true { plaintextPersonal += 1 }
                 } catch {
                     bad(envelope.position.rawValue, "event \(envelope.position): \(error.message)")

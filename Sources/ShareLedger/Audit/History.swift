@@ -110,9 +110,7 @@ extension HistoryEntry {
     init(_ envelope: EventEnvelope, models: ReadModels) throws(LedgerError) {
         self.envelope = envelope
         self.name = String(envelope.eventType.split(separator: ".").last ?? "")
-        let event = try DomainEvent.decode(
-            type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
-            position: envelope.position.rawValue)
+        let event = try DomainEvent.decode(envelope)
         let sealed: Shareledger_Events_V1_SealedPersonalData?
         switch event {
         case .userRegistered(let e) where e.hasSealed: sealed = e.sealed

@@ -212,9 +212,7 @@ struct Resealing {
     }
 
     mutating func open(_ envelope: EventEnvelope, _ summary: inout ResealSummary) throws(LedgerError) -> Opened {
-        let decoded = try DomainEvent.decode(
-            type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
-            position: envelope.position.rawValue)
+        let decoded = try DomainEvent.decode(envelope)
         guard let original = decoded else { return Opened(envelope: envelope, event: nil, stream: envelope.stream, rewrite: false) }
         if original.holdsPlaintextPersonalData { summary.plaintextEventsInSource += 1 }
         let container = envelope.container

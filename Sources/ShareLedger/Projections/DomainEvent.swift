@@ -166,6 +166,13 @@ package enum DomainEvent: Sendable, Equatable {
     /// Whether `typeName` is a domain event type.
     package static func isDomainEvent(_ typeName: String) -> Bool { decoders[typeName] != nil }
 
+    /// Decodes the payload of `envelope` (``decode(type:schemaVersion:payload:position:)``).
+    package static func decode(_ envelope: EventEnvelope) throws(LedgerError) -> DomainEvent? {
+        try decode(
+            type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
+            position: envelope.position.rawValue)
+    }
+
     /// Decodes a payload. Returns `nil` for event types that are not domain events (raw appends);
     /// throws ``LedgerError/Code/corruptedData`` for a domain event that does not decode, or for a
     /// schema version newer than this code knows.

@@ -619,3 +619,12 @@ struct Projector {
         try models.put(txn, models.outbox, BigEndian.bytes(of: id), task)
     }
 }
+
+extension Projector.Context {
+    /// The context of the event `envelope` holds.
+    init(_ envelope: EventEnvelope) {
+        self.init(
+            position: envelope.position.rawValue, recordedAtMicros: envelope.recordedAtMicros, container: envelope.container,
+            actor: envelope.actor)
+    }
+}

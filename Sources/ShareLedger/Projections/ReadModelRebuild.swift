@@ -101,18 +101,8 @@ enum ReadModelRebuild {
         var decoded = DecodedChunk(events: [], lastPosition: envelopes.last?.position.rawValue)
         decoded.events.reserveCapacity(envelopes.count)
         for envelope in envelopes {
-            guard
-                let event = try DomainEvent.decode(
-                    type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
-                    position: envelope.position.rawValue)
-            else { continue }
-            decoded.events.append(
-                (
-                    event,
-                    Projector.Context(
-                        position: envelope.position.rawValue, recordedAtMicros: envelope.recordedAtMicros,
-                        container: envelope.container, actor: envelope.actor)
-                ))
+            guard let event = try DomainEvent.decode(envelope) else { continue }
+            decoded.events.append((event, Projector.Context(envelope)))
         }
         return decoded
     }

@@ -408,31 +408,14 @@ extension LogStore {
 }
 
 extension ReadModels {
-    /// Projects the log's events after `after` into the read models of `store`, in `txn`: how the
-    /// log's writer brings the read models up to its head when it finds them behind
-    /// (``EventLog/Configuration/derivedReplay``).
-    static func derive(_ store: LogStore, _ txn: borrowing Transaction, after: UInt64) throws {
+    /// How the log's writer brings the read models of `store` up to its head when it finds them
+    /// behind (``EventLog/Configuration/derivedReplay``): each domain event projected as it was
+    /// when it was appended; other event types change nothing.
+    static func projection(into store: LogStore) -> DerivedProjection {
         let projector = Projector(models: store.models)
-        try txn.withCursor(store.log) { cursor in
-            var entry = try BigEndian.withBytes(of: after + 1) { try cursor.seek(atLeast: $0) }
-            while let current = entry {
-                guard let key = BigEndian.uint64(current.key) else {
-                    throw LedgerError(.corruptedData, "a log key is \(current.key.count) bytes, expected 8")
-                }
-                let envelope = try EnvelopeCodec.decode(current.value, key: key)
-                if let event = try DomainEvent.decode(
-                    type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
-                    position: key)
-                {
-                    try projector.apply(
-                        event,
-                        Projector.Context(
-                            position: key, recordedAtMicros: envelope.recordedAtMicros, container: envelope.container,
-                            actor: envelope.actor),
-                        txn)
-                }
-                entry = try cursor.next()
-            }
+        return { txn, envelope in
+            guard let event = try DomainEvent.decode(envelope) else { return }
+            _ = try projector.apply(event, Projector.Context(envelope), txn)
         }
     }
 
@@ -446,7 +429,7 @@ extension ReadModels {
         configuration.companionFiles = [PersonalDataVault.fileName]
         // Scratch ledgers keep everything in one environment (``DerivedState/placement``).
         configuration.defersDerivedState = true
-        configuration.derivedReplay = { store, txn, after in try ReadModels.derive(store, txn, after: after) }
+        configuration.derivedReplay = { store in ReadModels.projection(into: store) }
         return configuration
     }
 }

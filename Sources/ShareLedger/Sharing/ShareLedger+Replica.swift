@@ -156,9 +156,7 @@ private struct ReplicatedEvent: Sendable {
                 position, "its schema version is 0 or its payload is larger than \(EventLog.Limits.maxPayloadBytes) bytes")
         }
         do {
-            domain = try DomainEvent.decode(
-                type: envelope.eventType, schemaVersion: envelope.schemaVersion, payload: envelope.payload,
-                position: position.rawValue)
+            domain = try DomainEvent.decode(envelope)
         } catch {
             throw ReplicatedEvent.refuse(position, "its payload does not decode as \(envelope.eventType): \(error.message)")
         }
@@ -198,12 +196,7 @@ private struct ReplicatedEvent: Sendable {
         try txn.put(store.log, key: BigEndian.bytes(of: position), value: stored)
         if versioned { try store.writeStreamRecord(txn, key: streamKey, version: envelope.streamVersion, last: position) }
         if let domain {
-            _ = try projector.apply(
-                domain,
-                Projector.Context(
-                    position: position, recordedAtMicros: envelope.recordedAtMicros, container: envelope.container,
-                    actor: envelope.actor),
-                txn)
+            _ = try projector.apply(domain, Projector.Context(envelope), txn)
         }
     }
 }
