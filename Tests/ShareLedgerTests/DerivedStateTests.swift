@@ -34,6 +34,14 @@ struct DerivedStateTests {
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
     }
 
+    /// ``act(_:title:)`` on `f`, then its ledger closed: its path and its read-model digest.
+    static func actAndClose(_ f: SharingFixture) async throws -> (path: String, digest: (head: LogHead, digest: String)) {
+        try await act(f, title: "A")
+        let digest = try f.ledger.readModelDigest()
+        await f.ledger.close()
+        return (f.dir.child("ledger"), digest)
+    }
+
     @Test("a new ledger keeps its read models, stream and command records in derived/, its log, checkpoints and the worker's bookkeeping in data.mdb")
     func layout() async throws {
         let f = try await SharingFixture()
@@ -80,10 +88,7 @@ struct DerivedStateTests {
     @Test("after a machine crash (unflushed derived state, another boot) the derived state is derived again from the log; read-only, opening says what to do")
     func machineCrashDerivesAgain() async throws {
         let f = try await SharingFixture()
-        try await Self.act(f, title: "A")
-        let expected = try f.ledger.readModelDigest()
-        await f.ledger.close()
-        let path = f.dir.child("ledger")
+        let (path, expected) = try await Self.actAndClose(f)
         // Marked unflushed by another boot, and the derived file damaged as a crash may leave it.
         do {
             let environment = try Environment(options: EnvironmentOptions(path: path))
@@ -135,10 +140,7 @@ struct DerivedStateTests {
     @Test("a missing derived/ (a backup of data.mdb alone) is derived again when opened for writing")
     func missingDerivedState() async throws {
         let f = try await SharingFixture()
-        try await Self.act(f, title: "A")
-        let expected = try f.ledger.readModelDigest()
-        await f.ledger.close()
-        let path = f.dir.child("ledger")
+        let (path, expected) = try await Self.actAndClose(f)
         try FileManager.default.removeItem(atPath: path + "/" + DerivedState.directoryName)
         let readOnly = #expect(throws: LedgerError.self) { try ShareLedger.open(Self.configuration(path, readOnly: true)) }
         #expect(readOnly?.code == .readOnly)

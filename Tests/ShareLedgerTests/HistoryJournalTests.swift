@@ -6,6 +6,14 @@ import Testing
 
 @Suite("History journal and unversioned fetches")
 struct HistoryJournalTests {
+    /// An entry of names drawn from `names`: up to 2 tokens, up to 3 users.
+    static func randomEntry(_ names: [String], using random: inout SplitMix64) -> HistoryJournalEntry {
+        HistoryJournalEntry(
+            container: names.randomElement(using: &random)!,
+            tokens: (0..<Int.random(in: 0...2, using: &random)).map { _ in names.randomElement(using: &random)! },
+            users: (0..<Int.random(in: 0...3, using: &random)).map { _ in names.randomElement(using: &random)! })
+    }
+
     @Test("a journal entry round-trips, and damaged bytes are a typed error, not a trap")
     func entryCodec() throws {
         let entry = HistoryJournalEntry(container: "iCloud.c", tokens: ["T0K3N"], users: ["_alice", "_bob"])
@@ -25,10 +33,7 @@ struct HistoryJournalTests {
         var random = SplitMix64(state: 0x5EED)
         let names = ["", "a", "ab", "_alice", "_al", "T0K3N", "T0K", "iCloud.c", "iCloud.c\u{0}_alice"]
         for _ in 0..<400 {
-            let entry = HistoryJournalEntry(
-                container: names.randomElement(using: &random)!,
-                tokens: (0..<Int.random(in: 0...2, using: &random)).map { _ in names.randomElement(using: &random)! },
-                users: (0..<Int.random(in: 0...3, using: &random)).map { _ in names.randomElement(using: &random)! })
+            let entry = Self.randomEntry(names, using: &random)
             let bytes = entry.encoded()
             let listed = entry.indexKeys()
             var candidates = listed
@@ -52,10 +57,7 @@ struct HistoryJournalTests {
         var random = SplitMix64(state: 0xF01D)
         let names = ["", "a", "_alice", "T0K3N", "iCloud.c", "Zoë", "名前", "x\u{0}y"]
         for round in 0..<300 {
-            let entry = HistoryJournalEntry(
-                container: names.randomElement(using: &random)!,
-                tokens: (0..<Int.random(in: 0...2, using: &random)).map { _ in names.randomElement(using: &random)! },
-                users: (0..<Int.random(in: 0...3, using: &random)).map { _ in names.randomElement(using: &random)! })
+            let entry = Self.randomEntry(names, using: &random)
             var bytes = entry.encoded()
             if round % 10 == 0, let last = bytes.indices.last, bytes.count > 4 {
                 bytes[last] = 0xC3  // a cut multi-byte sequence: not UTF-8, decoded with a replacement
