@@ -83,14 +83,14 @@ struct CompactRowTests {
         return u
     }
 
-    private func roundTrips<M: CompactRow & Equatable>(_ row: M) throws {
+    private func roundTrips<M: LegacyEncodable>(_ row: M) throws {
         let compact = row.compactBytes()
         #expect(compact.first == row.compactLayout && (0xC1...0xC3).contains(compact.first ?? 0))
         #expect(try compact.withUnsafeBytes { try M.decodeStored($0, database: "t") } == row)
         // Rows an earlier release wrote (protobuf) read the same.
         var options = BinaryEncodingOptions()
         options.useDeterministicOrdering = true
-        let old: [UInt8] = try row.serializedBytes(options: options)
+        let old: [UInt8] = try row.legacy.serializedBytes(options: options)
         #expect(old.first.map { $0 < 0x80 } ?? true)
         #expect(try old.withUnsafeBytes { try M.decodeStored($0, database: "t") } == row)
         // Damage is a typed error, never a trap: every truncation, and a trailing byte.
@@ -118,7 +118,7 @@ struct CompactRowTests {
         var random = SplitMix64(state: 7)
         let row = Self.share(&random)
         #expect(row.compactBytes().withUnsafeBytes { ShareState.storedChangeTag($0) } == row.changeTag)
-        let old: [UInt8] = try row.serializedBytes()
+        let old: [UInt8] = try row.legacy.serializedBytes()
         #expect(old.withUnsafeBytes { ShareState.storedChangeTag($0) } == row.changeTag)
         #expect([UInt8]([0xC1, 1, 2]).withUnsafeBytes { ShareState.storedChangeTag($0) } == nil)
     }
@@ -165,7 +165,7 @@ struct CompactRowTests {
             let row = try #require(try models.share(txn, share.token.text))
             var options = BinaryEncodingOptions()
             options.useDeterministicOrdering = true
-            try txn.put(models.shares, key: key, value: try row.serializedBytes(options: options) as [UInt8])
+            try txn.put(models.shares, key: key, value: try row.legacy.serializedBytes(options: options) as [UInt8])
             return 1
         }
         let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
@@ -258,5 +258,57 @@ extension CompactRowTests {
         var user = UserState().compactBytes()
         user[0] = 0xC3
         #expect(throws: LedgerError.self) { try user.withUnsafeBytes { try UserState.decodeStored($0, database: "t") } }
+    }
+}
+
+/// A row as the generated message an earlier release stored it as (protobuf): the inverse of
+/// ``CompactRow/init(legacy:)``, for writing such rows in tests.
+protocol LegacyEncodable: CompactRow {
+    var legacy: Legacy { get }
+}
+
+extension ShareState: LegacyEncodable {
+    var legacy: Shareledger_Readmodels_V1_ShareState {
+        var m = Legacy()
+        (m.container, m.ownerName, m.zoneName, m.zoneID) = (container, ownerName, zoneName, zoneID)
+        (m.shareRecordName, m.rootRecordName, m.title) = (shareRecordName, rootRecordName, title)
+        (m.publicPermission, m.changeTag, m.createdAtMicros) = (publicPermission, changeTag, createdAtMicros)
+        (m.ownerParticipantID, m.activeParticipantCount) = (ownerParticipantID, activeParticipantCount)
+        (m.unmatchedPendingCount, m.allowsAccessRequests) = (unmatchedPendingCount, allowsAccessRequests)
+        if hasSealedTitle { m.sealedTitle = sealedTitle }
+        return m
+    }
+}
+
+extension ParticipantState: LegacyEncodable {
+    var legacy: Shareledger_Readmodels_V1_ParticipantState {
+        var m = Legacy()
+        m.userRecordName = userRecordName
+        if hasLookupInfo { m.lookupInfo = lookupInfo }
+        (m.role, m.permission, m.status, m.addedAtMicros) = (role, permission, status, addedAtMicros)
+        (m.approvedRequester, m.oneTimeToken) = (approvedRequester, oneTimeToken)
+        if hasSealedLookup { m.sealedLookup = sealedLookup }
+        (m.emailHash, m.phoneHash, m.forgottenAtMicros) = (emailHash, phoneHash, forgottenAtMicros)
+        return m
+    }
+}
+
+extension ZoneState: LegacyEncodable {
+    var legacy: Shareledger_Readmodels_V1_ZoneState {
+        var m = Legacy()
+        (m.zoneID, m.capabilities, m.zoneShareToken) = (zoneID, capabilities, zoneShareToken)
+        (m.lastZoneShareToken, m.hierarchyShareCount, m.createdAtMicros) = (lastZoneShareToken, hierarchyShareCount, createdAtMicros)
+        return m
+    }
+}
+
+extension UserState: LegacyEncodable {
+    var legacy: Shareledger_Readmodels_V1_UserState {
+        var m = Legacy()
+        (m.emailAddress, m.phoneNumber, m.givenName, m.familyName) = (emailAddress, phoneNumber, givenName, familyName)
+        (m.registeredAtMicros, m.middleName, m.nickname) = (registeredAtMicros, middleName, nickname)
+        if hasSealed { m.sealed = sealed }
+        (m.emailHash, m.phoneHash, m.forgottenAtMicros) = (emailHash, phoneHash, forgottenAtMicros)
+        return m
     }
 }

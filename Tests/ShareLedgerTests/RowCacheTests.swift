@@ -10,10 +10,10 @@ struct RowCacheTests {
     private let shares = Database.unattached(name: "rm_shares")
     private let outbox = Database.unattached(name: "rm_outbox")
 
-    private func share(_ title: String) -> ShareState {
+    private func share(_ title: String) -> CachedRow {
         var state = ShareState()
         state.title = title
-        return state
+        return .share(state)
     }
 
     private func notice(serial: UInt64, id: UInt64, appended: Bool = true, everything: Bool = false) -> CommitNotice {

@@ -2,23 +2,79 @@ import EventLog
 import Foundation
 import SwiftProtobuf
 
+/// A read-model row type: how its stored bytes decode and encode, and whether the writer's
+/// ``RowCache`` keeps rows of it. Statically dispatched: ``ReadModels/message(_:_:_:_:)`` and
+/// ``ReadModels/put(_:_:_:_:)`` are specialized per row type, with no existential or dynamic cast.
+protocol StoredRow: Sendable {
+    /// Decodes a stored row; damaged bytes are ``LedgerError/Code/corruptedData``.
+    static func decodeStored(_ bytes: UnsafeRawBufferPointer, database: String) throws -> Self
+    /// The bytes the row is stored as.
+    func storedBytes() throws -> [UInt8]
+    /// The row as the ``RowCache`` keeps it; nil for row types it does not keep.
+    var cached: CachedRow? { get }
+    /// The row of this type a kept row is, if it is one.
+    init?(cached: CachedRow)
+}
+
+/// The protobuf rows (records, residual tasks, and the other rows no share action reads many
+/// times): deterministic protobuf, not kept by the row cache.
+extension StoredRow where Self: SwiftProtobuf.Message {
+    static func decodeStored(_ bytes: UnsafeRawBufferPointer, database: String) throws -> Self {
+        do {
+            return try Self(serializedBytes: Array(bytes.bindMemory(to: UInt8.self)))
+        } catch {
+            throw LedgerError(
+                .corruptedData, "a value in read model \(database) does not decode (\(error)); run `share-ledger rebuild`")
+        }
+    }
+
+    func storedBytes() throws -> [UInt8] {
+        var options = BinaryEncodingOptions()
+        options.useDeterministicOrdering = true
+        return try serializedBytes(options: options)
+    }
+
+    var cached: CachedRow? { nil }
+    init?(cached: CachedRow) { nil }
+}
+
+extension RecordState: StoredRow {}
+extension ResidualTaskState: StoredRow {}
+extension SharedZoneState: StoredRow {}
+extension VerificationState: StoredRow {}
+extension AccessEntryState: StoredRow {}
+extension AddressState: StoredRow {}
+extension WorkerTaskState: StoredRow {}
+
+/// A row the writer's ``RowCache`` keeps: one of the ``CompactRow`` types, held inline (no box).
+enum CachedRow: Sendable {
+    case share(ShareState)
+    case participant(ParticipantState)
+    case zone(ZoneState)
+    case user(UserState)
+}
+
 /// The hand-written, versioned layout of the read-model rows every share action reads or writes:
 /// `rm_shares`, `rm_participants`, `rm_zones` and `rm_users` (byte layouts in
 /// `docs/log-format.md`, "Compact rows").
 ///
 /// SwiftProtobuf decodes and encodes through generic visitors; these rows are read and written many
-/// times per action, so they are stored as a layout byte (`C1`) and their fields in a fixed order:
-/// strings and numbers as a LEB128 length or value, enums as their raw value, the share's change tag
-/// as 8 fixed bytes right after the layout byte (the metadata cache reads it without decoding the
-/// row). The in-memory types stay the generated messages.
+/// times per action, so they are plain structs (Rows.swift) stored as a layout byte (`C1`) and their
+/// fields in a fixed order: strings and numbers as a LEB128 length or value, enums as their raw
+/// value, the share's change tag as 8 fixed bytes right after the layout byte (the metadata cache
+/// reads it without decoding the row).
 ///
 /// Rows written by earlier releases are protobuf: a protobuf encoding of these messages never
 /// starts with a byte at or above `0x80` (every field number is below 16, so every tag is one byte
-/// under `0x80`), so the first byte tells the layouts apart, and both are read. A row is written in
-/// the compact layout the next time it changes; comparisons of read models (audit, rebuild, replica
-/// digests) compare rows by content (``ReadModels/logicalEntries(_:_:)``), so old rows match their
-/// rebuild without a migration.
-protocol CompactRow: SwiftProtobuf.Message {
+/// under `0x80`), so the first byte tells the layouts apart, and both are read (the protobuf ones
+/// through the generated messages, ``Legacy``). A row is written in the compact layout the next time
+/// it changes; comparisons of read models (audit, rebuild, replica digests) compare rows by content
+/// (``ReadModels/logicalEntries(_:_:)``), so old rows match their rebuild without a migration.
+protocol CompactRow: StoredRow, Equatable {
+    /// The generated message an earlier release stored this row as.
+    associatedtype Legacy: SwiftProtobuf.Message
+    /// The row an earlier release stored as `legacy`.
+    init(legacy: Legacy)
     /// Appends the row's fields after the layout byte.
     func writeCompact(_ writer: inout CompactWriter)
     /// Reads the row's fields after the layout byte.
@@ -49,6 +105,7 @@ let compactLayoutThree: UInt8 = 0xC3
 
 extension CompactRow {
     var compactLayout: UInt8 { compactLayoutOne }
+    func storedBytes() -> [UInt8] { compactBytes() }
     static func reads(layout: UInt8) -> Bool { layout == compactLayoutOne }
     mutating func readLaterFields(_ reader: inout CompactReader, layout: UInt8) throws(LedgerError) {}
 }
@@ -71,7 +128,8 @@ extension CompactRow {
         return writer.bytes
     }
 
-    /// Decodes a stored row in either layout; damaged bytes are ``LedgerError/Code/corruptedData``.
+    /// Decodes a stored row in either layout (compact, or protobuf from an earlier release); damaged
+    /// bytes are ``LedgerError/Code/corruptedData``.
     static func decodeStored(_ bytes: UnsafeRawBufferPointer, database: String) throws(LedgerError) -> Self {
         if let first = bytes.first, first >= 0x80 {
             guard Self.reads(layout: first) else {
@@ -87,7 +145,7 @@ extension CompactRow {
             return row
         }
         do {
-            return try Self(serializedBytes: Array(bytes))
+            return Self(legacy: try Legacy(serializedBytes: Array(bytes)))
         } catch {
             throw LedgerError(.corruptedData, "a row of \(database) does not decode (\(error)); run `share-ledger rebuild`")
         }
@@ -230,6 +288,12 @@ struct CompactReader {
 }
 
 extension ShareState: CompactRow {
+    var cached: CachedRow? { .share(self) }
+    init?(cached: CachedRow) {
+        guard case .share(let row) = cached else { return nil }
+        self = row
+    }
+
     func writeCompact(_ w: inout CompactWriter) {
         w.fixed64(changeTag)
         w.string(container)
@@ -297,6 +361,12 @@ extension ShareState: CompactRow {
 }
 
 extension ParticipantState: CompactRow {
+    var cached: CachedRow? { .participant(self) }
+    init?(cached: CachedRow) {
+        guard case .participant(let row) = cached else { return nil }
+        self = row
+    }
+
     func writeCompact(_ w: inout CompactWriter) {
         w.string(userRecordName)
         w.string(lookupInfo.emailAddress)
@@ -355,6 +425,12 @@ extension ParticipantState: CompactRow {
 }
 
 extension ZoneState: CompactRow {
+    var cached: CachedRow? { .zone(self) }
+    init?(cached: CachedRow) {
+        guard case .zone(let row) = cached else { return nil }
+        self = row
+    }
+
     func writeCompact(_ w: inout CompactWriter) {
         w.varint(zoneID)
         w.varint(UInt64(capabilities))
@@ -376,6 +452,12 @@ extension ZoneState: CompactRow {
 }
 
 extension UserState: CompactRow {
+    var cached: CachedRow? { .user(self) }
+    init?(cached: CachedRow) {
+        guard case .user(let row) = cached else { return nil }
+        self = row
+    }
+
     func writeCompact(_ w: inout CompactWriter) {
         w.string(emailAddress)
         w.string(phoneNumber)

@@ -65,7 +65,7 @@ extension ReadModels {
                 return (id, kept)
             }
             let state = try entry.value.withUnsafeBytes { try ParticipantState.decodeStored($0, database: participants.name) }
-            rowCache?.keep(participants, prefix + entry.suffix, state)
+            rowCache?.keep(participants, prefix + entry.suffix, state.cached)
             return (id, state)
         }
     }
@@ -147,7 +147,7 @@ extension ReadModels {
         -> [(user: String, state: AccessEntryState)]
     {
         try scan(txn, access, prefix: Array(token.utf8) + [kind.rawValue]).map { entry in
-            let state = try entry.value.withUnsafeBytes { try ReadModels.decodeRow(AccessEntryState.self, $0, database: access.name) }
+            let state = try entry.value.withUnsafeBytes { try AccessEntryState.decodeStored($0, database: access.name) }
             return (String(decoding: entry.suffix, as: UTF8.self), state)
         }
     }

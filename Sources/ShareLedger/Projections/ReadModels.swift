@@ -4,11 +4,7 @@ import LMDB
 import SwiftProtobuf
 
 typealias PB = Shareledger_Events_V1_FieldValue
-typealias UserState = Shareledger_Readmodels_V1_UserState
-typealias ZoneState = Shareledger_Readmodels_V1_ZoneState
 typealias RecordState = Shareledger_Readmodels_V1_RecordState
-typealias ShareState = Shareledger_Readmodels_V1_ShareState
-typealias ParticipantState = Shareledger_Readmodels_V1_ParticipantState
 typealias ResidualTaskState = Shareledger_Readmodels_V1_ResidualTask
 typealias SharedZoneState = Shareledger_Readmodels_V1_SharedZoneState
 typealias VerificationState = Shareledger_Readmodels_V1_VerificationState
@@ -280,52 +276,31 @@ struct ReadModels: Sendable {
 
     static func isStorable(_ key: [UInt8]) -> Bool { !key.isEmpty && key.count <= maxKeyBytes }
 
-    func message<M: SwiftProtobuf.Message>(
+    func message<M: StoredRow>(
         _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8]
     ) throws -> M? {
         guard ReadModels.isStorable(key) else { return nil }
         if let rowCache, RowCache.keeps(db) {
             if let kept = rowCache.row(M.self, db, key) { return kept }
             let row = try decode(M.self, txn, db, key)
-            rowCache.keep(db, key, row)
+            rowCache.keep(db, key, row?.cached)
             return row
         }
         return try decode(M.self, txn, db, key)
     }
 
     /// The row of `key` in `db`, decoded from its stored bytes.
-    private func decode<M: SwiftProtobuf.Message>(
+    private func decode<M: StoredRow>(
         _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8]
     ) throws -> M? {
         try key.withUnsafeBytes { k in
-            try txn.withValue(db, key: k) { raw in try ReadModels.decodeRow(M.self, raw, database: db.name) }
+            try txn.withValue(db, key: k) { raw in try M.decodeStored(raw, database: db.name) }
         }
     }
 
-    /// A stored row: the compact layout (``CompactRow``) or protobuf, whichever the bytes are.
-    static func decodeRow<M: SwiftProtobuf.Message>(_ type: M.Type, _ raw: UnsafeRawBufferPointer, database: String) throws -> M {
-        if let compact = M.self as? any CompactRow.Type {
-            return try compact.decodeStored(raw, database: database) as! M
-        }
-        do {
-            return try M(serializedBytes: Array(raw.bindMemory(to: UInt8.self)))
-        } catch {
-            throw LedgerError(
-                .corruptedData, "a value in read model \(database) does not decode (\(error)); run `share-ledger rebuild`")
-        }
-    }
-
-    /// The bytes a row is stored as: the compact layout for a ``CompactRow``, else deterministic protobuf.
-    static func encodeRow(_ message: some SwiftProtobuf.Message) throws -> [UInt8] {
-        if let compact = message as? any CompactRow { return compact.compactBytes() }
-        var options = BinaryEncodingOptions()
-        options.useDeterministicOrdering = true
-        return try message.serializedBytes(options: options)
-    }
-
-    func put(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8], _ message: some SwiftProtobuf.Message) throws {
-        try txn.put(db, key: key, value: try ReadModels.encodeRow(message))
-        if let rowCache, RowCache.keeps(db) { rowCache.keep(db, key, message) }
+    func put<M: StoredRow>(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8], _ row: M) throws {
+        try txn.put(db, key: key, value: try row.storedBytes())
+        if let rowCache, RowCache.keeps(db) { rowCache.keep(db, key, row.cached) }
     }
 
     /// Deletes the row of `key` in `db` (and forgets it in the ``rowCache``); returns whether there was one.

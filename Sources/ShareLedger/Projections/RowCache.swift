@@ -1,6 +1,5 @@
 import EventLog
 import LMDB
-import SwiftProtobuf
 
 /// Decoded read-model rows kept between reads, so a hot share, participant, zone or user is not
 /// decoded again for every action that reads it (``ReadModels/message(_:_:_:_:)``).
@@ -42,7 +41,7 @@ final class RowCache: @unchecked Sendable {
     /// A row, or the knowledge that there is none.
     private enum Row {
         case absent
-        case present(any SwiftProtobuf.Message)
+        case present(CachedRow)
     }
 
     let capacity: Int
@@ -98,21 +97,21 @@ final class RowCache: @unchecked Sendable {
     }
 
     /// The kept row of `key` in `db`: `.some(nil)` when it is known to be absent, `nil` when unknown.
-    func row<M: SwiftProtobuf.Message>(_ type: M.Type, _ db: Database, _ key: [UInt8]) -> M?? {
+    func row<M: StoredRow>(_ type: M.Type, _ db: Database, _ key: [UInt8]) -> M?? {
         guard let row = rows[Key(db: db.name, key: key)] else { return nil }
         switch row {
         case .absent:
             hits += 1
             return .some(nil)
-        case .present(let message):
-            guard let typed = message as? M else { return nil }
+        case .present(let row):
+            guard let typed = M(cached: row) else { return nil }
             hits += 1
             return .some(typed)
         }
     }
 
     /// Keeps `row` (nil: there is none) as the row of `key` in `db` in the open transaction.
-    func keep(_ db: Database, _ key: [UInt8], _ row: (any SwiftProtobuf.Message)?) {
+    func keep(_ db: Database, _ key: [UInt8], _ row: CachedRow?) {
         if rows.count >= capacity {
             // Start over. Every row this transaction kept goes too, so the undo list has nothing
             // left to take back: what it keeps from here on is undone key by key (to "unknown").
