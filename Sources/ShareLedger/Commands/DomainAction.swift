@@ -90,8 +90,9 @@ enum StepOutput: Sendable {
 /// after the commit (``Presenter/present(_:container:viewer:_:)``, in the caller's own read
 /// transaction, not on the writer thread: the writer's time goes to deciding and applying only).
 enum StepAnswer: Sendable {
-    /// The answer itself (no row to read).
-    case output(StepOutput)
+    /// The answer itself (no row to read). Indirect: a `StepOutput` is over a kilobyte inline (share
+    /// metadata), and every answer is moved through the writer's results; the other cases are small.
+    indirect case output(StepOutput)
     /// The identity of a user of the command's container.
     case user(name: String)
     /// A zone of the command's container.

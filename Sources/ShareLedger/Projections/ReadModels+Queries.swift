@@ -15,7 +15,7 @@ extension ReadModels {
     func userExists(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, _ name: String) throws -> Bool {
         let key = ReadModels.userKey(container, name)
         guard ReadModels.isStorable(key) else { return false }
-        if let rowCache, let kept = rowCache.row(UserState.self, users, key) { return kept != nil }
+        if let rowCache, let known = rowCache.knows(users, key) { return known }
         return try key.withUnsafeBytes { k in try txn.withValue(users, key: k) { _ in true } } ?? false
     }
 

@@ -18,7 +18,12 @@ typealias AddressState = Shareledger_Readmodels_V1_AddressState
 /// (``CompactRow``: shares, participants, zones, users) and protobuf messages
 /// (`Protos/shareledger/readmodels/v1`, serialized deterministically) for the others, so a rebuild
 /// from the log reproduces them byte for byte.
-struct ReadModels: Sendable {
+///
+/// A class, not a struct: the decider, the projector and the presenter each hold the read models,
+/// and a decision builds them per command; copying two dozen ``Database`` values (each with its
+/// name) per command showed in the writer's profile, a reference is one retain. Immutable: the
+/// variants (``keepingRows(in:)``, ``sealing(with:)``, ``notSealingNewEvents()``) are new instances.
+final class ReadModels: Sendable {
     /// container ‖ 0 ‖ user record name → UserState.
     let users: Database
     /// container ‖ 0 ‖ `e` or `p` ‖ normalized email or phone → user record name.
@@ -73,36 +78,33 @@ struct ReadModels: Sendable {
     let workerState: Database
 
     /// Decoded rows kept between reads (``RowCache``): the writer's, or a replay's; nil for readers.
-    private(set) var rowCache: RowCache?
+    let rowCache: RowCache?
 
     /// The key store of the ledger (crypto-shredding): seals personal fields of new events, opens
     /// them for answers, and hashes emails and phones for lookups. Nil for stores that are not a
     /// ledger opened in this process (in-memory domains, scratch copies before ``sealing(with:)``):
     /// events are then written and projected with plaintext personal fields, as before.
-    private(set) var vault: PersonalDataVault?
+    let vault: PersonalDataVault?
 
     /// Whether new events' personal fields are sealed (``ShareLedger/Configuration/sealsPersonalData``).
-    private(set) var sealsNewEvents = true
+    let sealsNewEvents: Bool
+
+    /// The databases by name, for the variants below.
+    private let byName: [String: Database]
 
     /// These read models, not sealing new events (sealed ones are still opened).
     func notSealingNewEvents() -> ReadModels {
-        var models = self
-        models.sealsNewEvents = false
-        return models
+        ReadModels(byName: byName, rowCache: rowCache, vault: vault, sealsNewEvents: false)
     }
 
     /// These read models, with `vault` as their key store.
     func sealing(with vault: PersonalDataVault?) -> ReadModels {
-        var models = self
-        models.vault = vault
-        return models
+        ReadModels(byName: byName, rowCache: rowCache, vault: vault, sealsNewEvents: sealsNewEvents)
     }
 
     /// These read models, keeping decoded rows in `cache`.
     func keepingRows(in cache: RowCache) -> ReadModels {
-        var models = self
-        models.rowCache = cache
-        return models
+        ReadModels(byName: byName, rowCache: cache, vault: vault, sealsNewEvents: sealsNewEvents)
     }
 
     /// The databases the sharing layer adds to the log's environment (``EventLog/Configuration/databases``).
@@ -135,16 +137,22 @@ struct ReadModels: Sendable {
     ]
 
     /// The read models of a log opened with ``specs`` among its databases.
-    init(_ store: LogStore) {
-        self.init(byName: store.extensionDatabases)
-        vault = PersonalDataVault.registered(at: store.environment.options.path)
+    convenience init(_ store: LogStore) {
+        self.init(
+            byName: store.extensionDatabases, rowCache: nil,
+            vault: PersonalDataVault.registered(at: store.environment.options.path), sealsNewEvents: true)
     }
 
     /// The read models' tables in a store that is not LMDB (``InMemoryReadModelStore``).
     static let unattached = ReadModels(
-        byName: Dictionary(uniqueKeysWithValues: specs.map { ($0.name, Database.unattached(name: $0.name, flags: $0.flags)) }))
+        byName: Dictionary(uniqueKeysWithValues: specs.map { ($0.name, Database.unattached(name: $0.name, flags: $0.flags)) }),
+        rowCache: nil, vault: nil, sealsNewEvents: true)
 
-    private init(byName: [String: Database]) {
+    private init(byName: [String: Database], rowCache: RowCache?, vault: PersonalDataVault?, sealsNewEvents: Bool) {
+        self.byName = byName
+        self.rowCache = rowCache
+        self.vault = vault
+        self.sealsNewEvents = sealsNewEvents
         precondition(ReadModels.specs.allSatisfy { byName[$0.name] != nil }, "the log was opened without the read models' databases")
         users = byName["rm_users"]!
         userLookup = byName["rm_user_lookup"]!

@@ -110,6 +110,15 @@ final class RowCache: @unchecked Sendable {
         }
     }
 
+    /// Whether a row of `key` in `db` is kept as present (true) or known absent (false); nil when
+    /// unknown. Copies no row: for decisions that only need to know that a user exists.
+    func knows(_ db: Database, _ key: [UInt8]) -> Bool? {
+        guard let row = rows[Key(db: db.name, key: key)] else { return nil }
+        hits += 1
+        if case .absent = row { return false }
+        return true
+    }
+
     /// Keeps `row` (nil: there is none) as the row of `key` in `db` in the open transaction.
     func keep(_ db: Database, _ key: [UInt8], _ row: CachedRow?) {
         if rows.count >= capacity {
