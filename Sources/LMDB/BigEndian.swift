@@ -2,6 +2,7 @@
 /// (memcmp) comparison sorts them correctly and `MDB_APPEND` works.
 package enum BigEndian {
     /// Calls `body` with the 8 big-endian bytes of `value`.
+    @inlinable
     @inline(__always)
     package static func withBytes<R>(of value: UInt64, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         var be = value.bigEndian
@@ -9,12 +10,14 @@ package enum BigEndian {
     }
 
     /// The 8 big-endian bytes of `value`.
+    @inlinable
     @inline(__always)
     package static func bytes(of value: UInt64) -> [UInt8] {
         withBytes(of: value) { Array($0) }
     }
 
     /// The 4 big-endian bytes of `value`.
+    @inlinable
     @inline(__always)
     package static func bytes(of value: UInt32) -> [UInt8] {
         var be = value.bigEndian
@@ -22,6 +25,7 @@ package enum BigEndian {
     }
 
     /// Reads a big-endian `UInt64` at `offset`; `nil` when fewer than 8 bytes remain.
+    @inlinable
     @inline(__always)
     package static func uint64(_ buffer: UnsafeRawBufferPointer, at offset: Int = 0) -> UInt64? {
         guard offset >= 0, buffer.count - offset >= 8 else { return nil }
@@ -29,6 +33,7 @@ package enum BigEndian {
     }
 
     /// Reads a big-endian `UInt32` at `offset`; `nil` when fewer than 4 bytes remain.
+    @inlinable
     @inline(__always)
     package static func uint32(_ buffer: UnsafeRawBufferPointer, at offset: Int = 0) -> UInt32? {
         guard offset >= 0, buffer.count - offset >= 4 else { return nil }

@@ -15,7 +15,7 @@ package struct DatabaseFlags: OptionSet, Sendable, Hashable {
 package struct Database: Sendable, Hashable {
     /// The database's name in the environment.
     package let name: String
-    let dbi: MDB_dbi
+    @usableFromInline let dbi: MDB_dbi
     /// The flags it was opened with.
     package let flags: DatabaseFlags
     /// Whether it lives in the environment's companion (``Environment/attachCompanion(_:)``), not in

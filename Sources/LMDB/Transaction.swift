@@ -17,10 +17,10 @@ final class TransactionState {
 /// escaping closure, so it cannot outlive its closure. Buffers it hands out point into the memory
 /// map and are valid only until the closure returns: decode or copy them inside.
 package struct Transaction: ~Copyable {
-    let handle: OpaquePointer
+    @usableFromInline let handle: OpaquePointer
     /// The transaction in the companion environment (``Environment/attachCompanion(_:)``): the
     /// handle of databases with ``Database/inCompanion``. The same as `handle` when there is none.
-    let companion: OpaquePointer
+    @usableFromInline let companion: OpaquePointer
     /// Whether puts and deletes are allowed.
     package let isWritable: Bool
     let state: TransactionState
@@ -41,6 +41,7 @@ package struct Transaction: ~Copyable {
     }
 
     /// The LMDB transaction that holds `db`.
+    @inlinable
     @inline(__always)
     func handle(for db: Database) -> OpaquePointer { db.inCompanion ? companion : handle }
 
@@ -53,7 +54,7 @@ package struct Transaction: ~Copyable {
     /// and it is their changes that readers and caches follow.
     package var id: UInt64 { UInt64(mdb_txn_id(companion)) }
 
-    @inline(__always)
+    @usableFromInline
     func fail(_ rc: Int32, _ operation: String, _ db: Database? = nil) -> LMDBError {
         state.record(LMDBError(returnCode: rc, operation: operation, path: db?.inCompanion == true ? companionPath : path))
     }
@@ -62,6 +63,7 @@ package struct Transaction: ~Copyable {
 
     /// Calls `body` with the value stored under `key`, or returns `nil` when there is none.
     /// The buffer is valid only inside `body`.
+    @inlinable
     @inline(__always)
     package func withValue<R>(
         _ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R
@@ -75,6 +77,7 @@ package struct Transaction: ~Copyable {
     }
 
     /// The value stored under `key`, copied; `nil` when there is none.
+    @inlinable
     package func get(_ db: Database, key: some Collection<UInt8>) throws -> [UInt8]? {
         try withBytes(key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
     }
@@ -107,34 +110,46 @@ package struct Transaction: ~Copyable {
     }
 
     /// Stores `value` under `key`.
+    @inlinable
     package func put(
         _ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: PutFlags = PutFlags(rawValue: 0)
     ) throws {
+        // Inlinable (as are `delete` and `get` below): specialized where it is called, an array's
+        // bytes are taken directly; called generically across the module boundary, every put went
+        // through the witness tables of `Collection` (about 4 % of the writer's and the replay's
+        // samples).
         try withBytes(key) { k in try withBytes(value) { v in try put(db, key: k, value: v, flags: flags) } }
     }
 
     /// Deletes `key` (for dupsort databases: every value, or only `value` when given).
     /// Returns whether anything was deleted.
     @discardableResult
+    @inlinable
     package func delete(_ db: Database, key: some Collection<UInt8>, value: (some Collection<UInt8>)? = [UInt8]?.none)
         throws -> Bool
     {
-        precondition(isWritable, "delete in a read-only transaction")
-        return try withBytes(key) { k in
-            var kv = MDB_val(buffer: k)
-            let rc: Int32
-            if let value {
-                rc = withBytes(value) { v in
-                    var vv = MDB_val(buffer: v)
-                    return mdb_del(handle(for: db), db.dbi, &kv, &vv)
-                }
-            } else {
-                rc = mdb_del(handle(for: db), db.dbi, &kv, nil)
-            }
-            if rc == MDB_NOTFOUND { return false }
-            guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_del(\(db.name))", db) }
-            return true
+        try withBytes(key) { k in
+            if let value { return try withBytes(value) { v in try delete(db, key: k, value: v) } }
+            return try delete(db, key: k, value: nil)
         }
+    }
+
+    /// Deletes `key` (for dupsort databases: every value, or only `value` when given), from buffers.
+    /// Returns whether anything was deleted.
+    @discardableResult
+    package func delete(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) throws -> Bool {
+        precondition(isWritable, "delete in a read-only transaction")
+        var kv = MDB_val(buffer: key)
+        let rc: Int32
+        if let value {
+            var vv = MDB_val(buffer: value)
+            rc = mdb_del(handle(for: db), db.dbi, &kv, &vv)
+        } else {
+            rc = mdb_del(handle(for: db), db.dbi, &kv, nil)
+        }
+        if rc == MDB_NOTFOUND { return false }
+        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_del(\(db.name))", db) }
+        return true
     }
 
     /// Deletes `db` itself from the environment (`mdb_drop` with `del` 1); its handle is closed.
@@ -229,6 +244,7 @@ package struct Transaction: ~Copyable {
 }
 
 /// Calls `body` with the bytes of `collection`, without a copy when they are contiguous.
+@inlinable
 @inline(__always)
 package func withBytes<R>(_ collection: some Collection<UInt8>, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows
     -> R
@@ -240,11 +256,13 @@ package func withBytes<R>(_ collection: some Collection<UInt8>, _ body: (UnsafeR
 }
 
 extension MDB_val {
+    @inlinable
     @inline(__always)
     init(buffer: UnsafeRawBufferPointer) {
         self.init(mv_size: buffer.count, mv_data: UnsafeMutableRawPointer(mutating: buffer.baseAddress))
     }
 
+    @inlinable
     @inline(__always)
     var buffer: UnsafeRawBufferPointer {
         UnsafeRawBufferPointer(start: mv_data, count: mv_size)

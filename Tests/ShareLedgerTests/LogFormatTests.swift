@@ -73,6 +73,26 @@ struct LogFormatTests {
 
 @Suite("Envelope encoder")
 struct EnvelopeEncoderTests {
+    @Test("text fields are accepted exactly when the standard library's validation accepts them")
+    func validatedTextMatchesStandardLibrary() {
+        var random = SplitMix64(state: 0x7E_57)
+        let pieces: [[UInt8]] = [
+            Array("a".utf8), Array("Z9_.-".utf8), Array("é".utf8), Array("€".utf8), Array("😀".utf8),
+            [0x80], [0xC3], [0xE2, 0x82], [0xF0, 0x9F, 0x98], [0xFF], [0xC0, 0x80], [0xED, 0xA0, 0x80], [0],
+        ]
+        for round in 0..<5_000 {
+            var bytes: [UInt8] = []
+            // Mostly ASCII runs (past the eight-byte steps), with a piece of anything at a random place.
+            for _ in 0..<Int.random(in: 0...12, using: &random) {
+                bytes += round % 3 == 0
+                    ? pieces.randomElement(using: &random)!
+                    : Array(repeating: UInt8.random(in: 0x20...0x7E, using: &random), count: Int.random(in: 0...9, using: &random))
+            }
+            let expected = bytes.withUnsafeBytes { String(validating: $0, as: UTF8.self) }
+            #expect(bytes.withUnsafeBytes { EnvelopeCodec.validatedText($0) } == expected, "\(bytes)")
+        }
+    }
+
     @Test("the hand-written encoder writes exactly what SwiftProtobuf writes", arguments: 0..<200)
     func matchesSwiftProtobuf(seed: Int) throws {
         var random = SplitMix64(state: UInt64(seed) &* 0x9E37_79B9 &+ 1)

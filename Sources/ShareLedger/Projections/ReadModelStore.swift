@@ -13,11 +13,16 @@ protocol ReadModelStore: ~Copyable {
     func withValue<R>(_ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R) throws
         -> R?
     /// Stores `value` under `key` (for a database with sorted duplicates: adds it to the key's values).
-    func put(_ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: PutFlags) throws
+    ///
+    /// (The requirements take buffers, not collections: a generic requirement's witness is generic
+    /// code in the LMDB module, which the sharing layer's specialized callers could not specialize,
+    /// so every put and delete went through `Collection`'s witness tables. The collection forms are
+    /// the extension below, specialized where they are called.)
+    func put(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags) throws
     /// Deletes `key` (with sorted duplicates: every value, or only `value` when given); returns
     /// whether anything was deleted.
     @discardableResult
-    func delete(_ db: Database, key: some Collection<UInt8>, value: (some Collection<UInt8>)?) throws -> Bool
+    func delete(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) throws -> Bool
     /// Visits the entries of `db` in key order (sorted duplicates each as an entry of their own) from
     /// the first key at or after `start` (the first key when `nil`) while `body` returns true.
     func visit(
@@ -35,14 +40,20 @@ protocol ReadModelStore: ~Copyable {
 
 extension ReadModelStore where Self: ~Copyable {
     /// Stores `value` under `key`.
-    func put(_ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>) throws {
-        try put(db, key: key, value: value, flags: PutFlags(rawValue: 0))
+    func put(_ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: PutFlags = PutFlags(rawValue: 0))
+        throws
+    {
+        try withBytes(key) { k in try withBytes(value) { v in try put(db, key: k, value: v, flags: flags) } }
     }
 
-    /// Deletes `key` and all its values; returns whether anything was deleted.
+    /// Deletes `key` (with sorted duplicates: every value, or only `value` when given); returns
+    /// whether anything was deleted.
     @discardableResult
-    func delete(_ db: Database, key: some Collection<UInt8>) throws -> Bool {
-        try delete(db, key: key, value: [UInt8]?.none)
+    func delete(_ db: Database, key: some Collection<UInt8>, value: (some Collection<UInt8>)? = [UInt8]?.none) throws -> Bool {
+        try withBytes(key) { k in
+            if let value { return try withBytes(value) { v in try delete(db, key: k, value: v) } }
+            return try delete(db, key: k, value: nil)
+        }
     }
 
     /// The value stored under `key`, copied; `nil` when there is none.
@@ -121,7 +132,7 @@ final class InMemoryReadModelStore: ReadModelStore {
         return try table[index].value.withUnsafeBytes(body)
     }
 
-    func put(_ db: Database, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: PutFlags) throws {
+    func put(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags) throws {
         let key = Array(key)
         let value = Array(value)
         var table = tables[db.name] ?? []
@@ -143,7 +154,7 @@ final class InMemoryReadModelStore: ReadModelStore {
     }
 
     @discardableResult
-    func delete(_ db: Database, key: some Collection<UInt8>, value: (some Collection<UInt8>)?) throws -> Bool {
+    func delete(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) throws -> Bool {
         guard var table = tables[db.name] else { return false }
         let key = Array(key)
         let value = value.map { Array($0) }
