@@ -46,6 +46,26 @@ struct RowCacheTests {
         #expect(title(cache, "a") == .some("one"))
     }
 
+    @Test("a row the cache cannot hold makes its key unknown, not absent; an abort brings back what was kept")
+    func rowWithoutCachedForm() {
+        let cache = RowCache()
+        cache.begin(serial: 1, transactionID: 10)
+        cache.keep(shares, Array("a".utf8), share("one"))
+        cache.committed(notice(serial: 1, id: 10))
+        cache.begin(serial: 2, transactionID: 11)
+        var record = RecordState()
+        record.recordType = "Board"
+        cache.keep(shares, Array("a".utf8), row: record)
+        #expect(title(cache, "a") == nil)
+        #expect(cache.knows(shares, Array("a".utf8)) == nil)
+        cache.keep(shares, Array("b".utf8), row: ShareState?.none)
+        #expect(cache.knows(shares, Array("b".utf8)) == false)
+        // Serial 2 aborts: the share kept before it is known again.
+        cache.begin(serial: 3, transactionID: 11)
+        #expect(title(cache, "a") == .some("one"))
+        #expect(cache.knows(shares, Array("b".utf8)) == nil)
+    }
+
     @Test("a commit the cache did not see (another process, or work without it) empties it")
     func gapsAndMaintenance() {
         let cache = RowCache()

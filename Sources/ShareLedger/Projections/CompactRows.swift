@@ -2,8 +2,8 @@ import EventLog
 import Foundation
 import SwiftProtobuf
 
-/// A read-model row type: how its stored bytes decode and encode, and whether the writer's
-/// ``RowCache`` keeps rows of it. Statically dispatched: ``ReadModels/message(_:_:_:_:)`` and
+/// A read-model row type: how its stored bytes decode and encode, and the form the writer's
+/// ``RowCache`` holds it in (only ``CompactRow``s have one). Statically dispatched: ``ReadModels/message(_:_:_:_:)`` and
 /// ``ReadModels/put(_:_:_:_:)`` are specialized per row type, with no existential or dynamic cast.
 protocol StoredRow: Sendable {
     /// Decodes a stored row; damaged bytes are ``LedgerError/Code/corruptedData``.

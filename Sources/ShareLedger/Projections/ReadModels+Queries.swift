@@ -65,7 +65,7 @@ extension ReadModels {
                 return (id, kept)
             }
             let state = try entry.value.withUnsafeBytes { try ParticipantState.decodeStored($0, database: participants.name) }
-            rowCache?.keep(participants, prefix + entry.suffix, state.cached)
+            rowCache?.keep(participants, prefix + entry.suffix, row: state)
             return (id, state)
         }
     }

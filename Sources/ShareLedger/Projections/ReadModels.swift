@@ -291,7 +291,7 @@ final class ReadModels: Sendable {
         if let rowCache, RowCache.keeps(db) {
             if let kept = rowCache.row(M.self, db, key) { return kept }
             let row = try decode(M.self, txn, db, key)
-            rowCache.keep(db, key, row?.cached)
+            rowCache.keep(db, key, row: row)
             return row
         }
         return try decode(M.self, txn, db, key)
@@ -308,7 +308,7 @@ final class ReadModels: Sendable {
 
     func put<M: StoredRow>(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8], _ row: M) throws {
         try txn.put(db, key: key, value: try row.storedBytes())
-        if let rowCache, RowCache.keeps(db) { rowCache.keep(db, key, row.cached) }
+        if let rowCache, RowCache.keeps(db) { rowCache.keep(db, key, row: row) }
     }
 
     /// Deletes the row of `key` in `db` (and forgets it in the ``rowCache``); returns whether there was one.

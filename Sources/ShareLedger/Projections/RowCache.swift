@@ -119,6 +119,22 @@ final class RowCache: @unchecked Sendable {
         return true
     }
 
+    /// Keeps `row` (nil: there is none) as the row of `key` in `db` in the open transaction. A row of
+    /// a type the cache cannot hold (no ``StoredRow/cached`` form: a protobuf row) makes the key
+    /// unknown instead, so that no later read of it is answered from what was kept before.
+    func keep<M: StoredRow>(_ db: Database, _ key: [UInt8], row: M?) {
+        switch (row, row?.cached) {
+        case (.some, nil): forget(db, key)
+        case (_, let cached): keep(db, key, cached)
+        }
+    }
+
+    /// Makes `key` in `db` unknown in the open transaction (undone with it).
+    private func forget(_ db: Database, _ key: [UInt8]) {
+        let cacheKey = Key(db: db.name, key: key)
+        if let before = rows.removeValue(forKey: cacheKey) { undo.append((cacheKey, before)) }
+    }
+
     /// Keeps `row` (nil: there is none) as the row of `key` in `db` in the open transaction.
     func keep(_ db: Database, _ key: [UInt8], _ row: CachedRow?) {
         if rows.count >= capacity {
