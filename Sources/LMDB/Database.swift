@@ -12,22 +12,38 @@ package struct DatabaseFlags: OptionSet, Sendable, Hashable {
 }
 
 /// A handle on a named database, valid for the life of its ``Environment``.
+///
+/// A handle may have a twin (``Environment/openTwins(of:create:)``): a second database of the same
+/// flags, `name` with ``twinSuffix``. A transaction that began with the environment's switch set
+/// (``Environment/setSwitch(_:key:twinsOpened:)``) reads and writes the twin through this handle; every other
+/// transaction the database itself. So a second copy of a set of databases can be filled beside the
+/// one in use and put in its place by one committed write of the switch, without any reader seeing
+/// a mix. ``Transaction/pinned(_:twin:)`` names one of the two regardless of the switch.
 package struct Database: Sendable, Hashable {
     /// The database's name in the environment.
     package let name: String
     @usableFromInline let dbi: MDB_dbi
+    /// The twin's handle; `dbi` when the database has no twin.
+    @usableFromInline let twinDBI: MDB_dbi
     /// The flags it was opened with.
     package let flags: DatabaseFlags
     /// Whether it lives in the environment's companion (``Environment/attachCompanion(_:)``), not in
     /// the environment itself.
     package let inCompanion: Bool
 
-    init(name: String, dbi: MDB_dbi, flags: DatabaseFlags, inCompanion: Bool = false) {
+    /// What a twin's name adds to its database's name.
+    package static let twinSuffix = "~b"
+
+    init(name: String, dbi: MDB_dbi, twinDBI: MDB_dbi? = nil, flags: DatabaseFlags, inCompanion: Bool = false) {
         self.name = name
         self.dbi = dbi
+        self.twinDBI = twinDBI ?? dbi
         self.flags = flags
         self.inCompanion = inCompanion
     }
+
+    /// Whether the database has a twin (``Environment/openTwins(of:create:)``).
+    package var hasTwin: Bool { twinDBI != dbi }
 
     /// A handle that names a table of a store that is not LMDB (an in-memory stand-in). LMDB
     /// refuses it (`EINVAL`): it belongs to no environment.

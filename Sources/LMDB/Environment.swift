@@ -85,6 +85,8 @@ package final class Environment: @unchecked Sendable {
     private let companionAllocated = Mutex<Int>(0)
     private var closed = false
     private let databasesBox = Mutex<[String: Database]>([:])
+    /// Where the switch of the twins is (``setSwitch(_:key:twinsOpened:)``); nil when there is none.
+    private let switchLocation = Mutex<(Database, [UInt8], Bool)?>(nil)
     /// Stale reader slots cleared by `mdb_reader_check` when the environment was opened.
     package let staleReadersCleared: Int
 
@@ -229,17 +231,48 @@ package final class Environment: @unchecked Sendable {
         _ specs: [(name: String, flags: DatabaseFlags)], create: Bool = true, inCompanion: Bool = false
     ) throws(LMDBError) -> [Database] {
         precondition(!inCompanion || companionEnv != nil, "no companion environment is attached")
+        let handles = try handles(
+            specs.map { ($0.name, $0.flags, inCompanion) }, create: create, missingAllowed: false, operation: "openDatabases")
+        return zip(specs, handles).map { spec, dbi in
+            Database(name: spec.name, dbi: dbi!, flags: spec.flags, inCompanion: inCompanion)
+        }
+    }
+
+    /// `databases` with twins (``Database``): for each, the database of the same flags named with
+    /// ``Database/twinSuffix``, in the same environment, opened (created where missing, unless
+    /// read-only or `create` is false). A database whose twin is missing and cannot be created is
+    /// returned as it is, without one.
+    package func openTwins(of databases: [Database], create: Bool = true) throws(LMDBError) -> [Database] {
+        let handles = try handles(
+            databases.map { ($0.name + Database.twinSuffix, $0.flags, $0.inCompanion) }, create: create,
+            missingAllowed: true, operation: "openTwins")
+        return zip(databases, handles).map { db, twin in
+            guard let twin else { return db }
+            return Database(name: db.name, dbi: db.dbi, twinDBI: twin, flags: db.flags, inCompanion: db.inCompanion)
+        }
+    }
+
+    /// Opens the named databases in one transaction (creating them where missing, unless read-only
+    /// or not `create`); nil for one missing that may be (`missingAllowed`, not created).
+    private func handles(
+        _ requests: [(name: String, flags: DatabaseFlags, inCompanion: Bool)], create: Bool, missingAllowed: Bool,
+        operation: String
+    ) throws(LMDBError) -> [MDB_dbi?] {
         let readOnly = options.readOnly || !create
-        let path = inCompanion ? companionOptions?.path ?? options.path : options.path
-        let body = { (txn: borrowing Transaction) throws -> [Database] in
-            var opened: [Database] = []
-            for spec in specs {
+        let paths = (main: options.path, companion: companionOptions?.path ?? options.path)
+        let body = { (txn: borrowing Transaction) throws -> [MDB_dbi?] in
+            var opened: [MDB_dbi?] = []
+            for request in requests {
                 var dbi: MDB_dbi = 0
-                var flags = spec.flags.rawValue
+                var flags = request.flags.rawValue
                 if !readOnly { flags |= UInt32(MDB_CREATE) }
-                let handle = inCompanion ? txn.companion : txn.handle
-                try check(mdb_dbi_open(handle, spec.name, flags, &dbi), "mdb_dbi_open(\(spec.name))", path: path)
-                opened.append(Database(name: spec.name, dbi: dbi, flags: spec.flags, inCompanion: inCompanion))
+                let rc = mdb_dbi_open(request.inCompanion ? txn.companion : txn.handle, request.name, flags, &dbi)
+                if rc == MDB_NOTFOUND && readOnly && missingAllowed {
+                    opened.append(nil)
+                    continue
+                }
+                try check(rc, "mdb_dbi_open(\(request.name))", path: request.inCompanion ? paths.companion : paths.main)
+                opened.append(dbi)
             }
             return opened
         }
@@ -249,8 +282,37 @@ package final class Environment: @unchecked Sendable {
         } catch let error as LMDBError {
             throw error
         } catch {
-            throw LMDBError(code: .unknown, operation: "openDatabases", path: options.path, message: "\(error)")
+            throw LMDBError(code: .unknown, operation: operation, path: options.path, message: "\(error)")
         }
+    }
+
+    /// Where the switch of the twins is (``Database``): the one-byte value 1 under `key` in `db`
+    /// makes every transaction that begins after its commit use the twins; any other value, or
+    /// none, the databases themselves. Set once, before the environment is shared with another
+    /// thread. Each transaction then reads it once, as it begins. Without `twinsOpened` (a
+    /// read-only process that found no twins), a transaction that begins with the switch set fails
+    /// with ``LMDBError/Code/incompatible`` rather than read databases no longer in use.
+    package func setSwitch(_ db: Database, key: [UInt8], twinsOpened: Bool = true) {
+        switchLocation.withLock { $0 = (db, key, twinsOpened) }
+    }
+
+    /// Whether the switch (``setSwitch(_:key:twinsOpened:)``) is set in `txn`'s snapshot.
+    private func switchIsSet(_ txn: OpaquePointer, companion: OpaquePointer?) throws(LMDBError) -> Bool {
+        guard let (db, key, twinsOpened) = switchLocation.withLock({ $0 }) else { return false }
+        var value = MDB_val()
+        let rc = key.withUnsafeBytes { bytes in
+            var k = MDB_val(buffer: bytes)
+            return mdb_get(db.inCompanion ? companion ?? txn : txn, db.dbi, &k, &value)
+        }
+        if rc == MDB_NOTFOUND { return false }
+        try check(rc, "mdb_get(\(db.name), switch)", path: db.inCompanion ? companionOptions?.path ?? options.path : options.path)
+        let set = value.mv_size == 1 && value.mv_data.load(as: UInt8.self) == 1
+        if set && !twinsOpened {
+            throw LMDBError(
+                code: .incompatible, operation: "mdb_txn_begin", path: options.path,
+                message: "its databases were switched to their second copies, which did not exist when it was opened; open it again")
+        }
+        return set
     }
 
     /// The names of the named databases in the environment (the keys of the unnamed main database).
@@ -354,10 +416,11 @@ package final class Environment: @unchecked Sendable {
                 }
                 let result: R
                 do {
+                    let usesTwins = try switchIsSet(txn, companion: companionTxn)
                     result = try body(
                         Transaction(
                             txn: txn, companion: companionTxn, isWritable: writable, state: state, path: options.path,
-                            companionPath: companionOptions?.path))
+                            companionPath: companionOptions?.path, usesTwins: usesTwins))
                 } catch {
                     abortAll()
                     // The first LMDB error recorded inside the transaction wins over what the body made of it.

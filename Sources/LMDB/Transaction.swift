@@ -27,10 +27,13 @@ package struct Transaction: ~Copyable {
     let path: String
     /// The companion environment's directory (errors there name it); `path` when there is none.
     let companionPath: String
+    /// Whether the environment's switch was set when the transaction began
+    /// (``Environment/setSwitch(_:key:twinsOpened:)``): databases with a twin are read and written there.
+    package let usesTwins: Bool
 
     init(
         txn: OpaquePointer, companion: OpaquePointer? = nil, isWritable: Bool, state: TransactionState, path: String,
-        companionPath: String? = nil
+        companionPath: String? = nil, usesTwins: Bool = false
     ) {
         self.handle = txn
         self.companion = companion ?? txn
@@ -38,12 +41,31 @@ package struct Transaction: ~Copyable {
         self.state = state
         self.path = path
         self.companionPath = companionPath ?? path
+        self.usesTwins = usesTwins
     }
 
     /// The LMDB transaction that holds `db`.
     @inlinable
     @inline(__always)
     func handle(for db: Database) -> OpaquePointer { db.inCompanion ? companion : handle }
+
+    /// The handle of `db` in this transaction: its twin's when the transaction uses twins.
+    @inlinable
+    @inline(__always)
+    func dbi(_ db: Database) -> MDB_dbi { usesTwins ? db.twinDBI : db.dbi }
+
+    /// `db` itself (`twin` false) or its twin (`twin` true), whatever the switch: a handle without a
+    /// twin that names that one database. `db` must have a twin.
+    package func pinned(_ db: Database, twin: Bool) -> Database {
+        precondition(db.hasTwin, "\(db.name) has no twin")
+        let dbi = twin ? db.twinDBI : db.dbi
+        return Database(
+            name: twin ? db.name + Database.twinSuffix : db.name, dbi: dbi, flags: db.flags, inCompanion: db.inCompanion)
+    }
+
+    /// The copy of `db` this transaction does not use: its twin, or, in a transaction that uses
+    /// twins, the database itself (``pinned(_:twin:)``).
+    package func unused(_ db: Database) -> Database { pinned(db, twin: !usesTwins) }
 
     /// Whether the transaction spans an environment and its companion.
     package var spansCompanion: Bool { companion != handle }
@@ -70,7 +92,7 @@ package struct Transaction: ~Copyable {
     ) throws -> R? {
         var k = MDB_val(buffer: key)
         var v = MDB_val()
-        let rc = mdb_get(handle(for: db), db.dbi, &k, &v)
+        let rc = mdb_get(handle(for: db), dbi(db), &k, &v)
         if rc == MDB_NOTFOUND { return nil }
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_get(\(db.name))", db) }
         return try body(v.buffer)
@@ -85,7 +107,7 @@ package struct Transaction: ~Copyable {
     /// Counters of `db` as seen by this transaction.
     package func statistics(_ db: Database) throws -> DatabaseStatistics {
         var stat = MDB_stat()
-        let rc = mdb_stat(handle(for: db), db.dbi, &stat)
+        let rc = mdb_stat(handle(for: db), dbi(db), &stat)
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_stat(\(db.name))", db) }
         return DatabaseStatistics(
             entries: stat.ms_entries,
@@ -105,7 +127,7 @@ package struct Transaction: ~Copyable {
         precondition(isWritable, "put in a read-only transaction")
         var k = MDB_val(buffer: key)
         var v = MDB_val(buffer: value)
-        let rc = mdb_put(handle(for: db), db.dbi, &k, &v, flags.rawValue)
+        let rc = mdb_put(handle(for: db), dbi(db), &k, &v, flags.rawValue)
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_put(\(db.name))", db) }
     }
 
@@ -143,9 +165,9 @@ package struct Transaction: ~Copyable {
         let rc: Int32
         if let value {
             var vv = MDB_val(buffer: value)
-            rc = mdb_del(handle(for: db), db.dbi, &kv, &vv)
+            rc = mdb_del(handle(for: db), dbi(db), &kv, &vv)
         } else {
-            rc = mdb_del(handle(for: db), db.dbi, &kv, nil)
+            rc = mdb_del(handle(for: db), dbi(db), &kv, nil)
         }
         if rc == MDB_NOTFOUND { return false }
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_del(\(db.name))", db) }
@@ -155,14 +177,14 @@ package struct Transaction: ~Copyable {
     /// Deletes `db` itself from the environment (`mdb_drop` with `del` 1); its handle is closed.
     package func dropDatabase(_ db: Database) throws {
         precondition(isWritable, "dropDatabase in a read-only transaction")
-        let rc = mdb_drop(handle(for: db), db.dbi, 1)
+        let rc = mdb_drop(handle(for: db), dbi(db), 1)
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name), delete)", db) }
     }
 
     /// Deletes every entry of `db`, keeping the database itself (`mdb_drop` with `del` 0).
     package func clear(_ db: Database) throws {
         precondition(isWritable, "clear in a read-only transaction")
-        let rc = mdb_drop(handle(for: db), db.dbi, 0)
+        let rc = mdb_drop(handle(for: db), dbi(db), 0)
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name))", db) }
     }
 
@@ -199,7 +221,7 @@ package struct Transaction: ~Copyable {
             keep = try body(
                 Transaction(
                     txn: child, companion: companionChild, isWritable: true, state: childState, path: path,
-                    companionPath: companionPath))
+                    companionPath: companionPath, usesTwins: usesTwins))
         } catch {
             abortBoth()
             if let first = childState.firstError { throw state.record(first) }
@@ -233,7 +255,7 @@ package struct Transaction: ~Copyable {
     /// Calls `body` with a cursor on `db`; the cursor is closed when `body` returns.
     package func withCursor<R>(_ db: Database, _ body: (borrowing Cursor) throws -> R) throws -> R {
         var cursorPointer: OpaquePointer?
-        let rc = mdb_cursor_open(handle(for: db), db.dbi, &cursorPointer)
+        let rc = mdb_cursor_open(handle(for: db), dbi(db), &cursorPointer)
         guard rc == MDB_SUCCESS, let cursor = cursorPointer else { throw fail(rc, "mdb_cursor_open(\(db.name))", db) }
         defer { mdb_cursor_close(cursor) }
         return try body(

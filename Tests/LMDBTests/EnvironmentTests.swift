@@ -225,4 +225,74 @@ struct EnvironmentTests {
         #expect(try env.read { txn in try txn.get(db, key: [1]) } == [2])
         #expect(try env.databaseNames() == ["things"])
     }
+
+    @Test("twins: the switch, committed, moves every later transaction to the twins; transactions begun before keep what they saw")
+    func twinsFollowTheSwitch() throws {
+        let dir = TemporaryDirectory()
+        let env = try open(dir.path)
+        let opened = try env.openDatabases([("rows", []), ("switch", [])])
+        let (rows, switchDB) = (try env.openTwins(of: [opened[0]])[0], opened[1])
+        #expect(rows.hasTwin && !switchDB.hasTwin)
+        #expect(try env.databaseNames() == ["rows", "rows~b", "switch"])
+        env.setSwitch(switchDB, key: Array("set".utf8))
+        let key = Array("k".utf8)
+
+        // Filled side by side: the transactions use `rows`, a pinned handle names the twin.
+        let unused = try env.write { txn -> (uses: Bool, database: Database) in
+            try txn.put(rows, key: key, value: [1])
+            try txn.put(txn.unused(rows), key: key, value: [2])
+            return (txn.usesTwins, txn.unused(rows))
+        }
+        #expect(!unused.uses && unused.database.name == "rows~b" && !unused.database.hasTwin)
+        #expect(try env.read { txn in try txn.get(rows, key: key) } == [1])
+
+        // A reader that began before the switch keeps reading `rows` after it commits.
+        let early: [UInt8]? = try env.read { before in
+            try env.write { txn in try txn.put(switchDB, key: Array("set".utf8), value: [1]) }
+            return try before.get(rows, key: key)
+        }
+        #expect(early == [1])
+        let after = try env.read { txn in
+            (txn.usesTwins, try txn.get(rows, key: key), try txn.get(txn.unused(rows), key: key),
+             try txn.withCursor(rows) { try $0.first().map { Array($0.value) } })
+        }
+        #expect(after.0 && after.1 == [2] && after.2 == [1] && after.3 == [2])
+        // Writes and nested writes go to the twin while the switch is set.
+        let nestedUsesTwins = try env.write { txn in
+            var uses = false
+            _ = try txn.nested { inner in
+                uses = inner.usesTwins
+                try inner.put(rows, key: key, value: [3])
+                return true
+            }
+            return uses
+        }
+        #expect(nestedUsesTwins)
+        #expect(try env.read { txn in try txn.get(txn.pinned(rows, twin: true), key: key) } == [3])
+        // Any value but 1 is unset.
+        try env.write { txn in try txn.put(switchDB, key: Array("set".utf8), value: [0]) }
+        #expect(try env.read { txn in try txn.get(rows, key: key) } == [1])
+
+        // Read-only, a database whose twin is missing is opened without one.
+        let plain = try env.openDatabases([("plain", [])])[0]
+        env.close()
+        let readOnly = try Environment(options: EnvironmentOptions(path: dir.path, mapSize: 1 << 20, readOnly: true))
+        let reopened = try readOnly.openDatabases([("rows", []), ("plain", [])])
+        let twins = try readOnly.openTwins(of: reopened)
+        #expect(twins[0].hasTwin && !twins[1].hasTwin && plain.name == twins[1].name)
+    }
+
+    @Test("a process that opened no twins refuses to read once the switch is set, rather than read copies no longer in use")
+    func switchWithoutTwins() throws {
+        let dir = TemporaryDirectory()
+        let env = try open(dir.path)
+        let opened = try env.openDatabases([("rows", []), ("switch", [])])
+        env.setSwitch(opened[1], key: Array("set".utf8), twinsOpened: false)
+        try env.write { txn in try txn.put(opened[0], key: [1], value: [1]) }
+        #expect(try env.read { txn in try txn.get(opened[0], key: [1]) } == [1])
+        try env.write { txn in try txn.put(opened[1], key: Array("set".utf8), value: [1]) }
+        let error = #expect(throws: LMDBError.self) { try env.read { txn in try txn.get(opened[0], key: [1]) } }
+        #expect(error?.code == .incompatible)
+        #expect(error?.message.contains("open it again") == true)
+    }
 }
