@@ -36,6 +36,23 @@ package enum DerivedState {
     package static let directoryName = "derived"
     static let markerKey = Array("derived_state".utf8)
     static let positionKey = Array("position".utf8)
+    /// `derived_meta`/`twins`: the one byte 1 when the twinned databases' twins are in use
+    /// (``LogStore/switchTwins(_:)``); absent or 0 when the databases themselves are.
+    static let switchKey = Array("twins".utf8)
+
+    /// `databases` (opened in the companion) with their twins opened too, where `specs` asks for
+    /// them (``DatabaseSpec/twinned``), and the environment's switch set to `derived_meta`. Read-only,
+    /// a ledger written before twins existed opens without them.
+    static func openTwins(
+        _ environment: Environment, _ databases: [Database], specs: [DatabaseSpec], switchIn meta: Database
+    ) throws(LMDBError) -> [Database] {
+        let twinned = Set(specs.filter(\.twinned).map(\.name))
+        guard !twinned.isEmpty else { return databases }
+        let twins = try environment.openTwins(of: databases.filter { twinned.contains($0.name) })
+        let byName = Dictionary(uniqueKeysWithValues: twins.map { ($0.name, $0) })
+        environment.setSwitch(meta, key: switchKey, twinsOpened: twins.contains(where: \.hasTwin))
+        return databases.map { byName[$0.name] ?? $0 }
+    }
 
     /// Where a ledger's derived databases are, decided when it is opened.
     struct Placement {
@@ -137,7 +154,7 @@ package enum DerivedState {
         // every event the log stored (the disk bounds it; see `Environment.reserveCompanionSpace`).
         let options = EnvironmentOptions(
             path: directory, mapSize: configuration.initialMapSize, maxMapSize: nil,
-            maxDatabases: 32, maxReaders: configuration.maxReaders, durability: .unsafeNoSync,
+            maxDatabases: 64, maxReaders: configuration.maxReaders, durability: .unsafeNoSync,
             readOnly: configuration.readOnly)
         try environment.attachCompanion(options)
     }
@@ -315,12 +332,33 @@ extension LogStore {
         }
     }
 
-    /// Empties every derived database, before they are derived again from the start.
+    /// Empties every derived database (both copies of a twinned one), before they are derived again
+    /// from the start. The copy in use stays the one in use.
     package func clearDerived(_ txn: borrowing Transaction) throws {
-        for database in extensionDatabases.values where database.inCompanion { try txn.clear(database) }
+        for database in extensionDatabases.values where database.inCompanion {
+            try txn.clear(database)
+            if database.hasTwin { try txn.clear(txn.unused(database)) }
+        }
         try txn.clear(commands)
         try txn.clear(streams)
-        if let derivedMeta { try txn.clear(derivedMeta) }
+        if let derivedMeta {
+            try txn.clear(derivedMeta)
+            if txn.usesTwins { try txn.put(derivedMeta, key: DerivedState.switchKey, value: [1]) }
+        }
+    }
+
+    /// Whether the layers' twinned databases have their twins (``DatabaseSpec/twinned``): a ledger
+    /// opened for writing in the companion layout.
+    package var hasTwins: Bool { extensionDatabases.values.contains(where: \.hasTwin) }
+
+    /// Makes the copies of the twinned databases that `txn` does not use (``Transaction/unused(_:)``)
+    /// the ones in use, for every transaction that begins after `txn` commits. `txn` itself goes on
+    /// using the copies it began with.
+    package func switchTwins(_ txn: borrowing Transaction) throws {
+        guard let derivedMeta, hasTwins else {
+            throw LedgerError(.invalidArguments, "the ledger at \(environment.options.path) keeps no second copy of its read models")
+        }
+        try txn.put(derivedMeta, key: DerivedState.switchKey, value: [txn.usesTwins ? 0 : 1])
     }
 
     /// Derives everything derived from the events after `after`, reading and decoding each once:

@@ -146,10 +146,16 @@ package struct DatabaseSpec: Sendable, Hashable {
     /// environment, flushed off the commit path (``DerivedState``). Operational state that is not
     /// derived from the log stays with the log and is flushed at every commit.
     package var derived: Bool
+    /// Whether, derived and in the companion environment, it has a twin (`name~b`, ``Database``):
+    /// a second copy that a layer fills beside the one in use and then puts in its place with one
+    /// committed write (``LogStore/switchTwins(_:)``), so that rewriting it whole never takes one
+    /// transaction's worth of memory.
+    package var twinned: Bool
 
-    package init(_ name: String, _ flags: DatabaseFlags = [], derived: Bool = false) {
+    package init(_ name: String, _ flags: DatabaseFlags = [], derived: Bool = false, twinned: Bool = false) {
         self.name = name
         self.flags = flags
         self.derived = derived
+        self.twinned = twinned && derived
     }
 }

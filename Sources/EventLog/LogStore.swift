@@ -19,7 +19,11 @@ package final class LogStore: Sendable {
     /// - 4: the layers' derived databases may live in a companion environment, `derived/`, flushed
     ///   off the commit path (`meta`/`derived_state` says so; ``DerivedState``). A version 3 ledger
     ///   opened for writing by a layer that defers its derived state is moved to this layout.
-    package static let formatVersion: UInt32 = 4
+    /// - 5: a layer's derived databases in the companion may have twins (`name~b`), and
+    ///   `derived_meta`/`twins` says which copy is in use (``switchTwins(_:)``); a release of version 4
+    ///   would read the other. A version 4 ledger is marked 5 when opened for writing (its twins are
+    ///   created empty; nothing else changes).
+    package static let formatVersion: UInt32 = 5
 
     package let environment: Environment
     /// position (8-byte big-endian) → stored envelope bytes.
@@ -199,7 +203,8 @@ package final class LogStore: Sendable {
                 let companion = try environment.openDatabases(
                     derivedSpecs.map { ($0.name, $0.flags) } + [(DerivedState.metaName, DatabaseFlags())], inCompanion: true)
                 derivedMeta = companion.last
-                opened += companion.dropLast()
+                opened += try DerivedState.openTwins(
+                    environment, Array(companion.dropLast()), specs: derivedSpecs, switchIn: companion.last!)
             }
             databases = opened
         } catch {

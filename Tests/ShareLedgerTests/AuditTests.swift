@@ -121,8 +121,8 @@ struct AuditTests {
                 try ReadModelRebuild.swap(into: m, in: txn, from: scratch.models, in: built, limit: 2)
             }
         }
-        #expect(outcome.rewrittenDatabases == [m.sharesByOwner.name])
-        #expect(outcome.changedEntries == 1)
+        #expect(outcome?.rewrittenDatabases == [m.sharesByOwner.name])
+        #expect(outcome?.changedEntries == 1)
         #expect(try digests(f) == healthy)
         await f.ledger.close()
     }

@@ -47,7 +47,7 @@ struct DerivedStateTests {
         let f = try await SharingFixture()
         try await Self.act(f, title: "A")
         #expect(f.ledger.log.store.defersDerivedState)
-        #expect(try f.ledger.log.statistics().formatVersion == 4)
+        #expect(try f.ledger.log.statistics().formatVersion == 5)
         await f.ledger.close()
         let path = f.dir.child("ledger")
         let primary = try Self.databaseNames(path)

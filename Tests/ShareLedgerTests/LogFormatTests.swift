@@ -67,7 +67,7 @@ struct LogFormatTests {
         #expect(EventHash(bytes: hash)?.hex == "3222a59519d1838db829d7db233bd604a9409cf1c84200cd394d62940dd67d60")
         #expect(canonical.count == 151)
         #expect(headRecord == nil)
-        #expect(format == [0, 0, 0, 4])
+        #expect(format == [0, 0, 0, 5])
     }
 }
 

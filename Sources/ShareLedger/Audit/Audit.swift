@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 import SwiftProtobuf
+import Synchronization
 
 /// What ``ShareLedger/audit(scratchPath:options:progress:)`` found.
 public struct AuditReport: Sendable, Hashable, Codable {
@@ -241,13 +242,21 @@ extension ShareLedger {
     }
 
     /// Rebuilds every read model from the log: the log is replayed into a scratch environment next
-    /// to the ledger (`.rebuild-*`, in chunks, no fsync), then one write transaction on the writer
-    /// thread replays the events committed meanwhile into the scratch copy and makes every live read
-    /// model equal to it: a read model that differs in a few entries (up to about 8,000 in all) is
-    /// changed in place, one that differs more is cleared and copied whole (sorted appends). A crash
-    /// or an error before that transaction commits leaves the old read models (nothing was
-    /// committed), a finished rebuild the new ones, never a mix. Other writes wait only for that
-    /// last transaction. Returns the events replayed.
+    /// to the ledger (`.rebuild-*`, in chunks, no fsync). Then, on the writer thread, the events
+    /// committed meanwhile are replayed into the scratch copy and the live read models are made
+    /// equal to it:
+    /// - When they differ in a few entries (up to about 8,000 in all), in place, in one transaction.
+    /// - Otherwise, the second copy each read model has (its twin, `derived/`) is filled from the
+    ///   scratch copy in transactions of about 8 MiB each while writes go on; one last transaction
+    ///   replays the events committed meanwhile, makes the second copy equal, and switches it in
+    ///   (one key). So the memory of a rebuild stays bounded however large the read models are.
+    ///   (A ledger that keeps its read models with the log, not in `derived/`, has no second copy:
+    ///   those read models are cleared and copied whole in the one transaction.)
+    ///
+    /// A crash or an error before the last transaction commits leaves the old read models (a
+    /// partly filled second copy is not in use, and is emptied by the next rebuild), a finished
+    /// rebuild the new ones, never a mix. Readers never wait; other writes wait only for each of
+    /// those transactions. Returns the events replayed.
     ///
     /// Each sharing event is checked against the rules (``EventValidator``) as it is replayed: at
     /// the first the rules could not have produced, the rebuild stops with
@@ -263,13 +272,26 @@ extension ShareLedger {
         package var events: UInt64
         /// Entries put or deleted in read models changed in place.
         package var changedEntries: Int
-        /// Read models cleared and rewritten whole.
+        /// Read models cleared and rewritten whole (in their unused copies when `switchedCopies`).
         package var rewrittenDatabases: [String]
+        /// Whether the read models were rewritten into their unused copies (twins) in bounded
+        /// transactions and switched in, rather than changed in place.
+        package var switchedCopies = false
     }
 
-    /// ``rebuildReadModels(progress:)``, reporting what its last transaction wrote; with
-    /// `rewritingEverything`, every read model is cleared and rewritten whole even where nothing
-    /// differs (the costliest case, which `bench` measures beside the usual one).
+    /// The log position a rebuild's scratch copy reflects.
+    private final class ReplayMark: Sendable {
+        private let value: Mutex<UInt64>
+        init(_ position: UInt64) { value = Mutex(position) }
+        var position: UInt64 {
+            get { value.withLock { $0 } }
+            set { value.withLock { $0 = newValue } }
+        }
+    }
+
+    /// ``rebuildReadModels(progress:)``, reporting what it wrote; with `rewritingEverything`, every
+    /// read model is rewritten whole even where nothing differs (the costliest case, which `bench`
+    /// measures beside the usual one): into the second copies, switched in, when there are.
     package func rebuildReadModels(
         rewritingEverything: Bool, progress: (@Sendable (UInt64, UInt64) -> Void)? = nil
     ) async throws(LedgerError) -> RebuildOutcome {
@@ -295,19 +317,65 @@ extension ShareLedger {
             throw LedgerError.wrap(error, while: "replaying the log into \(scratchPath)")
         }
         defer { scratch.environment.close() }
-        return try await maintain { txn in
-            // Events committed since the replay finished (none can be committed while this runs).
-            let last: UInt64
+        // The position the scratch copy reflects, moved only once a replay into it is done (a write
+        // retried after the map grew runs its closure again, and must not replay twice).
+        let mark = ReplayMark(replayed)
+        @Sendable func catchUp() throws -> UInt64 {
             do {
-                last = try ReadModelRebuild.replay(from: store, into: scratch, after: replayed, validate: true)
+                let last = try ReadModelRebuild.replay(from: store, into: scratch, after: mark.position, validate: true)
+                mark.position = last
+                return last
             } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
                 throw inadmissible.error
             }
-            let swap = try scratch.environment.read { built in
-                try ReadModelRebuild.swap(
-                    into: store.models, in: txn, from: scratch.models, in: built, rewriteAll: rewritingEverything)
+        }
+        let twins = store.hasTwins
+        // Few differences: changed in place, in one transaction (without twins, also the databases
+        // that differ more, rewritten whole there).
+        if !(twins && rewritingEverything) {
+            let inPlace: RebuildOutcome? = try await maintain { txn in
+                let last = try catchUp()
+                let swap = try scratch.environment.read { built in
+                    try ReadModelRebuild.swap(
+                        into: store.models, in: txn, from: scratch.models, in: built, rewriteAll: rewritingEverything,
+                        rewriteBeyondLimit: !twins)
+                }
+                return swap.map {
+                    RebuildOutcome(events: last, changedEntries: $0.changedEntries, rewrittenDatabases: $0.rewrittenDatabases)
+                }
             }
-            return RebuildOutcome(events: last, changedEntries: swap.changedEntries, rewrittenDatabases: swap.rewrittenDatabases)
+            if let inPlace { return inPlace }
+        }
+        // Many: the unused copies are filled in bounded transactions while writes go on, then made
+        // equal to the rebuilt read models (the events committed meanwhile included) and switched in.
+        // Writes faster than a fill could keep the copies from ever catching up: the last round
+        // rewrites whole, in the last transaction, the databases still too far apart.
+        let rounds = 4
+        var round = 0
+        while true {
+            round += 1
+            var point: ReadModelRebuild.FillPoint? = nil
+            repeat {
+                let from = point
+                point = try await maintain { txn in
+                    try scratch.environment.read { built in
+                        try ReadModelRebuild.fillUnused(store.models, in: txn, from: scratch.models, in: built, resume: from)
+                    }
+                }
+            } while point != nil
+            let force = round >= rounds
+            let finished: RebuildOutcome? = try await maintain { txn in
+                let last = try catchUp()
+                let swap = try scratch.environment.read { built in
+                    try ReadModelRebuild.finishFill(store, in: txn, from: scratch.models, in: built, force: force)
+                }
+                return swap.map {
+                    RebuildOutcome(
+                        events: last, changedEntries: $0.changedEntries, rewrittenDatabases: store.models.all.map(\.name),
+                        switchedCopies: true)
+                }
+            }
+            if let finished { return finished }
         }
     }
 }

@@ -197,6 +197,8 @@ enum ReadModelRebuild {
         var changedEntries = 0
         /// Databases cleared and rewritten whole (more differences than ``changeLimit`` allows).
         var rewrittenDatabases: [String] = []
+        /// Whether the read models were written into their unused copies and switched in.
+        var switched = false
     }
 
     /// Differences up to which the final step of a rebuild changes a live database in place instead of
@@ -208,32 +210,154 @@ enum ReadModelRebuild {
     /// models of `rebuiltModels` (in `built`). A database that differs in up to the remaining
     /// `limit` (``changeLimit``) entries is changed in place; one that differs more (or every one with
     /// `rewriteAll`) is cleared and copied whole with sorted appends, which keeps every page of it in
-    /// memory until the commit.
+    /// memory until the commit. Without `rewriteBeyondLimit`, a database that differs more makes it
+    /// return nil instead, having changed nothing (then fill the unused copies:
+    /// ``fillUnused(_:in:from:in:resume:)``).
     static func swap(
         into models: ReadModels, in txn: borrowing Transaction, from rebuiltModels: ReadModels, in built: borrowing Transaction,
-        rewriteAll: Bool = false, limit: Int = changeLimit
+        rewriteAll: Bool = false, limit: Int = changeLimit, rewriteBeyondLimit: Bool = true
+    ) throws -> SwapOutcome? {
+        let (targets, sources) = (models.all, rebuiltModels.all)
+        guard
+            let plan = try plan(
+                targets, in: txn, from: sources, in: built, limit: limit, rewriteAll: rewriteAll, rewriteBeyondLimit: rewriteBeyondLimit)
+        else { return nil }
+        return try write(plan, into: targets, in: txn, from: sources, in: built)
+    }
+
+    /// What makes each of `targets` (in `txn`) hold its database of `sources` (in `built`): the
+    /// changes, within `limit` entries in all, or nil for a database to be rewritten whole (beyond
+    /// the limit, or every one with `rewriteAll`). Nil when one is beyond the limit and not
+    /// `rewriteBeyondLimit`. Nothing is written.
+    static func plan(
+        _ targets: [Database], in txn: borrowing Transaction, from sources: [Database], in built: borrowing Transaction,
+        limit: Int, rewriteAll: Bool = false, rewriteBeyondLimit: Bool
+    ) throws -> [[Change]?]? {
+        var planned: [[Change]?] = []
+        var budget = limit
+        for (target, source) in zip(targets, sources) {
+            let changes = rewriteAll ? nil : try differences(target, in: txn, from: source, in: built, limit: budget)
+            if changes == nil && !rewriteBeyondLimit { return nil }
+            budget -= changes?.count ?? 0
+            planned.append(changes)
+        }
+        return planned
+    }
+
+    /// Writes a ``plan(_:in:from:in:limit:rewriteAll:rewriteBeyondLimit:)``: its changes, and the
+    /// databases to rewrite cleared and copied whole from `sources` with sorted appends.
+    static func write(
+        _ plan: [[Change]?], into targets: [Database], in txn: borrowing Transaction, from sources: [Database],
+        in built: borrowing Transaction
     ) throws -> SwapOutcome {
         var outcome = SwapOutcome()
-        for (live, rebuilt) in zip(models.all, rebuiltModels.all) {
-            let budget = rewriteAll ? -1 : limit - outcome.changedEntries
-            if budget >= 0, let changes = try differences(live, in: txn, from: rebuilt, in: built, limit: budget) {
-                for change in changes {
-                    if change.isDelete {
-                        try txn.delete(live, key: change.key, value: live.flags.contains(.dupSort) ? change.value : nil)
-                    } else {
-                        try txn.put(live, key: change.key, value: change.value)
-                    }
+        for ((target, source), changes) in zip(zip(targets, sources), plan) {
+            guard let changes else {
+                try txn.clear(target)
+                try built.withCursor(source) { cursor in
+                    var entry = try cursor.first()
+                    try copy(&entry, with: cursor, into: target, in: txn)
                 }
-                outcome.changedEntries += changes.count
+                outcome.rewrittenDatabases.append(target.name)
                 continue
             }
-            try txn.clear(live)
-            try built.withCursor(rebuilt) { cursor in
-                var entry = try cursor.first()
-                try copy(&entry, with: cursor, into: live, in: txn)
-            }
-            outcome.rewrittenDatabases.append(live.name)
+            try apply(changes, to: target, in: txn)
+            outcome.changedEntries += changes.count
         }
+        return outcome
+    }
+
+    /// Puts and deletes `changes` in `db`.
+    static func apply(_ changes: [Change], to db: Database, in txn: borrowing Transaction) throws {
+        for change in changes {
+            if change.isDelete {
+                try txn.delete(db, key: change.key, value: db.flags.contains(.dupSort) ? change.value : nil)
+            } else {
+                try txn.put(db, key: change.key, value: change.value)
+            }
+        }
+    }
+
+    // MARK: - Filling the unused copies (twins), then switching them in
+
+    /// Bytes of keys and values one transaction of ``fillUnused(_:in:from:in:resume:budget:)`` copies, at
+    /// most (and one entry more): what bounds the memory of a rebuild that rewrites the read models
+    /// whole (each dirty page stays in memory until its commit).
+    static let fillBytes = 8 << 20
+
+    /// Where a fill of the unused copies goes on: the database (an index into ``ReadModels/all``) and
+    /// the first entry of the rebuilt one not copied yet.
+    struct FillPoint: Sendable, Hashable {
+        var database: Int
+        var key: [UInt8]?
+        var value: [UInt8]?
+    }
+
+    /// Copies the rebuilt read models (`rebuiltModels`, read in `built`) into the copies of the live
+    /// ones that `txn` does not use (``Transaction/unused(_:)``), from `resume` on (nil: empty them
+    /// all and start), up to about `budget` bytes of keys and values. Returns where to go on, nil
+    /// when all is copied. The rebuilt ones must not change between the calls of one fill.
+    static func fillUnused(
+        _ models: ReadModels, in txn: borrowing Transaction, from rebuiltModels: ReadModels, in built: borrowing Transaction,
+        resume: FillPoint?, budget: Int = fillBytes
+    ) throws -> FillPoint? {
+        let live = models.all
+        let rebuilt = rebuiltModels.all
+        guard var point = resume else {
+            for db in live { try txn.clear(txn.unused(db)) }
+            return FillPoint(database: 0)
+        }
+        var bytes = 0
+        while point.database < live.count {
+            let target = txn.unused(live[point.database])
+            let source = rebuilt[point.database]
+            let duplicates = source.flags.contains(.dupSort)
+            let flags: PutFlags = duplicates ? PutFlags(rawValue: 0) : .append
+            let next: FillPoint? = try built.withCursor(source) { cursor in
+                var entry: Entry?
+                switch (point.key, point.value) {
+                case (let key?, let value?) where duplicates:
+                    entry = try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try cursor.seek(key: k, valueAtLeast: v) } }
+                case (let key?, _):
+                    entry = try key.withUnsafeBytes { try cursor.seek(atLeast: $0) }
+                default:
+                    entry = try cursor.first()
+                }
+                while let current = entry {
+                    if bytes >= budget {
+                        return FillPoint(database: point.database, key: Array(current.key), value: Array(current.value))
+                    }
+                    try txn.put(target, key: current.key, value: current.value, flags: flags)
+                    bytes += current.key.count + current.value.count
+                    entry = try cursor.next()
+                }
+                return nil
+            }
+            if let next { return next }
+            point = FillPoint(database: point.database + 1)
+        }
+        return nil
+    }
+
+    /// The last step of a fill: makes the unused copies hold exactly the rebuilt read models (the
+    /// events committed since the fill began changed the live ones, and were replayed into the
+    /// rebuilt ones) and, when they then do, switches them in (``LogStore/switchTwins(_:)``) and
+    /// empties the copies that were in use. Returns nil, changing nothing, when more than `limit`
+    /// entries differ (then fill again); with `force`, the databases that differ more are rewritten
+    /// whole in this transaction instead.
+    static func finishFill(
+        _ store: LogStore, in txn: borrowing Transaction, from rebuiltModels: ReadModels, in built: borrowing Transaction,
+        limit: Int = changeLimit, force: Bool
+    ) throws -> SwapOutcome? {
+        let models = store.models
+        let (targets, sources) = (models.all.map { txn.unused($0) }, rebuiltModels.all)
+        guard let plan = try plan(targets, in: txn, from: sources, in: built, limit: limit, rewriteBeyondLimit: force) else {
+            return nil
+        }
+        var outcome = try write(plan, into: targets, in: txn, from: sources, in: built)
+        try store.switchTwins(txn)
+        for live in models.all { try txn.clear(live) }
+        outcome.switched = true
         return outcome
     }
 
