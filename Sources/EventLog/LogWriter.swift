@@ -31,6 +31,8 @@ private struct WriterJob: @unchecked Sendable {
     // the writer calls them on its own thread, and exactly one of the resumers they return or call
     // resumes the continuation, once.
     package var bytes: Int
+    /// Whether the step runs in a transaction of its own (``LogWriter/submit(bytes:alone:_:)``).
+    package var alone = false
     /// Runs the step; returns what resumes the caller once the transaction has committed.
     package var run: (borrowing Transaction, borrowing Cursor, inout CommitScope) throws -> @Sendable () -> Void
     /// Resumes the caller with an error (the step failed alone, or the writer no longer takes work).
@@ -311,13 +313,21 @@ package final class LogWriter: @unchecked Sendable {
     /// Queues `step` for the writer's next transaction and returns its output once the commit that
     /// holds it is durable, or the error that made it fail alone (a storage error, or a thrown
     /// ``LedgerError``), or ``LedgerError/Code/closed``.
-    package func submit<Output: Sendable>(bytes: Int, _ step: @escaping CommitStep<Output>) async -> Result<Output, LedgerError> {
+    ///
+    /// With `alone`, the step gets a transaction of its own: no step runs before it in that
+    /// transaction (so everything appended before it is committed: a step that reads the log in
+    /// another transaction sees all of it) and none after it (so a step may change what later steps
+    /// would have written to, as a rebuild's switch of the read models' copies does).
+    package func submit<Output: Sendable>(
+        bytes: Int, alone: Bool = false, _ step: @escaping CommitStep<Output>
+    ) async -> Result<Output, LedgerError> {
         // Unsafe (unchecked) continuation: each is resumed exactly once, by the writer after the commit
         // that holds its step (or when the step failed alone), or right here when the writer no
         // longer takes work.
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Output, LedgerError>, Never>) in
             let job = WriterJob(
                 bytes: bytes,
+                alone: alone,
                 run: { txn, log, scope in
                     let output = try step(txn, log, &scope)
                     return { continuation.resume(returning: .success(output)) }
@@ -428,7 +438,7 @@ package final class LogWriter: @unchecked Sendable {
             batch.reserveCapacity(min(queue.count, maxBatchCommands))
             var bytes = 0
             while let next = queue.first, batch.count < maxBatchCommands {
-                if !batch.isEmpty && bytes + next.bytes > maxBatchBytes { break }
+                if !batch.isEmpty && (bytes + next.bytes > maxBatchBytes || next.alone || batch[0].alone) { break }
                 bytes += next.bytes
                 batch.append(queue.removeFirst())
             }

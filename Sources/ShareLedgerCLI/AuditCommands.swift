@@ -91,22 +91,36 @@ struct AuditCommand: AsyncParsableCommand {
 struct RebuildCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rebuild",
-        abstract: "Rebuild every read model from the log (all or nothing: a crash half way leaves the old ones).")
+        abstract: "Rebuild every read model from the log (all or nothing: a crash half way leaves the old ones).",
+        discussion: """
+            A few differences are changed in place in one transaction. Many (or with --rewrite-all), the read \
+            models' second copies are filled in transactions of about 8 MiB while writes go on, then switched in \
+            with one: the memory it takes does not grow with the ledger.
+            """)
 
     @OptionGroup var ledger: LedgerOptions
+
+    @Flag(
+        name: .customLong("rewrite-all"),
+        help: "Rewrite every read model whole, even where nothing differs (into their second copies, then switched in): after an upgrade whose notes say so, or to compact them.")
+    var rewriteAll = false
 
     struct Summary: Encodable {
         var events: UInt64
         var seconds: Double
         var eventsPerSecond: Double
+        /// Entries put or deleted in read models changed in place.
+        var changedEntries: Int
+        /// Whether the read models were rewritten into their second copies and switched in.
+        var switchedCopies: Bool
     }
 
     func run() async throws {
         let shareLedger = try ledger.openWithoutWorker()
         let started = ContinuousClock.now
-        let events = try await runReportingErrors(json: ledger.json) {
+        let outcome = try await runReportingErrors(json: ledger.json) {
             do {
-                return try await shareLedger.rebuildReadModels { done, total in
+                return try await shareLedger.rebuildReadModels(rewritingEverything: rewriteAll) { done, total in
                     Output.progress("rebuild: \(done) of \(total) events")
                 }
             } catch {
@@ -117,11 +131,17 @@ struct RebuildCommand: AsyncParsableCommand {
         Output.endProgress()
         await shareLedger.close()
         let seconds = (ContinuousClock.now - started).seconds
-        let summary = Summary(events: events, seconds: seconds, eventsPerSecond: Double(events) / max(seconds, 1e-6))
+        let summary = Summary(
+            events: outcome.events, seconds: seconds, eventsPerSecond: Double(outcome.events) / max(seconds, 1e-6),
+            changedEntries: outcome.changedEntries, switchedCopies: outcome.switchedCopies)
         if ledger.json {
             Output.printJSON(summary)
         } else {
-            print("rebuilt the read models from \(events) events in \(String(format: "%.2f", seconds)) s")
+            let how =
+                outcome.switchedCopies
+                ? "rewritten into their second copies and switched in"
+                : "\(outcome.changedEntries) entries changed in place"
+            print("rebuilt the read models from \(outcome.events) events in \(String(format: "%.2f", seconds)) s (\(how))")
         }
     }
 }

@@ -221,6 +221,7 @@ struct BenchCommand: AsyncParsableCommand {
                 figures["rebuild.rewriteAll.perSecond"] = scale.rewriteRebuildPerSecond
                 figures["memory.rebuildRewriteAllPeakAnonMB"] = scale.rewriteRebuildPeakAnonMB
                 figures["memory.rebuildProcessPeakAnonMB"] = scale.processRebuildPeakAnonMB
+                figures["memory.rebuildRewriteAllProcessPeakAnonMB"] = scale.processRewriteRebuildPeakAnonMB
             }
             if parts.contains("replicate"), let nats, let replicateSeconds {
                 let servers = try NATSOptions.parse(["--nats", nats]).servers()

@@ -293,6 +293,8 @@ struct ScaleBench {
         /// The same rebuild run as `share-ledger rebuild` in a process of its own (what an operator
         /// runs): its peak anonymous memory, without this process's heap from the parts before.
         var processRebuildPeakAnonMB: Double
+        /// The same in a process of its own, rewriting every read model whole (`rebuild --rewrite-all`).
+        var processRewriteRebuildPeakAnonMB: Double
         var participants10P50Micros: Double
         var participants100P50Micros: Double
         var events: UInt64
@@ -437,6 +439,8 @@ struct ScaleBench {
         await ledger.close()
         progress("scale: rebuilding the read models of \(events) events in a process of its own")
         let processPeak = try Self.rebuildInOwnProcess(path: path)
+        progress("scale: rebuilding the read models of \(events) events in a process of its own, rewriting every one whole")
+        let processRewritePeak = try Self.rebuildInOwnProcess(path: path, rewriteAll: true)
 
         return Figures(
             points: points, rebuildPerSecond: Double(events) / rebuildSeconds,
@@ -448,6 +452,7 @@ struct ScaleBench {
             rebuildChangedEntries: rebuilt.changedEntries, rewriteRebuildPerSecond: Double(events) / rewriteSeconds,
             rewriteRebuildPeakAnonMB: Double(rewritePeak) / 1_048_576,
             processRebuildPeakAnonMB: Double(processPeak) / 1_048_576,
+            processRewriteRebuildPeakAnonMB: Double(processRewritePeak) / 1_048_576,
             participants10P50Micros: participantP50[10] ?? 0, participants100P50Micros: participantP50[100] ?? 0,
             events: events)
     }
@@ -457,10 +462,10 @@ extension ScaleBench {
     /// Runs `share-ledger rebuild --path PATH` (this executable) in a child process, in that process
     /// itself (not in a supervised child of its own), sampling its `RssAnon` every 5 ms; returns the
     /// peak in bytes.
-    static func rebuildInOwnProcess(path: String) throws -> Int {
+    static func rebuildInOwnProcess(path: String, rewriteAll: Bool = false) throws -> Int {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Bundle.main.executablePath ?? CommandLine.arguments[0])
-        process.arguments = ["rebuild", "--path", path, "--json"]
+        process.arguments = ["rebuild", "--path", path, "--json"] + (rewriteAll ? ["--rewrite-all"] : [])
         var environment = ProcessInfo.processInfo.environment
         environment[CommandSupervisor.childVariable] = "1"
         environment[CommandSupervisor.pipeVariable] = nil  // this process's pipe is not the child's

@@ -6,17 +6,21 @@ import ShareLedgerCrashHarness
 import Glibc
 #endif
 
-/// `--mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN]`: the mixed workload, until killed.
+/// `--mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN] [rebuild]`: the mixed workload, until
+/// killed; with `rebuild`, read models rewritten into their second copies over and over meanwhile.
 func runMixChild(_ arguments: [String]) async -> Never {
     guard arguments.count >= 2 else {
-        FileHandle.standardError.write(Data("usage: ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN]\n".utf8))
+        FileHandle.standardError.write(
+            Data("usage: ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN] [rebuild]\n".utf8))
         exit(64)
     }
     let clients = arguments.count > 2 ? Int(arguments[2]) ?? 6 : 6
     let durability = arguments.count > 3 ? Durability(rawValue: arguments[3]) ?? .durable : .durable
     let run = arguments.count > 4 ? arguments[4] : nil
+    let rebuilding = arguments.count > 5 && arguments[5] == "rebuild"
     await CrashWorkload.run(
-        ledgerPath: arguments[0], ackPath: arguments[1], clients: clients, durability: durability, run: run)
+        ledgerPath: arguments[0], ackPath: arguments[1], clients: clients, durability: durability, run: run,
+        rebuilding: rebuilding)
 }
 
 /// `--soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet]`: kills a --mix child KILLS times and

@@ -26,9 +26,12 @@ public enum CrashWorkload {
 
     /// Runs the workload forever (until SIGKILL). Any unexpected error exits with status 71 after
     /// printing it: the driver reports a child that exits by itself as a failure. `run` makes this
-    /// run's names unique in the ledger (the driver passes the kill number; default: the pid).
+    /// run's names unique in the ledger (the driver passes the kill number; default: the pid). With
+    /// `rebuilding`, one more task rebuilds the read models over and over, rewriting them into their
+    /// second copies and switching them in, while the clients write.
     public static func run(
-        ledgerPath: String, ackPath: String, clients: Int, durability: Durability, run: String? = nil
+        ledgerPath: String, ackPath: String, clients: Int, durability: Durability, run: String? = nil,
+        rebuilding: Bool = false
     ) async -> Never {
         let acks: AckLog.Writer
         let ledger: ShareLedger
@@ -49,6 +52,15 @@ public enum CrashWorkload {
                         try await runClient(ledger: ledger, acks: acks, run: run, client: client)
                     } catch {
                         fail("client \(client): \(error)")
+                    }
+                }
+            }
+            if rebuilding {
+                group.addTask {
+                    do {
+                        while true { _ = try await ledger.rebuildReadModels(rewritingEverything: true) }
+                    } catch {
+                        fail("rebuild: \(error)")
                     }
                 }
             }

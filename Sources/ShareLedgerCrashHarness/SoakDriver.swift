@@ -44,6 +44,9 @@ public enum SoakDriver {
         public var runMilliseconds: ClosedRange<Int> = 100...400
         /// Kills one ledger takes before the next kill starts a fresh ledger.
         public var killsPerLedger = 5
+        /// Whether the child also rebuilds the read models over and over, rewriting them into their
+        /// second copies and switching them in, while its clients write.
+        public var rebuilding = false
         /// Called with a line per kill (for the soak's progress output).
         public var progress: (@Sendable (String) -> Void)?
 
@@ -106,7 +109,8 @@ public enum SoakDriver {
             do {
                 try await runAndKill(
                     options.childExecutable,
-                    ["--mix", ledgerPath, ackPath, String(options.clients), mode.rawValue, "k\(kill)"], after: delay)
+                    ["--mix", ledgerPath, ackPath, String(options.clients), mode.rawValue, "k\(kill)"]
+                        + (options.rebuilding ? ["rebuild"] : []), after: delay)
             } catch {
                 problems.append("kill \(kill): \(error)")
             }

@@ -46,7 +46,12 @@ struct AuditCLITests {
 
         let rebuild = try await runProduct("share-ledger", ["rebuild", "--path", path, "--json"])
         #expect(rebuild.status == 0, "\(rebuild.stderr)")
-        #expect((try json(rebuild.stdout) as? [String: Any])?["events"] as? Int == Int(events))
+        let rebuildJSON = try #require(try json(rebuild.stdout) as? [String: Any])
+        #expect(rebuildJSON["events"] as? Int == Int(events))
+        #expect(rebuildJSON["switchedCopies"] as? Bool == false && rebuildJSON["changedEntries"] as? Int == 0)
+        let rewrite = try await runProduct("share-ledger", ["rebuild", "--path", path, "--rewrite-all"])
+        #expect(rewrite.status == 0, "\(rewrite.stderr)")
+        #expect(rewrite.stdout.contains("rewritten into their second copies and switched in"))
 
         // Flip a byte of one stored event behind the ledger's back.
         do {

@@ -122,6 +122,24 @@ struct MixedCrashTests {
         #expect(report.summaryLine == "kills survived: \(Self.kills), acknowledged commands lost: 0")
     }
 
+    @Test(
+        "SIGKILL while rebuilds rewrite the read models into their second copies and switch them in, under writes: every acknowledged command exactly once, the audit clean",
+        .timeLimit(.minutes(5)))
+    func rebuildSurvivesSIGKILL() async throws {
+        let dir = TemporaryDirectory()
+        var options = SoakDriver.Options(
+            kills: 8, seed: 0x7E1B, childExecutable: builtProduct("ShareLedgerCrashChild"), workDirectory: dir.path)
+        options.killsPerLedger = 4
+        options.runMilliseconds = 100...400
+        options.rebuilding = true
+        let report = await withTaskExecutorPreference(BlockingWorkExecutor.shared) { [options] in await SoakDriver.run(options) }
+        #expect(report.lost.isEmpty, "lost: \(report.lost.prefix(10))")
+        #expect(report.duplicated.isEmpty, "duplicated: \(report.duplicated.prefix(10))")
+        #expect(report.problems.isEmpty, "problems: \(report.problems.prefix(10))")
+        #expect(report.killsSurvived == options.kills, "\(report.summaryLine)")
+        #expect(report.acknowledged > options.kills * 10, "only \(report.acknowledged) acknowledged commands")
+    }
+
     @Test("the verifier reports an acknowledged command the ledger does not hold, and a cut side-file line")
     func verifierCatchesLostCommands() async throws {
         let dir = TemporaryDirectory()

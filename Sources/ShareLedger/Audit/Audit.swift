@@ -333,7 +333,7 @@ extension ShareLedger {
         // Few differences: changed in place, in one transaction (without twins, also the databases
         // that differ more, rewritten whole there).
         if !(twins && rewritingEverything) {
-            let inPlace: RebuildOutcome? = try await maintain { txn in
+            let inPlace: RebuildOutcome? = try await maintain(alone: true) { txn in
                 let last = try catchUp()
                 let swap = try scratch.environment.read { built in
                     try ReadModelRebuild.swap(
@@ -364,7 +364,7 @@ extension ShareLedger {
                 }
             } while point != nil
             let force = round >= rounds
-            let finished: RebuildOutcome? = try await maintain { txn in
+            let finished: RebuildOutcome? = try await maintain(alone: true) { txn in
                 let last = try catchUp()
                 let swap = try scratch.environment.read { built in
                     try ReadModelRebuild.finishFill(store, in: txn, from: scratch.models, in: built, force: force)

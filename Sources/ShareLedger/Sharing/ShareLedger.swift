@@ -264,12 +264,16 @@ public final class ShareLedger: Sendable {
 
     /// Runs bookkeeping in the writer's next transaction and returns its result. It may write
     /// anything (the read models are told to forget what they keep in memory); an error it throws
-    /// aborts the transaction, and only it fails.
-    func maintain<Result: Sendable>(_ work: @escaping MaintenanceWork<Result>) async throws(LedgerError) -> Result {
+    /// aborts the transaction, and only it fails. With `alone`, in a transaction of its own
+    /// (``LogWriter/submit(bytes:alone:_:)``): for work that must see every event committed before it
+    /// and that later steps must not write after (a rebuild's last step).
+    func maintain<Result: Sendable>(
+        alone: Bool = false, _ work: @escaping MaintenanceWork<Result>
+    ) async throws(LedgerError) -> Result {
         guard !configuration.readOnly else {
             throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
         }
-        return try await log.writer.submit(bytes: 256) { txn, _, scope in
+        return try await log.writer.submit(bytes: 256, alone: alone) { txn, _, scope in
             scope.invalidateEverything()
             let count = try work(txn)
             // Maintenance may move the head (an import writes events): later steps of the batch
