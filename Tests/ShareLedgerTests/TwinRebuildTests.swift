@@ -197,4 +197,38 @@ struct TwinRebuildTests {
         #expect(try unusedEntries(ledger.log.store) == 0)
         await ledger.close()
     }
+
+    @Test("a format-4 ledger (no second copies): read-only it is read as it is; opened for writing it gets them, empty, and format 5")
+    func formatFourLedger() async throws {
+        let f = try await busyLedger()
+        let healthy = try digest(f)
+        let names = f.ledger.log.store.models.all.map(\.name)
+        await f.ledger.close()
+        // What a release of format 4 left: no twins, format 4.
+        let path = f.dir.child("ledger")
+        let derived = try Environment(options: EnvironmentOptions(path: path + "/" + DerivedState.directoryName, maxDatabases: 64))
+        let twins = try derived.openDatabases(names.map { ($0 + Database.twinSuffix, DatabaseFlags()) }, create: false)
+        try derived.write { txn in for twin in twins { try txn.dropDatabase(twin) } }
+        #expect(try !derived.databaseNames().contains { $0.hasSuffix(Database.twinSuffix) })
+        derived.close()
+        let main = try Environment(options: EnvironmentOptions(path: path))
+        let meta = try main.openDatabases([("meta", [])], create: false)[0]
+        try main.write { txn in try txn.put(meta, key: Array("format_version".utf8), value: BigEndian.bytes(of: UInt32(4))) }
+        main.close()
+
+        let reader = try ShareLedger.open(DerivedStateTests.configuration(path, readOnly: true))
+        #expect(!reader.log.store.hasTwins)
+        #expect(try reader.log.statistics().formatVersion == 4)
+        #expect(try reader.readModelDigest().digest == healthy)
+        await reader.close()
+
+        let writer = try ShareLedger.open(DerivedStateTests.configuration(path))
+        #expect(writer.log.store.hasTwins)
+        #expect(try writer.log.statistics().formatVersion == 5)
+        #expect(try writer.readModelDigest().digest == healthy)
+        let outcome = try await writer.rebuildReadModels(rewritingEverything: true)
+        #expect(try outcome.switchedCopies && usesTwins(writer.log.store))
+        #expect(try writer.readModelDigest().digest == healthy)
+        await writer.close()
+    }
 }
