@@ -23,14 +23,16 @@ func runMixChild(_ arguments: [String]) async -> Never {
         rebuilding: rebuilding)
 }
 
-/// `--soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet]`: kills a --mix child KILLS times and
-/// verifies after each kill; prints a line per kill and, last, `kills survived: N, acknowledged
+/// `--soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet] [--rebuild]`: kills a --mix child KILLS
+/// times (with `--rebuild`, one that also rewrites the read models over and over) and verifies after
+/// each kill; prints a line per kill and, last, `kills survived: N, acknowledged
 /// commands lost: L`. Exits 0 only when nothing was lost or duplicated and every check passed.
 func runSoakDriver(_ arguments: [String]) async -> Int32 {
     var kills = 200
     var seed: UInt64 = 0x50AC
     var directory: String?
     var quiet = false
+    var rebuilding = false
     var index = 0
     while index < arguments.count {
         let argument = arguments[index]
@@ -43,10 +45,12 @@ func runSoakDriver(_ arguments: [String]) async -> Int32 {
             directory = arguments[index]
         case "--quiet":
             quiet = true
+        case "--rebuild":
+            rebuilding = true
         default:
             guard let value = Int(argument), value > 0 else {
                 FileHandle.standardError.write(
-                    Data("usage: ShareLedgerCrashChild --soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet]\n".utf8))
+                    Data("usage: ShareLedgerCrashChild --soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet] [--rebuild]\n".utf8))
                 return 64
             }
             kills = value
@@ -60,8 +64,9 @@ func runSoakDriver(_ arguments: [String]) async -> Int32 {
     let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
     var options = SoakDriver.Options(kills: kills, seed: seed, childExecutable: executable, workDirectory: work)
     options.killsPerLedger = 10
+    options.rebuilding = rebuilding
     if !quiet { options.progress = { line in print(line) } }
-    print("soak: \(kills) kills, seed \(seed), in \(work)")
+    print("soak: \(kills) kills, seed \(seed), in \(work)" + (rebuilding ? ", rebuilding meanwhile" : ""))
     let report = await SoakDriver.run(options)
     for line in report.lost.prefix(20) { print("LOST: \(line)") }
     for line in report.duplicated.prefix(20) { print("DUPLICATED: \(line)") }

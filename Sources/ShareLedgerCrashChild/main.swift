@@ -12,7 +12,7 @@
 // commit and its task's completion, or in the middle of an attempt.
 //
 //        ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN] [rebuild]
-//        ShareLedgerCrashChild --soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet]
+//        ShareLedgerCrashChild --soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet] [--rebuild]
 //        ShareLedgerCrashChild --import LEDGER_DIR NDJSON_FILE
 //        ShareLedgerCrashChild --forget LEDGER_DIR ACK_FILE [CLIENTS]
 //
