@@ -379,13 +379,7 @@ extension LogStore {
                         txn, key: LogStore.streamKey(container: envelope.container, stream: envelope.stream),
                         version: envelope.streamVersion, last: position)
                 }
-                let key = LogStore.commandKey(container: envelope.container, commandID: envelope.commandID)
-                let streamVersion = envelope.eventType.hasPrefix(EventLog.reservedTypePrefix) ? 0 : envelope.streamVersion
-                if let record = try commandRecord(txn, key: key), record.first + UInt64(record.count) == position {
-                    try writeCommandRecord(txn, key: key, first: record.first, count: record.count + 1, streamVersion: streamVersion)
-                } else {
-                    try writeCommandRecord(txn, key: key, first: position, count: 1, streamVersion: streamVersion)
-                }
+                _ = try recordCommand(txn, envelope, position: position, refusingGaps: false)
                 try project(txn, envelope)
                 entry = try cursor.next()
             }

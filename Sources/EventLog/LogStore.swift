@@ -421,6 +421,30 @@ package final class LogStore: Sendable {
         }
     }
 
+    /// Records the event `envelope`, stored at `position`, in its command's record, as the writer
+    /// recorded it when it appended the event: a command's record holds its first position, its event
+    /// count and the stream version after it, which is 0 for a command of the sharing layer (the
+    /// ``EventLog/reservedTypePrefix`` namespace, whatever the type) and the event's stream version
+    /// for a raw append. An event whose command id has a record that does not end right before it
+    /// starts a new record; with `refusingGaps`, it returns false instead and writes nothing. Used
+    /// where events the writer appended are recorded again: deriving the records from the log, and
+    /// a replica applying its primary's events.
+    package func recordCommand(
+        _ txn: borrowing Transaction, _ envelope: EventEnvelope, position: UInt64, refusingGaps: Bool
+    ) throws -> Bool {
+        let key = LogStore.commandKey(container: envelope.container, commandID: envelope.commandID)
+        let streamVersion = envelope.eventType.hasPrefix(EventLog.reservedTypePrefix) ? 0 : envelope.streamVersion
+        if let record = try commandRecord(txn, key: key) {
+            if record.first + UInt64(record.count) == position {
+                try writeCommandRecord(txn, key: key, first: record.first, count: record.count + 1, streamVersion: streamVersion)
+                return true
+            }
+            if refusingGaps { return false }
+        }
+        try writeCommandRecord(txn, key: key, first: position, count: 1, streamVersion: streamVersion)
+        return true
+    }
+
     package func writeCommandRecord(_ txn: borrowing Transaction, key: [UInt8], first: UInt64, count: UInt32, streamVersion: UInt64) throws {
         try withUnsafeTemporaryAllocation(byteCount: 20, alignment: 8) { buffer in
             buffer.storeBytes(of: first.bigEndian, toByteOffset: 0, as: UInt64.self)

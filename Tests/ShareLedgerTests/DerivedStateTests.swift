@@ -213,4 +213,46 @@ struct DerivedStateTests {
         #expect(next.streamVersion == 3)
         await reopened.close()
     }
+
+    @Test("command records made again from events (derived, replicated): the sharing namespace records 0 whatever its type, a raw append its stream version; a gap starts a record or is refused")
+    func commandRecordsFromEvents() async throws {
+        let f = try await SharingFixture()
+        let store = f.ledger.log.store
+        let command = UUID()
+        func envelope(_ position: UInt64, type: String, version: UInt64, id: UUID = command) throws -> EventEnvelope {
+            let fields = EnvelopeCodec.Fields(
+                position: position, recordedAtMicros: 1, container: "c", actor: "a", commandID: id, correlationID: nil,
+                causationID: nil, schemaVersion: 1, stream: "s", streamVersion: version, streamPreviousPosition: 0,
+                eventType: type, payload: [], previousHash: [UInt8](repeating: 0, count: 32))
+            let (stored, _) = EnvelopeCodec.encode(fields)
+            return try stored.withUnsafeBytes { raw throws(LedgerError) in try EnvelopeCodec.decode(raw, key: position) }
+        }
+        let key = LogStore.commandKey(container: "c", commandID: command)
+        let other = UUID()
+        let otherKey = LogStore.commandKey(container: "c", commandID: other)
+        let steps: [(EventEnvelope, refusingGaps: Bool, key: [UInt8])] = [
+            // A type of the sharing namespace this release does not know still records 0, as its writer did.
+            (try envelope(100, type: "shareledger.events.v9.SomethingNew", version: 7), true, key),
+            (try envelope(101, type: "shareledger.events.v9.SomethingNew", version: 8), true, key),
+            // Not the next position: refused, or a new record.
+            (try envelope(105, type: "shareledger.events.v9.SomethingNew", version: 9), true, key),
+            (try envelope(105, type: "shareledger.events.v9.SomethingNew", version: 9), false, key),
+            // A raw append records its stream version.
+            (try envelope(200, type: "app.Note", version: 3, id: other), true, otherKey),
+            (try envelope(201, type: "app.Note", version: 4, id: other), true, otherKey),
+        ]
+        var results: [(Bool, UInt64?, UInt32?)] = []
+        for step in steps {
+            let result = try store.environment.write { txn -> (Bool, UInt64?, UInt32?) in
+                let written = try store.recordCommand(txn, step.0, position: step.0.position.rawValue, refusingGaps: step.refusingGaps)
+                let stored = try store.commandRecord(txn, key: step.key)
+                return (written, stored?.streamVersion, stored?.count)
+            }
+            results.append(result)
+        }
+        #expect(results.map(\.0) == [true, true, false, true, true, true])
+        #expect(results.map(\.1) == [0, 0, 0, 0, 3, 4])
+        #expect(results.map(\.2) == [1, 2, 2, 1, 1, 2])
+        await f.ledger.close()
+    }
 }

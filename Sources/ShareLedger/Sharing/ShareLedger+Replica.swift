@@ -179,19 +179,9 @@ private struct ReplicatedEvent: Sendable {
                 envelope.position, "stream \(envelope.stream) is at version \(stream.version) (last position "
                     + "\(stream.last)), the event says version \(envelope.streamVersion) after \(envelope.streamPreviousPosition)")
         }
-        let commandKey = LogStore.commandKey(container: envelope.container, commandID: envelope.commandID)
-        if let command = try store.commandRecord(txn, key: commandKey) {
-            // The command began in an earlier batch: this event must be its next one.
-            guard command.first + UInt64(command.count) == position else {
-                throw ReplicatedEvent.refuse(envelope.position, "its command id \(envelope.commandID) was used by an earlier command")
-            }
-            try store.writeCommandRecord(
-                txn, key: commandKey, first: command.first, count: command.count + 1,
-                streamVersion: command.streamVersion == 0 ? 0 : envelope.streamVersion)
-        } else {
-            // The writer records 0 for a command of the sharing domain, the stream's version for a raw append.
-            try store.writeCommandRecord(
-                txn, key: commandKey, first: position, count: 1, streamVersion: domain == nil ? envelope.streamVersion : 0)
+        // A command that began in an earlier batch: this event must be its next one.
+        guard try store.recordCommand(txn, envelope, position: position, refusingGaps: true) else {
+            throw ReplicatedEvent.refuse(envelope.position, "its command id \(envelope.commandID) was used by an earlier command")
         }
         try txn.put(store.log, key: BigEndian.bytes(of: position), value: stored)
         if versioned { try store.writeStreamRecord(txn, key: streamKey, version: envelope.streamVersion, last: position) }
