@@ -71,7 +71,8 @@ package struct EnvironmentInfo: Sendable, Hashable {
 /// `@unchecked Sendable`: the `MDB_env` pointer is safe to share between threads under `MDB_NOTLS`
 /// (LMDB's own contract). The mutable state (`closed`, `mapSize`) is only written while
 /// ``ResizeLock`` is held exclusive and only read while it is held shared, so no data race is
-/// possible.
+/// possible. The companion and the twins' switch are set once, before the environment is shared
+/// with another thread, and only read after.
 package final class Environment: @unchecked Sendable {
     package let options: EnvironmentOptions
     private let env: OpaquePointer
@@ -86,7 +87,9 @@ package final class Environment: @unchecked Sendable {
     private var closed = false
     private let databasesBox = Mutex<[String: Database]>([:])
     /// Where the switch of the twins is (``setSwitch(_:key:twinsOpened:)``); nil when there is none.
-    private let switchLocation = Mutex<(Database, [UInt8], Bool)?>(nil)
+    /// Set once, before the environment is shared with another thread, and never changed after (as
+    /// `companionEnv`): every transaction reads it as it begins, so it takes no lock.
+    private var twinSwitch: (db: Database, key: [UInt8], twinsOpened: Bool)?
     /// Stale reader slots cleared by `mdb_reader_check` when the environment was opened.
     package let staleReadersCleared: Int
 
@@ -259,7 +262,7 @@ package final class Environment: @unchecked Sendable {
         operation: String
     ) throws(LMDBError) -> [MDB_dbi?] {
         let readOnly = options.readOnly || !create
-        let paths = (main: options.path, companion: companionOptions?.path ?? options.path)
+        let paths = (main: path(inCompanion: false), companion: path(inCompanion: true))
         let body = { (txn: borrowing Transaction) throws -> [MDB_dbi?] in
             var opened: [MDB_dbi?] = []
             for request in requests {
@@ -286,6 +289,10 @@ package final class Environment: @unchecked Sendable {
         }
     }
 
+    /// The directory of the environment that holds databases in the companion (`inCompanion`) or not:
+    /// what errors there name.
+    private func path(inCompanion: Bool) -> String { inCompanion ? companionOptions?.path ?? options.path : options.path }
+
     /// Where the switch of the twins is (``Database``): the one-byte value 1 under `key` in `db`
     /// makes every transaction that begins after its commit use the twins; any other value, or
     /// none, the databases themselves. Set once, before the environment is shared with another
@@ -293,19 +300,20 @@ package final class Environment: @unchecked Sendable {
     /// read-only process that found no twins), a transaction that begins with the switch set fails
     /// with ``LMDBError/Code/incompatible`` rather than read databases no longer in use.
     package func setSwitch(_ db: Database, key: [UInt8], twinsOpened: Bool = true) {
-        switchLocation.withLock { $0 = (db, key, twinsOpened) }
+        precondition(twinSwitch == nil, "an environment has at most one switch")
+        twinSwitch = (db, key, twinsOpened)
     }
 
     /// Whether the switch (``setSwitch(_:key:twinsOpened:)``) is set in `txn`'s snapshot.
     private func switchIsSet(_ txn: OpaquePointer, companion: OpaquePointer?) throws(LMDBError) -> Bool {
-        guard let (db, key, twinsOpened) = switchLocation.withLock({ $0 }) else { return false }
+        guard let (db, key, twinsOpened) = twinSwitch else { return false }
         var value = MDB_val()
         let rc = key.withUnsafeBytes { bytes in
             var k = MDB_val(buffer: bytes)
             return mdb_get(db.inCompanion ? companion ?? txn : txn, db.dbi, &k, &value)
         }
         if rc == MDB_NOTFOUND { return false }
-        try check(rc, "mdb_get(\(db.name), switch)", path: db.inCompanion ? companionOptions?.path ?? options.path : options.path)
+        try check(rc, "mdb_get(\(db.name), switch)", path: path(inCompanion: db.inCompanion))
         let set = value.mv_size == 1 && value.mv_data.load(as: UInt8.self) == 1
         if set && !twinsOpened {
             throw LMDBError(

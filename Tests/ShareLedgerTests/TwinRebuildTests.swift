@@ -145,7 +145,7 @@ struct TwinRebuildTests {
         #expect(try finish(limit: 3) == nil, "more than 3 entries differ: nothing switched")
         #expect(try !usesTwins(store))
         let outcome = try finish(limit: ReadModelRebuild.changeLimit)
-        #expect(outcome?.switched == true && (outcome?.changedEntries ?? 0) > 0)
+        #expect(outcome != nil && (outcome?.changedEntries ?? 0) > 0, "switched, with the changes since the fill")
         #expect(try replayed == f.ledger.log.head().position.rawValue)
         #expect(try usesTwins(store))
         #expect(try ReadModelRebuild.compare(store, scratch).differences.isEmpty)

@@ -197,8 +197,6 @@ enum ReadModelRebuild {
         var changedEntries = 0
         /// Databases cleared and rewritten whole (more differences than ``changeLimit`` allows).
         var rewrittenDatabases: [String] = []
-        /// Whether the read models were written into their unused copies and switched in.
-        var switched = false
     }
 
     /// Differences up to which the final step of a rebuild changes a live database in place instead of
@@ -354,10 +352,9 @@ enum ReadModelRebuild {
         guard let plan = try plan(targets, in: txn, from: sources, in: built, limit: limit, rewriteBeyondLimit: force) else {
             return nil
         }
-        var outcome = try write(plan, into: targets, in: txn, from: sources, in: built)
+        let outcome = try write(plan, into: targets, in: txn, from: sources, in: built)
         try store.switchTwins(txn)
         for live in models.all { try txn.clear(live) }
-        outcome.switched = true
         return outcome
     }
 
