@@ -85,7 +85,6 @@ package final class Environment: @unchecked Sendable {
     /// Bytes of the companion's file allocated ahead of its use (``reserveCompanionSpace()``).
     private let companionAllocated = Mutex<Int>(0)
     private var closed = false
-    private let databasesBox = Mutex<[String: Database]>([:])
     /// Where the switch of the twins is (``setSwitch(_:key:twinsOpened:)``); nil when there is none.
     /// Set once, before the environment is shared with another thread, and never changed after (as
     /// `companionEnv`): every transaction reads it as it begins, so it takes no lock.
