@@ -48,7 +48,7 @@ extension ShareLedger {
                         while entry != nil {
                             // The target is written in bounded transactions; the source view stays the same.
                             try target.environment.write { out in
-                                entries += UInt64(try ReadModelRebuild.copy(&entry, with: cursor, into: to, in: out, limit: 100_000))
+                                entries += UInt64(try ReadModelRebuild.copy(&entry, with: cursor, into: to, in: out, limit: 100_000).entries)
                             }
                         }
                     }

@@ -119,22 +119,25 @@ enum ReadModelRebuild {
     }
 
     /// Copies entries in order, from `entry` on, with `cursor` into `db` in `txn`, as sorted appends
-    /// (`MDB_APPEND`; plain puts for dupsort databases); at most `limit`. Leaves `entry` at the first
-    /// entry not copied (nil at the end) and returns how many were copied. `db` must hold nothing
+    /// (`MDB_APPEND`; plain puts for dupsort databases); at most `limit` entries, and none once
+    /// `byteLimit` bytes of keys and values are copied. Leaves `entry` at the first entry not copied
+    /// (nil at the end) and returns how many entries and bytes were copied. `db` must hold nothing
     /// after the entries copied.
     @discardableResult
     static func copy(
         _ entry: inout Entry?, with cursor: borrowing Cursor, into db: Database, in txn: borrowing Transaction,
-        limit: Int = .max
-    ) throws -> Int {
+        limit: Int = .max, byteLimit: Int = .max
+    ) throws -> (entries: Int, bytes: Int) {
         let flags: PutFlags = db.flags.contains(.dupSort) ? PutFlags(rawValue: 0) : .append
         var copied = 0
-        while let current = entry, copied < limit {
+        var bytes = 0
+        while let current = entry, copied < limit, bytes < byteLimit {
             try txn.put(db, key: current.key, value: current.value, flags: flags)
             copied += 1
+            bytes += current.key.count + current.value.count
             entry = try cursor.next()
         }
-        return copied
+        return (copied, bytes)
     }
 
     /// One change that makes a live database hold what its rebuild holds.
@@ -310,7 +313,6 @@ enum ReadModelRebuild {
             let target = txn.unused(live[point.database])
             let source = rebuilt[point.database]
             let duplicates = source.flags.contains(.dupSort)
-            let flags: PutFlags = duplicates ? PutFlags(rawValue: 0) : .append
             let next: FillPoint? = try built.withCursor(source) { cursor in
                 var entry: Entry?
                 switch (point.key, point.value) {
@@ -321,15 +323,8 @@ enum ReadModelRebuild {
                 default:
                     entry = try cursor.first()
                 }
-                while let current = entry {
-                    if bytes >= budget {
-                        return FillPoint(database: point.database, key: Array(current.key), value: Array(current.value))
-                    }
-                    try txn.put(target, key: current.key, value: current.value, flags: flags)
-                    bytes += current.key.count + current.value.count
-                    entry = try cursor.next()
-                }
-                return nil
+                bytes += try copy(&entry, with: cursor, into: target, in: txn, byteLimit: budget - bytes).bytes
+                return entry.map { FillPoint(database: point.database, key: Array($0.key), value: Array($0.value)) }
             }
             if let next { return next }
             point = FillPoint(database: point.database + 1)
