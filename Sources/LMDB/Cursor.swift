@@ -43,6 +43,8 @@ package struct Cursor: ~Copyable {
     package func seek(exactly key: UnsafeRawBufferPointer) throws -> Entry? { try get(MDB_SET_KEY, key: key) }
     /// (dupsort) Moves to the next value of the current key; `nil` after the last.
     package func nextDuplicate() throws -> Entry? { try get(MDB_NEXT_DUP) }
+    /// (dupsort) Moves to the first value of the next key.
+    package func nextKey() throws -> Entry? { try get(MDB_NEXT_NODUP) }
     /// (dupsort) Moves to the last value of the current key.
     package func lastDuplicate() throws -> Entry? { try get(MDB_LAST_DUP) }
     /// (dupsort) Moves to the first value of `key` that is greater than or equal to `value`.

@@ -57,6 +57,9 @@ package struct LMDBError: Error, Sendable, Hashable, CustomStringConvertible {
         case storageFull
         /// The wrapper's own: the environment was closed.
         case closed
+        /// The wrapper's own: a raw cursor or a drop asked of a database that goes through an
+        /// overlay (``Overlay``), which would see or change LMDB alone.
+        case throughOverlay
         /// The wrapper's own: the path is not usable (missing, not a directory, not writable).
         case badPath
         /// An LMDB code this wrapper does not know.

@@ -1,5 +1,6 @@
 import CLMDB
 
+
 /// Book-keeping shared by a transaction and its cursors: the first LMDB error seen inside it.
 final class TransactionState {
     var firstError: LMDBError?
@@ -30,11 +31,15 @@ package struct Transaction: ~Copyable {
     /// Whether the environment's switch was set when the transaction began
     /// (``Environment/setSwitch(_:key:twinsOpened:)``): databases with a twin are read and written there.
     package let usesTwins: Bool
+    /// Where writes to the databases it covers go, and what reads of them see first
+    /// (``withOverlay(_:_:)``); `nil` for LMDB alone.
+    @usableFromInline let overlay: Overlay?
 
     init(
         txn: OpaquePointer, companion: OpaquePointer? = nil, isWritable: Bool, state: TransactionState, path: String,
-        companionPath: String? = nil, usesTwins: Bool = false
+        companionPath: String? = nil, usesTwins: Bool = false, overlay: Overlay? = nil
     ) {
+        self.overlay = overlay
         self.handle = txn
         self.companion = companion ?? txn
         self.isWritable = isWritable
@@ -76,6 +81,15 @@ package struct Transaction: ~Copyable {
     /// and it is their changes that readers and caches follow.
     package var id: UInt64 { UInt64(mdb_txn_id(companion)) }
 
+    /// The error of an operation an overlay cannot answer for (``LMDBError/Code/throughOverlay``).
+    func refusedThroughOverlay(_ operation: String, _ db: Database) -> LMDBError {
+        state.record(
+            LMDBError(
+                code: .throughOverlay, operation: operation, path: db.inCompanion ? companionPath : path,
+                message: "\(db.name) goes through an overlay of pending writes, which this operation would bypass; "
+                    + "read it with visitEntries or visitValues (this is a bug in the caller: report it)"))
+    }
+
     @usableFromInline
     func fail(_ rc: Int32, _ operation: String, _ db: Database? = nil) -> LMDBError {
         state.record(LMDBError(returnCode: rc, operation: operation, path: db?.inCompanion == true ? companionPath : path))
@@ -90,6 +104,7 @@ package struct Transaction: ~Copyable {
     package func withValue<R>(
         _ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R
     ) throws -> R? {
+        if overlay != nil, let value = try overlaidValue(db, key: key) { return try value.map { try $0.withUnsafeBytes(body) } }
         var k = MDB_val(buffer: key)
         var v = MDB_val()
         let rc = mdb_get(handle(for: db), dbi(db), &k, &v)
@@ -104,8 +119,24 @@ package struct Transaction: ~Copyable {
         try withBytes(key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
     }
 
-    /// Counters of `db` as seen by this transaction.
+    /// The value of `key` when `db` goes through the overlay: `.some(nil)` when it holds none, `nil`
+    /// when `db` is not covered (read LMDB).
+    @usableFromInline
+    func overlaidValue(_ db: Database, key: UnsafeRawBufferPointer) throws -> [UInt8]?? {
+        guard let (overlay, table) = overlayTable(db) else { return nil }
+        return .some(try overlayValue(overlay, table, db, key: key))
+    }
+
+    /// Counters of `db` as seen by this transaction. Through an overlay, `entries` counts the
+    /// overlay's changes and the other counters are LMDB's.
     package func statistics(_ db: Database) throws -> DatabaseStatistics {
+        var statistics = try rawStatistics(db)
+        if let (overlay, table) = overlayTable(db) { statistics.entries = try overlayEntryCount(overlay, table, db) }
+        return statistics
+    }
+
+    /// LMDB's counters of `db`.
+    func rawStatistics(_ db: Database) throws -> DatabaseStatistics {
         var stat = MDB_stat()
         let rc = mdb_stat(handle(for: db), dbi(db), &stat)
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_stat(\(db.name))", db) }
@@ -124,6 +155,9 @@ package struct Transaction: ~Copyable {
     package func put(
         _ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = PutFlags(rawValue: 0)
     ) throws {
+        if let (overlay, table) = overlayTable(db) {
+            return try overlayPut(overlay, table, db, key: key, value: value, flags: flags)
+        }
         precondition(isWritable, "put in a read-only transaction")
         var k = MDB_val(buffer: key)
         var v = MDB_val(buffer: value)
@@ -160,6 +194,7 @@ package struct Transaction: ~Copyable {
     /// Returns whether anything was deleted.
     @discardableResult
     package func delete(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) throws -> Bool {
+        if let (overlay, table) = overlayTable(db) { return try overlayDelete(overlay, table, db, key: key, value: value) }
         precondition(isWritable, "delete in a read-only transaction")
         var kv = MDB_val(buffer: key)
         let rc: Int32
@@ -177,12 +212,14 @@ package struct Transaction: ~Copyable {
     /// Deletes `db` itself from the environment (`mdb_drop` with `del` 1); its handle is closed.
     package func dropDatabase(_ db: Database) throws {
         precondition(isWritable, "dropDatabase in a read-only transaction")
+        if overlayTable(db) != nil { throw refusedThroughOverlay("mdb_drop(\(db.name), delete)", db) }
         let rc = mdb_drop(handle(for: db), dbi(db), 1)
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name), delete)", db) }
     }
 
     /// Deletes every entry of `db`, keeping the database itself (`mdb_drop` with `del` 0).
     package func clear(_ db: Database) throws {
+        if let (overlay, table) = overlayTable(db) { return try overlayClear(overlay, table, db) }
         precondition(isWritable, "clear in a read-only transaction")
         let rc = mdb_drop(handle(for: db), dbi(db), 0)
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_drop(\(db.name))", db) }
@@ -198,8 +235,11 @@ package struct Transaction: ~Copyable {
     /// inside `body` is also this transaction's: it aborts the whole write, as anywhere else.
     package func nested(_ body: (borrowing Transaction) throws -> Bool) throws -> Bool {
         precondition(isWritable, "a nested transaction needs a write transaction")
+        // Through an overlay, its current layer is put back when the nested writes are dropped; the
+        // companion's handle is then not nested when the overlay takes all of its databases.
+        let saved = overlay?.checkpoint()
         var companionChild: OpaquePointer?
-        if spansCompanion {
+        if spansCompanion && overlay == nil {
             var pointer: OpaquePointer?
             let rc = mdb_txn_begin(mdb_txn_env(companion), companion, 0, &pointer)
             guard rc == MDB_SUCCESS, let child = pointer else { throw fail(rc, "mdb_txn_begin(nested, companion)", nil) }
@@ -214,14 +254,15 @@ package struct Transaction: ~Copyable {
         func abortBoth() {
             mdb_txn_abort(child)
             if let companionChild { mdb_txn_abort(companionChild) }
+            if let saved { overlay?.restore(saved) }
         }
         let childState = TransactionState()
         let keep: Bool
         do {
             keep = try body(
                 Transaction(
-                    txn: child, companion: companionChild, isWritable: true, state: childState, path: path,
-                    companionPath: companionPath, usesTwins: usesTwins))
+                    txn: child, companion: companionChild ?? (spansCompanion ? companion : nil), isWritable: true,
+                    state: childState, path: path, companionPath: companionPath, usesTwins: usesTwins, overlay: overlay))
         } catch {
             abortBoth()
             if let first = childState.firstError { throw state.record(first) }
@@ -252,8 +293,52 @@ package struct Transaction: ~Copyable {
 
     // MARK: Cursors
 
-    /// Calls `body` with a cursor on `db`; the cursor is closed when `body` returns.
+    /// Calls `body` with a cursor on `db`; the cursor is closed when `body` returns. A database that
+    /// goes through an overlay has no cursor (it would see LMDB alone): read it with
+    /// ``visitEntries(_:from:_:)`` and ``visitValues(_:key:_:)``.
     package func withCursor<R>(_ db: Database, _ body: (borrowing Cursor) throws -> R) throws -> R {
+        if overlayTable(db) != nil { throw refusedThroughOverlay("mdb_cursor_open(\(db.name))", db) }
+        return try rawCursor(db, body)
+    }
+
+    /// Visits the entries of `db` in key order (sorted duplicates each as an entry of their own) from
+    /// the first key at or after `start` (the first key when `nil`) while `body` returns true; through
+    /// an overlay, as merged.
+    package func visitEntries(
+        _ db: Database, from start: UnsafeRawBufferPointer?,
+        _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
+        if let (overlay, table) = overlayTable(db) { return try overlayVisit(overlay, table, db, from: start, body) }
+        try rawCursor(db) { cursor in
+            var entry = try start.map { try cursor.seek(atLeast: $0) } ?? cursor.first()
+            while let current = entry, try body(current.key, current.value) {
+                entry = try cursor.next()
+            }
+        }
+    }
+
+    /// Visits the values of `key` in a sorted-duplicates database, in order; through an overlay, as
+    /// merged.
+    package func visitValues(_ db: Database, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
+        throws
+    {
+        if let (overlay, table) = overlayTable(db) {
+            let keyBytes = Array(key.bindMemory(to: UInt8.self))
+            let values = try overlay.mergedValues(table, keyBytes, base: { try baseValues(db, key: key) })
+            for value in values { try value.withUnsafeBytes(body) }
+            return
+        }
+        try rawCursor(db) { cursor in
+            var entry = try cursor.seek(exactly: key)
+            while let current = entry {
+                try body(current.value)
+                entry = try cursor.nextDuplicate()
+            }
+        }
+    }
+
+    /// ``withCursor(_:_:)`` whether or not `db` goes through an overlay.
+    func rawCursor<R>(_ db: Database, _ body: (borrowing Cursor) throws -> R) throws -> R {
         var cursorPointer: OpaquePointer?
         let rc = mdb_cursor_open(handle(for: db), dbi(db), &cursorPointer)
         guard rc == MDB_SUCCESS, let cursor = cursorPointer else { throw fail(rc, "mdb_cursor_open(\(db.name))", db) }

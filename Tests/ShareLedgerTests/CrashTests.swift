@@ -8,18 +8,6 @@ import Testing
 import Glibc
 #endif
 
-/// A deterministic random source (SplitMix64) so that kill times repeat from run to run.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// Starts `ShareLedgerCrashChild` with `arguments` and waits (on its output file, not the clock) until
 /// it says "ready": its ledger is open. Its standard output and error are files in `dir`.
 func startCrashChild(_ arguments: [String], in dir: TemporaryDirectory) async throws -> ChildProcess {

@@ -69,24 +69,14 @@ extension Transaction: ReadModelStore {
         _ db: Database, from start: UnsafeRawBufferPointer?,
         _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
     ) throws {
-        try withCursor(db) { cursor in
-            var entry = try start.map { try cursor.seek(atLeast: $0) } ?? cursor.first()
-            while let current = entry, try body(current.key, current.value) {
-                entry = try cursor.next()
-            }
-        }
+        // Through the transaction's overlay, when it has one (`Overlay`).
+        try visitEntries(db, from: start, body)
     }
 
     func visitDuplicates(_ db: Database, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
         throws
     {
-        try withCursor(db) { cursor in
-            var entry = try cursor.seek(exactly: key)
-            while let current = entry {
-                try body(current.value)
-                entry = try cursor.nextDuplicate()
-            }
-        }
+        try visitValues(db, key: key, body)
     }
 }
 
