@@ -43,4 +43,9 @@ package final class ConditionLock: @unchecked Sendable {
     package func signal() {
         pthread_cond_signal(condition)
     }
+
+    /// Wakes every waiter (for a lock several threads wait on, each for its own condition).
+    package func broadcast() {
+        pthread_cond_broadcast(condition)
+    }
 }

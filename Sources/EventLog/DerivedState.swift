@@ -250,8 +250,13 @@ extension LogStore {
     /// after ``consistentReadAttempts`` (the derived state is behind for good: a crash before any
     /// writer caught up, or a damaged event it cannot be brought past), `body` runs on what there
     /// is; the audit then reports the difference.
+    ///
+    /// In the process whose writer writes the derived state behind its commits, the derived
+    /// databases may be behind the log by the batches not yet written, but never behind anything
+    /// this process answered (a caller is answered once its batch's derived state is committed): its
+    /// readers take them as they are.
     package func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
-        guard derivedMeta != nil else { return try environment.read(body) }
+        guard derivedMeta != nil, !writesBehind.load(ordering: .acquiring) else { return try environment.read(body) }
         var lastBehind = UInt64.max
         for _ in 1..<LogStore.consistentReadAttempts {
             var behindAt: UInt64? = nil

@@ -48,6 +48,9 @@ package final class LogStore: Sendable {
     /// The derived position at which ``read(_:)`` last gave up waiting for the derived state to
     /// reach the log (no writer is catching up); reads with the derived state there do not wait.
     let derivedStuckAt = Atomic<UInt64>(.max)
+    /// Whether this process's writer writes the derived state behind its commits (`DerivedWriter`):
+    /// its readers then take the derived databases as they find them (see ``read(_:)``).
+    package let writesBehind = Atomic<Bool>(false)
 
     /// The log's own named databases.
     /// The stream and command records are derived from the log (each envelope names its stream,

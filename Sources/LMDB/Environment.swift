@@ -372,15 +372,77 @@ package final class Environment: @unchecked Sendable {
         return try withTransaction(writable: true, flushCompanionFirst: true, body)
     }
 
+    /// Like ``write(_:)``, but the companion is only read: its transaction is read-only, and the
+    /// transaction lent to `body` must not write a companion database but through an overlay
+    /// (``Transaction/withOverlay(_:_:)``, scope ``Overlay/Scope/companion``), whose writes
+    /// ``writeCompanion(_:)`` stores later. Takes no lock of the companion: another thread may write
+    /// there meanwhile (this transaction keeps its snapshot).
+    package func writeBesideCompanion<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        precondition(!options.readOnly, "write transaction on an environment opened read-only")
+        return try withTransaction(writable: true, companionReadOnly: true, body)
+    }
+
+    /// Runs `body` in a write transaction of the companion alone (its databases; no other database
+    /// may be touched) and commits it. Growing the companion's map and a full disk are handled as by
+    /// ``write(_:)``.
+    package func writeCompanion<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        precondition(!options.readOnly, "write transaction on an environment opened read-only")
+        guard let companionEnv, let companionOptions else {
+            throw LMDBError(
+                code: .badPath, operation: "writeCompanion", path: options.path, message: "the environment has no companion")
+        }
+        while true {
+            try resizeLock.withShared { () throws(LMDBError) in try reserveCompanionSpace() }
+            let outcome: TransactionOutcome<R> = try resizeLock.withShared { () throws -> TransactionOutcome<R> in
+                guard !closed else {
+                    throw LMDBError(code: .closed, operation: "write", path: options.path, message: "the environment is closed")
+                }
+                var pointer: OpaquePointer?
+                let rc = mdb_txn_begin(companionEnv, nil, 0, &pointer)
+                if rc == MDB_MAP_RESIZED { return .mapResized(companion: true) }
+                try check(rc, "mdb_txn_begin", path: companionOptions.path)
+                guard let txn = pointer else {
+                    throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
+                }
+                let state = TransactionState()
+                let sizeAtStart = currentMapSizeUnlocked(companionEnv)
+                let result: R
+                do {
+                    let usesTwins = try switchIsSet(txn, companion: txn)
+                    result = try body(
+                        Transaction(
+                            txn: txn, companion: txn, isWritable: true, state: state, path: companionOptions.path,
+                            companionPath: companionOptions.path, usesTwins: usesTwins))
+                } catch {
+                    mdb_txn_abort(txn)
+                    let first = state.firstError ?? (error as? LMDBError)
+                    if let first, first.code == .mapFull { return .mapFull(companion: true, sizeAtFailure: sizeAtStart) }
+                    if let first = state.firstError { throw first }
+                    throw error
+                }
+                if let first = state.firstError {
+                    mdb_txn_abort(txn)
+                    if first.code == .mapFull { return .mapFull(companion: true, sizeAtFailure: sizeAtStart) }
+                    throw first
+                }
+                let committed = mdb_txn_commit(txn)
+                if committed == MDB_MAP_FULL { return .mapFull(companion: true, sizeAtFailure: sizeAtStart) }
+                try checkCompanionCommit(committed, path: companionOptions.path)
+                return .done(result)
+            }
+            if let result = try settle(outcome) { return result }
+        }
+    }
+
     /// The common transaction loop: begin (adopting a size another process set), run, end, and on
     /// `MDB_MAP_FULL` grow and run again. With a companion, its transaction begins first and, for a
     /// write, commits last (unless `flushCompanionFirst`).
     private func withTransaction<R>(
-        writable: Bool, commitReadOnly: Bool = false, flushCompanionFirst: Bool = false,
+        writable: Bool, commitReadOnly: Bool = false, flushCompanionFirst: Bool = false, companionReadOnly: Bool = false,
         _ body: (borrowing Transaction) throws -> R
     ) throws -> R {
         while true {
-            if writable && companionEnv != nil { try resizeLock.withShared { () throws(LMDBError) in try reserveCompanionSpace() } }
+            if writable && !companionReadOnly && companionEnv != nil { try resizeLock.withShared { () throws(LMDBError) in try reserveCompanionSpace() } }
             let outcome: TransactionOutcome<R> = try resizeLock.withShared { () throws -> TransactionOutcome<R> in
                 guard !closed else {
                     throw LMDBError(
@@ -391,7 +453,7 @@ package final class Environment: @unchecked Sendable {
                 var companionTxn: OpaquePointer?
                 if let companionEnv, let companionOptions {
                     var pointer: OpaquePointer?
-                    let rc = mdb_txn_begin(companionEnv, nil, beginFlags, &pointer)
+                    let rc = mdb_txn_begin(companionEnv, nil, companionReadOnly ? UInt32(MDB_RDONLY) : beginFlags, &pointer)
                     if rc == MDB_MAP_RESIZED { return .mapResized(companion: true) }
                     try check(rc, "mdb_txn_begin", path: companionOptions.path)
                     guard let pointer else {
@@ -462,6 +524,16 @@ package final class Environment: @unchecked Sendable {
                     }
                     return .done(result)
                 }
+                if companionReadOnly {
+                    // The companion was only read: its snapshot ends, whatever the commit does.
+                    if let companionTxn { mdb_txn_abort(companionTxn) }
+                    if let outcome: TransactionOutcome<R> = try commit(
+                        txn, writable: writable, sizeAtStart: mapSizeAtStart, companion: nil)
+                    {
+                        return outcome
+                    }
+                    return .done(result)
+                }
                 // mdb_txn_commit frees the transaction, success or not.
                 if let outcome: TransactionOutcome<R> = try commit(
                     txn, writable: writable, sizeAtStart: mapSizeAtStart, companion: companionTxn)
@@ -471,22 +543,11 @@ package final class Environment: @unchecked Sendable {
                 if let companionTxn, let companionOptions {
                     // This environment has committed: a failure here leaves the companion behind it,
                     // which its owner detects and repairs (the companion holds derived state).
-                    let rc = mdb_txn_commit(companionTxn)
-                    if rc != MDB_SUCCESS, let full = fileSystemFull(afterCommitFailure: rc, path: companionOptions.path) {
-                        throw full
-                    }
-                    try check(rc, "mdb_txn_commit", path: companionOptions.path)
+                    try checkCompanionCommit(mdb_txn_commit(companionTxn), path: companionOptions.path)
                 }
                 return .done(result)
             }
-            switch outcome {
-            case .done(let result):
-                return result
-            case .mapResized(let companion):
-                try adoptMapSizeFromFile(companion: companion)
-            case .mapFull(let companion, let sizeAtFailure):
-                try grow(companion: companion, after: sizeAtFailure)
-            }
+            if let result = try settle(outcome) { return result }
         }
     }
 
@@ -502,6 +563,26 @@ package final class Environment: @unchecked Sendable {
         if writable, let full = fileSystemFull(afterCommitFailure: rc) { throw full }
         try check(rc, "mdb_txn_commit", path: options.path)
         return nil
+    }
+
+    /// The result of a transaction that ended, or nil after growing the map or adopting its new size
+    /// (the transaction runs again).
+    private func settle<R>(_ outcome: TransactionOutcome<R>) throws -> R? {
+        switch outcome {
+        case .done(let result):
+            return result
+        case .mapResized(let companion):
+            try adoptMapSizeFromFile(companion: companion)
+        case .mapFull(let companion, let sizeAtFailure):
+            try grow(companion: companion, after: sizeAtFailure)
+        }
+        return nil
+    }
+
+    /// Checks the return code of the companion's commit: a full disk as such.
+    private func checkCompanionCommit(_ rc: Int32, path: String) throws {
+        if rc != MDB_SUCCESS, let full = fileSystemFull(afterCommitFailure: rc, path: path) { throw full }
+        try check(rc, "mdb_txn_commit", path: path)
     }
 
     private enum TransactionOutcome<R> {

@@ -55,7 +55,8 @@ package final class Overlay {
     /// layer sealed.
     @discardableResult
     package func seal() -> OverlayLayer {
-        let layer = current
+        var layer = current
+        for (key, table) in layer.tables { layer.tables[key]?.sortedKeys = table.keysInOrder() }
         sealed.append(layer)
         current = OverlayLayer()
         return layer
@@ -73,12 +74,15 @@ package final class Overlay {
     /// Puts back the current layer of a ``checkpoint()`` (the writes since are undone).
     package func restore(_ layer: OverlayLayer) { current = layer }
 
+    /// Drops the current layer's writes (a transaction that aborted or starts over).
+    package func discardCurrent() { current = OverlayLayer() }
+
     // MARK: Reads (newest change first)
 
     /// The newest change of (`table`, `key`) in a plain database: `.some(nil)` when it was deleted,
     /// `nil` when no layer changed it and LMDB's value holds; `hidesBase` when a layer cleared the
     /// whole table (LMDB's value is gone).
-    func change(_ table: TableKey, _ key: [UInt8]) -> (change: [UInt8]??, hidesBase: Bool) {
+    func change(_ table: TableKey, _ key: OverlayKey) -> (change: [UInt8]??, hidesBase: Bool) {
         if let found = current.tables[table] {
             if let value = found.values[key] { return (value, false) }
             if found.cleared { return (nil, true) }
@@ -107,29 +111,40 @@ package final class Overlay {
     }
 
     /// The values of `key` in a sorted-duplicates database: LMDB's (`base`) with every layer's changes.
-    func values(_ table: TableKey, _ key: [UInt8], base: () throws -> [[UInt8]]) rethrows -> [[UInt8]]? {
+    func values(_ table: TableKey, _ key: OverlayKey, base: () throws -> [[UInt8]]) rethrows -> [[UInt8]]? {
         let (tables, hidesBase) = changes(table)
         let changes = tables.compactMap { $0.duplicates[key] }
         guard hidesBase || !changes.isEmpty else { return nil }
-        var values = Set(changes.contains(where: \.cleared) || hidesBase ? [] : try base())
+        var values = Set((changes.contains(where: \.cleared) || hidesBase ? [] : try base()).map(OverlayKey.init))
         for change in changes {
             if change.cleared { values.removeAll() }
             values.subtract(change.removed)
             values.formUnion(change.added)
         }
-        return values.sorted { KeyOrder.compare($0, $1) < 0 }
+        return values.map(\.bytes).sorted { KeyOrder.compare($0, $1) < 0 }
+    }
+
+    /// Whether `value` is one of `key`'s in a sorted-duplicates table, as the newest layer that says
+    /// so has it; nil when no layer does (LMDB decides).
+    func containsDuplicate(_ table: TableKey, _ key: OverlayKey, _ value: OverlayKey) -> Bool? {
+        func lookup(_ found: OverlayLayer.Table) -> Bool? {
+            if let change = found.duplicates[key] {
+                // A put takes the value out of `removed`, a delete out of `added`: never in both.
+                if change.added.contains(value) { return true }
+                if change.removed.contains(value) || change.cleared { return false }
+            }
+            return found.cleared ? false : nil
+        }
+        if let found = current.tables[table], let answer = lookup(found) { return answer }
+        for layer in sealed.reversed() {
+            if let found = layer.tables[table], let answer = lookup(found) { return answer }
+        }
+        return nil
     }
 
     /// The values of `key` in a sorted-duplicates database, as merged (LMDB's when no layer changed them).
-    func mergedValues(_ table: TableKey, _ key: [UInt8], base: () throws -> [[UInt8]]) rethrows -> [[UInt8]] {
+    func mergedValues(_ table: TableKey, _ key: OverlayKey, base: () throws -> [[UInt8]]) rethrows -> [[UInt8]] {
         try values(table, key, base: base) ?? base()
-    }
-
-    /// The entries a raw count of `table` misses: the sum of every layer's count change, and whether a
-    /// layer cleared the table (then the count starts from zero).
-    func countChange(_ table: TableKey) -> (delta: Int, hidesBase: Bool) {
-        let (tables, hidesBase) = changes(table)
-        return (tables.reduce(0) { $0 + $1.countDelta }, hidesBase)
     }
 
     func write(_ table: TableKey, database: Database, _ update: (inout OverlayLayer.Table) -> Void) {
@@ -142,8 +157,8 @@ package struct OverlayLayer: Sendable {
     struct DuplicateChange: Sendable {
         /// Every value the key had before is gone.
         var cleared = false
-        var added: Set<[UInt8]> = []
-        var removed: Set<[UInt8]> = []
+        var added: Set<OverlayKey> = []
+        var removed: Set<OverlayKey> = []
     }
 
     struct Table: Sendable {
@@ -152,12 +167,23 @@ package struct OverlayLayer: Sendable {
         /// Every entry the table had before is gone.
         var cleared = false
         /// A plain database's changes: the new value, or `nil` when deleted.
-        var values: [[UInt8]: [UInt8]?] = [:]
+        var values: [OverlayKey: [UInt8]?] = [:]
         /// A sorted-duplicates database's changes, by key.
-        var duplicates: [[UInt8]: DuplicateChange] = [:]
+        var duplicates: [OverlayKey: DuplicateChange] = [:]
+        /// The changed keys in LMDB's order, kept once the layer is sealed (``Overlay/seal()``).
+        var sortedKeys: [OverlayKey]?
+
+        /// The changed keys in LMDB's order.
+        func keysInOrder() -> [OverlayKey] {
+            if let sortedKeys { return sortedKeys }
+            let keys = database.flags.contains(.dupSort) ? Array(duplicates.keys) : Array(values.keys)
+            return keys.sorted { KeyOrder.compare($0.bytes, $1.bytes) < 0 }
+        }
         /// The change of the number of entries this layer made; in a cleared table, the number of
-        /// entries it holds.
+        /// entries it holds. Not known (``countKnown`` false) after a sorted-duplicates put that did
+        /// not look whether its value was there.
         var countDelta = 0
+        var countKnown = true
     }
 
     var tables: [TableKey: Table] = [:]
@@ -181,21 +207,21 @@ package struct OverlayLayer: Sendable {
             let db = table.database
             if table.cleared { try txn.clear(db) }
             if db.flags.contains(.dupSort) {
-                for (key, change) in table.duplicates.sorted(by: { KeyOrder.compare($0.key, $1.key) < 0 }) {
-                    try key.withUnsafeBytes { k in
+                for (key, change) in table.duplicates.sorted(by: { KeyOrder.compare($0.key.bytes, $1.key.bytes) < 0 }) {
+                    try key.bytes.withUnsafeBytes { k in
                         if change.cleared {
                             try txn.delete(db, key: k, value: nil)
                         } else {
-                            for value in change.removed { try value.withUnsafeBytes { _ = try txn.delete(db, key: k, value: $0) } }
+                            for value in change.removed { try value.bytes.withUnsafeBytes { _ = try txn.delete(db, key: k, value: $0) } }
                         }
-                        for value in change.added.sorted(by: { KeyOrder.compare($0, $1) < 0 }) {
-                            try value.withUnsafeBytes { try txn.put(db, key: k, value: $0) }
+                        for value in change.added.sorted(by: { KeyOrder.compare($0.bytes, $1.bytes) < 0 }) {
+                            try value.bytes.withUnsafeBytes { try txn.put(db, key: k, value: $0) }
                         }
                     }
                 }
             } else {
-                for (key, value) in table.values.sorted(by: { KeyOrder.compare($0.key, $1.key) < 0 }) {
-                    try key.withUnsafeBytes { k in
+                for (key, value) in table.values.sorted(by: { KeyOrder.compare($0.key.bytes, $1.key.bytes) < 0 }) {
+                    try key.bytes.withUnsafeBytes { k in
                         if let value {
                             try value.withUnsafeBytes { try txn.put(db, key: k, value: $0) }
                         } else {
@@ -205,6 +231,22 @@ package struct OverlayLayer: Sendable {
                 }
             }
         }
+    }
+}
+
+/// A key or value in an overlay: bytes hashed in one call and compared with `memcmp` (an array of
+/// bytes hashes each byte on its own).
+struct OverlayKey: Hashable, Sendable {
+    let bytes: [UInt8]
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    static func == (a: OverlayKey, b: OverlayKey) -> Bool {
+        a.bytes.count == b.bytes.count && KeyOrder.compare(a.bytes, b.bytes) == 0
     }
 }
 
@@ -254,6 +296,14 @@ extension Transaction {
         return values
     }
 
+    /// Whether LMDB holds `value` among `key`'s (a sorted-duplicates database).
+    func baseContains(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws -> Bool {
+        try rawCursor(db) { cursor in
+            guard let entry = try cursor.seek(key: key, valueAtLeast: value) else { return false }
+            return KeyOrder.compare(entry.value, value) == 0
+        }
+    }
+
     /// LMDB's value of `key`, copied.
     func baseValue(_ db: Database, key: UnsafeRawBufferPointer) throws -> [UInt8]? {
         var k = MDB_val(buffer: key)
@@ -266,7 +316,7 @@ extension Transaction {
 
     /// The merged value of `key` (the first, in a sorted-duplicates database).
     func overlayValue(_ overlay: Overlay, _ table: TableKey, _ db: Database, key: UnsafeRawBufferPointer) throws -> [UInt8]? {
-        let keyBytes = Array(key.bindMemory(to: UInt8.self))
+        let keyBytes = OverlayKey(Array(key.bindMemory(to: UInt8.self)))
         if db.flags.contains(.dupSort) {
             if let values = try overlay.values(table, keyBytes, base: { try baseValues(db, key: key) }) { return values.first }
             return try baseValue(db, key: key)
@@ -280,18 +330,28 @@ extension Transaction {
         _ overlay: Overlay, _ table: TableKey, _ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer,
         flags: PutFlags
     ) throws {
-        let keyBytes = Array(key.bindMemory(to: UInt8.self))
+        let keyBytes = OverlayKey(Array(key.bindMemory(to: UInt8.self)))
         let valueBytes = Array(value.bindMemory(to: UInt8.self))
         let database = physical(db)
         if db.flags.contains(.dupSort) {
-            let values = try overlay.values(table, keyBytes, base: { try baseValues(db, key: key) }) ?? baseValues(db, key: key)
-            let exists = values.contains(valueBytes)
-            if exists && flags.contains(.noDupData) { throw fail(MDB_KEYEXIST, "mdb_put(\(db.name))", db) }
-            if !values.isEmpty && flags.contains(.noOverwrite) { throw fail(MDB_KEYEXIST, "mdb_put(\(db.name))", db) }
+            // One point lookup, not every value of the key (an index key may hold thousands).
+            let valueKey = OverlayKey(valueBytes)
+            // Without a flag that needs it, whether the value was there is not looked up (an
+            // index's puts are nearly all new, and the lookup is a B-tree descent): adding a value
+            // that is there changes nothing, here as in LMDB. The count is then found when asked.
+            var exists: Bool?
+            if flags.contains(.noDupData) {
+                let found = try overlay.containsDuplicate(table, keyBytes, valueKey) ?? baseContains(db, key: key, value: value)
+                if found { throw fail(MDB_KEYEXIST, "mdb_put(\(db.name))", db) }
+                exists = found
+            }
+            if flags.contains(.noOverwrite), !(try overlay.mergedValues(table, keyBytes, base: { try baseValues(db, key: key) }).isEmpty) {
+                throw fail(MDB_KEYEXIST, "mdb_put(\(db.name))", db)
+            }
             overlay.write(table, database: database) { table in
-                table.duplicates[keyBytes, default: OverlayLayer.DuplicateChange()].removed.remove(valueBytes)
-                table.duplicates[keyBytes, default: OverlayLayer.DuplicateChange()].added.insert(valueBytes)
-                if !exists { table.countDelta += 1 }
+                table.duplicates[keyBytes, default: OverlayLayer.DuplicateChange()].removed.remove(valueKey)
+                table.duplicates[keyBytes, default: OverlayLayer.DuplicateChange()].added.insert(valueKey)
+                if exists == false { table.countDelta += 1 } else { table.countKnown = false }
             }
         } else {
             let exists = try overlayValue(overlay, table, db, key: key) != nil
@@ -306,13 +366,14 @@ extension Transaction {
     func overlayDelete(
         _ overlay: Overlay, _ table: TableKey, _ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?
     ) throws -> Bool {
-        let keyBytes = Array(key.bindMemory(to: UInt8.self))
+        let keyBytes = OverlayKey(Array(key.bindMemory(to: UInt8.self)))
         let database = physical(db)
         if db.flags.contains(.dupSort) {
-            let values = try overlay.values(table, keyBytes, base: { try baseValues(db, key: key) }) ?? baseValues(db, key: key)
             if let value {
-                let valueBytes = Array(value.bindMemory(to: UInt8.self))
-                guard values.contains(valueBytes) else { return false }
+                let valueBytes = OverlayKey(Array(value.bindMemory(to: UInt8.self)))
+                guard try overlay.containsDuplicate(table, keyBytes, valueBytes) ?? baseContains(db, key: key, value: value) else {
+                    return false
+                }
                 overlay.write(table, database: database) { table in
                     table.duplicates[keyBytes, default: OverlayLayer.DuplicateChange()].added.remove(valueBytes)
                     table.duplicates[keyBytes, default: OverlayLayer.DuplicateChange()].removed.insert(valueBytes)
@@ -320,6 +381,7 @@ extension Transaction {
                 }
                 return true
             }
+            let values = try overlay.mergedValues(table, keyBytes, base: { try baseValues(db, key: key) })
             guard !values.isEmpty else { return false }
             overlay.write(table, database: database) { table in
                 table.duplicates[keyBytes] = OverlayLayer.DuplicateChange(cleared: true)
@@ -337,37 +399,73 @@ extension Transaction {
 
     func overlayClear(_ overlay: Overlay, _ table: TableKey, _ db: Database) throws {
         // What this layer changed before no longer matters. A cleared table's count change counts
-        // from zero (``Overlay/countChange(_:)``).
+        // from zero (`overlayEntryCount`).
         overlay.write(table, database: physical(db)) { table in
             table = OverlayLayer.Table(database: table.database, cleared: true)
         }
     }
 
     func overlayEntryCount(_ overlay: Overlay, _ table: TableKey, _ db: Database) throws -> Int {
-        let (delta, hidesBase) = overlay.countChange(table)
-        if hidesBase { return delta }
-        return try rawStatistics(db).entries + delta
+        let (tables, hidesBase) = overlay.changes(table)
+        if tables.allSatisfy(\.countKnown) {
+            let delta = tables.reduce(0) { $0 + $1.countDelta }
+            return hidesBase ? delta : try rawStatistics(db).entries + delta
+        }
+        // Counted the long way: LMDB's count, with each changed key's values as merged in place of
+        // LMDB's.
+        var count = hidesBase ? 0 : try rawStatistics(db).entries
+        var keys = Set<OverlayKey>()
+        for table in tables { keys.formUnion(table.duplicates.keys) }
+        for key in keys {
+            try key.bytes.withUnsafeBytes { k in
+                let base = hidesBase ? [] : try baseValues(db, key: k)
+                count += overlay.mergedValues(table, key, base: { base }).count - base.count
+            }
+        }
+        return count
     }
 
-    /// Visits the merged entries of `db` from the first key at or after `start`.
+    /// Visits the merged entries of `db` from the first key at or after `start`: LMDB's cursor and
+    /// each layer's changed keys (in order, found by binary search) merged as they are consumed, so
+    /// a visit that stops early costs what it read.
     func overlayVisit(
         _ overlay: Overlay, _ table: TableKey, _ db: Database, from start: UnsafeRawBufferPointer?,
         _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
     ) throws {
         let (tables, hidesBase) = overlay.changes(table)
         let dupSort = db.flags.contains(.dupSort)
-        // The keys the layers changed, from `start`, in order.
-        var changed = Set<[UInt8]>()
-        for table in tables {
-            if dupSort { changed.formUnion(table.duplicates.keys) } else { changed.formUnion(table.values.keys) }
+        // Each layer's changed keys from `start` on.
+        var sources: [(keys: [OverlayKey], next: Int)] = tables.map { table in
+            let keys = table.keysInOrder()
+            guard let start else { return (keys, 0) }
+            var low = 0
+            var high = keys.count
+            while low < high {
+                let middle = (low + high) / 2
+                if KeyOrder.compare(keys[middle].bytes, start) < 0 { low = middle + 1 } else { high = middle }
+            }
+            return (keys, low)
         }
-        var keys = changed.filter { key in start.map { KeyOrder.compare(key, $0) >= 0 } ?? true }
-            .sorted { KeyOrder.compare($0, $1) < 0 }[...]
-        /// Emits the merged entries of an overlay key; false when `body` said stop.
-        func emit(_ key: [UInt8]) throws -> Bool {
-            try key.withUnsafeBytes { k in
+        /// The smallest changed key not yet visited.
+        func nextChanged() -> OverlayKey? {
+            var smallest: OverlayKey?
+            for source in sources where source.next < source.keys.count {
+                let key = source.keys[source.next]
+                if smallest.map({ KeyOrder.compare(key.bytes, $0.bytes) < 0 }) ?? true { smallest = key }
+            }
+            return smallest
+        }
+        /// Moves every source past `key`.
+        func consume(_ key: OverlayKey) {
+            for index in sources.indices where sources[index].next < sources[index].keys.count {
+                if sources[index].keys[sources[index].next] == key { sources[index].next += 1 }
+            }
+        }
+        /// Emits the merged entries of a changed key; false when `body` said stop.
+        func emit(_ key: OverlayKey) throws -> Bool {
+            try key.bytes.withUnsafeBytes { k in
                 if dupSort {
-                    let values = try overlay.values(table, key, base: { try baseValues(db, key: k) }) ?? []
+                    let values = try overlay.mergedValues(table, key, base: { hidesBase ? [] : try baseValues(db, key: k) })
                     for value in values where !(try value.withUnsafeBytes { try body(k, $0) }) { return false }
                     return true
                 }
@@ -380,23 +478,18 @@ extension Transaction {
             try rawCursor(db) { cursor in
                 var entry = try start.map { try cursor.seek(atLeast: $0) } ?? cursor.first()
                 while let current = entry {
-                    // Overlay keys before this one come first.
-                    while let next = keys.first, KeyOrder.compare(next, current.key) < 0 {
-                        keys.removeFirst()
-                        guard try emit(next) else {
-                            stopped = true
-                            return
+                    if let changed = nextChanged() {
+                        let order = KeyOrder.compare(changed.bytes, current.key)
+                        if order <= 0 {
+                            consume(changed)
+                            guard try emit(changed) else {
+                                stopped = true
+                                return
+                            }
+                            // Past every LMDB value of this key.
+                            if order == 0 { entry = dupSort ? try cursor.nextKey() : try cursor.next() }
+                            continue
                         }
-                    }
-                    if let next = keys.first, KeyOrder.compare(next, current.key) == 0 {
-                        keys.removeFirst()
-                        guard try emit(next) else {
-                            stopped = true
-                            return
-                        }
-                        // Past every LMDB value of this key.
-                        entry = dupSort ? try cursor.nextKey() : try cursor.next()
-                        continue
                     }
                     guard try body(current.key, current.value) else {
                         stopped = true
@@ -407,6 +500,9 @@ extension Transaction {
             }
             if stopped { return }
         }
-        for key in keys where !(try emit(key)) { return }
+        while let changed = nextChanged() {
+            consume(changed)
+            guard try emit(changed) else { return }
+        }
     }
 }

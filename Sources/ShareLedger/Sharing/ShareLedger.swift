@@ -328,7 +328,10 @@ public final class ShareLedger: Sendable {
     /// caller-side checks of ``submit(_:)`` (the worker completes its tasks even while cancelled).
     func commit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
         do {
-            return try await log.writer.submit(bytes: command.bytes, command.commitStep(models: writerModels, presenter: presenter))
+            // The rules and projections reach the read models only through `ReadModelStore`, which
+            // works through the writer's overlay: their derived state may be written behind.
+            return try await log.writer.submit(
+                bytes: command.bytes, behindCommit: true, command.commitStep(models: writerModels, presenter: presenter))
                 .get().get()
         } catch {
             throw log.namingTheFile(error)
