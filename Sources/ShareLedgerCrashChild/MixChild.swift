@@ -11,16 +11,16 @@ import Glibc
 func runMixChild(_ arguments: [String]) async -> Never {
     guard arguments.count >= 2 else {
         FileHandle.standardError.write(
-            Data("usage: ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN] [rebuild]\n".utf8))
+            Data("usage: ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN] [rebuild] [behind]\n".utf8))
         exit(64)
     }
     let clients = arguments.count > 2 ? Int(arguments[2]) ?? 6 : 6
     let durability = arguments.count > 3 ? Durability(rawValue: arguments[3]) ?? .durable : .durable
     let run = arguments.count > 4 ? arguments[4] : nil
-    let rebuilding = arguments.count > 5 && arguments[5] == "rebuild"
+    let flags = Set(arguments.dropFirst(5))
     await CrashWorkload.run(
         ledgerPath: arguments[0], ackPath: arguments[1], clients: clients, durability: durability, run: run,
-        rebuilding: rebuilding)
+        rebuilding: flags.contains("rebuild"), writesBehind: flags.contains("behind"))
 }
 
 /// `--soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet] [--rebuild]`: kills a --mix child KILLS

@@ -88,25 +88,38 @@ struct MixedCrashTests {
     /// The kill count of the normal run; `scripts/soak` runs hundreds through the same driver.
     static let kills = 20
 
-    @Test(
-        "SIGKILL at 20 seeded moments of a mixed sharing workload: every acknowledged command exactly once, the worker drains",
-        .timeLimit(.minutes(5)))
-    func mixedWorkloadSurvivesSIGKILL() async throws {
+    /// Kills the mixed workload's child `kills` times, seeded with `seed`, and checks that every
+    /// acknowledged command is there exactly once, each check passed, and that at least
+    /// `acknowledgedPerKill` commands per kill were acknowledged (the kills landed while there was
+    /// work to lose). Short runs and a fresh ledger every 4 kills keep each verification (a full
+    /// audit) short. Returns the report.
+    @discardableResult
+    static func soak(
+        kills: Int, seed: UInt64, runMilliseconds: ClosedRange<Int>, acknowledgedPerKill: Int,
+        _ configure: (inout SoakDriver.Options) -> Void = { _ in }
+    ) async -> SoakDriver.Report {
         let dir = TemporaryDirectory()
         var options = SoakDriver.Options(
-            kills: Self.kills, seed: 0xC0FFEE, childExecutable: builtProduct("ShareLedgerCrashChild"), workDirectory: dir.path)
-        // Short runs and a fresh ledger every 4 kills keep each verification (a full audit) short:
-        // about 20 s for the 20 kills alone on the 2-core machine.
+            kills: kills, seed: seed, childExecutable: builtProduct("ShareLedgerCrashChild"), workDirectory: dir.path)
         options.killsPerLedger = 4
-        options.runMilliseconds = 100...300
+        options.runMilliseconds = runMilliseconds
+        configure(&options)
         // The harness waits for its children with blocking calls: on threads of their own.
         let report = await withTaskExecutorPreference(BlockingWorkExecutor.shared) { [options] in await SoakDriver.run(options) }
         #expect(report.lost.isEmpty, "lost: \(report.lost.prefix(10))")
         #expect(report.duplicated.isEmpty, "duplicated: \(report.duplicated.prefix(10))")
         #expect(report.problems.isEmpty, "problems: \(report.problems.prefix(10))")
-        #expect(report.killsSurvived == Self.kills, "\(report.summaryLine)")
-        // The kills landed while there was work to lose: each ledger holds many acknowledged commands.
-        #expect(report.acknowledged > Self.kills * 20, "only \(report.acknowledged) acknowledged commands")
+        #expect(report.killsSurvived == kills, "\(report.summaryLine)")
+        #expect(report.acknowledged > kills * acknowledgedPerKill, "only \(report.acknowledged) acknowledged commands")
+        return report
+    }
+
+    @Test(
+        "SIGKILL at 20 seeded moments of a mixed sharing workload: every acknowledged command exactly once, the worker drains",
+        .timeLimit(.minutes(5)))
+    func mixedWorkloadSurvivesSIGKILL() async throws {
+        // About 20 s for the 20 kills alone on the 2-core machine.
+        let report = await Self.soak(kills: Self.kills, seed: 0xC0FFEE, runMilliseconds: 100...300, acknowledgedPerKill: 20)
         #expect(report.summaryLine == "kills survived: \(Self.kills), acknowledged commands lost: 0")
     }
 
@@ -114,18 +127,14 @@ struct MixedCrashTests {
         "SIGKILL while rebuilds rewrite the read models into their second copies and switch them in, under writes: every acknowledged command exactly once, the audit clean",
         .timeLimit(.minutes(5)))
     func rebuildSurvivesSIGKILL() async throws {
-        let dir = TemporaryDirectory()
-        var options = SoakDriver.Options(
-            kills: 8, seed: 0x7E1B, childExecutable: builtProduct("ShareLedgerCrashChild"), workDirectory: dir.path)
-        options.killsPerLedger = 4
-        options.runMilliseconds = 100...400
-        options.rebuilding = true
-        let report = await withTaskExecutorPreference(BlockingWorkExecutor.shared) { [options] in await SoakDriver.run(options) }
-        #expect(report.lost.isEmpty, "lost: \(report.lost.prefix(10))")
-        #expect(report.duplicated.isEmpty, "duplicated: \(report.duplicated.prefix(10))")
-        #expect(report.problems.isEmpty, "problems: \(report.problems.prefix(10))")
-        #expect(report.killsSurvived == options.kills, "\(report.summaryLine)")
-        #expect(report.acknowledged > options.kills * 10, "only \(report.acknowledged) acknowledged commands")
+        await Self.soak(kills: 8, seed: 0x7E1B, runMilliseconds: 100...400, acknowledgedPerKill: 10) { $0.rebuilding = true }
+    }
+
+    @Test(
+        "SIGKILL while the derived state is written behind the log's commit: every acknowledged command exactly once, the audit clean",
+        .timeLimit(.minutes(5)))
+    func writingBehindSurvivesSIGKILL() async throws {
+        await Self.soak(kills: 8, seed: 0xBE41, runMilliseconds: 100...300, acknowledgedPerKill: 10) { $0.writesBehind = true }
     }
 
     @Test("the verifier reports an acknowledged command the ledger does not hold, and a cut side-file line")
