@@ -495,20 +495,17 @@ package final class LogWriter: @unchecked Sendable {
         if let derivedWriter {
             let (written, failed) = derivedWriter.takeWritten()
             overlay.dropOldest(written)
-            if failed {
-                // Writing behind failed for good (see DerivedWriter): write derived state in the
-                // commits again.
-                derivedWriter.drain()
-                overlay.dropOldest(overlay.sealed.count)
-                store.writesBehind.store(false, ordering: .releasing)
-                self.derivedWriter = nil
-                expectedLogID = nil
-            } else if batch.allSatisfy(\.behindCommit) {
-                if processBehind(batch, derivedWriter) { return }
-            }
+            if !failed && batch.allSatisfy(\.behindCommit) && processBehind(batch, derivedWriter) { return }
             // This batch writes its derived state itself: everything before it must be written.
             derivedWriter.drain()
             overlay.dropOldest(derivedWriter.takeWritten().count)
+            if failed {
+                // Writing behind failed for good (see DerivedWriter): write derived state in the
+                // commits from now on.
+                store.writesBehind.store(false, ordering: .releasing)
+                self.derivedWriter = nil
+                expectedLogID = nil
+            }
         }
         processInCommit(batch)
     }
@@ -532,17 +529,7 @@ package final class LogWriter: @unchecked Sendable {
                     let derived = try store.derivedPosition(txn)
                     guard derived.position == startHead.position.rawValue && derived.hash == startHead.hash else { return nil }
                     try store.markDerivedUnflushed(txn)
-                    transactionSerial &+= 1
-                    var scope = CommitScope(
-                        store: store, recordedAt: max(startHead.recordedAtMicros, clock.nowMicros()), head: startHead,
-                        serial: transactionSerial)
-                    var resumers: [@Sendable () -> Void] = []
-                    resumers.reserveCapacity(batch.count)
-                    try txn.withCursor(store.log) { logCursor in
-                        for job in batch {
-                            resumers.append(try job.run(txn, logCursor, &scope))
-                        }
-                    }
+                    let (resumers, scope) = try runSteps(batch, txn, from: startHead)
                     if scope.head != startHead { try store.writeDerivedPosition(txn, scope.head) }
                     try currentObserver?.willCommit()
                     return (resumers, startHead, scope, txn.id, txn.logID)
@@ -588,18 +575,7 @@ package final class LogWriter: @unchecked Sendable {
                 let derivedCaughtUp =
                     store.defersDerivedState
                     ? try store.catchUpDerivedState(txn, head: startHead, replay: derivedReplay, logger: logger) : false
-                transactionSerial &+= 1
-                var scope = CommitScope(
-                    store: store, recordedAt: max(startHead.recordedAtMicros, clock.nowMicros()), head: startHead,
-                    serial: transactionSerial)
-                if derivedCaughtUp { scope.invalidateEverything() }
-                var resumers: [@Sendable () -> Void] = []
-                resumers.reserveCapacity(batch.count)
-                try txn.withCursor(store.log) { logCursor in
-                    for job in batch {
-                        resumers.append(try job.run(txn, logCursor, &scope))
-                    }
-                }
+                let (resumers, scope) = try runSteps(batch, txn, from: startHead, invalidatingEverything: derivedCaughtUp)
                 if store.defersDerivedState && (scope.head != startHead || derivedCaughtUp) {
                     try store.writeDerivedPosition(txn, scope.head)
                 }
@@ -632,6 +608,27 @@ package final class LogWriter: @unchecked Sendable {
             expectedLogID = nil
             failed(batch, error)
         }
+    }
+
+    /// Runs the steps of `batch` in `txn`, the head at `startHead`, each appending through one scope
+    /// (which, with `invalidatingEverything`, declares that anything may have changed); returns what
+    /// resumes each caller, and the scope.
+    private func runSteps(
+        _ batch: [WriterJob], _ txn: borrowing Transaction, from startHead: LogHead, invalidatingEverything: Bool = false
+    ) throws -> ([@Sendable () -> Void], CommitScope) {
+        transactionSerial &+= 1
+        var scope = CommitScope(
+            store: store, recordedAt: max(startHead.recordedAtMicros, clock.nowMicros()), head: startHead,
+            serial: transactionSerial)
+        if invalidatingEverything { scope.invalidateEverything() }
+        var resumers: [@Sendable () -> Void] = []
+        resumers.reserveCapacity(batch.count)
+        try txn.withCursor(store.log) { logCursor in
+            for job in batch {
+                resumers.append(try job.run(txn, logCursor, &scope))
+            }
+        }
+        return (resumers, scope)
     }
 
     /// A batch whose transaction failed: each of its commands again alone, or, alone, its error.

@@ -404,27 +404,12 @@ package final class Environment: @unchecked Sendable {
                 guard let txn = pointer else {
                     throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
                 }
-                let state = TransactionState()
                 let sizeAtStart = currentMapSizeUnlocked(companionEnv)
-                let result: R
-                do {
-                    let usesTwins = try switchIsSet(txn, companion: txn)
-                    result = try body(
-                        Transaction(
-                            txn: txn, companion: txn, isWritable: true, state: state, path: companionOptions.path,
-                            companionPath: companionOptions.path, usesTwins: usesTwins))
-                } catch {
-                    mdb_txn_abort(txn)
-                    let first = state.firstError ?? (error as? LMDBError)
-                    if let first, first.code == .mapFull { return .mapFull(companion: true, sizeAtFailure: sizeAtStart) }
-                    if let first = state.firstError { throw first }
-                    throw error
-                }
-                if let first = state.firstError {
-                    mdb_txn_abort(txn)
-                    if first.code == .mapFull { return .mapFull(companion: true, sizeAtFailure: sizeAtStart) }
-                    throw first
-                }
+                // The companion's transaction alone: its databases are reached through `companion`.
+                let ran = try run(
+                    body, txn: txn, companion: txn, writable: true, state: TransactionState(), abort: { mdb_txn_abort(txn) },
+                    full: { _ in .mapFull(companion: true, sizeAtFailure: sizeAtStart) })
+                guard case .done(let result) = ran else { return ran }
                 let committed = mdb_txn_commit(txn)
                 if committed == MDB_MAP_FULL { return .mapFull(companion: true, sizeAtFailure: sizeAtStart) }
                 try checkCompanionCommit(committed, path: companionOptions.path)
@@ -483,28 +468,8 @@ package final class Environment: @unchecked Sendable {
                     }
                     return .mapFull(companion: false, sizeAtFailure: mapSizeAtStart)
                 }
-                let result: R
-                do {
-                    let usesTwins = try switchIsSet(txn, companion: companionTxn)
-                    result = try body(
-                        Transaction(
-                            txn: txn, companion: companionTxn, isWritable: writable, state: state, path: options.path,
-                            companionPath: companionOptions?.path, usesTwins: usesTwins))
-                } catch {
-                    abortAll()
-                    // The first LMDB error recorded inside the transaction wins over what the body made of it.
-                    if let first = state.firstError {
-                        if first.code == .mapFull { return full(first) }
-                        throw first
-                    }
-                    if let lmdb = error as? LMDBError, lmdb.code == .mapFull { return full(lmdb) }
-                    throw error
-                }
-                if let first = state.firstError {
-                    abortAll()
-                    if first.code == .mapFull { return full(first) }
-                    throw first
-                }
+                let ran = try run(body, txn: txn, companion: companionTxn, writable: writable, state: state, abort: abortAll, full: full)
+                guard case .done(let result) = ran else { return ran }
                 guard writable || commitReadOnly else {
                     abortAll()
                     return .done(result)
@@ -563,6 +528,38 @@ package final class Environment: @unchecked Sendable {
         if writable, let full = fileSystemFull(afterCommitFailure: rc) { throw full }
         try check(rc, "mdb_txn_commit", path: options.path)
         return nil
+    }
+
+    /// Runs `body` in the transaction `txn` (with `companion`). When it throws, or an LMDB error was
+    /// recorded inside it (the first one wins over what `body` made of it), calls `abort` and throws
+    /// that error, or returns `full`'s outcome for a full map. Otherwise `.done` with its result, the
+    /// transaction still open.
+    private func run<R>(
+        _ body: (borrowing Transaction) throws -> R, txn: OpaquePointer, companion: OpaquePointer?, writable: Bool,
+        state: TransactionState, abort: () -> Void, full: (LMDBError) -> TransactionOutcome<R>
+    ) throws -> TransactionOutcome<R> {
+        let result: R
+        do {
+            let usesTwins = try switchIsSet(txn, companion: companion)
+            result = try body(
+                Transaction(
+                    txn: txn, companion: companion, isWritable: writable, state: state, path: path(inCompanion: txn == companion),
+                    companionPath: companionOptions?.path, usesTwins: usesTwins))
+        } catch {
+            abort()
+            if let first = state.firstError {
+                if first.code == .mapFull { return full(first) }
+                throw first
+            }
+            if let lmdb = error as? LMDBError, lmdb.code == .mapFull { return full(lmdb) }
+            throw error
+        }
+        if let first = state.firstError {
+            abort()
+            if first.code == .mapFull { return full(first) }
+            throw first
+        }
+        return .done(result)
     }
 
     /// The result of a transaction that ended, or nil after growing the map or adopting its new size

@@ -30,14 +30,11 @@ package final class Overlay {
 
     package let scope: Scope
     /// Sealed layers, oldest first.
-    package private(set) var sealed: [OverlayLayer]
+    package private(set) var sealed: [OverlayLayer] = []
     /// The layer that takes writes.
     package private(set) var current = OverlayLayer()
 
-    package init(scope: Scope, sealed: [OverlayLayer] = []) {
-        self.scope = scope
-        self.sealed = sealed
-    }
+    package init(scope: Scope) { self.scope = scope }
 
     /// Whether `db`'s reads and writes go through the overlay.
     @inline(__always)
@@ -191,15 +188,6 @@ package struct OverlayLayer: Sendable {
     /// Whether the layer holds no change.
     package var isEmpty: Bool { tables.isEmpty }
 
-    /// The number of changed keys (a plain database's) and values (a sorted-duplicates one's), and of
-    /// cleared tables: what writing the layer costs, roughly.
-    package var changeCount: Int {
-        tables.values.reduce(0) { sum, table in
-            sum + (table.cleared ? 1 : 0) + table.values.count
-                + table.duplicates.values.reduce(0) { $0 + ($1.cleared ? 1 : 0) + $1.added.count + $1.removed.count }
-        }
-    }
-
     /// Writes the layer's changes to LMDB in `txn` (a write transaction without an overlay for these
     /// databases): clears first, then each table's keys in LMDB's order.
     package func write(to txn: borrowing Transaction) throws {
@@ -286,13 +274,7 @@ extension Transaction {
     /// LMDB's values of `key` in a sorted-duplicates database, in order.
     func baseValues(_ db: Database, key: UnsafeRawBufferPointer) throws -> [[UInt8]] {
         var values: [[UInt8]] = []
-        try rawCursor(db) { cursor in
-            var entry = try cursor.seek(exactly: key)
-            while let current = entry {
-                values.append(Array(current.value.bindMemory(to: UInt8.self)))
-                entry = try cursor.nextDuplicate()
-            }
-        }
+        try rawVisitValues(db, key: key) { values.append(Array($0.bindMemory(to: UInt8.self))) }
         return values
     }
 
@@ -306,12 +288,7 @@ extension Transaction {
 
     /// LMDB's value of `key`, copied.
     func baseValue(_ db: Database, key: UnsafeRawBufferPointer) throws -> [UInt8]? {
-        var k = MDB_val(buffer: key)
-        var v = MDB_val()
-        let rc = mdb_get(handle(for: db), dbi(db), &k, &v)
-        if rc == MDB_NOTFOUND { return nil }
-        guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_get(\(db.name))", db) }
-        return Array(v.buffer.bindMemory(to: UInt8.self))
+        try rawValue(db, key: key) { Array($0.bindMemory(to: UInt8.self)) }
     }
 
     /// The merged value of `key` (the first, in a sorted-duplicates database).

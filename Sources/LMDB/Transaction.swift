@@ -1,6 +1,5 @@
 import CLMDB
 
-
 /// Book-keeping shared by a transaction and its cursors: the first LMDB error seen inside it.
 final class TransactionState {
     var firstError: LMDBError?
@@ -119,6 +118,13 @@ package struct Transaction: ~Copyable {
         _ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R
     ) throws -> R? {
         if overlay != nil, let value = try overlaidValue(db, key: key) { return try value.map { try $0.withUnsafeBytes(body) } }
+        return try rawValue(db, key: key, body)
+    }
+
+    /// ``withValue(_:key:_:)`` from LMDB, whether or not `db` goes through an overlay.
+    @inlinable
+    @inline(__always)
+    func rawValue<R>(_ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
         var k = MDB_val(buffer: key)
         var v = MDB_val()
         let rc = mdb_get(handle(for: db), dbi(db), &k, &v)
@@ -342,6 +348,13 @@ package struct Transaction: ~Copyable {
             for value in values { try value.withUnsafeBytes(body) }
             return
         }
+        try rawVisitValues(db, key: key, body)
+    }
+
+    /// ``visitValues(_:key:_:)`` in LMDB, whether or not `db` goes through an overlay.
+    func rawVisitValues(_ db: Database, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
+        throws
+    {
         try rawCursor(db) { cursor in
             var entry = try cursor.seek(exactly: key)
             while let current = entry {

@@ -93,7 +93,7 @@ public enum ImportCrash {
     /// Runs the kills, then the last child, verifying after each.
     public static func run(_ options: Options) async -> Report {
         var report = Report()
-        var random = SoakRandom(seed: options.seed)
+        var random = SplitMix64(state: options.seed)
         let hashes = lineHashes(options.file)
         for kill in 0..<options.kills {
             let batches = Int.random(in: options.batches, using: &random)

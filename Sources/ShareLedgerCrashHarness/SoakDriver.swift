@@ -6,19 +6,6 @@ import ShareLedger
 import Glibc
 #endif
 
-/// A deterministic random source (SplitMix64): the same seed gives the same kill moments and modes.
-public struct SoakRandom: RandomNumberGenerator, Sendable {
-    public var state: UInt64
-    public init(seed: UInt64) { state = seed }
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// Runs the crash child, kills it with SIGKILL at a seeded random moment, verifies the ledger, and
 /// again, `kills` times. Used by `CrashTests` (20 kills) and by `scripts/soak` (through
 /// `ShareLedgerCrashChild --soak-driver`, hundreds of kills).
@@ -92,7 +79,8 @@ public enum SoakDriver {
 
     public static func run(_ options: Options) async -> Report {
         let started = ContinuousClock.now
-        var random = SoakRandom(seed: options.seed)
+        // Seeded (TestSupport's SplitMix64): the same seed gives the same kill moments and modes.
+        var random = SplitMix64(state: options.seed)
         var report = Report()
         var ledgerAcks: [Ack] = []
         let modes: [Durability] = [.durable, .relaxed, .unsafeNoSync]
