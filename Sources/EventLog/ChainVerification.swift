@@ -111,7 +111,7 @@ extension EventLog {
     /// The hash stored with the event at `position` (its last 32 bytes), or nil when there is none
     /// or the entry does not end with a hash field.
     package func storedHash(at position: UInt64) throws(LedgerError) -> EventHash? {
-        try read("reading the event at \(position)") { txn in
+        try readLog("reading the event at \(position)") { txn in
             try BigEndian.withBytes(of: position) { key in
                 try txn.withValue(store.log, key: key) { value -> EventHash? in
                     guard EnvelopeCodec.endsWithHashField(value) else { return nil }
@@ -130,6 +130,15 @@ extension EventLog {
         var problem: String?
     }
 
+    /// The first position of `range` whose event does not continue the chain (missing, malformed,
+    /// not linking to the stored hash before it, or altered), with what is wrong; nil when every event
+    /// of `range` holds. For a reader that hands events on (an export) and must not hand on one
+    /// the chain rejects.
+    package func firstBreak(in range: ClosedRange<UInt64>) throws(LedgerError) -> (position: UInt64, problem: String)? {
+        let outcome = try verifyRange(range, chunkSize: 8192)
+        return outcome.firstBad.map { ($0, outcome.problem ?? "the chain does not hold there") }
+    }
+
     /// Checks the events of `range` (and that the event before it, if any, is stored whole with the
     /// hash the range's first event links to). Stops at the first problem.
     private func verifyRange(_ range: ClosedRange<UInt64>, chunkSize: Int) throws(LedgerError) -> RangeOutcome {
@@ -146,7 +155,7 @@ extension EventLog {
         var expectedPosition = range.lowerBound
         var done = false
         while !done {
-            try read("verifying the chain at position \(expectedPosition)") { txn in
+            try readLog("verifying the chain at position \(expectedPosition)") { txn in
                 try txn.withCursor(store.log) { cursor in
                     var entry = try BigEndian.withBytes(of: expectedPosition) { try cursor.seek(atLeast: $0) }
                     var checked = 0

@@ -156,7 +156,55 @@ package enum DerivedState {
             path: directory, mapSize: configuration.initialMapSize, maxMapSize: nil,
             maxDatabases: 64, maxReaders: configuration.maxReaders, durability: .unsafeNoSync,
             readOnly: configuration.readOnly)
-        try environment.attachCompanion(options)
+        let attached = Result { () throws(LMDBError) in try environment.attachCompanion(options) }
+        if case .failure(let error) = attached {
+            guard isDamage(error) else { throw error }
+            // `derived/` is a cache of the log: a damaged one is recreated from the log by a writer,
+            // and never a reason to restore the ledger.
+            guard !configuration.readOnly else { throw damagedCompanion(configuration.path, error) }
+            configuration.logger.warning(
+                "derived/ is damaged; discarding it and deriving it again from the log",
+                metadata: ["path": "\(directory)", "error": "\(error.message)"])
+            discardFiles(in: configuration.path)
+            try environment.attachCompanion(options)
+        }
+    }
+
+    /// Removes the companion's files of the ledger at `path` (a damaged `derived/`, derived again).
+    static func discardFiles(in path: String) {
+        let directory = (path as NSString).appendingPathComponent(directoryName)
+        for name in ["data.mdb", "lock.mdb"] {
+            try? FileManager.default.removeItem(atPath: (directory as NSString).appendingPathComponent(name))
+        }
+    }
+
+    /// Whether `error`, from opening the companion, says its file is damaged (cut, emptied, not an
+    /// LMDB file, pages that do not hold together).
+    static func isDamage(_ error: LMDBError) -> Bool {
+        switch error.code {
+        case .corrupted, .invalid, .pageNotFound, .versionMismatch, .panic: true
+        default: false
+        }
+    }
+
+    /// The error of a read-only open whose `derived/` is damaged: it names `derived/` as the cache it
+    /// is and says how it is rebuilt; the log (`data.mdb`) is not at fault.
+    static func damagedCompanion(_ path: String, _ error: LMDBError) -> LedgerError {
+        LedgerError(
+            .readOnly, "derived/ of the ledger at \(path) is damaged (\(error.code)); nothing was changed. "
+                + damagedAdvice + "; a read-only open cannot rebuild it",
+            underlying: error.description)
+    }
+
+    /// What to do about a damaged `derived/`.
+    static let damagedAdvice =
+        "derived/ is a cache of the log (data.mdb), not the log, which this damage does not touch: it is rebuilt from "
+        + "the log on the next open for writing (e.g. `share-ledger rebuild` or `share-ledger worker --drain`), or "
+        + "delete derived/ and open the ledger for writing"
+
+    /// Whether `path` (an LMDB error's) is a ledger's companion directory.
+    static func isCompanionPath(_ path: String?) -> Bool {
+        path.map { ($0 as NSString).lastPathComponent == directoryName } ?? false
     }
 
     /// Opened for writing: moves the derived databases a version 3 ledger kept with the log into
@@ -189,6 +237,32 @@ package enum DerivedState {
         } catch {
             throw LedgerError.wrap(error, while: "moving the derived state of \(path) into \(directoryName)/")
         }
+    }
+}
+
+/// What a read-only open made of derived state behind the log or not matching it
+/// (``LogStore/catchUpDerivedStateInMemory(replay:logger:)``).
+enum ReadOnlyDerived: Sendable {
+    /// Caught up in memory.
+    case caughtUp(DerivedCatchUp)
+    /// Not caught up: what reads answer.
+    case unusable(LedgerError)
+}
+
+/// The derived state a read-only open derived in memory: an overlay of the companion as it was
+/// found (`base`: the position it recorded) with the missing events derived.
+///
+/// `@unchecked Sendable`: the overlay is sealed before this is shared and only read afterwards
+/// (reading an overlay changes nothing in it).
+final class DerivedCatchUp: @unchecked Sendable {
+    let base: (position: UInt64, hash: EventHash)
+    let usesTwins: Bool
+    let overlay: Overlay
+
+    init(base: (position: UInt64, hash: EventHash), usesTwins: Bool, overlay: Overlay) {
+        self.base = base
+        self.usesTwins = usesTwins
+        self.overlay = overlay
     }
 }
 
@@ -257,6 +331,22 @@ extension LogStore {
     /// readers take them as they are.
     package func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
         guard derivedMeta != nil, !writesBehind.load(ordering: .acquiring) else { return try environment.read(body) }
+        if let readOnly = readOnlyDerived.withLock({ $0 }), !LogStore.readsAsStored {
+            switch readOnly {
+            case .unusable(let error): throw error
+            case .caughtUp(let catchUp):
+                let result: R? = try environment.read { txn in
+                    // Until a writer (another process) moves the derived state on from where the
+                    // catch-up found it: then it is caught up on disk, and read as usual.
+                    guard txn.usesTwins == catchUp.usesTwins,
+                        try recordedDerivedPosition(txn).map({ $0.position == catchUp.base.position && $0.hash == catchUp.base.hash })
+                            ?? (catchUp.base.position == 0)
+                    else { return nil }
+                    return try txn.withOverlay(catchUp.overlay) { try body($0) }
+                }
+                if let result { return result }
+            }
+        }
         var lastBehind = UInt64.max
         for _ in 1..<LogStore.consistentReadAttempts {
             var behindAt: UInt64? = nil
@@ -274,6 +364,81 @@ extension LogStore {
         }
         derivedStuckAt.store(lastBehind, ordering: .relaxed)
         return try environment.read(body)
+    }
+
+    /// While true (in the task, or on the thread, that sets it), ``read(_:)`` reads what `derived/`
+    /// holds, without a read-only open's catch-up in memory: for the audit, which compares it with
+    /// the log at the position it records.
+    @TaskLocal package static var readsAsStored = false
+
+    /// The reads of the derived databases as ``read(_:)`` would do them without a read-only open's
+    /// catch-up (``catchUpDerivedStateInMemory(replay:logger:)``): what `derived/` holds, for the
+    /// audit, which compares it with the log at the position it records.
+    package func readAsStored<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        try environment.read(body)
+    }
+
+    /// At most this many events are derived in memory by a read-only open whose derived state is
+    /// behind the log (``catchUpDerivedStateInMemory(replay:logger:)``); further behind, reads answer
+    /// ``LedgerError/Code/readOnly`` (open it for writing once).
+    package static let inMemoryCatchUpLimit: UInt64 = 100_000
+
+    /// Opened read-only: when the derived databases are behind the log's head (a process stopped
+    /// between the log's commit and the companion's) or do not match it (their position carries
+    /// another hash, or is beyond the head), derives what they lack from the log into an overlay in
+    /// memory, through which ``read(_:)`` then reads: readers see the state the log implies, not a
+    /// stale one, and nothing is written. More than ``inMemoryCatchUpLimit`` events to derive makes
+    /// ``read(_:)`` answer ``LedgerError/Code/readOnly`` saying to open the ledger for writing once
+    /// (which derives them on disk); reads of the log alone (``EventLog`` reads of events, the head,
+    /// the chain) do not go through it. A log that does not derive (a damaged event) leaves derived/
+    /// read as it is, as a writer would (`verify` and `audit` report the damage).
+    /// ``readAsStored(_:)`` reads what is there.
+    package func catchUpDerivedStateInMemory(replay: DerivedReplay?, logger: Logger) {
+        guard defersDerivedState, environment.options.readOnly, let replay else { return }
+        let path = environment.options.path
+        do {
+            let outcome: ReadOnlyDerived? = try environment.read { txn in
+                let head = try readHead(txn)
+                let recorded = try recordedDerivedPosition(txn)
+                let derived = recorded ?? (0, .zero)
+                if derived.position == head.position.rawValue && derived.hash == head.hash { return nil }
+                var matches = false
+                if recorded != nil && derived.position <= head.position.rawValue {
+                    matches = try self.head(at: derived.position, txn)?.hash == derived.hash
+                }
+                let after = matches ? derived.position : 0
+                let missing = head.position.rawValue - after
+                guard missing <= LogStore.inMemoryCatchUpLimit else {
+                    return .unusable(
+                        LedgerError(
+                            .readOnly, "derived/ of the ledger at \(path) "
+                                + (matches ? "is \(missing) events behind the log" : "does not match the log")
+                                + " (derived/ is a cache of the log), and opened read-only it is derived in memory only up to "
+                                + "\(LogStore.inMemoryCatchUpLimit) events; open the ledger once for writing (e.g. "
+                                + "`share-ledger worker --drain`), which brings derived/ up to the log, or work on a writable copy"))
+                }
+                logger.notice(
+                    matches
+                        ? "derived/ is behind the log; deriving the missing events in memory (read-only)"
+                        : "derived/ does not match the log; deriving it in memory (read-only)",
+                    metadata: ["derivedPosition": "\(derived.position)", "head": "\(head.position)"])
+                // Every database, so that nothing a projection writes can reach a read-only LMDB.
+                let overlay = Overlay(scope: .all)
+                try txn.withOverlay(overlay) { view in
+                    if !matches { try clearDerived(view) }
+                    try derive(view, after: after, replay(self))
+                    try writeDerivedPosition(view, head)
+                }
+                overlay.seal()
+                return .caughtUp(DerivedCatchUp(base: derived, usesTwins: txn.usesTwins, overlay: overlay))
+            }
+            readOnlyDerived.withLock { $0 = outcome }
+        } catch {
+            // The log itself does not derive (a damaged event): readers see derived/ as it is, as a
+            // writer would leave it, and `verify` and `audit` report the damage.
+            let wrapped = LedgerError.wrap(error, while: "deriving in memory what derived/ of \(path) lacks")
+            logger.error("the derived state could not be brought up to the log in memory", metadata: ["error": "\(wrapped)"])
+        }
     }
 
     /// How many read transactions ``read(_:)`` begins, at most, looking for one whose derived
@@ -296,13 +461,15 @@ extension LogStore {
     }
 
     /// The position record itself; nil when there is none (a new companion: nothing derived yet).
-    func recordedDerivedPosition(_ txn: borrowing Transaction) throws -> (position: UInt64, hash: EventHash)? {
+    package func recordedDerivedPosition(_ txn: borrowing Transaction) throws -> (position: UInt64, hash: EventHash)? {
         guard let derivedMeta else { return nil }
         let record = try DerivedState.positionKey.withUnsafeBytes { key in
             try txn.withValue(derivedMeta, key: key) { value -> (UInt64, EventHash) in
                 guard value.count == 40, let position = BigEndian.uint64(value), let hash = EventHash(bytes: value[8...])
                 else {
-                    throw LedgerError(.corruptedData, "the derived-state position record is \(value.count) bytes, expected 40")
+                    throw LedgerError(
+                        .corruptedData, "the position record of derived/ is \(value.count) bytes, expected 40; "
+                            + DerivedState.damagedAdvice)
                 }
                 return (position, hash)
             }

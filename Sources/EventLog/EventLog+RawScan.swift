@@ -14,7 +14,7 @@ extension EventLog {
         var next: UInt64 = 1
         var done = false
         while !done {
-            try read("scanning the log at position \(next)") { txn in
+            try readLog("scanning the log at position \(next)") { txn in
                 try txn.withCursor(store.log) { cursor in
                     var entry = try BigEndian.withBytes(of: next) { try cursor.seek(atLeast: $0) }
                     var count = 0

@@ -34,7 +34,7 @@ extension EventLog {
         after position: LogPosition, limit: Int, maxBytes: Int = 4 << 20
     ) throws(LedgerError) -> [StoredEvent] {
         guard limit > 0 else { return [] }
-        return try read("reading stored events after \(position)") { txn in
+        return try readLog("reading stored events after \(position)") { txn in
             try txn.withCursor(store.log) { cursor in
                 var out: [StoredEvent] = []
                 var bytes = 0

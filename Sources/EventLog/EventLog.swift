@@ -59,6 +59,7 @@ public final class EventLog: Sendable {
             configuration.logger.error(
                 "the derived state could not be brought up to the log", metadata: ["error": "\(error)"])
         }
+        store.catchUpDerivedStateInMemory(replay: configuration.derivedReplay, logger: configuration.logger)
         let head: LogHead
         do {
             head = try store.environment.read { txn in try store.readHead(txn) }
@@ -182,12 +183,12 @@ public final class EventLog: Sendable {
 
     /// The last committed event's position and hash.
     public func head() throws(LedgerError) -> LogHead {
-        try read("reading the head") { txn in try store.readHead(txn) }
+        try readLog("reading the head") { txn in try store.readHead(txn) }
     }
 
     /// The event at `position`, or `nil` when there is none.
     public func event(at position: LogPosition) throws(LedgerError) -> EventEnvelope? {
-        try read("reading the event at \(position)") { txn in
+        try readLog("reading the event at \(position)") { txn in
             try BigEndian.withBytes(of: position.rawValue) { key in
                 try txn.withValue(store.log, key: key) { try EnvelopeCodec.decode($0, key: position.rawValue) }
             }
@@ -198,7 +199,7 @@ public final class EventLog: Sendable {
     /// none does. For walking past a gap in a damaged log in one step instead of one lookup per
     /// missing position.
     package func nextStoredPosition(atLeast position: LogPosition) throws(LedgerError) -> UInt64? {
-        try read("finding the entry at or after \(position)") { txn in
+        try readLog("finding the entry at or after \(position)") { txn in
             try txn.withCursor(store.log) { cursor in
                 try BigEndian.withBytes(of: position.rawValue) { key in
                     try cursor.seek(atLeast: key).flatMap { BigEndian.uint64($0.key) }
@@ -210,7 +211,7 @@ public final class EventLog: Sendable {
     /// Up to `limit` events after `position`, in order, read in one short transaction.
     public func events(after position: LogPosition, limit: Int) throws(LedgerError) -> [EventEnvelope] {
         guard limit > 0 else { return [] }
-        return try read("reading events after \(position)") { txn in
+        return try readLog("reading events after \(position)") { txn in
             try txn.withCursor(store.log) { cursor in
                 var out: [EventEnvelope] = []
                 out.reserveCapacity(min(limit, 4096))
@@ -284,13 +285,32 @@ public final class EventLog: Sendable {
         }
     }
 
+    /// Runs `body` in a short read transaction of the log alone (the log, its checkpoints and
+    /// operational state; not the databases derived from it), mapping errors to ``LedgerError``:
+    /// what it reads does not depend on how far `derived/` goes.
+    package func readLog<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
+        do {
+            return try store.readAsStored(body)
+        } catch {
+            throw namingTheFile(LedgerError.wrap(error, while: doing()))
+        }
+    }
+
     /// `error`, naming the ledger's data file when it reports damage found in a value (a row, an
     /// entry) without saying where: the operator must know which file to restore.
     package func namingTheFile(_ error: LedgerError) -> LedgerError {
         let file = (configuration.path as NSString).appendingPathComponent("data.mdb")
-        guard error.code == .corruptedData, !error.message.contains(file) else { return error }
+        guard error.code == .corruptedData, !error.message.contains(file), !error.message.contains("derived/") else {
+            return error
+        }
         var named = error
-        named.message += " (in \(file))"
+        // With the derived state apart, a damaged row or record may be in derived/, a cache.
+        named.message +=
+            store.defersDerivedState
+            ? " (in \(file) when it is an event of the log; in derived/data.mdb, a cache of the log rebuilt from it on "
+                + "the next open for writing, when it is a read model or a stream or command record: `share-ledger audit` "
+                + "tells which)"
+            : " (in \(file))"
         return named
     }
 
@@ -411,7 +431,7 @@ public final class EventLog: Sendable {
     /// The size in bytes of the stored entry at `position` (envelope and hash), for benchmarks that
     /// replay the same sizes against raw LMDB.
     package func storedSize(at position: LogPosition) throws(LedgerError) -> Int? {
-        try read("reading the entry at \(position)") { txn in
+        try readLog("reading the entry at \(position)") { txn in
             try BigEndian.withBytes(of: position.rawValue) { key in try txn.withValue(store.log, key: key) { $0.count } }
         }
     }

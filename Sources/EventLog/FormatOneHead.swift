@@ -7,7 +7,7 @@ extension EventLog {
     /// event, the log's tail was removed, which ``verifyChain(chunkSize:parallelism:after:)`` reports
     /// at the position after the last event.
     func formatOneHeadRecord() throws(LedgerError) -> UInt64? {
-        try read("reading the format-1 head record") { txn in
+        try readLog("reading the format-1 head record") { txn in
             try txn.get(store.meta, key: LogStore.headKey).flatMap { bytes in
                 bytes.count == 48 ? BigEndian.uint64(bytes) : nil
             }

@@ -139,7 +139,11 @@ extension LedgerError {
             advice = error.message
         case .pageNotFound, .corrupted, .panic, .cursorFull:
             code = .corruptedData
-            advice = "the ledger's data file is damaged; run `share-ledger audit` and restore from a backup or export"
+            // `derived/` is a cache of the log: rebuilt from it, never restored.
+            advice =
+                DerivedState.isCompanionPath(error.path)
+                ? "derived/data.mdb is damaged; " + DerivedState.damagedAdvice
+                : "the ledger's data file is damaged; run `share-ledger audit` and restore from a backup or export"
         case .closed:
             code = .closed
             advice = "the ledger is closed; open it again"

@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import Logging
 import Synchronization
 
 /// The log's named databases and the byte layout of their keys and values (`docs/log-format.md`).
@@ -51,6 +52,9 @@ package final class LogStore: Sendable {
     /// Whether this process's writer writes the derived state behind its commits (`DerivedWriter`):
     /// its readers then take the derived databases as they find them (see ``read(_:)``).
     package let writesBehind = Atomic<Bool>(false)
+    /// Opened read-only with the derived state behind the log or not matching it: what
+    /// ``catchUpDerivedStateInMemory(replay:logger:)`` made of it (set once, at the open).
+    let readOnlyDerived = Mutex<ReadOnlyDerived?>(nil)
 
     /// The log's own named databases.
     /// The stream and command records are derived from the log (each envelope names its stream,
@@ -94,6 +98,15 @@ package final class LogStore: Sendable {
     /// Opens the ledger at `configuration.path`, creating it when allowed, and checks that it is a
     /// ledger this code can read.
     package static func open(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
+        try open(configuration, discardingDamagedCompanion: !configuration.readOnly)
+    }
+
+    /// ``open(_:)``; with `discardingDamagedCompanion`, a `derived/` whose databases LMDB finds damaged
+    /// while opening them is discarded and the ledger opened again (once): it is derived again from
+    /// the log (``DerivedState``).
+    private static func open(
+        _ configuration: EventLog.Configuration, discardingDamagedCompanion: Bool
+    ) throws(LedgerError) -> LogStore {
         let path = configuration.path
         let fileManager = FileManager.default
         var isDirectory: ObjCBool = false
@@ -212,6 +225,16 @@ package final class LogStore: Sendable {
             databases = opened
         } catch {
             environment.close()
+            if discardingDamagedCompanion, let damage = error as? LMDBError, DerivedState.isDamage(damage),
+                DerivedState.isCompanionPath(damage.path)
+            {
+                // `derived/` is a cache of the log: a damaged one is derived again, not restored.
+                configuration.logger.warning(
+                    "derived/ is damaged; discarding it and deriving it again from the log",
+                    metadata: ["path": "\(path)", "error": "\(damage.code)"])
+                DerivedState.discardFiles(in: path)
+                return try open(configuration, discardingDamagedCompanion: false)
+            }
             throw LedgerError.wrap(error, while: "opening the ledger's databases at \(path)")
         }
         let store = LogStore(
@@ -395,7 +418,9 @@ package final class LogStore: Sendable {
             try txn.withValue(streams, key: k) { value -> (UInt64, UInt64) in
                 guard value.count == 16, let version = BigEndian.uint64(value), let last = BigEndian.uint64(value, at: 8)
                 else {
-                    throw LedgerError(.corruptedData, "a stream record is \(value.count) bytes, expected 16")
+                    throw LedgerError(
+                        .corruptedData, "a stream record is \(value.count) bytes, expected 16"
+                            + (derivedMeta != nil ? " (in derived/: \(DerivedState.damagedAdvice))" : ""))
                 }
                 return (version, last)
             }
@@ -417,7 +442,9 @@ package final class LogStore: Sendable {
                 guard raw.count == 20, let first = BigEndian.uint64(raw), let count = BigEndian.uint32(raw, at: 8),
                     let version = BigEndian.uint64(raw, at: 12)
                 else {
-                    throw LedgerError(.corruptedData, "a command record is \(raw.count) bytes, expected 20")
+                    throw LedgerError(
+                        .corruptedData, "a command record is \(raw.count) bytes, expected 20"
+                            + (derivedMeta != nil ? " (in derived/: \(DerivedState.damagedAdvice))" : ""))
                 }
                 return (first, count, version)
             }

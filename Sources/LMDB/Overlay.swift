@@ -48,6 +48,11 @@ package final class Overlay {
     /// Whether no layer holds a change.
     package var isEmpty: Bool { current.isEmpty && sealed.allSatisfy(\.isEmpty) }
 
+    /// Whether a layer holds a change of `table`.
+    func touches(_ table: TableKey) -> Bool {
+        current.tables[table] != nil || sealed.contains { $0.tables[table] != nil }
+    }
+
     /// Seals the current layer (it is only read from now on) and starts an empty one; returns the
     /// layer sealed.
     @discardableResult

@@ -315,10 +315,18 @@ package struct Transaction: ~Copyable {
 
     /// Calls `body` with a cursor on `db`; the cursor is closed when `body` returns. A database that
     /// goes through an overlay has no cursor (it would see LMDB alone): read it with
-    /// ``visitEntries(_:from:_:)`` and ``visitValues(_:key:_:)``.
+    /// ``visitEntries(_:from:_:)`` and ``visitValues(_:key:_:)``. (A read-only transaction's cursor
+    /// on one whose overlay holds no change of it sees what the overlay would: it is allowed.)
     package func withCursor<R>(_ db: Database, _ body: (borrowing Cursor) throws -> R) throws -> R {
-        if overlayTable(db) != nil { throw refusedThroughOverlay("mdb_cursor_open(\(db.name))", db) }
+        if readsThroughOverlay(db) { throw refusedThroughOverlay("mdb_cursor_open(\(db.name))", db) }
         return try rawCursor(db, body)
+    }
+
+    /// Whether a cursor on `db` would miss what this transaction's overlay holds: `db` goes through
+    /// the overlay and the transaction may write, or the overlay holds changes of it.
+    package func readsThroughOverlay(_ db: Database) -> Bool {
+        guard let (overlay, table) = overlayTable(db) else { return false }
+        return isWritable || overlay.touches(table)
     }
 
     /// Visits the entries of `db` in key order (sorted duplicates each as an entry of their own) from

@@ -73,6 +73,11 @@ struct AuditCommand: AsyncParsableCommand {
                     + "indexes and read models match the log"
                     + (trustedKeys.isEmpty ? "" : "; \(report.checkpointsVerified) signed checkpoints verified")
                     + (expectHeads.isEmpty ? "" : "; \(report.expectedHeadsVerified) expected heads hold"))
+            if let derived = report.derivedPosition {
+                print(
+                    "note: derived/ (a cache of the log) reflects the log up to position \(derived) and matches it there (compared "
+                        + "as of \(derived)); the next open for writing brings it up to the head")
+            }
             if report.eventsWithPlaintextPersonalData > 0 {
                 print(
                     "note: \(report.eventsWithPlaintextPersonalData) events hold personal data in plaintext (written before "

@@ -141,10 +141,23 @@ enum CommandSupervisor {
             if argument.hasPrefix("--path=") { path = String(argument.dropFirst("--path=".count)) }
         }
         let file = (path as NSString).appendingPathComponent("data.mdb")
-        let error = LedgerError(
-            .corruptedData, "\(file) is damaged: reading it made LMDB fault (\(signal == SIGBUS ? "SIGBUS" : "SIGSEGV")), "
-                + "so the command stopped before committing anything. Restore the ledger from a backup, or import an "
-                + "export (`share-ledger export` of a good copy) into a new directory")
+        let derived = ((path as NSString).appendingPathComponent("derived") as NSString).appendingPathComponent("data.mdb")
+        let fault = signal == SIGBUS ? "SIGBUS" : "SIGSEGV"
+        let error: LedgerError
+        if FileManager.default.fileExists(atPath: derived) {
+            // Which of the two files faulted is not known here; derived/ is a cache, the log is not.
+            error = LedgerError(
+                .corruptedData, "\(file) or \(derived) is damaged: reading it made LMDB fault (\(fault)), so the command "
+                    + "stopped before committing anything. derived/ is a cache of the log: when `share-ledger verify` "
+                    + "passes, the log is whole; delete derived/ and open the ledger for writing (e.g. `share-ledger "
+                    + "rebuild`), which derives it again from the log. When `verify` fails too, restore the ledger from a "
+                    + "backup, or import an export of a good copy into a new directory")
+        } else {
+            error = LedgerError(
+                .corruptedData, "\(file) is damaged: reading it made LMDB fault (\(fault)), "
+                    + "so the command stopped before committing anything. Restore the ledger from a backup, or import an "
+                    + "export (`share-ledger export` of a good copy) into a new directory")
+        }
         Output.failure(error, json: arguments.contains("--json"))
     }
     #endif

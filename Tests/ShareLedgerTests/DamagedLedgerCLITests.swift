@@ -114,6 +114,74 @@ struct DamagedLedgerCLITests {
         #expect(outcomes.values.reduce(0, +) == 12, "\(outcomes)")
     }
 
+    /// A copy of `source` (its `data.mdb` and key store, and `derived` as its `derived/data.mdb`)
+    /// without lock files.
+    static func copy(_ source: String, to path: String, derived: Data) throws {
+        try copy(source, to: path)
+        try FileManager.default.copyItem(
+            atPath: source + "/" + ShareLedger.keyStoreFileName, toPath: path + "/" + ShareLedger.keyStoreFileName)
+        try FileManager.default.createDirectory(atPath: path + "/derived", withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: path + "/derived/data.mdb", contents: derived))
+    }
+
+    @Test("a damaged derived/ (0 bytes, cut, not LMDB): a read-only open names derived/ as a cache and never advises a restore; a write, or a reading command on a writable directory, recreates it from the log")
+    func damagedDerived() async throws {
+        let dir = TemporaryDirectory()
+        let source = try await Self.simulatedLedger(dir)
+        let original = try #require(FileManager.default.contents(atPath: source + "/derived/data.mdb"))
+        let good = try await runCLI(["audit", "--path", source, "--json"])
+        #expect(good.exited(0), "\(good.summary)")
+        let head = try #require(jsonObject(good.stdout)?["headHash"] as? String)
+        for (name, damaged) in [
+            ("empty", Data()), ("cut", original.prefix(8192)), ("garbage", Data(repeating: 0x5A, count: original.count)),
+        ] {
+            let path = dir.child(name)
+            try Self.copy(source, to: path, derived: damaged)
+            // Read-only (what a read-only mount gets): `readOnly`, naming derived/ as the cache it is.
+            var configuration = ShareLedger.Configuration(path: path, createIfMissing: false, readOnly: true)
+            configuration.residualTaskWorker = nil
+            let error = #expect(throws: LedgerError.self) { try ShareLedger.open(configuration) }
+            #expect(error?.code == .readOnly, "\(name): \(String(describing: error))")
+            let message = error?.message ?? ""
+            #expect(message.contains("derived/") && message.contains("cache"), "\(name): \(message)")
+            #expect(!message.contains("restore"), "\(name): \(message)")
+            // The reading commands open a writable directory for writing once, which derives it again.
+            let stats = try await runCLI(["stats", "--path", path, "--json"])
+            #expect(stats.exited(0), "\(name): \(stats.summary)")
+            #expect(jsonObject(stats.stdout)?["headHash"] as? String == head, "\(name): \(stats.summary)")
+            let audit = try await runCLI(["audit", "--path", path, "--json"])
+            #expect(audit.exited(0), "\(name): \(audit.summary)")
+            #expect(jsonObject(audit.stdout)?["headHash"] as? String == head, "\(name): \(audit.summary)")
+        }
+        // A write (here `rebuild`) does the same.
+        let path = dir.child("rebuilt")
+        try Self.copy(source, to: path, derived: Data())
+        let rebuilt = try await runCLI(["rebuild", "--path", path])
+        #expect(rebuilt.exited(0), "\(rebuilt.summary)")
+        let audit = try await runCLI(["audit", "--path", path, "--json"])
+        #expect(audit.exited(0), "\(audit.summary)")
+    }
+
+    @Test("random (seeded) bit flips in derived/data.mdb: audit answers 0, 1 or 2, never a crash, and an error names derived/")
+    func flippedBitsInDerived() async throws {
+        let dir = TemporaryDirectory()
+        let source = try await Self.simulatedLedger(dir)
+        let original = try #require(FileManager.default.contents(atPath: source + "/derived/data.mdb"))
+        var random = SplitMix64(state: 0xDE41)
+        for trial in 0..<6 {
+            let path = dir.child("flipped-\(trial)")
+            var bytes = [UInt8](original)
+            for _ in 0..<64 { bytes[Int.random(in: 8192..<bytes.count, using: &random)] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &random) }
+            try Self.copy(source, to: path, derived: Data(bytes))
+            let run = try await runCLI(["audit", "--path", path])
+            #expect(!run.signaled, "trial \(trial): \(run.summary)")
+            #expect([0, 1, 2].contains(run.status), "trial \(trial): \(run.summary)")
+            if run.exited(2) {
+                #expect(run.stderr.contains("derived/"), "trial \(trial): the error does not name derived/: \(run.summary)")
+            }
+        }
+    }
+
     @Test("a 0-byte data.mdb: every command, writing ones included, exits 2 with corruptedData and changes nothing")
     func emptyDataFile() async throws {
         let dir = TemporaryDirectory()

@@ -36,6 +36,12 @@ public struct AuditReport: Sendable, Hashable, Codable {
     /// The first position whose hash was recomputed: always 1 (``AuditOptions/fromCheckpoint``
     /// no longer skips the events before the checkpoint).
     public var chainVerifiedFrom: UInt64 = 1
+    /// The position `derived/` (the cache of the log: stream and command records, read models)
+    /// reflects, when it is behind the head: it matches the log there (or ``problems`` say where it
+    /// does not), the stream and command records and read models were compared as of that position,
+    /// and the next open for writing brings it up to the head. Not a problem: nil when it is at the
+    /// head, or when the ledger keeps no `derived/`.
+    public var derivedPosition: UInt64? = nil
     /// Events that hold personal data in plaintext (`docs/events.md`, "Personal data"):
     /// registrations and share titles written before crypto-shredding, invitations' and lookups'
     /// email or phone written before those were sealed, anything written with sealing off. Not a
@@ -62,6 +68,21 @@ extension ShareLedger {
     ) throws(LedgerError)
         -> AuditReport
     {
+        // What `derived/` holds, not a read-only open's catch-up of it in memory.
+        do {
+            return try LogStore.$readsAsStored.withValue(true) {
+                try auditAsStored(scratchPath: scratchPath, options: options, progress: progress)
+            }
+        } catch let error as LedgerError {
+            throw error
+        } catch {
+            throw LedgerError.wrap(error, while: "auditing the ledger at \(configuration.path)")
+        }
+    }
+
+    private func auditAsStored(
+        scratchPath: String, options: AuditOptions, progress: (@Sendable (UInt64, UInt64) -> Void)?
+    ) throws(LedgerError) -> AuditReport {
         let head = try log.head()
         var problems: [String] = []
         var firstBad: UInt64?
@@ -86,9 +107,17 @@ extension ShareLedger {
             bad(position, "hash chain broken at position \(position): \(chain.problem ?? "")")
         }
 
+        // `derived/` is a cache of the log: compared with it at the position it records (behind the
+        // head is normal: a process stopped between the two commits), and reported only when it
+        // disagrees with the log there.
+        let derived = try derivedAgainstLog(head: head.position.rawValue, bad: bad)
+        let compareAt = derived.compareAt
+
         // 2. Every payload decodes; stream and command records rebuilt from the log.
         var streams: [[UInt8]: (version: UInt64, last: UInt64)] = [:]
         var commands: [[UInt8]: (first: UInt64, count: UInt32)] = [:]
+        // The records as of `compareAt`, taken when the scan passes it.
+        var recordsAtCompare: (streams: [[UInt8]: (version: UInt64, last: UInt64)], commands: [[UInt8]: (first: UInt64, count: UInt32)])?
         var after: UInt64 = 0
         var checked: UInt64 = 0
         var plaintextPersonal: UInt64 = 0
@@ -134,6 +163,7 @@ extension ShareLedger {
             }
             guard let last = chunk.last else { break }
             for envelope in chunk {
+                if recordsAtCompare == nil && envelope.position.rawValue > compareAt { recordsAtCompare = (streams, commands) }
                 do {
                     let event = try DomainEvent.decode(envelope)
                     if event?.holdsPlaintextPersonalData == true { plaintextPersonal += 1 }
@@ -164,64 +194,39 @@ extension ShareLedger {
             after = last.position.rawValue
             progress?(after, head.position.rawValue)
         }
-        var indexesMatch = true
+        let expectedStreams = recordsAtCompare?.streams ?? streams
+        let expectedCommands = recordsAtCompare?.commands ?? commands
+        var indexesMatch = derived.comparable
         // Records that name events beyond the head: the log's tail was cut (reported once, at the cut).
         let beyondHead = try recordsBeyondHead(head.position.rawValue)
         if let beyondHead {
             indexesMatch = false
             bad(head.position.rawValue + 1, AuditReport.cutTailProblem(head: head.position.rawValue, named: beyondHead))
         }
-        do {
-            try log.store.read { txn in
-                let storedStreams = try txn.statistics(log.store.streams).entries
-                let storedCommands = try txn.statistics(log.store.commands).entries
-                if storedStreams != streams.count || storedCommands != commands.count {
-                    indexesMatch = false
-                    problems.append(
-                        "the stream/command records number \(storedStreams)/\(storedCommands); the log implies "
-                            + "\(streams.count)/\(commands.count)")
-                }
-                for (key, expected) in streams {
-                    let stored = try log.store.streamRecord(txn, key: key)
-                    if stored.version != expected.version || stored.last != expected.last {
-                        indexesMatch = false
-                        if beyondHead != nil && stored.last > head.position.rawValue { continue }
-                        bad(expected.last, "the stream record of \(String(decoding: key, as: UTF8.self)) disagrees with the log")
-                    }
-                }
-                for (key, expected) in commands {
-                    guard let stored = try log.store.commandRecord(txn, key: key), stored.first == expected.first,
-                        stored.count == expected.count
-                    else {
-                        indexesMatch = false
-                        if beyondHead != nil, let stored = try log.store.commandRecord(txn, key: key),
-                            stored.first + UInt64(stored.count) > head.position.rawValue + 1
-                        {
-                            continue
-                        }
-                        bad(expected.first, "the command record of the command at \(expected.first) disagrees with the log")
-                        continue
-                    }
-                }
-            }
-        } catch {
-            throw LedgerError.wrap(error, while: "checking the stream and command records")
+        if derived.comparable {
+            let records = try compareRecords(
+                streams: expectedStreams, commands: expectedCommands, head: head.position.rawValue, beyondHead: beyondHead,
+                bad: bad)
+            indexesMatch = indexesMatch && records.matches
+            problems.append(contentsOf: records.problems)
         }
 
         // 3. Checkpoints and pinned heads: checked with the chain, above.
 
-        // 4. Read models against a rebuild.
+        // 4. Read models against a rebuild (as of where `derived/` is).
         try? FileManager.default.removeItem(atPath: scratchPath)
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
         var differences: [String: String] = [:]
         var projectionsMatch = false
         do {
-            let comparison = try verifyReadModels(scratchPath: scratchPath)
-            projectionsMatch = comparison.matches
+            let comparison = try verifyReadModels(
+                scratchPath: scratchPath, through: compareAt < head.position.rawValue ? compareAt : .max)
+            projectionsMatch = comparison.matches && derived.comparable
             if let inadmissible = comparison.inadmissible {
                 bad(inadmissible.position, inadmissible.text)
             }
-            for difference in comparison.differences {
+            // Read models of another history are not compared entry by entry: the position says it all.
+            for difference in comparison.differences where derived.comparable {
                 // The keys of the lookup index are email addresses and phone numbers: report a
                 // placeholder instead of their hex (docs/operations.md, no personal data in output).
                 let key =
@@ -238,13 +243,99 @@ extension ShareLedger {
             firstBadPosition: firstBad, problems: problems, projectionsMatch: projectionsMatch,
             projectionDifferences: differences, indexesMatch: indexesMatch, checkpoints: checkpoints.stored,
             checkpointsVerified: checkpoints.verified, expectedHeadsVerified: checkpoints.headsVerified,
-            chainVerifiedFrom: chainStart + 1, eventsWithPlaintextPersonalData: plaintextPersonal)
+            chainVerifiedFrom: chainStart + 1,
+            derivedPosition: derived.comparable && compareAt < head.position.rawValue ? compareAt : nil,
+            eventsWithPlaintextPersonalData: plaintextPersonal)
     }
 
-    /// Rebuilds every read model from the log: the log is replayed into a scratch environment next
-    /// to the ledger (`.rebuild-*`, in chunks, no fsync). Then, on the writer thread, the events
-    /// committed meanwhile are replayed into the scratch copy and the live read models are made
-    /// equal to it:
+    /// Where the audit compares `derived/` with the log: at the position `derived/` records when it
+    /// is behind the head and its hash is the log's there (`comparable`); at the head when the
+    /// ledger keeps no `derived/`. A position whose hash is not the log's event's there (the log was
+    /// rewritten after `derived/` was derived from it, or `derived/` is another ledger's) is reported
+    /// at that position, and one beyond the head at the position after the head (a cut tail); then
+    /// nothing is compared entry by entry (`comparable` false).
+    func derivedAgainstLog(
+        head: UInt64, bad: (UInt64?, String) -> Void
+    ) throws(LedgerError) -> (compareAt: UInt64, comparable: Bool) {
+        let store = log.store
+        guard store.defersDerivedState else { return (head, true) }
+        let recorded: (position: UInt64, hash: EventHash)
+        let logHash: EventHash?
+        do {
+            recorded = try store.readAsStored { txn in try store.derivedPosition(txn) }
+            logHash = try recorded.position == 0 ? EventHash.zero : storedHash(at: recorded.position)
+        } catch {
+            let wrapped = LedgerError.wrap(error, while: "reading the position of derived/")
+            bad(nil, "the position record of derived/ cannot be read: \(wrapped.message)")
+            return (head, false)
+        }
+        if recorded.position > head {
+            bad(
+                head + 1, "derived/ reflects the log up to position \(recorded.position), beyond its head (\(head)): the events "
+                    + "after \(head) were removed (a cut tail); restore the ledger from a backup or an export")
+            return (head, false)
+        }
+        guard logHash == recorded.hash else {
+            bad(
+                recorded.position, "derived/ records position \(recorded.position) with hash \(recorded.hash.hex), but the log's "
+                    + "event there has hash \(logHash?.hex ?? "none"): derived/ was derived from another history (the log "
+                    + "was rewritten after it, or derived/ belongs to another ledger)")
+            return (head, false)
+        }
+        return (recorded.position, true)
+    }
+
+    /// Compares the stored stream and command records with those the log implies (`streams`,
+    /// `commands`, as of where `derived/` is).
+    private func compareRecords(
+        streams: [[UInt8]: (version: UInt64, last: UInt64)], commands: [[UInt8]: (first: UInt64, count: UInt32)],
+        head: UInt64, beyondHead: UInt64?, bad: (UInt64?, String) -> Void
+    ) throws(LedgerError) -> (matches: Bool, problems: [String]) {
+        var matches = true
+        var found: [String] = []
+        do {
+            try log.store.readAsStored { txn in
+                let storedStreams = try txn.statistics(log.store.streams).entries
+                let storedCommands = try txn.statistics(log.store.commands).entries
+                if storedStreams != streams.count || storedCommands != commands.count {
+                    matches = false
+                    found.append(
+                        "the stream/command records in derived/ number \(storedStreams)/\(storedCommands); the log implies "
+                            + "\(streams.count)/\(commands.count)")
+                }
+                for (key, expected) in streams {
+                    let stored = try log.store.streamRecord(txn, key: key)
+                    if stored.version != expected.version || stored.last != expected.last {
+                        matches = false
+                        if beyondHead != nil && stored.last > head { continue }
+                        bad(expected.last, "the stream record of \(String(decoding: key, as: UTF8.self)) in derived/ disagrees with the log")
+                    }
+                }
+                for (key, expected) in commands {
+                    guard let stored = try log.store.commandRecord(txn, key: key), stored.first == expected.first,
+                        stored.count == expected.count
+                    else {
+                        matches = false
+                        if beyondHead != nil, let stored = try log.store.commandRecord(txn, key: key),
+                            stored.first + UInt64(stored.count) > head + 1
+                        {
+                            continue
+                        }
+                        bad(expected.first, "the command record of the command at \(expected.first) in derived/ disagrees with the log")
+                        continue
+                    }
+                }
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "checking the stream and command records")
+        }
+        return (matches, found)
+    }
+
+    /// Rebuilds every read model, and the stream and command records, from the log: the log is
+    /// replayed into a scratch environment next to the ledger (`.rebuild-*`, in chunks, no fsync).
+    /// Then, on the writer thread, the events committed meanwhile are replayed into the scratch copy
+    /// and the live read models are made equal to it:
     /// - When they differ in a few entries (up to about 8,000 in all), in place, in one transaction.
     /// - Otherwise, the second copy each read model has (its twin, `derived/`) is filled from the
     ///   scratch copy in transactions of about 8 MiB each while writes go on; one last transaction
@@ -252,6 +343,9 @@ extension ShareLedger {
     ///   (one key). So the memory of a rebuild stays bounded however large the read models are.
     ///   (A ledger that keeps its read models with the log, not in `derived/`, has no second copy:
     ///   those read models are cleared and copied whole in the one transaction.)
+    /// In either last transaction the stream and command records are made equal to the scratch
+    /// copy's, which the replay derives from the log as the writer does: damaged, missing or extra
+    /// records are repaired.
     ///
     /// A crash or an error before the last transaction commits leaves the old read models (a
     /// partly filled second copy is not in use, and is emptied by the next rebuild), a finished
@@ -310,7 +404,9 @@ extension ShareLedger {
             try FileManager.default.createDirectory(atPath: scratchPath, withIntermediateDirectories: true)
             scratch = try LogStore.openLedger(
                 EventLog.Configuration.scratch(at: scratchPath, logger: configuration.logger))
-            replayed = try ReadModelRebuild.replay(from: store, into: scratch, validate: true) { progress?($0, head) }
+            replayed = try ReadModelRebuild.replay(from: store, into: scratch, validate: true, records: true) {
+                progress?($0, head)
+            }
         } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
             throw inadmissible.error
         } catch {
@@ -322,7 +418,8 @@ extension ShareLedger {
         let mark = ReplayMark(replayed)
         @Sendable func catchUp() throws -> UInt64 {
             do {
-                let last = try ReadModelRebuild.replay(from: store, into: scratch, after: mark.position, validate: true)
+                let last = try ReadModelRebuild.replay(
+                    from: store, into: scratch, after: mark.position, validate: true, records: true)
                 mark.position = last
                 return last
             } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
@@ -335,13 +432,18 @@ extension ShareLedger {
         if !(twins && rewritingEverything) {
             let inPlace: RebuildOutcome? = try await maintain(alone: true) { txn in
                 let last = try catchUp()
-                let swap = try scratch.environment.read { built in
-                    try ReadModelRebuild.swap(
-                        into: store.models, in: txn, from: scratch.models, in: built, rewriteAll: rewritingEverything,
-                        rewriteBeyondLimit: !twins)
+                let swap = try scratch.environment.read { built -> (ReadModelRebuild.SwapOutcome, Int)? in
+                    guard
+                        let swap = try ReadModelRebuild.swap(
+                            into: store.models, in: txn, from: scratch.models, in: built, rewriteAll: rewritingEverything,
+                            rewriteBeyondLimit: !twins)
+                    else { return nil }
+                    let repaired = try ReadModelRebuild.repairRecords(store, in: txn, from: scratch, in: built)
+                    return (swap, repaired)
                 }
                 return swap.map {
-                    RebuildOutcome(events: last, changedEntries: $0.changedEntries, rewrittenDatabases: $0.rewrittenDatabases)
+                    RebuildOutcome(
+                        events: last, changedEntries: $0.0.changedEntries + $0.1, rewrittenDatabases: $0.0.rewrittenDatabases)
                 }
             }
             if let inPlace { return inPlace }
@@ -366,12 +468,15 @@ extension ShareLedger {
             let force = round >= rounds
             let finished: RebuildOutcome? = try await maintain(alone: true) { txn in
                 let last = try catchUp()
-                let swap = try scratch.environment.read { built in
-                    try ReadModelRebuild.finishFill(store, in: txn, from: scratch.models, in: built, force: force)
+                let swap = try scratch.environment.read { built -> (ReadModelRebuild.SwapOutcome, Int)? in
+                    guard let swap = try ReadModelRebuild.finishFill(store, in: txn, from: scratch.models, in: built, force: force)
+                    else { return nil }
+                    let repaired = try ReadModelRebuild.repairRecords(store, in: txn, from: scratch, in: built)
+                    return (swap, repaired)
                 }
                 return swap.map {
                     RebuildOutcome(
-                        events: last, changedEntries: $0.changedEntries, rewrittenDatabases: store.models.all.map(\.name),
+                        events: last, changedEntries: $0.0.changedEntries + $0.1, rewrittenDatabases: store.models.all.map(\.name),
                         switchedCopies: true)
                 }
             }

@@ -338,7 +338,10 @@ extension ShareLedger {
                 }
             }
             guard position <= head else {
-                bad(position, "the checkpoint at \(position) is beyond the head (\(head)): the log was truncated")
+                // As for a cut tail: the first position missing is the one after the head.
+                bad(
+                    head + 1, "the checkpoint at \(position) is beyond the head (\(head)): the events after \(head) "
+                        + "were removed (a cut tail); restore the ledger from a backup or an export")
                 continue
             }
             guard let hash = try storedHash(at: position), hash == checkpoint.hash else {
@@ -359,7 +362,7 @@ extension ShareLedger {
         for expected in options.expectedHeads {
             let position = expected.position.rawValue
             guard let hash = try storedHash(at: position) else {
-                bad(position, "the expected head \(position) is not in the log (its head is \(head)): the log was truncated")
+                bad(position > head ? head + 1 : position, "the expected head \(position) is not in the log (its head is \(head)): the log was truncated")
                 continue
             }
             guard hash == expected.hash else {

@@ -74,17 +74,28 @@ extension ShareLedger {
         var from = startPosition
         while positions.count < limit {
             let (chunk, complete): ([UInt64], Bool) = try read("reading the history index") { txn in
-                var out: [UInt64] = try txn.withCursor(db) { cursor in
-                    var out: [UInt64] = []
-                    var entry = try key.withUnsafeBytes { k in
-                        try BigEndian.withBytes(of: from) { v in try cursor.seek(key: k, valueAtLeast: v) }
+                var out: [UInt64]
+                if txn.readsThroughOverlay(db) {
+                    // A read-only open that caught up derived/ in memory: the merged values.
+                    out = []
+                    try key.withUnsafeBytes { k in
+                        try txn.visitValues(db, key: k) { value in
+                            if out.count < 4_096, let position = BigEndian.uint64(value), position >= from { out.append(position) }
+                        }
                     }
-                    while let current = entry, out.count < 4_096 {
-                        guard let position = BigEndian.uint64(current.value) else { break }
-                        out.append(position)
-                        entry = try cursor.nextDuplicate()
+                } else {
+                    out = try txn.withCursor(db) { cursor in
+                        var out: [UInt64] = []
+                        var entry = try key.withUnsafeBytes { k in
+                            try BigEndian.withBytes(of: from) { v in try cursor.seek(key: k, valueAtLeast: v) }
+                        }
+                        while let current = entry, out.count < 4_096 {
+                            guard let position = BigEndian.uint64(current.value) else { break }
+                            out.append(position)
+                            entry = try cursor.nextDuplicate()
+                        }
+                        return out
                     }
-                    return out
                 }
                 guard out.count < 4_096 else { return (out, false) }
                 out.append(contentsOf: try models.journalPositions(txn, db, key: key, from: out.last.map { $0 + 1 } ?? from))

@@ -143,6 +143,10 @@ public struct ImportSummary: Sendable, Hashable, Codable {
 extension ShareLedger {
     /// Writes the events after `since` to `handle` as NDJSON (``LogNDJSON/line(_:)`` and a newline
     /// each), reading in chunks of short read transactions. `progress` gets (position, head).
+    ///
+    /// The chain is verified as the events are read: at the first event it rejects (missing,
+    /// altered, not linking to the one before), the export throws ``LedgerError/Code/corruptedData``
+    /// naming that position, having written only the events before it.
     @discardableResult
     public func export(
         since: LogPosition = .start, to handle: FileHandle, progress: (@Sendable (UInt64, UInt64) -> Void)? = nil
@@ -152,8 +156,12 @@ extension ShareLedger {
         if since.rawValue > 0, let hash = try storedHash(at: since.rawValue) { summary.lastHash = hash.hex }
         var after = since
         while after.rawValue < head {
-            let chunk = try log.events(after: after, limit: 4096).filter { $0.position.rawValue <= head }
-            guard let last = chunk.last else { break }
+            var chunk = try log.events(after: after, limit: 4096).filter { $0.position.rawValue <= head }
+            guard let chunkLast = chunk.last else { break }
+            // The chain is verified as the events are read: an export never hands on an event the
+            // chain rejects (what `verify` would report), it stops before it with an error.
+            let broken = try log.firstBreak(in: (after.rawValue + 1)...chunkLast.position.rawValue)
+            if let broken { chunk = chunk.filter { $0.position.rawValue < broken.position } }
             var text = ""
             for envelope in chunk {
                 text += LogNDJSON.line(envelope)
@@ -164,12 +172,20 @@ extension ShareLedger {
             } catch {
                 throw LedgerError(.storageFailure, "writing the export failed: \(error)")
             }
-            if summary.firstPosition == 0 { summary.firstPosition = chunk[0].position.rawValue }
-            summary.events += UInt64(chunk.count)
-            summary.lastPosition = last.position.rawValue
-            summary.lastHash = last.hash.hex
-            after = last.position
-            progress?(after.rawValue, head)
+            if let last = chunk.last {
+                if summary.firstPosition == 0 { summary.firstPosition = chunk[0].position.rawValue }
+                summary.events += UInt64(chunk.count)
+                summary.lastPosition = last.position.rawValue
+                summary.lastHash = last.hash.hex
+                after = last.position
+                progress?(after.rawValue, head)
+            }
+            if let broken {
+                throw LedgerError(
+                    .corruptedData, "the log's hash chain does not hold at position \(broken.position) (\(broken.problem)); "
+                        + "the export stopped before it, after \(summary.events) events. Run `share-ledger verify`, and "
+                        + "restore the ledger from a backup or export a good copy")
+            }
         }
         return summary
     }

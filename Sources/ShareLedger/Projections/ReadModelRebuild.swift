@@ -22,7 +22,7 @@ enum ReadModelRebuild {
     @discardableResult
     static func replay(
         from source: LogStore, into target: LogStore, after start: UInt64 = 0, through last: UInt64 = .max,
-        validate: Bool = false, progress: ((UInt64) -> Void)? = nil
+        validate: Bool = false, records: Bool = false, progress: ((UInt64) -> Void)? = nil
     ) throws -> UInt64 {
         // No RowCache here: the environment retries a chunk's transaction after growing the map, and
         // rows kept from the failed attempt were wrong (found by the 1M-event bench ledger); kept per
@@ -34,7 +34,7 @@ enum ReadModelRebuild {
         let projector = Projector(models: models)
         let validator = validate ? EventValidator(models: models) : nil
         var after: UInt64 = start
-        var next = Result { () throws -> DecodedChunk in try decodeChunk(source, after: start, through: last) }
+        var next = Result { () throws -> DecodedChunk in try decodeChunk(source, after: start, through: last, records: records) }
         while true {
             let chunk = try next.get()
             guard let chunkLast = chunk.lastPosition else { return after }
@@ -42,10 +42,19 @@ enum ReadModelRebuild {
             let following = PendingChunk()
             let group = DispatchGroup()
             DispatchQueue.global(qos: .userInitiated).async(group: group) {
-                following.set(Result { try decodeChunk(source, after: chunkLast, through: last) })
+                following.set(Result { try decodeChunk(source, after: chunkLast, through: last, records: records) })
             }
             defer { group.wait() }
             try target.environment.write { txn in
+                // The stream and command records, as the writer keeps them.
+                for envelope in chunk.envelopes {
+                    if envelope.streamVersion != 0 {
+                        try target.writeStreamRecord(
+                            txn, key: LogStore.streamKey(container: envelope.container, stream: envelope.stream),
+                            version: envelope.streamVersion, last: envelope.position.rawValue)
+                    }
+                    _ = try target.recordCommand(txn, envelope, position: envelope.position.rawValue, refusingGaps: false)
+                }
                 for (event, context) in chunk.events {
                     if let validator, let problem = try validator.problem(event, context, txn) {
                         throw InadmissibleEvent(
@@ -77,11 +86,13 @@ enum ReadModelRebuild {
     struct DecodedChunk: Sendable {
         var events: [(DomainEvent, Projector.Context)]
         var lastPosition: UInt64?
+        /// Every event of the chunk, when the stream and command records are replayed too.
+        var envelopes: [EventEnvelope] = []
     }
 
     /// Reads up to ``chunk`` entries after `after` (through `last`) in one read transaction and
     /// decodes them; raw appends are skipped.
-    static func decodeChunk(_ source: LogStore, after: UInt64, through last: UInt64) throws -> DecodedChunk {
+    static func decodeChunk(_ source: LogStore, after: UInt64, through last: UInt64, records: Bool = false) throws -> DecodedChunk {
         let envelopes: [EventEnvelope] = try source.environment.read { txn in
             try txn.withCursor(source.log) { cursor in
                 var out: [EventEnvelope] = []
@@ -98,7 +109,8 @@ enum ReadModelRebuild {
                 return out
             }
         }
-        var decoded = DecodedChunk(events: [], lastPosition: envelopes.last?.position.rawValue)
+        var decoded = DecodedChunk(
+            events: [], lastPosition: envelopes.last?.position.rawValue, envelopes: records ? envelopes : [])
         decoded.events.reserveCapacity(envelopes.count)
         for envelope in envelopes {
             guard let event = try DomainEvent.decode(envelope) else { continue }
@@ -353,6 +365,20 @@ enum ReadModelRebuild {
         return outcome
     }
 
+    /// Makes the live stream and command records of `store` (in the write transaction `txn`) hold
+    /// exactly those of `rebuilt` (in `built`, replayed with `records`): a damaged or missing record
+    /// is repaired, one the log does not imply is removed. Returns the entries changed.
+    static func repairRecords(
+        _ store: LogStore, in txn: borrowing Transaction, from rebuilt: LogStore, in built: borrowing Transaction
+    ) throws -> Int {
+        let (targets, sources) = ([store.commands, store.streams], [rebuilt.commands, rebuilt.streams])
+        guard let plan = try plan(targets, in: txn, from: sources, in: built, limit: changeLimit, rewriteBeyondLimit: true) else {
+            return 0
+        }
+        let outcome = try write(plan, into: targets, in: txn, from: sources, in: built)
+        return outcome.changedEntries + outcome.rewrittenDatabases.count
+    }
+
     /// How two sets of read models compare, database by database.
     struct Comparison: Sendable, Hashable {
         /// Databases whose contents differ, with the first key (hex) where they do.
@@ -413,21 +439,32 @@ extension ShareLedger {
     /// Rebuilds every read model from the log into a new ledger directory at `scratchPath`, checking
     /// every event against the sharing rules (``EventValidator``), and compares it with the live read
     /// models, entry by entry. At the first event the rules could not have produced, it stops and
-    /// reports that event (``ReadModelRebuild/Comparison/inadmissible``) instead.
+    /// reports that event (``ReadModelRebuild/Comparison/inadmissible``) instead. With `last`, the
+    /// read models are compared as of that position (where `derived/` is, when it is behind the
+    /// head), and the events after it are only checked against the rules.
     ///
     /// - Returns: whether they are identical, the databases that differ (with the first differing
     ///   key) and a digest per database.
-    func verifyReadModels(scratchPath: String) throws(LedgerError) -> ReadModelRebuild.Comparison {
+    func verifyReadModels(scratchPath: String, through last: UInt64 = .max) throws(LedgerError) -> ReadModelRebuild.Comparison {
         do {
             let scratch = try LogStore.openLedger(
                 EventLog.Configuration.scratch(at: scratchPath, logger: configuration.logger))
             defer { scratch.environment.close() }
             do {
-                try ReadModelRebuild.replay(from: log.store, into: scratch, validate: true)
+                try ReadModelRebuild.replay(from: log.store, into: scratch, through: last, validate: true)
             } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
                 return ReadModelRebuild.Comparison(differences: [], digests: [:], inadmissible: inadmissible)
             }
-            return try ReadModelRebuild.compare(log.store, scratch)
+            var comparison = try ReadModelRebuild.compare(log.store, scratch)
+            if last != .max {
+                // Compared where the read models are; the events after are still checked against the rules.
+                do {
+                    try ReadModelRebuild.replay(from: log.store, into: scratch, after: last, validate: true)
+                } catch let inadmissible as ReadModelRebuild.InadmissibleEvent {
+                    comparison.inadmissible = inadmissible
+                }
+            }
+            return comparison
         } catch {
             throw LedgerError.wrap(error, while: "rebuilding the read models into \(scratchPath)")
         }
