@@ -463,7 +463,7 @@ package final class LogStore: Sendable {
         _ txn: borrowing Transaction, _ envelope: EventEnvelope, position: UInt64, refusingGaps: Bool
     ) throws -> Bool {
         let key = LogStore.commandKey(container: envelope.container, commandID: envelope.commandID)
-        let streamVersion = envelope.eventType.hasPrefix(EventLog.reservedTypePrefix) ? 0 : envelope.streamVersion
+        let streamVersion = LogStore.commandStreamVersion(eventType: envelope.eventType, streamVersion: envelope.streamVersion)
         if let record = try commandRecord(txn, key: key) {
             if record.first + UInt64(record.count) == position {
                 try writeCommandRecord(txn, key: key, first: record.first, count: record.count + 1, streamVersion: streamVersion)
@@ -473,6 +473,16 @@ package final class LogStore: Sendable {
         }
         try writeCommandRecord(txn, key: key, first: position, count: 1, streamVersion: streamVersion)
         return true
+    }
+
+    /// The stream version a command's record holds once the command's event of type `eventType` and
+    /// stream version `streamVersion` is recorded (its last event so far): 0 for a type of the sharing
+    /// layer's namespace (``EventLog/reservedTypePrefix``, known to this release or not), else the
+    /// event's stream version (0 for an unversioned event). The writer's own records agree: a raw
+    /// append's events are versioned, and its record holds its last event's version; a sharing
+    /// command's holds 0. Deriving the records, a replica and `import` all record by this rule.
+    package static func commandStreamVersion(eventType: String, streamVersion: UInt64) -> UInt64 {
+        eventType.hasPrefix(EventLog.reservedTypePrefix) ? 0 : streamVersion
     }
 
     package func writeCommandRecord(_ txn: borrowing Transaction, key: [UInt8], first: UInt64, count: UInt32, streamVersion: UInt64) throws {

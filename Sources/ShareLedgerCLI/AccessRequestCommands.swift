@@ -196,8 +196,9 @@ extension ShareCommand {
             discussion: """
                 CloudKit's Participant.oneTimeURLParticipant() and CKShare.oneTimeURL(for:): an invitation to \
                 no email address, phone number or account. The first signed-in user who fetches and accepts \
-                the printed URL becomes the participant; after that the URL answers as an unknown one. The \
-                last line of the text output is the URL alone.
+                the printed URL becomes the participant. The URL stays that participant's until they are \
+                removed or leave: it then answers as the share's URL to the share's owner and participants, \
+                and as an unknown one to anyone else. The last line of the text output is the URL alone.
                 """)
 
         @OptionGroup var ledger: LedgerOptions
@@ -226,8 +227,10 @@ extension ShareCommand {
                 return try await handle.addParticipant(participant, to: try options.shareURL())
             }
             // The newest unused one-time URL is this one: participant ids are random, so take the
-            // participant added last.
-            let candidates = updated.participants.filter { updated.oneTimeURL(for: $0.participantID) != nil }
+            // participant added last among those not taken yet.
+            let candidates = updated.participants.filter {
+                $0.userIdentity.userRecordID == nil && updated.oneTimeURL(for: $0.participantID) != nil
+            }
             guard let added = candidates.max(by: { ($0.dateAddedToShare ?? .distantPast) < ($1.dateAddedToShare ?? .distantPast) }),
                 let url = updated.oneTimeURL(for: added.participantID)
             else {

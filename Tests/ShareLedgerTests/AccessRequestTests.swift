@@ -107,6 +107,60 @@ struct AccessRequestTests {
         await f.ledger.close()
     }
 
+    @Test("requesters come with their name and their email or phone, for the owner and administrators only; a forgotten one shows erased")
+    func requestersReachable() async throws {
+        let f = try await SharingFixture()
+        var names = PersonNameComponents()
+        names.givenName = "Dave"
+        names.familyName = "Doe"
+        try await f.ledger.registerUser("_dave", in: SharingFixture.container, phoneNumber: "+1 555 0199", nameComponents: names)
+        try await f.ledger.registerUser("_erin", in: SharingFixture.container)
+        var share = try await f.makeHierarchy()
+        share = try await f.alice.setAllowsAccessRequests(true, for: share.url)
+        share = try await f.alice.addParticipant(
+            LookupInfo(userRecordID: RecordID(userRecordName: "_carol")), permission: .readWrite, role: .administrator, to: share.url)
+        _ = try await f.carol.accept(try await f.carol.shareMetadata(for: share.url))
+        for user in ["_bob", "_dave", "_erin"] {
+            #expect(try await Self.requestError(f.as_(user), share.url) == nil)
+        }
+        for manager in [f.alice, f.carol] {
+            let requesters = try manager.share(for: share.url).requesters
+            #expect(requesters.map { $0.userIdentity.userRecordID?.recordName } == ["_bob", "_dave", "_erin"])
+            let (bob, dave, erin) = (requesters[0].userIdentity, requesters[1].userIdentity, requesters[2].userIdentity)
+            // CKShare.h: "CloudKit returns each requester with name components and either an email or phone number."
+            #expect(bob.lookupInfo == LookupInfo(emailAddress: "bob@example.com"), "the email when there is one")
+            #expect(bob.nameComponents == nil && bob.personalDataErased == nil)
+            #expect(dave.lookupInfo == LookupInfo(phoneNumber: "+1 555 0199"), "else the phone number")
+            #expect(dave.nameComponents == names)
+            #expect(erin.lookupInfo == LookupInfo(userRecordID: RecordID(userRecordName: "_erin")), "neither: the account")
+            #expect(erin.nameComponents == nil)
+            // The lookup info to approve them with stays the account.
+            #expect(requesters.map(\.participantLookupInfo) == ["_bob", "_dave", "_erin"].map { LookupInfo(userRecordID: RecordID(userRecordName: $0)) })
+        }
+        // A refusal about a requester value that carries an email names no email.
+        share = try await f.alice.denyRequesters([try f.alice.share(for: share.url).requesters[0]], for: share.url)
+        do {
+            _ = try await f.alice.denyRequesters([Share.AccessRequester(
+                userIdentity: UserIdentity(
+                    userRecordID: RecordID(userRecordName: "_bob"), lookupInfo: LookupInfo(emailAddress: "bob@example.com"),
+                    nameComponents: nil, hasiCloudAccount: true),
+                participantLookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: "_bob")))], for: share.url)
+            Issue.record("denying a request twice must fail")
+        } catch {
+            #expect(error.code == .unknownItem && !error.message.contains("@"), "\(error.message)")
+        }
+        // Forgotten: shown erased, with no name and no address; still approvable by account.
+        try await f.ledger.forget(user: "_dave", in: SharingFixture.container)
+        let dave = try #require(try f.alice.share(for: share.url).requesters.first { $0.userIdentity.userRecordID?.recordName == "_dave" })
+        #expect(dave.userIdentity.personalDataErased == true)
+        #expect(dave.userIdentity.nameComponents == nil)
+        #expect(dave.userIdentity.lookupInfo == LookupInfo(userRecordID: RecordID(userRecordName: "_dave")))
+        share = try await f.alice.approveRequesters([dave], for: share.url)
+        #expect(share.requesters.map { $0.userIdentity.userRecordID?.recordName } == ["_erin"])
+        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        await f.ledger.close()
+    }
+
     @Test("deny: the request is dropped; approving or denying it again is unknownItem; the user may ask again")
     func deny() async throws {
         let f = try await SharingFixture()

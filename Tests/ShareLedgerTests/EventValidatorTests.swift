@@ -19,16 +19,39 @@ struct EventValidatorTests {
         var description: String { name }
     }
 
+    /// A ShareAccepted of participant `id` naming `user`.
+    static func accepted(_ token: String, _ id: String, user: String) -> DomainEvent {
+        var e = Shareledger_Events_V1_ShareAccepted()
+        (e.token, e.participantID, e.userRecordName) = (token, id, user)
+        return .shareAccepted(e)
+    }
+
     static let cases: [Case] = [
         Case(
             name: "an uninvited user's ShareAccepted (of another's invitation)", actor: "_carol",
+            event: { token, bobID in accepted(token, bobID, user: "_carol") },
+            type: "ShareAccepted", reason: "user _carol is not a pending participant"),
+        // The user named in ShareAccepted, VerificationRequested and ParticipantVerified is the envelope's actor.
+        Case(
+            name: "a ShareAccepted naming another user than its actor", actor: "_bob",
+            event: { token, bobID in accepted(token, bobID, user: "_carol") },
+            type: "ShareAccepted", reason: "a user accepts a share only as themselves"),
+        Case(
+            name: "a VerificationRequested naming another user than its actor", actor: "_carol",
             event: { token, bobID in
-                var e = Shareledger_Events_V1_ShareAccepted()
-                e.token = token
-                e.participantID = bobID
-                e.userRecordName = "_carol"
-                return .shareAccepted(e)
-            }, type: "ShareAccepted", reason: "user _carol is not a pending participant"),
+                var e = Shareledger_Events_V1_VerificationRequested()
+                (e.token, e.participantID, e.userRecordName) = (token, bobID, "_bob")
+                e.codeSha256 = Data(repeating: 7, count: 32)
+                e.expiresAtMicros = 1
+                return .verificationRequested(e)
+            }, type: "VerificationRequested", reason: "a user verifies only for themselves"),
+        Case(
+            name: "a ParticipantVerified naming another user than its actor", actor: "_carol",
+            event: { token, bobID in
+                var e = Shareledger_Events_V1_ParticipantVerified()
+                (e.token, e.participantID, e.userRecordName) = (token, bobID, "_bob")
+                return .participantVerified(e)
+            }, type: "ParticipantVerified", reason: "a user verifies only for themselves"),
         Case(
             name: "a ParticipantAdded by a participant who does not manage the share", actor: "_bob",
             event: { token, _ in

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 @testable import ShareLedger
 import TestSupport
 import Testing
@@ -88,5 +89,61 @@ struct ImportBoundsTests {
         let bob = copy.container(SharingFixture.container, userRecordName: "_bob")
         #expect(try bob.participatingShares().count == 1)
         await copy.close()
+    }
+
+    /// NDJSON lines of raw commands built by hand (chain computed as the writer does): each command is
+    /// a list of (stream, stream version, back-link, event type).
+    static func rawLines(_ commands: [[(String, UInt64, UInt64, String)]]) throws -> [UInt8] {
+        var out: [UInt8] = []
+        var previous = [UInt8](repeating: 0, count: 32)
+        var position: UInt64 = 0
+        for command in commands {
+            let id = UUID()
+            for (stream, version, back, type) in command {
+                position += 1
+                let fields = EnvelopeCodec.Fields(
+                    position: position, recordedAtMicros: 1_700_000_000_000_000 + Int64(position), container: "iCloud.raw",
+                    actor: "_alice", commandID: id, correlationID: nil, causationID: nil, schemaVersion: 1, stream: stream,
+                    streamVersion: version, streamPreviousPosition: back, eventType: type, payload: Array("x".utf8),
+                    previousHash: previous)
+                let (stored, hash) = EnvelopeCodec.encode(fields)
+                let envelope = try stored.withUnsafeBytes { raw throws(LedgerError) in try EnvelopeCodec.decode(raw, key: position) }
+                out += Array(LogNDJSON.line(envelope).utf8) + [UInt8(ascii: "\n")]
+                previous = hash
+            }
+        }
+        return out
+    }
+
+    @Test("a command's stream version is its last event's, as deriving records it: import and a rederived derived/ agree")
+    func commandStreamVersions() async throws {
+        let dir = TemporaryDirectory()
+        // 1: versioned then unversioned; 2: unversioned then versioned; 3: a type of the sharing
+        // namespace this release does not know (a later release's), versioned.
+        let file = try Self.rawLines([
+            [("raw/a", 1, 0, "demo.Note"), ("raw/a", 0, 0, "demo.Read")],
+            [("raw/b", 0, 0, "demo.Read"), ("raw/b", 1, 0, "demo.Note")],
+            [("raw/c", 1, 0, "shareledger.events.v9.Later")],
+        ])
+        let ledger = try HostileStoredDataTests.emptyLedger(dir)
+        _ = try await HostileStoredDataTests.importing(file, into: ledger, dir, "raw.ndjson")
+        func versions(_ ledger: ShareLedger) throws -> [UInt64] {
+            let events = try ledger.log.events(after: .start, limit: .max)
+            var seen: [UUID] = []
+            for event in events where !seen.contains(event.commandID) { seen.append(event.commandID) }
+            return try ledger.log.store.environment.read { txn in
+                try seen.map { id in
+                    try #require(try ledger.log.store.commandRecord(txn, key: LogStore.commandKey(container: "iCloud.raw", commandID: id)))
+                        .streamVersion
+                }
+            }
+        }
+        #expect(try versions(ledger) == [0, 1, 0])
+        await ledger.close()
+        // Derived again from the log: the same records.
+        try FileManager.default.removeItem(atPath: dir.child("ledger") + "/" + DerivedState.directoryName)
+        let reopened = try HostileStoredDataTests.emptyLedger(dir)
+        #expect(try versions(reopened) == [0, 1, 0])
+        await reopened.close()
     }
 }

@@ -73,7 +73,9 @@ struct ReplayPropertyTests {
                 if a % 5 == 0 {
                     // A one-time URL participant, and its URL accepted by the acting user (or not).
                     let share = try await f.as_(owner).addParticipant(.oneTimeURLParticipant(), to: url)
-                    let id = share.participants.first { share.oneTimeURL(for: $0.participantID) != nil }?.participantID
+                    let id = share.participants.first {
+                        $0.userIdentity.userRecordID == nil && share.oneTimeURL(for: $0.participantID) != nil
+                    }?.participantID
                     if b % 2 == 0, let id, let oneTime = share.oneTimeURL(for: id) {
                         _ = try await container.accept(try await container.shareMetadata(for: oneTime))
                     }

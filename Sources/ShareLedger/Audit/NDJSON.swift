@@ -393,17 +393,19 @@ extension ShareLedger {
                     throw refuse("its command id \(fields.commandID) was used by an earlier command")
                 }
                 commands[index].count += 1
-                if commands[index].streamVersion != 0 { commands[index].streamVersion = fields.streamVersion }
+                commands[index].streamVersion = LogStore.commandStreamVersion(
+                    eventType: fields.eventType, streamVersion: fields.streamVersion)
             } else {
                 guard try !commandKnownForImport(commandKey) else {
                     throw refuse("its command id \(fields.commandID) is already in the ledger")
                 }
-                // The writer records 0 for a command of the sharing domain, and the stream's version
-                // for a raw append; domain events are those the domain decodes.
+                // As the writer records it (and as deriving the records does): 0 for a command of the
+                // sharing layer's namespace, the last event's stream version for a raw append.
                 commandIndex[commandKey] = commands.count
                 commands.append(
                     ImportCommand(
-                        key: commandKey, first: fields.position, count: 1, streamVersion: domainEvent != nil ? 0 : fields.streamVersion))
+                        key: commandKey, first: fields.position, count: 1,
+                        streamVersion: LogStore.commandStreamVersion(eventType: fields.eventType, streamVersion: fields.streamVersion)))
             }
             events.append(
                 ImportEvent(

@@ -162,10 +162,13 @@ extension ShareLedger {
             let commandKey = LogStore.commandKey(container: fields.container, commandID: fields.commandID)
             if let last = commands.indices.last, commands[last].key == commandKey {
                 commands[last].count += 1
-                if commands[last].streamVersion != 0 { commands[last].streamVersion = fields.streamVersion }
+                commands[last].streamVersion = LogStore.commandStreamVersion(
+                    eventType: fields.eventType, streamVersion: fields.streamVersion)
             } else {
                 // As the writer records it: 0 for a sharing command, the stream's version for a raw append.
-                commands.append((commandKey, fields.position, 1, item.event != nil ? 0 : fields.streamVersion))
+                commands.append(
+                    (commandKey, fields.position, 1,
+                     LogStore.commandStreamVersion(eventType: fields.eventType, streamVersion: fields.streamVersion)))
             }
             if let projected {
                 try projector.apply(

@@ -20,9 +20,12 @@ extension Decider {
     }
 
     /// How the share looks to the caller, or the error CloudKit gives. `oneTime` is the unused one-time
-    /// URL participant the caller presented the URL of, if they came by one.
+    /// URL participant the caller presented the URL of, if they came by one; `membersOnly` says the
+    /// caller came by a used one-time URL, which answers as the share's URL to the share's owner and
+    /// participants and as an unknown URL to anyone else.
     func standing(
-        _ txn: borrowing some ReadModelStore & ~Copyable, _ share: ShareState, token: String, oneTime: ParticipantState? = nil
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ share: ShareState, token: String, oneTime: ParticipantState? = nil,
+        membersOnly: Bool = false
     ) throws -> Standing {
         // User record names are per container (as in CloudKit): the caller is a participant only when
         // fetching in the share's own container. From another container, the same name is nobody
@@ -35,6 +38,8 @@ extension Decider {
         {
             return .participant(role: entry.state.role, status: entry.state.status, permission: entry.state.permission)
         }
+        // A one-time URL was handed to one person: whoever else holds it learns nothing, even of a public share.
+        if membersOnly { throw LedgerError(.unknownItem, Decider.shareNotFound) }
         if let oneTime {
             // The holder of a one-time URL is offered that invitation, in the share's own container only.
             guard sameContainer else { throw LedgerError(.unknownItem, Decider.shareNotFound) }
@@ -74,7 +79,7 @@ extension Decider {
             share = found.share
             // Known from here on, failed or not: the fetch is part of the share's history.
             e.shareContainer = share.container
-            standing = try self.standing(txn, share, token: found.token, oneTime: found.oneTime)
+            standing = try self.standing(txn, share, token: found.token, oneTime: found.oneTime, membersOnly: found.membersOnly)
         } catch let error as LedgerError {
             return failed(error)
         }
@@ -89,21 +94,25 @@ extension Decider {
             [event(stream, .shareMetadataFetched(e))], .metadata(token: tokenText, fetchRoot: fetchRoot, keys: keys))
     }
 
-    /// The share at `tokenText` (a share's token, or an unused one-time URL's: then with its
-    /// participant), or the error a fetch of its metadata gives before looking at the caller's
-    /// standing: no account, an unknown (or used) URL.
+    /// The share at `tokenText` (a share's token, or a one-time URL's: with its participant while the
+    /// URL is unused; `membersOnly` once its participant accepted through it, when it answers as the
+    /// share's URL to those in the share only), or the error a fetch of its metadata gives before
+    /// looking at the caller's standing: no account, an unknown (or withdrawn) URL.
     private func fetchableShare(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String) throws
-        -> (share: ShareState, token: String, oneTime: ParticipantState?)
+        -> (share: ShareState, token: String, oneTime: ParticipantState?, membersOnly: Bool)
     {
         guard signedIn, try models.userExists(txn, container, actor) else {
             throw LedgerError(.notAuthenticated, "fetching share metadata needs a signed-in user; register the user and act as them")
         }
         guard ShareToken(tokenText) != nil else { throw LedgerError(.unknownItem, Decider.shareNotFound) }
-        if let share = try models.share(txn, tokenText) { return (share, tokenText, nil) }
-        guard let (token, _, participant) = try oneTimeParticipant(txn, tokenText), let share = try models.share(txn, token) else {
+        if let share = try models.share(txn, tokenText) { return (share, tokenText, nil, false) }
+        if let (token, _, participant) = try oneTimeParticipant(txn, tokenText), let share = try models.share(txn, token) {
+            return (share, token, participant, false)
+        }
+        guard let (token, _) = try models.oneTimeURL(txn, tokenText), let share = try models.share(txn, token) else {
             throw LedgerError(.unknownItem, Decider.shareNotFound)
         }
-        return (share, token, participant)
+        return (share, token, nil, true)
     }
 
     /// The metadata of the share at `tokenText` as the caller sees it in `txn` (the same rules and
@@ -112,8 +121,9 @@ extension Decider {
     func presentMetadata(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, fetchRoot: Bool, keys: [String]?)
         throws -> Share.Metadata
     {
-        let (share, token, oneTime) = try fetchableShare(txn, tokenText: tokenText)
-        let (role, status, permission) = try self.standing(txn, share, token: token, oneTime: oneTime).reported
+        let (share, token, oneTime, membersOnly) = try fetchableShare(txn, tokenText: tokenText)
+        let (role, status, permission) = try self.standing(
+            txn, share, token: token, oneTime: oneTime, membersOnly: membersOnly).reported
         let viewer = share.container == container ? actor : nil
         let shareValue = try presenter.share(txn, token: token, state: share, viewer: viewer)
         let zoneID = RecordZoneID(zoneName: share.zoneName, ownerName: share.ownerName)

@@ -3,7 +3,9 @@ import SwiftProtobuf
 
 /// One-time URL participants (CloudKit's `CKShare.Participant.oneTimeURLParticipant()` and
 /// `CKShare.oneTimeURL(for:)`): an invitation without an email address, phone number or account,
-/// reached by a URL of its own that the first signed-in user to accept through it uses up.
+/// reached by a URL of its own that the first signed-in user to accept through it takes. The URL
+/// stays tied to its participant while the participant is in the share; once taken, it answers as
+/// the share's URL to the share's owner and participants, and as an unknown URL to anyone else.
 extension Decider {
     func addOneTimeParticipant(
         _ txn: borrowing some ReadModelStore & ~Copyable, token: String, role: Share.Participant.Role,
@@ -48,10 +50,10 @@ extension Decider {
         return (token, id, state)
     }
 
-    /// Accepts through a one-time URL: the caller becomes its participant and the URL is used up. Once
-    /// used (or withdrawn), the URL answers as an unknown one, except to a participant of the share
-    /// `token` (the metadata's), for whom accepting again is a success with nothing new. A caller who
-    /// is a participant already stays what they are, and the URL stays unused.
+    /// Accepts through a one-time URL: the caller becomes its participant. Once taken (or withdrawn),
+    /// the URL answers as an unknown one, except to an accepted participant of the share `token` (the
+    /// metadata's), for whom accepting again is a success with nothing new. A caller who is a
+    /// participant already stays what they are, and the URL stays unused.
     func acceptOneTimeURL(
         _ txn: borrowing some ReadModelStore & ~Copyable, oneTimeToken: String, token metadataToken: String,
         metadataContainer: String

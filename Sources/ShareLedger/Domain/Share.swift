@@ -37,14 +37,16 @@ public struct Share: Sendable, Hashable {
     /// `CKShare.allowsAccessRequests`). Off by default; while off, a request gets the answer of an
     /// unknown URL. Change it with ``Container/setAllowsAccessRequests(_:for:ifChangeTag:)``.
     public var allowsAccessRequests: Bool = false
-    /// The pending access requests (CloudKit's `CKShare.requesters`), in user record name order.
+    /// The pending access requests (CloudKit's `CKShare.requesters`), in user record name order, each
+    /// with the requester's name components and email address (or, without one, phone number).
     /// Only the owner and accepted administrators see them; for anyone else the list is empty.
     public var requesters: [AccessRequester] = []
     /// The identities blocked from the share (CloudKit's `CKShare.blockedIdentities`), in user record
     /// name order. Only the owner and accepted administrators see them; for anyone else the list is empty.
     public var blockedIdentities: [BlockedIdentity] = []
-    /// The unused one-time URLs with their participant ids, in participant id order (the owner and
-    /// accepted administrators only). An array, not a dictionary, so that equal shares print alike.
+    /// The one-time URLs of the participants still in the share, with their participant ids, in
+    /// participant id order (the owner and accepted administrators only). An array, not a dictionary,
+    /// so that equal shares print alike.
     var oneTimeURLs: [OneTimeURL] = []
 
     /// A one-time URL participant's id and URL.
@@ -55,15 +57,22 @@ public struct Share: Sendable, Hashable {
 
     /// The one-time URL of a one-time URL participant (CloudKit's `CKShare.oneTimeURL(for:)`): send it
     /// to the one person the invitation is for; the first signed-in user who accepts through it
-    /// becomes that participant, and the URL is used up. `nil` for another participant, a URL used or
-    /// withdrawn already, or a viewer who is not the owner or an accepted administrator.
+    /// becomes that participant. The URL stays the same, tied to that participant, while the
+    /// participant is in the share; after acceptance it works like the share's URL for the share's
+    /// owner and participants (anyone else gets the answer of an unknown URL). `nil` for another
+    /// participant, once the participant was removed or left (or the share deleted), or for a viewer
+    /// who is not the owner or an accepted administrator.
     public func oneTimeURL(for participantID: String) -> URL? {
         oneTimeURLs.first { $0.participantID == participantID }?.url
     }
 
     /// A user who asked to join the share (CloudKit's `CKShare.AccessRequester`).
     public struct AccessRequester: Sendable, Hashable {
-        /// Who asked.
+        /// Who asked: their user record id, the name components they registered with (if any), and
+        /// as ``UserIdentity/lookupInfo`` a way to reach them, the email address they registered with
+        /// or, without one, their phone number (their user record id when they gave neither). A
+        /// forgotten requester has ``UserIdentity/personalDataErased`` set, no name and the user
+        /// record id as lookup info.
         public var userIdentity: UserIdentity
         /// How to invite them: their user record id (pass it to ``Container/addParticipant(_:permission:role:to:ifChangeTag:)``,
         /// or approve them with ``Container/approveRequesters(_:permission:for:)``).

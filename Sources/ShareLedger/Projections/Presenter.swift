@@ -43,13 +43,26 @@ struct Presenter: Sendable {
         }
     }
 
-    func identity(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String) throws -> UserIdentity {
+    /// The identity of account `user`: its name components, when it gave any; with `withAddress`,
+    /// the email address it registered (else its phone number) as the lookup info, otherwise its
+    /// user record id. A forgotten user shows erased, with neither.
+    func identity(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, withAddress: Bool = false)
+        throws -> UserIdentity
+    {
         var names: PersonNameComponents?
         var erased = false
+        var lookup = LookupInfo(userRecordID: RecordID(userRecordName: user))
         if let state = try models.user(txn, container, user) {
             // Sealed rows are opened here, at answer time: the row itself holds only ciphertext.
             let personal = models.personalFields(of: state, container: container)
             erased = personal.erased
+            if withAddress, let fields = personal.fields {
+                if !fields.emailAddress.isEmpty {
+                    lookup = LookupInfo(emailAddress: fields.emailAddress)
+                } else if !fields.phoneNumber.isEmpty {
+                    lookup = LookupInfo(phoneNumber: fields.phoneNumber)
+                }
+            }
             if let name = personal.fields?.name,
                 !(name.givenName.isEmpty && name.familyName.isEmpty && name.middleName.isEmpty && name.nickname.isEmpty)
             {
@@ -62,8 +75,7 @@ struct Presenter: Sendable {
             }
         }
         var identity = UserIdentity(
-            userRecordID: RecordID(userRecordName: user), lookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: user)),
-            nameComponents: names, hasiCloudAccount: true)
+            userRecordID: RecordID(userRecordName: user), lookupInfo: lookup, nameComponents: names, hasiCloudAccount: true)
         identity.personalDataErased = erased ? true : nil
         return identity
     }
@@ -135,9 +147,11 @@ struct Presenter: Sendable {
         share.allowsAccessRequests = state.allowsAccessRequests
         if seesAll {
             // Requests and blocks are the managers' business: nobody else sees who asked or who is blocked.
+            // A requester comes with a way to reach them (CloudKit returns each "with name components and
+            // either an email or phone number"), opened from the sealed row for this answer only.
             share.requesters = try models.accessEntries(txn, token, .request).map { entry in
                 Share.AccessRequester(
-                    userIdentity: try identity(txn, state.container, user: entry.user),
+                    userIdentity: try identity(txn, state.container, user: entry.user, withAddress: true),
                     participantLookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: entry.user)))
             }
             share.blockedIdentities = try models.accessEntries(txn, token, .blocked).map { entry in

@@ -464,9 +464,9 @@ struct Projector {
             let key = ReadModels.participantKey(e.token, e.participantID)
             guard var state = try m.message(ParticipantState.self, txn, m.participants, key) else { return }
             if !state.oneTimeToken.isEmpty {
-                // A one-time URL used: the participant is the accepting user's from now on.
-                try txn.delete(m.oneTimeURLs, key: Array(state.oneTimeToken.utf8))
-                state.oneTimeToken = ""
+                // Accepted through its one-time URL: the participant is the accepting user's from now on.
+                // The URL stays tied to it while it is in the share (CloudKit's one-time URLs are stable),
+                // answering as the share's URL; removal, leaving or the share's deletion withdraws it.
                 try m.putRaw(
                     txn, m.sharesByUser, ReadModels.key(share.container, e.userRecordName, e.token), Array(e.participantID.utf8))
             }

@@ -152,7 +152,8 @@ extension ReadModels {
         }
     }
 
-    /// The share token and participant id of an unused one-time URL token.
+    /// The share token and participant id of a one-time URL token whose participant is in the share
+    /// (unused, or accepted through it).
     func oneTimeURL(_ txn: borrowing some ReadModelStore & ~Copyable, _ oneTimeToken: String) throws
         -> (token: String, participantID: String)?
     {

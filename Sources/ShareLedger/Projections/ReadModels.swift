@@ -50,7 +50,8 @@ final class ReadModels: Sendable {
     let verifications: Database
     /// token ‖ kind (`r` pending access request, `b` blocked identity) ‖ user → AccessEntryState.
     let access: Database
-    /// one-time URL token → share token ‖ participant id: the unused one-time URLs.
+    /// one-time URL token → share token ‖ participant id: the one-time URLs of participants in a
+    /// share (unused, or taken by the participant who accepted through it).
     let oneTimeURLs: Database
     /// counter name → 8-byte big-endian count.
     let counters: Database

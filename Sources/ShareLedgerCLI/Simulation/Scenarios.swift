@@ -1248,7 +1248,13 @@ extension SimulationClient {
         guard let result = await call("addParticipant", .success, "invite a one-time URL participant to \(share.token)", {
             () async throws(LedgerError) in try await manager.addParticipant(.oneTimeURLParticipant(), to: url)
         }) else { return true }
-        guard let entry = result.participants.first(where: { result.oneTimeURL(for: $0.participantID) != nil }),
+        // The new participant: a one-time URL's stays its participant's after acceptance, so earlier
+        // ones may show too.
+        let known = Set(share.entries.map(\.participantID))
+        guard
+            let entry = result.participants.filter({
+                !known.contains($0.participantID) && $0.userIdentity.userRecordID == nil && result.oneTimeURL(for: $0.participantID) != nil
+            }).max(by: { ($0.dateAddedToShare ?? .distantPast) < ($1.dateAddedToShare ?? .distantPast) }),
             let oneTime = result.oneTimeURL(for: entry.participantID)
         else {
             mismatch("inviting a one-time URL participant to \(share.token) gave no one-time URL")
