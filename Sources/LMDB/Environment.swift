@@ -696,6 +696,18 @@ package final class Environment: @unchecked Sendable {
         }
     }
 
+    /// The id of the last transaction committed in this environment's own file (not its
+    /// companion's), by any process; nil once closed. A commit that writes only the log's databases
+    /// moves it, where ``lastCommittedTransactionID()`` may not move.
+    package func lastCommittedOwnTransactionID() -> UInt64? {
+        resizeLock.withShared { () -> UInt64? in
+            guard !closed else { return nil }
+            var info = MDB_envinfo()
+            guard mdb_env_info(env, &info) == MDB_SUCCESS else { return nil }
+            return UInt64(info.me_last_txnid)
+        }
+    }
+
     /// Flushes buffers to disk (`mdb_env_sync(force: 1)`), for the relaxed and no-sync modes.
     package func sync() throws(LMDBError) {
         try resizeLock.withShared { () throws(LMDBError) in

@@ -25,7 +25,7 @@ struct ShareLedgerCommand: AsyncParsableCommand {
                 subcommands: [
                     HistoryCommand.self, AccessCommand.self, SnapshotCommand.self, AuditCommand.self, VerifyCommand.self,
                     RebuildCommand.self, KeygenCommand.self, CheckpointCommand.self, ExportCommand.self, ImportCommand.self,
-                    ForgetCommand.self,
+                    ForgetCommand.self, KeyStoreCommand.self,
                 ]),
             CommandGroup(
                 name: "Server and replication",
