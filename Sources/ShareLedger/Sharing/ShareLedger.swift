@@ -87,8 +87,9 @@ public final class ShareLedger: Sendable {
     /// directory can later be opened as a ``ShareLedger``, read-only included.
     ///
     /// It also loads the ledger's key store (`personal-data.keys`, made when the ledger is opened for
-    /// writing), which seals and opens personal data; a damaged key store is
-    /// ``LedgerError/Code/corruptedData``.
+    /// writing), which seals and opens personal data; a damaged key store, or one missing, emptied or
+    /// cut back past the keys the log's committed events need, is ``LedgerError/Code/corruptedData``
+    /// and is left as it is (restore it from its backup; without one, ``replaceLostKeyStore(at:randomSource:)``).
     public static func openLog(_ configuration: EventLog.Configuration) throws(LedgerError) -> EventLog {
         try openLog(configuration, random: SystemRandomSource())
     }
