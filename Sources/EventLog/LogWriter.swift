@@ -83,11 +83,16 @@ package protocol CommitObserver: Sendable {
     /// again if the environment retries it): for state outside LMDB that must be durable before
     /// the commit is (the sharing layer's key store). Throwing aborts the transaction.
     func willCommit() throws
+    /// As ``willCommit()``, with the transaction about to commit: the observer may record there what
+    /// the commit needs of that outside state (the sharing layer: how many keys its events need).
+    func willCommit(_ txn: borrowing Transaction) throws
 }
 
 extension CommitObserver {
     /// Nothing to make durable.
     package func willCommit() throws {}
+    /// As ``willCommit()``.
+    package func willCommit(_ txn: borrowing Transaction) throws { try willCommit() }
     /// As ``committed(_:)``.
     package func logCommitted(_ notice: CommitNotice) { committed(notice) }
     /// Nothing more.
@@ -531,7 +536,7 @@ package final class LogWriter: @unchecked Sendable {
                     try store.markDerivedUnflushed(txn)
                     let (resumers, scope) = try runSteps(batch, txn, from: startHead)
                     if scope.head != startHead { try store.writeDerivedPosition(txn, scope.head) }
-                    try currentObserver?.willCommit()
+                    try currentObserver?.willCommit(txn)
                     return (resumers, startHead, scope, txn.id, txn.logID)
                 }
             }
@@ -579,7 +584,7 @@ package final class LogWriter: @unchecked Sendable {
                 if store.defersDerivedState && (scope.head != startHead || derivedCaughtUp) {
                     try store.writeDerivedPosition(txn, scope.head)
                 }
-                try lock.withLock({ self.observer })?.willCommit()
+                try lock.withLock({ self.observer })?.willCommit(txn)
                 expectedLogID = txn.logID
                 companionWritten = scope.head != startHead || derivedCaughtUp ? txn.companionID : nil
                 return (resumers, startHead, scope, txn.id)

@@ -2,6 +2,12 @@ import CLMDB
 import Foundation
 import Synchronization
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Options for opening an ``Environment``.
 package struct EnvironmentOptions: Sendable {
     /// The directory that holds `data.mdb` and `lock.mdb`. It must exist.
@@ -106,6 +112,7 @@ package final class Environment: @unchecked Sendable {
     private static func open(_ options: EnvironmentOptions) throws(LMDBError) -> (OpaquePointer, Int) {
         try Environment.checkDirectory(options.path, writable: !options.readOnly)
         try DataFileCheck.check(directory: options.path)
+        try Environment.prepareLockFile(directory: options.path, maxReaders: options.maxReaders)
         var envPointer: OpaquePointer?
         try check(mdb_env_create(&envPointer), "mdb_env_create")
         guard let env = envPointer else {
@@ -179,6 +186,41 @@ package final class Environment: @unchecked Sendable {
                     + "was stored. Free space and retry")
         }
         // Other answers (a file system without fallocate): the write goes on unreserved.
+    }
+
+    /// The bytes ``prepareLockFile(directory:maxReaders:)`` allocates for `lock.mdb`: more than
+    /// liblmdb's reader table of `maxReaders` slots (64 bytes each) and its header take.
+    static func lockFileBytes(maxReaders: Int) -> Int {
+        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+        return roundUp(maxReaders * 64 + 4096, to: pageSize)
+    }
+
+    /// Makes `lock.mdb` with its disk blocks allocated when there is none (a new environment, or a
+    /// restored backup, which never holds one), before liblmdb makes it. liblmdb sizes the file with
+    /// `ftruncate` and writes it through a shared map: on a full file system such a sparse file
+    /// faults the process (SIGBUS) on its first write, where this gives
+    /// ``LMDBError/Code/storageFull`` and leaves no file. An existing file is left as it is; a
+    /// directory that takes no new file (read-only) is left to liblmdb.
+    static func prepareLockFile(directory: String, maxReaders: Int) throws(LMDBError) {
+        let path = directory + "/lock.mdb"
+        #if canImport(Glibc)
+            let fd = Glibc.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode_t(0o644))
+        #else
+            let fd = Darwin.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode_t(0o644))
+        #endif
+        guard fd >= 0 else { return }
+        let rc = posix_fallocate(fd, 0, off_t(lockFileBytes(maxReaders: maxReaders)))
+        #if canImport(Glibc)
+            _ = Glibc.close(fd)
+        #else
+            _ = Darwin.close(fd)
+        #endif
+        guard rc == ENOSPC || rc == EDQUOT else { return }
+        unlink(path)
+        throw LMDBError(
+            code: .storageFull, returnCode: ENOSPC, operation: "creating lock.mdb", path: directory,
+            message: "the file system holding \(directory) is full: there is no room for the lock file lock.mdb that "
+                + "opening a ledger makes (a restored backup has none). Nothing was read or written; free space and retry")
     }
 
     /// Whether ``attachCompanion(_:)`` attached one.
@@ -692,6 +734,18 @@ package final class Environment: @unchecked Sendable {
             guard !closed else { return nil }
             var info = MDB_envinfo()
             guard mdb_env_info(companionEnv ?? env, &info) == MDB_SUCCESS else { return nil }
+            return UInt64(info.me_last_txnid)
+        }
+    }
+
+    /// The id of the last transaction committed in this environment's own file (not its
+    /// companion's), by any process; nil once closed. A commit that writes only the log's databases
+    /// moves it, where ``lastCommittedTransactionID()`` may not move.
+    package func lastCommittedOwnTransactionID() -> UInt64? {
+        resizeLock.withShared { () -> UInt64? in
+            guard !closed else { return nil }
+            var info = MDB_envinfo()
+            guard mdb_env_info(env, &info) == MDB_SUCCESS else { return nil }
             return UInt64(info.me_last_txnid)
         }
     }

@@ -61,7 +61,7 @@ struct AuditCommand: AsyncParsableCommand {
             Output.endProgress()
             Output.failure(error, json: ledger.json)
             await shareLedger.close()
-            throw ExitCode(2)
+            throw Output.exitCode(unreadable: error)
         }
         Output.endProgress()
         await shareLedger.close()

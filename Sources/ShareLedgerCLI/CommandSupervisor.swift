@@ -9,7 +9,9 @@ import Darwin
 
 /// Runs every `share-ledger` command in a child process, so that a damaged `data.mdb` that makes
 /// liblmdb fault (a bus error or segmentation fault while it walks a B-tree page: liblmdb trusts
-/// the file) ends as an error — `corruptedData` naming the file, exit 2 — instead of a crash.
+/// the file) ends as an error — `corruptedData` naming the file, exit 2 — instead of a crash. A
+/// bus error while the ledger's file system is full (less than ``fullBelowBytes`` free) is a full
+/// disk, not damage: a page of a mapped file found no block. It ends as `storageFull`, exit 1.
 ///
 /// The parent re-runs this executable with the same arguments and ``childVariable`` set, waits for
 /// it, and exits with its exit code. It forwards SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to it by
@@ -104,6 +106,12 @@ enum CommandSupervisor {
     private static func outcome(_ status: Int32) -> Int32 {
         let signal = status & 0x7F
         if signal == 0 { return (status >> 8) & 0xFF }
+        if signal == SIGBUS, let free = freeBytes(), free < fullBelowBytes {
+            // liblmdb's shared maps fault when the file system has no block for a page they touch:
+            // a full disk, not damage.
+            reportFull(freeBytes: free)
+            return 1
+        }
         if signal == SIGSEGV || signal == SIGBUS {
             reportFault(signal: signal)
             return 2
@@ -132,16 +140,48 @@ enum CommandSupervisor {
         }
     }
 
-    /// Says which file is damaged, as a `LedgerError` would (JSON with --json).
-    private static func reportFault(signal: Int32) {
+    /// Free space below which a SIGBUS is taken for a full file system: less than a few of LMDB's
+    /// pages (a map faults when the one page it touches finds no block).
+    static let fullBelowBytes: UInt64 = 1 << 20
+
+    /// The ledger directory the command names (`--path`), as the command would read it.
+    private static var ledgerPath: String {
         let arguments = Array(CommandLine.arguments.dropFirst())
         var path = "./.share-ledger"
         for (index, argument) in arguments.enumerated() {
             if argument == "--path", index + 1 < arguments.count { path = arguments[index + 1] }
             if argument.hasPrefix("--path=") { path = String(argument.dropFirst("--path=".count)) }
         }
-        let file = (path as NSString).appendingPathComponent("data.mdb")
-        let derived = ((path as NSString).appendingPathComponent("derived") as NSString).appendingPathComponent("data.mdb")
+        return path
+    }
+
+    /// The bytes free to this user on the file system of the ledger directory (or of the nearest
+    /// directory above it that exists); nil when it cannot be told.
+    private static func freeBytes() -> UInt64? {
+        var url = URL(fileURLWithPath: ledgerPath).standardizedFileURL
+        for _ in 0..<64 {
+            var info = statvfs()
+            if statvfs(url.path, &info) == 0 { return UInt64(info.f_bavail) * UInt64(info.f_frsize) }
+            guard url.path != "/" else { return nil }
+            url.deleteLastPathComponent()
+        }
+        return nil
+    }
+
+    /// Says the file system is full, as a `storageFull` `LedgerError` would (JSON with --json).
+    private static func reportFull(freeBytes: UInt64) {
+        let error = LedgerError(
+            .storageFull, "the file system holding \(ledgerPath) is full (\(freeBytes) bytes free): LMDB could not get a "
+                + "block for a page of the ledger's files it maps (SIGBUS), so the command stopped before committing "
+                + "anything. Free space and run it again; the ledger is not damaged by this")
+        Output.failure(error, json: CommandLine.arguments.contains("--json"))
+    }
+
+    /// Says which file is damaged, as a `LedgerError` would (JSON with --json).
+    private static func reportFault(signal: Int32) {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        let file = (ledgerPath as NSString).appendingPathComponent("data.mdb")
+        let derived = ((ledgerPath as NSString).appendingPathComponent("derived") as NSString).appendingPathComponent("data.mdb")
         let fault = signal == SIGBUS ? "SIGBUS" : "SIGSEGV"
         let error: LedgerError
         if FileManager.default.fileExists(atPath: derived) {

@@ -23,7 +23,8 @@ struct LedgerOptions: ParsableArguments {
         return logger
     }
 
-    /// Opens the ledger; exits with code 2 (and a clear message) when it cannot be read.
+    /// Opens the ledger; exits with code 2 (and a clear message) when it cannot be read, 1 when the
+    /// disk is full.
     func open(create: Bool, readOnly: Bool = false, durability: Durability = .durable) throws -> EventLog {
         do {
             return try withUpgradeFallback(readOnly) { readOnly throws(LedgerError) in
@@ -33,7 +34,7 @@ struct LedgerOptions: ParsableArguments {
             }
         } catch {
             Output.failure(error, json: json)
-            throw ExitCode(2)
+            throw Output.exitCode(unreadable: error)
         }
     }
 
@@ -53,7 +54,8 @@ struct LedgerOptions: ParsableArguments {
 
 extension LedgerOptions {
     /// Opens the ledger for the sharing commands, configured as ``open(create:readOnly:durability:)``
-    /// configures the log; exits with code 2 (and a clear message) when it cannot be read.
+    /// configures the log; exits with code 2 (and a clear message) when it cannot be read, 1 when the
+    /// disk is full.
     func openSharing(
         create: Bool, readOnly: Bool = false, durability: Durability = .durable, maximumMapSize: Int? = nil
     ) throws -> ShareLedger {
@@ -66,7 +68,7 @@ extension LedgerOptions {
             }
         } catch {
             Output.failure(error, json: json)
-            throw ExitCode(2)
+            throw Output.exitCode(unreadable: error)
         }
     }
 }
@@ -96,6 +98,13 @@ enum Output {
         } else {
             FileHandle.standardError.write(Data("share-ledger: \(error.message) (\(error.code.name))\n".utf8))
         }
+    }
+
+    /// The exit code for a ledger that could not be opened or read: 1 when the file system is full
+    /// (``LedgerError/Code/storageFull``: free space and retry; nothing is wrong with the ledger),
+    /// 2 otherwise (it could not be read, or is damaged).
+    static func exitCode(unreadable error: LedgerError) -> ExitCode {
+        ExitCode(error.code == .storageFull ? 1 : 2)
     }
 
     /// Whether standard error is a terminal (progress lines are shown only there).

@@ -68,7 +68,7 @@ struct ServeCommand: AsyncParsableCommand {
             shareLedger = try ShareLedger.open(configuration)
         } catch {
             Output.failure(error, json: ledger.json)
-            throw ExitCode(2)
+            throw Output.exitCode(unreadable: error)
         }
         let json = ledger.json
         let host = self.host

@@ -8,7 +8,7 @@ struct ShareLedgerCommand: AsyncParsableCommand {
         abstract: "An event-sourced ledger of CloudKit-style sharing, on LMDB.",
         discussion: """
             Every command takes --path (default ./.share-ledger) and can print --json.
-            Exit codes: 0 success, 1 the command failed, 2 the ledger could not be read (or is damaged), 64 the arguments were refused.
+            Exit codes: 0 success, 1 the command failed (a full disk included), 2 the ledger could not be read (or is damaged), 64 the arguments were refused.
             """,
         groupedSubcommands: [
             CommandGroup(
@@ -25,7 +25,7 @@ struct ShareLedgerCommand: AsyncParsableCommand {
                 subcommands: [
                     HistoryCommand.self, AccessCommand.self, SnapshotCommand.self, AuditCommand.self, VerifyCommand.self,
                     RebuildCommand.self, KeygenCommand.self, CheckpointCommand.self, ExportCommand.self, ImportCommand.self,
-                    ForgetCommand.self,
+                    ForgetCommand.self, KeyStoreCommand.self,
                 ]),
             CommandGroup(
                 name: "Server and replication",

@@ -71,7 +71,7 @@ struct VerifyCommand: AsyncParsableCommand {
         } catch {
             Output.failure(error, json: ledger.json)
             await log.close()
-            throw ExitCode(2)
+            throw Output.exitCode(unreadable: error)
         }
         let seconds = (ContinuousClock.now - started).seconds
         await log.close()

@@ -20,7 +20,7 @@ extension LedgerOptions {
             }
         } catch {
             Output.failure(error, json: json)
-            throw ExitCode(2)
+            throw Output.exitCode(unreadable: error)
         }
     }
 }

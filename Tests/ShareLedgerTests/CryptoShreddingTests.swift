@@ -252,7 +252,7 @@ struct CryptoShreddingTests {
         await f.ledger.close()
     }
 
-    @Test("a damaged key store is a typed error, never a trap; a record torn by a crash while appending is dropped")
+    @Test("a damaged key store is a typed error, never a trap; a record torn by a crash while appending is cut off by the next append")
     func damagedKeyStore() throws {
         let dir = TemporaryDirectory()
         let random = SeededRandom(seed: 9)
@@ -262,11 +262,19 @@ struct CryptoShreddingTests {
         let path = dir.child(PersonalDataVault.fileName)
         let good = try #require(FileManager.default.contents(atPath: path))
 
-        // Torn last record: the keys before it load; the file is cut back.
-        try (good + Data([2, 0, 3, 0x41])).write(to: URL(fileURLWithPath: path))
+        // Torn last record: the keys before it load, the file stays as it is until the next append
+        // cuts the torn record off.
+        let tornBytes = good + Data([2, 0, 3, 0x41])
+        try tornBytes.write(to: URL(fileURLWithPath: path))
         let torn = try PersonalDataVault.load(directory: dir.path, writable: true, random: random)
         #expect(torn.hasKey(container: "c", user: "_a") && torn.hasKey(container: "c", user: "_b"))
-        #expect(FileManager.default.contents(atPath: path) == good)
+        #expect(FileManager.default.contents(atPath: path) == tornBytes)
+        _ = try torn.key(container: "c", user: "_c", create: true)
+        let appended = try #require(FileManager.default.contents(atPath: path))
+        #expect(appended.prefix(good.count) == good && appended.count == good.count + 43)
+        let reloaded = try PersonalDataVault.load(directory: dir.path, writable: false, random: random)
+        #expect(reloaded.hasKey(container: "c", user: "_c") && reloaded.serial == torn.serial)
+        try good.write(to: URL(fileURLWithPath: path))
 
         // Flipped bytes anywhere, garbage, another file: corruptedData.
         for damage in [
@@ -312,7 +320,7 @@ struct CryptoShreddingTests {
             _ = try vault.key(container: "c", user: "_a", create: true)
             files.append(try #require(FileManager.default.contents(atPath: dir.child(PersonalDataVault.fileName))))
         }
-        #expect(files[0] == files[1] && files[0].count == 90)
+        #expect(files[0] == files[1] && files[0].count == 106)
     }
 
     @Test("audit counts events holding personal data in plaintext: the release fixture's registrations, not sealed ones")

@@ -19,10 +19,17 @@ struct DamagedLedgerCLITests {
         return path
     }
 
-    /// A copy of `source` at `name` without its lock file.
+    /// A copy of `source` at `name` without its lock file: `data.mdb` and the key store its sealed
+    /// events need.
     static func copy(_ source: String, to path: String) throws {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: source + "/data.mdb", toPath: path + "/data.mdb")
+        try copyKeyStore(source, to: path)
+    }
+
+    static func copyKeyStore(_ source: String, to path: String) throws {
+        let name = "/" + ShareLedger.keyStoreFileName
+        try FileManager.default.copyItem(atPath: source + name, toPath: path + name)
     }
 
     @Test("verify and audit answer when there is nothing to check: 0 events, and right after a checkpoint of the head")
@@ -102,6 +109,7 @@ struct DamagedLedgerCLITests {
             // Past the two meta pages: the B-tree pages liblmdb walks without checking.
             for _ in 0..<64 { bytes[Int.random(in: 8192..<bytes.count, using: &random)] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &random) }
             #expect(FileManager.default.createFile(atPath: path + "/data.mdb", contents: Data(bytes)))
+            try Self.copyKeyStore(source, to: path)
             let run = try await runCLI(["audit", "--path", path])
             #expect(!run.signaled, "trial \(trial): \(run.summary)")
             #expect([0, 1, 2].contains(run.status), "trial \(trial): \(run.summary)")
@@ -118,8 +126,6 @@ struct DamagedLedgerCLITests {
     /// without lock files.
     static func copy(_ source: String, to path: String, derived: Data) throws {
         try copy(source, to: path)
-        try FileManager.default.copyItem(
-            atPath: source + "/" + ShareLedger.keyStoreFileName, toPath: path + "/" + ShareLedger.keyStoreFileName)
         try FileManager.default.createDirectory(atPath: path + "/derived", withIntermediateDirectories: true)
         #expect(FileManager.default.createFile(atPath: path + "/derived/data.mdb", contents: derived))
     }
@@ -178,6 +184,35 @@ struct DamagedLedgerCLITests {
             #expect([0, 1, 2].contains(run.status), "trial \(trial): \(run.summary)")
             if run.exited(2) {
                 #expect(run.stderr.contains("derived/"), "trial \(trial): the error does not name derived/: \(run.summary)")
+            }
+        }
+    }
+
+    @Test(
+        "a key store cut to half, by 1 or 100 bytes, emptied or deleted under a log that needs it: every command, writing ones included, exits 2 with corruptedData naming it and saying to restore it; it stays as it was")
+    func damagedKeyStore() async throws {
+        let dir = TemporaryDirectory()
+        let source = try await Self.simulatedLedger(dir)
+        let good = try #require(FileManager.default.contents(atPath: source + "/" + ShareLedger.keyStoreFileName))
+        let damages: [(what: String, bytes: Data?)] = [
+            ("half", good.prefix(good.count / 2)), ("1 byte less", good.prefix(good.count - 1)),
+            ("100 bytes less", good.prefix(good.count - 100)), ("empty", Data()), ("deleted", nil),
+        ]
+        for (what, bytes) in damages {
+            let path = dir.child("keys-\(what.replacingOccurrences(of: " ", with: "-"))")
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: source + "/data.mdb", toPath: path + "/data.mdb")
+            let keys = path + "/" + ShareLedger.keyStoreFileName
+            if let bytes { #expect(FileManager.default.createFile(atPath: keys, contents: bytes)) }
+            for command in [["stats", "--path", path], ["audit", "--path", path], ["export", "--path", path]]
+                + HostileCLITests.commands(path).suffix(4)
+            {
+                let run = try await runCLI(command)
+                #expect(run.exited(2), "\(what): \(command): \(run.summary)")
+                #expect(
+                    run.stderr.contains("corruptedData") && run.stderr.contains(ShareLedger.keyStoreFileName)
+                        && run.stderr.contains("restore it from its backup"), "\(what): \(command): \(run.summary)")
+                #expect(FileManager.default.contents(atPath: keys) == bytes, "\(what): \(command) changed the key store")
             }
         }
     }

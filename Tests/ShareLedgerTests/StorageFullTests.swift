@@ -255,7 +255,80 @@ struct StorageFullTests {
             await Tmpfs.unmount(mountPoint)
         }
     }
+
+    /// Fills the file system holding `directory` with a file there, until a write finds no room.
+    static func fill(_ directory: String) throws -> String {
+        let filler = directory + "/filler"
+        #expect(FileManager.default.createFile(atPath: filler, contents: nil))
+        let fd = open(filler, O_WRONLY)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        let chunk = [UInt8](repeating: 0x5A, count: 16 << 10)
+        while chunk.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) > 0 {}
+        // Then byte by byte, for the last partial block.
+        var byte: UInt8 = 0x5A
+        while write(fd, &byte, 1) == 1 {}
+        return filler
+    }
+
+    @Test(
+        "a ledger without lock.mdb (a restored backup) on a full file system: reading commands and a write exit 1 with storageFull, never 2 'damaged'; with room again they succeed",
+        .enabled("needs root and mount -t tmpfs (not available in this sandbox)") { await Tmpfs.isAvailable() },
+        .timeLimit(.minutes(5)))
+    func fullDiskWithoutLockFile() async throws {
+        let dir = TemporaryDirectory()
+        let source = dir.child("source")
+        var configuration = ShareLedger.Configuration(path: source, durability: .unsafeNoSync)
+        configuration.residualTaskWorker = nil
+        let ledger = try ShareLedger.open(configuration)
+        try await ledger.registerUser("_alice", in: Self.container, emailAddress: "alice@example.com")
+        let alice = ledger.container(Self.container, userRecordName: "_alice")
+        _ = try await alice.save(RecordZone(zoneID: Self.zone))
+        for index in 0..<20 { _ = try await alice.save(Record(recordType: "Note", recordID: Self.recordID("r\(index)"))) }
+        _ = try await alice.share(rootRecord: Self.recordID("r0"), title: "Plans")
+        await ledger.close()
+
+        let mountPoint = dir.makeChild("fs")
+        try await Tmpfs.mount(at: mountPoint, size: "8m")
+        try await withCleanup {
+            // The backup: every file but the lock files.
+            let path = mountPoint + "/ledger"
+            for name in try #require(FileManager.default.subpaths(atPath: source)).sorted() where !name.hasSuffix("lock.mdb") {
+                var isDirectory: ObjCBool = false
+                _ = FileManager.default.fileExists(atPath: source + "/" + name, isDirectory: &isDirectory)
+                if isDirectory.boolValue { continue }
+                let target = path + "/" + name
+                try FileManager.default.createDirectory(
+                    atPath: (target as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                try FileManager.default.copyItem(atPath: source + "/" + name, toPath: target)
+            }
+            let filler = try Self.fill(mountPoint)
+            let reading = [
+                ["stats", "--path", path], ["verify", "--path", path], ["audit", "--path", path],
+                ["history", "--path", path, "--container", Self.container], ["export", "--path", path],
+            ]
+            let writing = [["zone", "create", "More", "--path", path, "--as", "_alice", "--container", Self.container]]
+            for command in reading + writing {
+                let run = try await runCLI(command)
+                #expect(run.exited(1), "\(command): \(run.summary)")
+                #expect(run.stderr.contains("storageFull") && run.stderr.contains("free space"), "\(command): \(run.summary)")
+                #expect(!run.stderr.contains("is damaged") && !run.stderr.contains("from a backup"), "\(command): \(run.summary)")
+            }
+            let json = try await runCLI(["stats", "--path", path, "--json"])
+            #expect(json.exited(1))
+            #expect((jsonObject(json.stdout)?["error"] as? [String: Any])?["name"] as? String == "storageFull", "\(json.summary)")
+
+            try FileManager.default.removeItem(atPath: filler)
+            for command in reading + writing {
+                let run = try await runCLI(command)
+                #expect(run.exited(0), "\(command) with room again: \(run.summary)")
+            }
+        } cleanup: {
+            await Tmpfs.unmount(mountPoint)
+        }
+    }
 }
+
 
 /// The overall result of an operation, set from its completion block.
 final class OperationOutcome: Sendable {

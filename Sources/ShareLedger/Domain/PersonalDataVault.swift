@@ -1,6 +1,7 @@
 import Crypto
 import EventLog
 import Foundation
+import LMDB
 import Synchronization
 
 #if canImport(Glibc)
@@ -20,20 +21,69 @@ import Synchronization
 ///
 /// The keys live in the file `personal-data.keys` of the ledger directory, never in LMDB (its free
 /// pages keep old contents) and never in the log. Layout (`docs/log-format.md`, "Key store"): the
-/// 8 bytes `SLKEYS1\n`, then records of kind (1 byte: 1 lookup key, 2 person key), subject length
-/// (2 bytes, big-endian), subject (container ‖ 0 ‖ user; empty for the lookup key), the 32-byte key
-/// and the first 4 bytes of the SHA-256 of the record before them. A new key is appended and synced
-/// before the event that uses it commits; destroying one rewrites the file without it (a new file,
-/// synced, renamed over the old one). An incomplete last record (a crash while appending) is
-/// dropped; any other damage is ``LedgerError/Code/corruptedData``, never a trap.
+/// 8 bytes `SLKEYS2\n`, a header (the store's serial when the file was written, the number of
+/// records written with it, a checksum), then records of kind (1 byte: 1 lookup key, 2 person key),
+/// subject length (2 bytes, big-endian), subject (container ‖ 0 ‖ user; empty for the lookup key),
+/// the 32-byte key and the first 4 bytes of the SHA-256 of the record before them. The serial counts
+/// every record ever appended; the log's `meta` holds the serial its committed events need
+/// (``Witness``), so a file cut back past a committed key is told from a record torn by a crash.
+/// A new key is appended and synced before the event that uses it commits; destroying one rewrites
+/// the file without it (a new file, synced, renamed over the old one). An incomplete last record
+/// beyond what the log needs (a crash while appending) is ignored, and cut off by the next append;
+/// any other damage, and a file shorter than the log needs, is ``LedgerError/Code/corruptedData``,
+/// never a trap, and leaves the file as it is. Files of the first layout (`SLKEYS1\n`, no header)
+/// open as they are and are rewritten in this layout by the next write.
 final class PersonalDataVault: Sendable {
     /// The key store's file name inside the ledger directory.
     static let fileName = "personal-data.keys"
-    static let magic: [UInt8] = Array("SLKEYS1\n".utf8)
+    static let magic: [UInt8] = Array("SLKEYS2\n".utf8)
+    /// The first layout's magic: no header, so a cut at a record boundary could not be seen.
+    static let legacyMagic: [UInt8] = Array("SLKEYS1\n".utf8)
+    /// Magic, serial (8), record count (4), checksum (4).
+    static let headerBytes = 24
     static let keyBytes = 32
     static let checkBytes = 4
 
     enum Kind: UInt8 { case lookup = 1, person = 2 }
+
+    /// What the log's `meta` says of the key store (`personal_data_keys`): the serial the committed
+    /// events need (the store must have appended at least that many records), and how many times keys
+    /// were destroyed (every process's caches of personal data check it through the commit that
+    /// moves it).
+    struct Witness: Equatable {
+        var serial: UInt64
+        var destroyed: UInt64
+
+        static let metaKey = Array("personal_data_keys".utf8)
+
+        var bytes: [UInt8] { BigEndian.bytes(of: serial) + BigEndian.bytes(of: destroyed) }
+
+        init(serial: UInt64, destroyed: UInt64) {
+            self.serial = serial
+            self.destroyed = destroyed
+        }
+
+        /// Nil for anything but 16 bytes.
+        init?(_ bytes: [UInt8]) {
+            guard bytes.count == 16 else { return nil }
+            let (serial, destroyed) = bytes.withUnsafeBytes { (BigEndian.uint64($0, at: 0) ?? 0, BigEndian.uint64($0, at: 8) ?? 0) }
+            self.init(serial: serial, destroyed: destroyed)
+        }
+    }
+
+    /// What identifies one version of the key file: a rewrite makes a new inode, an append a new size.
+    struct FileIdentity: Equatable {
+        var size = 0
+        var inode: UInt64 = 0
+        var modified = timespec()
+        var changed = timespec()
+
+        static func == (a: FileIdentity, b: FileIdentity) -> Bool {
+            a.size == b.size && a.inode == b.inode && a.modified.tv_sec == b.modified.tv_sec
+                && a.modified.tv_nsec == b.modified.tv_nsec && a.changed.tv_sec == b.changed.tv_sec
+                && a.changed.tv_nsec == b.changed.tv_nsec
+        }
+    }
 
     struct State {
         var lookupKey: SymmetricKey? {
@@ -45,10 +95,19 @@ final class PersonalDataVault: Sendable {
         var keys: [String: SymmetricKey] = [:]
         /// Subjects in file order, for rewrites.
         var order: [String] = []
-        /// The key file's size and inode as this vault last wrote or read it: a registered vault is
-        /// reused only while the file is still that one.
-        var fileSize = 0
-        var inode: UInt64 = 0
+        /// Records ever appended to the store (the header's serial plus the records appended after
+        /// the file was written).
+        var serial: UInt64 = 0
+        /// The length of the file's whole records: an append starts there (cutting off a torn one).
+        var validLength = 0
+        /// Whether the file has the first layout (no header), to be rewritten by the next write.
+        var legacy = false
+        /// The key file as this vault last wrote or read it: a registered vault is reused only while
+        /// the file is still that one, and a change made by another process is read again.
+        var file = FileIdentity()
+        /// Moved on whenever keys go (destroyed here, or gone from a file another process rewrote):
+        /// each ledger drops the answers it keeps when it sees this move.
+        var generation: UInt64 = 0
         /// Keys appended since the file was last synced (``syncIfDirty()``).
         var unsynced = false
         /// Boxes opened already, by container, subject and box bytes: answers present the same
@@ -66,6 +125,23 @@ final class PersonalDataVault: Sendable {
         /// writer hashes the same address several times per invitation. Plaintext addresses in this
         /// process's memory only, as ``opened``; emptied by every key destruction.
         var hashes: [[UInt8]: [UInt8]] = [:]
+
+        /// The keys and layout of `parsed`, with this state's caches of what `parsed` still holds.
+        mutating func replaceKeys(with parsed: State) {
+            let gone = Set(keys.keys).subtracting(parsed.keys.keys)
+            let lookupChanged = lookupKey.map { key in parsed.lookupKey.map { $0 != key } ?? true } ?? false
+            lookupKey = parsed.lookupKey
+            keys = parsed.keys
+            order = parsed.order
+            serial = parsed.serial
+            validLength = parsed.validLength
+            legacy = parsed.legacy
+            guard !gone.isEmpty || lookupChanged else { return }
+            opened = opened.filter { !gone.contains(PersonalDataVault.subject($0.key.container, $0.key.subject)) }
+            sealedBoxes = sealedBoxes.filter { !gone.contains(PersonalDataVault.subject($0.key.container, $0.key.subject)) }
+            hashes.removeAll()
+            generation &+= 1
+        }
     }
 
     /// The key of a sealed box kept for reuse: an address's box holds its email address or phone
@@ -106,15 +182,20 @@ final class PersonalDataVault: Sendable {
     private static let registry = Mutex<[String: PersonalDataVault]>([:])
 
     /// The vault of the ledger at `directory`, loaded (and, when `writable`, created with its lookup
-    /// key) on first use in this process.
-    static func forLedger(at directory: String, writable: Bool, random: any LedgerRandomSource = SystemRandomSource())
-        throws(LedgerError) -> PersonalDataVault
-    {
+    /// key) on first use in this process. With `witness` (what the log's `meta` says its committed
+    /// events need), a store that holds fewer records than that, or none, is
+    /// ``LedgerError/Code/corruptedData`` and nothing is created or changed.
+    static func forLedger(
+        at directory: String, writable: Bool, random: any LedgerRandomSource = SystemRandomSource(), witness: Witness? = nil
+    ) throws(LedgerError) -> PersonalDataVault {
         let key = URL(fileURLWithPath: directory).standardizedFileURL.path
         let result: Result<PersonalDataVault, LedgerError> = registry.withLock { vaults in
-            if let vault = vaults[key], vault.writable || !writable, vault.fileUnchanged() { return .success(vault) }
             do throws(LedgerError) {
-                let vault = try PersonalDataVault.load(directory: key, writable: writable, random: random)
+                if let vault = vaults[key], vault.writable || !writable, vault.fileUnchanged() {
+                    try vault.check(witness)
+                    return .success(vault)
+                }
+                let vault = try PersonalDataVault.load(directory: key, writable: writable, random: random, witness: witness)
                 vaults[key] = vault
                 return .success(vault)
             } catch {
@@ -142,73 +223,155 @@ final class PersonalDataVault: Sendable {
     /// removed and made again at the same path, a key store restored from a backup).
     private func fileUnchanged() -> Bool {
         let now = PersonalDataVault.fileIdentity(fileURL.path)
-        return state.withLock { $0.fileSize == now.size && $0.inode == now.inode }
+        return state.withLock { $0.file == now }
     }
 
-    /// The size and inode of the file at `path`; zeros when there is none.
-    static func fileIdentity(_ path: String) -> (size: Int, inode: UInt64) {
+    /// The size, inode and times of the file at `path`; zeros when there is none.
+    static func fileIdentity(_ path: String) -> FileIdentity {
         var info = stat()
-        guard stat(path, &info) == 0 else { return (0, 0) }
-        return (Int(info.st_size), UInt64(info.st_ino))
+        guard stat(path, &info) == 0 else { return FileIdentity() }
+        #if canImport(Darwin)
+            return FileIdentity(size: Int(info.st_size), inode: UInt64(info.st_ino), modified: info.st_mtimespec, changed: info.st_ctimespec)
+        #else
+            return FileIdentity(size: Int(info.st_size), inode: UInt64(info.st_ino), modified: info.st_mtim, changed: info.st_ctim)
+        #endif
     }
 
-    /// Records the key file's current size and inode (after a load or a write).
+    /// Records the key file's current identity (after a load or a write).
     private func noteFile(_ state: inout State) {
-        let now = PersonalDataVault.fileIdentity(fileURL.path)
-        state.fileSize = now.size
-        state.inode = now.inode
+        state.file = PersonalDataVault.fileIdentity(fileURL.path)
     }
+
+    /// How many times this vault's keys went (see ``State/generation``).
+    var generation: UInt64 { state.withLock { $0.generation } }
+
+    /// Records ever appended to the store, as this vault last read or wrote it.
+    var serial: UInt64 { state.withLock { $0.serial } }
+
+    /// Whether the store holds any person's key (keys that committed events may use).
+    var holdsPersonKeys: Bool { state.withLock { !$0.order.isEmpty } }
 
     // MARK: - Loading
 
-    static func load(directory: String, writable: Bool, random: any LedgerRandomSource) throws(LedgerError) -> PersonalDataVault {
+    static func damaged(_ offset: Int, _ what: String) -> LedgerError {
+        LedgerError(
+            .corruptedData, "the key store \(fileName) is damaged at byte \(offset) (\(what)); restore it from its "
+                + "backup (docs/operations.md, \"Key backup\"). Without a backup the sealed personal data is lost: "
+                + "`share-ledger key-store replace-lost` (`ShareLedger.replaceLostKeyStore(at:)`) puts a new store in its place")
+    }
+
+    static func short(of witness: Witness, holding serial: UInt64, exists: Bool) -> LedgerError {
+        let what =
+            exists
+            ? "holds \(serial) of the \(witness.serial) keys the log's committed events need: it was cut or replaced by an older copy"
+            : "is missing or empty, while the log holds events sealed under its keys"
+        return LedgerError(
+            .corruptedData, "the key store \(fileName) \(what); restore it from its backup (docs/operations.md, \"Key "
+                + "backup\") before opening the ledger. Without a backup the sealed personal data is lost: "
+                + "`share-ledger key-store replace-lost` (`ShareLedger.replaceLostKeyStore(at:)`) puts a new store in its place")
+    }
+
+    /// Throws ``LedgerError/Code/corruptedData`` when this store holds fewer records than `witness` needs.
+    func check(_ witness: Witness?) throws(LedgerError) {
+        guard let witness else { return }
+        let (serial, length) = state.withLock { ($0.serial, $0.validLength) }
+        guard serial >= witness.serial else { throw PersonalDataVault.short(of: witness, holding: serial, exists: length > 0) }
+    }
+
+    static func load(directory: String, writable: Bool, random: any LedgerRandomSource, witness: Witness? = nil) throws(LedgerError)
+        -> PersonalDataVault
+    {
         let url = URL(fileURLWithPath: directory).appendingPathComponent(fileName)
         var state = State()
-        var validLength = 0
-        if let data = FileManager.default.contents(atPath: url.path) {
-            (state, validLength) = try parse(Array(data))
-            if writable, validLength < data.count {
-                // A record torn by a crash while appending: no committed event used it.
-                guard systemTruncate(url.path, off_t(validLength)) == 0 else {
-                    throw LedgerError(
-                        .storageFailure, "cannot cut the incomplete last record of the key store \(fileName); check the "
-                            + "permissions of the ledger directory")
-                }
-            }
+        if let data = FileManager.default.contents(atPath: url.path), !data.isEmpty {
+            state = try parse(Array(data))
         }
         let vault = PersonalDataVault(fileURL: url, writable: writable, random: random, state: state)
+        // Before anything is made: a missing or cut store the log needs stays as it is.
+        try vault.check(witness)
         try vault.state.withLock { (state: inout State) throws(LedgerError) in
             if writable, state.lookupKey == nil {
-                let key = vault.newKey()
-                try vault.append(kind: .lookup, subject: "", key: key, fresh: validLength == 0)
-                state.lookupKey = key
+                // No record at all: a new store, or one whose making a crash cut short.
+                guard state.serial == 0 else { throw damaged(0, "no lookup key") }
+                try vault.create(&state, replacing: FileManager.default.fileExists(atPath: url.path))
             }
             vault.noteFile(&state)
         }
         return vault
     }
 
-    /// Parses a key file; returns the keys and the length of its complete records.
-    static func parse(_ bytes: [UInt8]) throws(LedgerError) -> (State, Int) {
-        func damaged(_ offset: Int, _ what: String) -> LedgerError {
-            LedgerError(
-                .corruptedData, "the key store \(fileName) is damaged at byte \(offset) (\(what)); restore it from its "
-                    + "backup (docs/operations.md, \"Key backup\"). Without it the sealed personal data is lost")
+    /// Puts a new store (a new lookup key, at a serial the log's `witness` accepts) in place of a
+    /// lost one, which is moved aside; refuses when the store is intact. Returns where the lost file
+    /// went (``ShareLedger/replaceLostKeyStore(at:randomSource:)``).
+    static func replaceLost(directory: String, witness: Witness?, random: any LedgerRandomSource) throws(LedgerError) -> String? {
+        let url = URL(fileURLWithPath: directory).appendingPathComponent(fileName)
+        let intact: Bool
+        do {
+            let vault = try load(directory: directory, writable: false, random: random, witness: witness)
+            intact = vault.state.withLock { $0.lookupKey != nil }
+        } catch {
+            guard error.code == .corruptedData else { throw error }
+            intact = false
         }
-        guard bytes.count >= magic.count else {
-            if bytes.isEmpty || Array(magic.prefix(bytes.count)) == bytes { return (State(), 0) }
-            throw damaged(0, "not a key store")
+        guard !intact else {
+            throw LedgerError(
+                .invalidArguments, "the key store \(fileName) is intact: nothing is lost, and nothing was changed")
         }
-        guard Array(bytes[0..<magic.count]) == magic else { throw damaged(0, "not a key store") }
+        var moved: String?
+        if FileManager.default.fileExists(atPath: url.path) {
+            let aside = url.path + ".lost-\(Int(Date().timeIntervalSince1970))"
+            guard rename(url.path, aside) == 0 else {
+                throw LedgerError(
+                    .storageFailure, "cannot move the lost key store aside (errno \(errno)); check the permissions of the "
+                        + "ledger directory")
+            }
+            moved = aside
+        }
+        let vault = PersonalDataVault(fileURL: url, writable: true, random: random, state: State())
+        try vault.state.withLock { (state: inout State) throws(LedgerError) in
+            state.lookupKey = vault.newKey()
+            state.serial = max(witness?.serial ?? 0, 1)
+            try vault.rewrite(&state)
+        }
+        let key = URL(fileURLWithPath: directory).standardizedFileURL.path
+        registry.withLock { $0[key] = nil }
+        return moved
+    }
+
+    /// Parses a key file (either layout): its keys, serial and the length of its whole records.
+    static func parse(_ bytes: [UInt8]) throws(LedgerError) -> State {
         var state = State()
-        var offset = magic.count
+        var offset: Int
+        var promised = 0
+        var headerSerial: UInt64 = 0
+        if bytes.count < magic.count, Array(magic.prefix(bytes.count)) == bytes || Array(legacyMagic.prefix(bytes.count)) == bytes {
+            // The start of a store whose making a crash cut short (or an empty file): no record.
+            return state
+        }
+        if bytes.count >= legacyMagic.count, Array(bytes[0..<legacyMagic.count]) == legacyMagic {
+            state.legacy = true
+            offset = legacyMagic.count
+        } else {
+            guard bytes.count >= magic.count, Array(bytes[0..<magic.count]) == magic else {
+                throw damaged(0, bytes.count < magic.count ? "cut inside its first bytes" : "not a key store")
+            }
+            guard bytes.count >= headerBytes else { throw damaged(bytes.count, "cut inside its header") }
+            let check = Array(SHA256.hash(data: bytes[0..<(headerBytes - checkBytes)]).prefix(checkBytes))
+            guard check == Array(bytes[(headerBytes - checkBytes)..<headerBytes]) else { throw damaged(8, "header checksum mismatch") }
+            (headerSerial, promised) = bytes.withUnsafeBytes { raw in
+                (BigEndian.uint64(raw, at: 8) ?? 0, Int(BigEndian.uint32(raw, at: 16) ?? 0))
+            }
+            guard UInt64(promised) <= headerSerial else { throw damaged(8, "more records than its serial") }
+            offset = headerBytes
+        }
+        var records = 0
         while offset < bytes.count {
             let start = offset
-            guard bytes.count - offset >= 3 else { return (state, start) }
+            guard bytes.count - offset >= 3 else { break }
             guard let kind = Kind(rawValue: bytes[offset]) else { throw damaged(offset, "unknown record kind") }
             let length = Int(bytes[offset + 1]) << 8 | Int(bytes[offset + 2])
             let end = offset + 3 + length + keyBytes + checkBytes
-            guard end <= bytes.count else { return (state, start) }
+            guard end <= bytes.count else { break }
             let body = Array(bytes[start..<(end - checkBytes)])
             let check = Array(SHA256.hash(data: body).prefix(checkBytes))
             guard check == Array(bytes[(end - checkBytes)..<end]) else { throw damaged(start, "checksum mismatch") }
@@ -223,11 +386,43 @@ final class PersonalDataVault: Sendable {
                 guard !subject.isEmpty else { throw damaged(start, "empty subject") }
                 if state.keys.updateValue(key, forKey: subject) == nil { state.order.append(subject) }
             }
+            records += 1
             offset = end
         }
-        return (state, offset)
+        // The records written with the header are whole in any file this code wrote (it is renamed
+        // into place complete): fewer is a cut. Records appended after them may end in a torn one.
+        guard records >= promised else {
+            throw damaged(offset, "cut: its header promises \(promised) records, \(records) are whole")
+        }
+        state.serial = state.legacy ? UInt64(records) : headerSerial + UInt64(records - promised)
+        state.validLength = offset
+        return state
     }
 
+    /// Reads the key file again if another process changed it (appended keys, or rewrote it without
+    /// destroyed ones): the keys are the file's, and the answers kept from destroyed keys go.
+    /// Returns whether the keys changed. A file that is gone or damaged now is
+    /// ``LedgerError/Code/corruptedData``, and the keys in memory stay as they were.
+    @discardableResult
+    func reloadIfChanged() throws(LedgerError) -> Bool {
+        try state.withLock { (state: inout State) throws(LedgerError) -> Bool in try reloadIfChanged(&state) }
+    }
+
+    @discardableResult
+    private func reloadIfChanged(_ state: inout State) throws(LedgerError) -> Bool {
+        let now = PersonalDataVault.fileIdentity(fileURL.path)
+        guard now != state.file else { return false }
+        guard let data = FileManager.default.contents(atPath: fileURL.path), !data.isEmpty else {
+            throw PersonalDataVault.short(of: Witness(serial: state.serial, destroyed: 0), holding: 0, exists: false)
+        }
+        let parsed = try PersonalDataVault.parse(Array(data))
+        guard parsed.serial >= state.serial else {
+            throw PersonalDataVault.short(of: Witness(serial: state.serial, destroyed: 0), holding: parsed.serial, exists: true)
+        }
+        state.replaceKeys(with: parsed)
+        state.file = now
+        return true
+    }
 
     // MARK: - Keys
 
@@ -258,27 +453,135 @@ final class PersonalDataVault: Sendable {
         return out
     }
 
-    /// Appends one record (the magic first when the file is new); syncs it when `sync` (a new key
-    /// in a commit is synced once for the whole transaction instead: ``syncIfDirty()``).
-    private func append(kind: Kind, subject: String, key: SymmetricKey, fresh: Bool, sync: Bool = true) throws(LedgerError) {
-        var bytes = fresh ? PersonalDataVault.magic : []
-        bytes += PersonalDataVault.record(kind: kind, subject: subject, key: key)
-        let fd = systemOpen(fileURL.path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+    /// The magic and header of a file written whole, holding `count` records, at `serial`.
+    static func header(serial: UInt64, count: Int) -> [UInt8] {
+        var out = magic + BigEndian.bytes(of: serial) + BigEndian.bytes(of: UInt32(count))
+        out += Array(SHA256.hash(data: out).prefix(checkBytes))
+        return out
+    }
+
+    /// The whole file for `state`'s keys: header, lookup key, person keys in order.
+    private static func contents(of state: State) -> [UInt8] {
+        var records: [UInt8] = []
+        var count = 0
+        if let lookup = state.lookupKey {
+            records += record(kind: .lookup, subject: "", key: lookup)
+            count += 1
+        }
+        for subject in state.order {
+            if let key = state.keys[subject] {
+                records += record(kind: .person, subject: subject, key: key)
+                count += 1
+            }
+        }
+        return header(serial: state.serial, count: count) + records
+    }
+
+    /// Makes a new store holding a new lookup key: written whole to a new file, synced, and linked
+    /// into place only if no store appeared meanwhile (another process made one: its keys are loaded),
+    /// or renamed over a file that holds no record (`replacing`: a making that a crash cut short).
+    private func create(_ state: inout State, replacing: Bool) throws(LedgerError) {
+        var fresh = State()
+        fresh.lookupKey = newKey()
+        fresh.serial = 1
+        let bytes = PersonalDataVault.contents(of: fresh)
+        let temporary = fileURL.path + ".new"
+        try writeSynced(bytes, to: temporary)
+        defer { unlink(temporary) }
+        if replacing {
+            guard rename(temporary, fileURL.path) == 0 else {
+                throw LedgerError(
+                    .storageFailure, "cannot replace the key store \(PersonalDataVault.fileName) (errno \(errno)); check the "
+                        + "permissions of the ledger directory")
+            }
+        } else if link(temporary, fileURL.path) != 0 {
+            guard errno == EEXIST else {
+                throw LedgerError(
+                    .storageFailure, "cannot create the key store \(PersonalDataVault.fileName) (errno \(errno)); check the "
+                        + "permissions of the ledger directory")
+            }
+            // Made by another process in between: use it.
+            guard let data = FileManager.default.contents(atPath: fileURL.path), !data.isEmpty else {
+                throw LedgerError(.storageFailure, "the key store \(PersonalDataVault.fileName) appeared while it was created; retry")
+            }
+            state = try PersonalDataVault.parse(Array(data))
+            return
+        }
+        PersonalDataVault.syncDirectory(fileURL.deletingLastPathComponent().path)
+        fresh.validLength = bytes.count
+        state = fresh
+    }
+
+    /// Writes `bytes` to a new file at `path` (replacing one left there) and syncs it.
+    private func writeSynced(_ bytes: [UInt8], to path: String) throws(LedgerError) {
+        let fd = systemOpen(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        guard fd >= 0 else {
+            throw LedgerError(
+                .storageFailure, "cannot write a new key store \(URL(fileURLWithPath: path).lastPathComponent) (errno \(errno)); "
+                    + "check the permissions of the ledger directory and the free space")
+        }
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let synced = written == bytes.count && fsync(fd) == 0
+        let failure = errno
+        close(fd)
+        guard synced else {
+            unlink(path)
+            throw LedgerError(
+                failure == ENOSPC ? .storageFull : .storageFailure,
+                "cannot write a new key store \(URL(fileURLWithPath: path).lastPathComponent) (errno \(failure)); check the disk")
+        }
+    }
+
+    /// Writes `state`'s keys as a new file (synced) renamed over the key store, the directory synced.
+    private func rewrite(_ state: inout State) throws(LedgerError) {
+        let bytes = PersonalDataVault.contents(of: state)
+        let temporary = fileURL.path + ".new"
+        try writeSynced(bytes, to: temporary)
+        guard rename(temporary, fileURL.path) == 0 else {
+            let failure = errno
+            unlink(temporary)
+            throw LedgerError(
+                .storageFailure, "cannot replace the key store \(PersonalDataVault.fileName) (errno \(failure)); check "
+                    + "the disk, then run forget again")
+        }
+        PersonalDataVault.syncDirectory(fileURL.deletingLastPathComponent().path)
+        state.validLength = bytes.count
+        state.legacy = false
+        state.unsynced = false
+        noteFile(&state)
+    }
+
+    /// Appends one record; syncs it when `sync` (a new key in a commit is synced once for the whole
+    /// transaction instead: ``syncIfDirty()``). A store of the first layout is rewritten in this one
+    /// first; a torn record after the whole ones (a crash while appending) is cut off first.
+    private func append(_ state: inout State, kind: Kind, subject: String, key: SymmetricKey, sync: Bool = true) throws(LedgerError) {
+        // Another process may have appended or rewritten since (appends happen in write
+        // transactions, which one process at a time holds): continue from the file as it is.
+        try reloadIfChanged(&state)
+        if state.legacy || state.validLength == 0 { try rewrite(&state) }
+        let bytes = PersonalDataVault.record(kind: kind, subject: subject, key: key)
+        let fd = systemOpen(fileURL.path, O_WRONLY)
         guard fd >= 0 else {
             throw LedgerError(
                 .storageFailure, "cannot open the key store \(PersonalDataVault.fileName) for writing (errno \(errno)); "
                     + "check the permissions of the ledger directory")
         }
         defer { close(fd) }
-        if fresh, lseek(fd, 0, SEEK_END) != 0 {
-            throw LedgerError(.storageFailure, "the key store \(PersonalDataVault.fileName) appeared while it was created; retry")
-        }
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        guard written == bytes.count, !sync || fsync(fd) == 0 else {
+        if state.file.size != state.validLength, ftruncate(fd, off_t(state.validLength)) != 0 {
             throw LedgerError(
-                .storageFailure, "cannot write the key store \(PersonalDataVault.fileName) (errno \(errno)); check the disk")
+                .storageFailure, "cannot cut the incomplete last record of the key store \(PersonalDataVault.fileName) "
+                    + "(errno \(errno)); check the permissions of the ledger directory")
         }
-        if fresh { PersonalDataVault.syncDirectory(fileURL.deletingLastPathComponent().path) }
+        let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(state.validLength)) }
+        guard written == bytes.count, !sync || fsync(fd) == 0 else {
+            let failure = errno
+            throw LedgerError(
+                failure == ENOSPC ? .storageFull : .storageFailure,
+                "cannot write the key store \(PersonalDataVault.fileName) (errno \(failure)); check the disk")
+        }
+        state.validLength += bytes.count
+        state.serial += 1
+        noteFile(&state)
     }
 
     private static func syncDirectory(_ path: String) {
@@ -297,29 +600,35 @@ final class PersonalDataVault: Sendable {
             guard writable else { throw LedgerError(.readOnly, "the key store is open read-only; no key can be made") }
             let key = newKey()
             // Synced before the transaction that uses it commits (the writer's willCommit).
-            try append(kind: .person, subject: subject, key: key, fresh: false, sync: false)
+            try append(&state, kind: .person, subject: subject, key: key, sync: false)
+            // Another process's rewrite read in by the append may have brought this subject's key.
+            if let existing = state.keys[subject] { return existing }
             state.keys[subject] = key
             state.order.append(subject)
             state.unsynced = true
-            noteFile(&state)
             return key
         }
     }
 
     /// Syncs the key file if keys were appended since it was last synced: the writer calls it right
     /// before a transaction commits, so no committed event is sealed under a key a power loss could
-    /// take (one `fsync` per group commit that made keys, not one per key).
-    func syncIfDirty() throws(LedgerError) {
-        try state.withLock { (state: inout State) throws(LedgerError) in
-            guard state.unsynced else { return }
-            let fd = systemOpen(fileURL.path, O_RDONLY)
-            guard fd >= 0, fsync(fd) == 0 else {
-                if fd >= 0 { close(fd) }
-                throw LedgerError(
-                    .storageFailure, "cannot sync the key store \(PersonalDataVault.fileName) (errno \(errno)); check the disk")
+    /// take (one `fsync` per group commit that made keys, not one per key). Returns the serial the
+    /// committed events may need (every record up to it is synced), nil while the store holds no
+    /// person's key (nothing committed can need it).
+    @discardableResult
+    func syncIfDirty() throws(LedgerError) -> UInt64? {
+        try state.withLock { (state: inout State) throws(LedgerError) -> UInt64? in
+            if state.unsynced {
+                let fd = systemOpen(fileURL.path, O_RDONLY)
+                guard fd >= 0, fsync(fd) == 0 else {
+                    if fd >= 0 { close(fd) }
+                    throw LedgerError(
+                        .storageFailure, "cannot sync the key store \(PersonalDataVault.fileName) (errno \(errno)); check the disk")
+                }
+                close(fd)
+                state.unsynced = false
             }
-            close(fd)
-            state.unsynced = false
+            return state.order.isEmpty ? nil : state.serial
         }
     }
 
@@ -337,44 +646,23 @@ final class PersonalDataVault: Sendable {
 
     /// Destroys the keys of every (container, user) of `people` with one rewrite of the key file (a
     /// forget takes the user's key and those of their addresses; an open may finish several).
-    /// Returns how many of them had a key.
+    /// Returns how many of them had a key. The file is read again first, so keys another process
+    /// appended stay: call it inside a write transaction of the ledger (no process appends then).
     @discardableResult
     func destroy(_ people: [(container: String, user: String)]) throws(LedgerError) -> Int {
         let subjects = Set(people.map { PersonalDataVault.subject($0.container, $0.user) })
         return try state.withLock { (state: inout State) throws(LedgerError) -> Int in
+            if writable { try reloadIfChanged(&state) }
             let held = subjects.filter { state.keys[$0] != nil }
             guard !held.isEmpty else { return 0 }
             guard writable else { throw LedgerError(.readOnly, "the key store is open read-only; no key can be destroyed") }
-            var bytes = PersonalDataVault.magic
-            if let lookup = state.lookupKey { bytes += PersonalDataVault.record(kind: .lookup, subject: "", key: lookup) }
-            for other in state.order where !held.contains(other) {
-                if let key = state.keys[other] { bytes += PersonalDataVault.record(kind: .person, subject: other, key: key) }
-            }
-            let temporary = fileURL.path + ".new"
-            let fd = systemOpen(temporary, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-            guard fd >= 0 else {
-                throw LedgerError(
-                    .storageFailure, "cannot write a new key store \(PersonalDataVault.fileName).new (errno \(errno)); "
-                        + "check the permissions of the ledger directory, then run forget again")
-            }
-            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            let synced = fsync(fd) == 0
-            close(fd)
-            guard written == bytes.count, synced, rename(temporary, fileURL.path) == 0 else {
-                unlink(temporary)
-                throw LedgerError(
-                    .storageFailure, "cannot replace the key store \(PersonalDataVault.fileName) (errno \(errno)); check "
-                        + "the disk, then run forget again")
-            }
-            PersonalDataVault.syncDirectory(fileURL.deletingLastPathComponent().path)
-            for subject in held { state.keys[subject] = nil }
-            state.order.removeAll { held.contains($0) }
-            state.opened = state.opened.filter { !held.contains(PersonalDataVault.subject($0.key.container, $0.key.subject)) }
-            state.sealedBoxes = state.sealedBoxes.filter {
-                !held.contains(PersonalDataVault.subject($0.key.container, $0.key.subject))
-            }
-            state.hashes.removeAll()
-            noteFile(&state)
+            var remaining = state
+            for subject in held { remaining.keys[subject] = nil }
+            remaining.order.removeAll { held.contains($0) }
+            try rewrite(&remaining)
+            state.replaceKeys(with: remaining)
+            state.file = remaining.file
+            state.unsynced = false
             return held.count
         }
     }
@@ -484,13 +772,6 @@ private func systemOpen(_ path: String, _ flags: Int32, _ mode: mode_t = 0) -> I
     #endif
 }
 
-private func systemTruncate(_ path: String, _ length: off_t) -> Int32 {
-    #if canImport(Glibc)
-        return Glibc.truncate(path, length)
-    #else
-        return Darwin.truncate(path, length)
-    #endif
-}
 
 extension ReadModels {
     /// `pending` with its personal fields sealed under their person's key, when these read models

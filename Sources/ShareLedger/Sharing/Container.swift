@@ -551,6 +551,8 @@ public struct Container: Sendable {
         let cache = usingCache ? ledger.metadataCache : nil
         let key = MetadataCache.Key(token: token, container: container, viewer: user)
         let tags = ledger.shareTags
+        // A forget by another process drops the kept answers (no read transaction is needed for that).
+        try ledger.noticeKeyStoreChanges()
         // Users are never deleted, so a kept answer's viewer still has an account.
         if let cache, let current = tags.currentTag(token), let hit = cache.entry(key),
             hit.validator == current.tag, hit.generation == current.generation

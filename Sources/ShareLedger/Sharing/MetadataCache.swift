@@ -253,9 +253,25 @@ struct SharingCommitObserver: CommitObserver {
     let rows: RowCache
     /// Keys made during the transaction are synced once, before it commits.
     let vault: PersonalDataVault?
+    /// The log's `meta`, where the commit records how many keys its events need.
+    let meta: Database
 
     func willCommit() throws {
         try vault?.syncIfDirty()
+    }
+
+    /// Syncs the keys made during the transaction, then records in `meta` the key store's serial
+    /// when it moved past the one recorded: a key store later cut back past a key committed events
+    /// use is then told from a record torn by a crash (``PersonalDataVault/Witness``). (Compared with
+    /// what the transaction reads, not remembered: an attempt the environment retries starts over.)
+    /// Nothing is recorded while the store holds no person's key.
+    func willCommit(_ txn: borrowing Transaction) throws {
+        guard let vault, vault.writable, let serial = try vault.syncIfDirty() else { return }
+        let recorded = try txn.get(meta, key: PersonalDataVault.Witness.metaKey).flatMap(PersonalDataVault.Witness.init)
+        guard serial > recorded?.serial ?? 0 else { return }
+        try txn.put(
+            meta, key: PersonalDataVault.Witness.metaKey,
+            value: PersonalDataVault.Witness(serial: serial, destroyed: recorded?.destroyed ?? 0).bytes)
     }
 
     func committed(_ notice: CommitNotice) {

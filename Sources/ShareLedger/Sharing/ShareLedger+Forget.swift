@@ -1,5 +1,6 @@
 import EventLog
 import Foundation
+import LMDB
 
 extension ShareLedger {
     /// The key store's file in the ledger directory (`docs/log-format.md`, "Key store"): the keys
@@ -118,12 +119,38 @@ extension ShareLedger {
                 try addresses.filter { try models.forgottenAddress(txn, containerIdentifier, $0) != nil }
             }
         let subjects = (user.map { [$0] } ?? []) + forgotten.map(\.subject)
-        try vault.destroy(subjects.map { (containerIdentifier, $0) })
+        try Self.destroyKeys(subjects.map { (containerIdentifier, $0) }, vault: vault, log: log)
+    }
+
+    /// Destroys the keys of `people` (``PersonalDataVault/destroy(_:)``) inside a write transaction
+    /// of the log, so that no process appends a key meanwhile, and moves the count of destructions
+    /// recorded in `meta` (``PersonalDataVault/Witness``): that commit is what tells every other
+    /// process reading the ledger to read the key store again and drop the answers it keeps, before
+    /// this returns.
+    static func destroyKeys(_ people: [(container: String, user: String)], vault: PersonalDataVault, log: EventLog)
+        throws(LedgerError)
+    {
+        guard !people.isEmpty else { return }
+        let meta = log.store.meta
+        var destroyedAny = false
+        do {
+            try log.store.environment.write { txn in
+                // Run again when the environment retries: the keys are gone already then.
+                if try vault.destroy(people) > 0 { destroyedAny = true }
+                guard destroyedAny else { return }
+                let recorded = try txn.get(meta, key: PersonalDataVault.Witness.metaKey).flatMap(PersonalDataVault.Witness.init)
+                let witness = PersonalDataVault.Witness(
+                    serial: max(recorded?.serial ?? 0, vault.serial), destroyed: (recorded?.destroyed ?? 0) &+ 1)
+                try txn.put(meta, key: PersonalDataVault.Witness.metaKey, value: witness.bytes)
+            }
+        } catch {
+            throw log.namingTheFile(LedgerError.wrap(error, while: "destroying the keys of forgotten personal data"))
+        }
     }
 
     /// Kept metadata answers may name a forgotten person: rows changed without any share's tag
     /// changing, so every kept answer is dropped (as after maintenance work: a new generation).
-    private func dropKeptAnswers() {
+    func dropKeptAnswers() {
         shareTags.committed(0, appended: false, tokens: [], everything: true)
         metadataCache?.removeAll()
     }
@@ -154,6 +181,6 @@ extension ShareLedger {
                 return try models.user(txn, person.container, person.user).map { $0.forgottenAtMicros != 0 } ?? false
             }
         }
-        try vault.destroy(forgotten.map { ($0.container, $0.user) })
+        try destroyKeys(forgotten.map { ($0.container, $0.user) }, vault: vault, log: log)
     }
 }

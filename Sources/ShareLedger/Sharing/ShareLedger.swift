@@ -36,6 +36,8 @@ public final class ShareLedger: Sendable {
     var inProcessWorker: ResidualTaskWorker? { workerState.withLock { $0.worker } }
     /// Presented metadata, reused while its share is unchanged (nil when the configuration turns it off).
     let metadataCache: MetadataCache?
+    /// The log's last commit and the key store's generation when ``noticeKeyStoreChanges()`` last looked.
+    private let keyStoreSeen: Mutex<(committed: UInt64, generation: UInt64)>
 
     private init(log: EventLog, configuration: Configuration) {
         self.log = log
@@ -45,8 +47,9 @@ public final class ShareLedger: Sendable {
         self.shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
         let rows = RowCache()
         self.writerModels = models.keepingRows(in: rows)
-        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault))
+        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
+        keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, log.store.models.vault?.generation ?? 0))
         if let workerConfiguration = configuration.residualTaskWorker, !configuration.readOnly {
             let worker = ResidualTaskWorker(ledger: self, configuration: workerConfiguration)
             // The worker lives exactly as long as the open ledger: started here, cancelled and awaited
@@ -84,8 +87,9 @@ public final class ShareLedger: Sendable {
     /// directory can later be opened as a ``ShareLedger``, read-only included.
     ///
     /// It also loads the ledger's key store (`personal-data.keys`, made when the ledger is opened for
-    /// writing), which seals and opens personal data; a damaged key store is
-    /// ``LedgerError/Code/corruptedData``.
+    /// writing), which seals and opens personal data; a damaged key store, or one missing, emptied or
+    /// cut back past the keys the log's committed events need, is ``LedgerError/Code/corruptedData``
+    /// and is left as it is (restore it from its backup; without one, ``replaceLostKeyStore(at:randomSource:)``).
     public static func openLog(_ configuration: EventLog.Configuration) throws(LedgerError) -> EventLog {
         try openLog(configuration, random: SystemRandomSource())
     }
@@ -93,10 +97,25 @@ public final class ShareLedger: Sendable {
     static func openLog(_ configuration: EventLog.Configuration, random: any LedgerRandomSource) throws(LedgerError) -> EventLog {
         let log = try EventLog.open(ReadModels.ledgerConfiguration(configuration))
         do {
-            _ = try PersonalDataVault.forLedger(at: configuration.path, writable: !configuration.readOnly, random: random)
+            let meta = log.store.meta
+            let witness = try log.read("reading what the log needs of the key store") { txn in
+                try txn.get(meta, key: PersonalDataVault.Witness.metaKey).flatMap(PersonalDataVault.Witness.init)
+            }
+            let vault = try PersonalDataVault.forLedger(
+                at: configuration.path, writable: !configuration.readOnly, random: random, witness: witness)
+            if witness == nil, vault.writable, vault.holdsPersonKeys {
+                // A ledger whose commits predate the record (or a copy given a key store): its keys
+                // may be in use, so from now on a store cut back past them is refused.
+                try log.store.environment.write { txn in
+                    guard try txn.get(meta, key: PersonalDataVault.Witness.metaKey) == nil else { return }
+                    try txn.put(
+                        meta, key: PersonalDataVault.Witness.metaKey,
+                        value: PersonalDataVault.Witness(serial: vault.serial, destroyed: 0).bytes)
+                }
+            }
         } catch {
             Task { await log.close() }
-            throw error
+            throw LedgerError.wrap(error, while: "checking the key store against the log")
         }
         return log
     }
@@ -327,6 +346,8 @@ public final class ShareLedger: Sendable {
     /// Submits `command` to the log's writer and returns its outcome once committed, without the
     /// caller-side checks of ``submit(_:)`` (the worker completes its tasks even while cancelled).
     func commit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
+        // Its answers may open boxes: not with keys another process destroyed.
+        try noticeKeyStoreChanges()
         do {
             // The rules and projections reach the read models only through `ReadModelStore`, which
             // works through the writer's overlay: their derived state may be written behind.
@@ -338,9 +359,28 @@ public final class ShareLedger: Sendable {
         }
     }
 
-    /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``.
+    /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``, after
+    /// ``noticeKeyStoreChanges()``.
     func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
-        try log.read(doing(), body)
+        try noticeKeyStoreChanges()
+        return try log.read(doing(), body)
+    }
+
+    /// Brings what this ledger keeps of personal data up to the key store: when a transaction was
+    /// committed in the log's file since the last look (by any process: a forget commits one after
+    /// destroying keys, ``destroyKeys(_:vault:log:)``), the key file is read again if it changed, and
+    /// when keys went (there, or through another ledger of this process), every kept answer is
+    /// dropped. So a forget anywhere is seen by the next read here. Costs two atomic reads and a
+    /// look at LMDB's meta page when nothing happened.
+    func noticeKeyStoreChanges() throws(LedgerError) {
+        guard let vault = models.vault else { return }
+        let committed = log.store.environment.lastCommittedOwnTransactionID() ?? 0
+        let seen = keyStoreSeen.withLock { $0 }
+        if committed == seen.committed, vault.generation == seen.generation { return }
+        if committed != seen.committed { try vault.reloadIfChanged() }
+        let generation = vault.generation
+        if generation != seen.generation { dropKeptAnswers() }
+        keyStoreSeen.withLock { $0 = (committed, generation) }
     }
 
     var presenter: Presenter { Presenter(models: models, urlHost: configuration.shareURLHost) }
