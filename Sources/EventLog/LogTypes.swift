@@ -50,47 +50,17 @@ public struct EventHash: Sendable, Hashable, Codable, CustomStringConvertible {
     /// Parses 64 hexadecimal digits; `nil` for anything else.
     public init?(hex: String) {
         let utf8 = Array(hex.utf8)
-        guard utf8.count == 64 else { return nil }
-        var out = [UInt8]()
-        out.reserveCapacity(32)
-        var index = 0
-        while index < 64 {
-            guard let high = EventHash.nibble(utf8[index]), let low = EventHash.nibble(utf8[index + 1]) else {
-                return nil
-            }
-            out.append(high << 4 | low)
-            index += 2
-        }
-        self.bytes = out
+        guard utf8.count == 64, let bytes = Hex.decode(utf8) else { return nil }
+        self.bytes = bytes
     }
 
     /// The hash that stands before the first event: 32 zero bytes.
     public static let zero = EventHash(bytes: [UInt8](repeating: 0, count: 32))!
 
     /// The 64 lowercase hexadecimal digits.
-    public var hex: String { EventHash.hex(bytes) }
+    public var hex: String { Hex.encode(bytes) }
     /// The 64 lowercase hexadecimal digits.
     public var description: String { hex }
-
-    package static func hex(_ bytes: some Collection<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    private static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-        default: return nil
-        }
-    }
 
     /// Decodes a hash from its 64 hexadecimal digits.
     public init(from decoder: any Decoder) throws {

@@ -2,7 +2,7 @@ import CLMDB
 
 /// Writes to some databases of a transaction held in memory instead of LMDB, read back through the
 /// same transaction as if they had been written: the first part of keeping derived state off the
-/// commit path (issue 14, item 4). A transaction given an overlay (``Transaction/withOverlay(_:_:)``)
+/// commit path. A transaction given an overlay (``Transaction/withOverlay(_:_:)``)
 /// sends every put, delete and clear of a database the overlay covers to the overlay, and answers
 /// every read of one from the overlay's layers over what LMDB holds; ``OverlayLayer/write(to:)``
 /// later writes a layer's changes to LMDB in one pass.

@@ -48,7 +48,7 @@ struct BenchCommand: AsyncParsableCommand {
     var only: String?
 
     @Option(
-        help: "Concurrent callers in the share-action part (figures append.concurrentN.*; the issue's figures are for 64).")
+        help: "Concurrent callers in the share-action part (figures append.concurrentN.*; the goals in docs/benchmarks.md are for 64).")
     var callers = 64
 
     @Option(help: "Accepts per second offered in the residual-task latency part.")

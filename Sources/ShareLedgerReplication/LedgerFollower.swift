@@ -94,7 +94,7 @@ public final class LedgerFollower: Service, Sendable {
     /// Follows until cancelled (or graceful shutdown), resubscribing after NATS errors. Throws
     /// ``ReplicationError/Code/diverged`` (an event that does not verify), which retrying cannot mend.
     public func run() async throws {
-        var backoff = Duration.milliseconds(50)
+        var backoff = Backoff(initial: .milliseconds(50), cap: .seconds(2))
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             do {
                 try await follow(until: nil)
@@ -104,8 +104,7 @@ public final class LedgerFollower: Service, Sendable {
             } catch {
                 configuration.logger.warning("following failed; resubscribing", metadata: ["error": "\(error)"])
                 connection.close()  // the next attempt connects anew
-                try? await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(2))
+                await backoff.wait()
             }
         }
         close()
@@ -122,7 +121,7 @@ public final class LedgerFollower: Service, Sendable {
         let deadline = ContinuousClock.now + timeout
         let names = configuration.shard
         var target: UInt64?
-        var backoff = Duration.milliseconds(50)
+        var backoff = Backoff(initial: .milliseconds(50), cap: .seconds(1))
         // NATS errors (an election, a lost connection) are retried until the deadline.
         while true {
             do {
@@ -136,11 +135,10 @@ public final class LedgerFollower: Service, Sendable {
                 }
                 try await follow(until: (LogPosition(target ?? 0), deadline))
                 break
-            } catch where (error.code == .unavailable || error.code == .timedOut) && ContinuousClock.now + backoff < deadline {
+            } catch where (error.code == .unavailable || error.code == .timedOut) && backoff.endsBefore(deadline) {
                 configuration.logger.warning("catching up failed; retrying", metadata: ["error": "\(error)"])
                 connection.close()
-                try? await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(1))
+                await backoff.wait()
             }
         }
         do {

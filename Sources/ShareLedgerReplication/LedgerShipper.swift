@@ -155,11 +155,11 @@ public final class LedgerShipper: Service, Sendable {
     /// retrying cannot mend.
     public func run() async throws {
         let logger = configuration.logger
-        var backoff = Duration.milliseconds(50)
+        var backoff = Backoff(initial: .milliseconds(50), cap: .seconds(2))
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             do {
                 _ = try await shipAvailable()
-                backoff = .milliseconds(50)
+                backoff.reset()
                 let shipped = state.withLock { $0.shipped } ?? .start
                 _ = try await cancelWhenGracefulShutdown {
                     try await self.log.waitForCommit(after: shipped, timeout: .milliseconds(500))
@@ -170,10 +170,9 @@ public final class LedgerShipper: Service, Sendable {
             } catch is CancellationError {
                 break
             } catch {
-                logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(backoff)"])
+                logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(backoff.next)"])
                 reset()
-                try? await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(2))
+                await backoff.wait()
             }
         }
         close()
@@ -219,18 +218,17 @@ public final class LedgerShipper: Service, Sendable {
     ///   the ledger's head.
     public func shipThrough(_ position: LogPosition, timeout: Duration = .seconds(10)) async throws(ReplicationError) {
         let deadline = ContinuousClock.now + timeout
-        var backoff = Duration.milliseconds(50)
+        var backoff = Backoff(initial: .milliseconds(50), cap: .seconds(1))
         while true {
             do throws(ReplicationError) {
                 let shipped = try await shipAvailable()
                 if shipped.shippedPosition >= position.rawValue { return }
                 throw ReplicationError(
                     .invalidArguments, "position \(position) is not committed in this ledger (head \(shipped.headPosition)); nothing to wait for")
-            } catch where (error.code == .unavailable || error.code == .timedOut) && ContinuousClock.now + backoff < deadline {
-                configuration.logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(backoff)"])
+            } catch where (error.code == .unavailable || error.code == .timedOut) && backoff.endsBefore(deadline) {
+                configuration.logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(backoff.next)"])
                 reset()
-                try? await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(1))
+                await backoff.wait()
             } catch where error.code == .unavailable || error.code == .timedOut {
                 throw ReplicationError(
                     .timedOut, "position \(position) was not acknowledged by stream \(configuration.shard.stream) within \(timeout) "

@@ -38,7 +38,7 @@ public final class ShardRouter: Sendable {
     }
 
     /// The shard-map key of a container: `c.` and the hex digits of its UTF-8 (keys allow few characters).
-    static func key(_ container: String) -> String { "c." + EventHashHex.hex(Array(container.utf8)) }
+    static func key(_ container: String) -> String { "c." + Hex.encode(container.utf8) }
 
     /// Assigns `container` to `shard` (moving a container between shards is not supported: assign
     /// before its first command).
@@ -166,20 +166,6 @@ public final class ShardResponder: Service, Sendable {
 extension ShardNames {
     /// The subject the shard's replicas answer reads on: `ledger.<shard>.reads`.
     public var readSubject: String { "ledger.\(shard).reads" }
-}
-
-/// Hexadecimal digits (EventHash's are internal to ShareLedger).
-enum EventHashHex {
-    static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
 }
 
 extension NATSConnection {

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import ShareLedger
 import Synchronization
 
 /// The credentials `share-ledger serve` accepts, kept in one JSON file in the ledger directory
@@ -230,25 +231,11 @@ public final class ServerCredentials: Sendable {
     }
 
     static func sha256Hex(_ text: String) -> String {
-        hex(SHA256.hash(data: Array(text.utf8)))
+        Hex.encode(SHA256.hash(data: Array(text.utf8)))
     }
 
     static func randomHex(bytes: Int) -> String {
         var generator = SystemRandomNumberGenerator()
-        return hex((0..<bytes).map { _ in UInt8.random(in: 0...255, using: &generator) })
-    }
-
-    /// Lower-case hex of `bytes`. By hand: `String(format:)` per byte (Foundation's formatter, 32
-    /// calls per token hash, two hashes per request) was a fifth of the server's CPU under `bench
-    /// --only http` (docs/benchmarks.md).
-    static func hex(_ bytes: some Sequence<UInt8>) -> String {
-        let digits: StaticString = "0123456789abcdef"
-        var out: [UInt8] = []
-        out.reserveCapacity(64)
-        for byte in bytes {
-            out.append(digits.utf8Start[Int(byte >> 4)])
-            out.append(digits.utf8Start[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
+        return Hex.encode((0..<bytes).map { _ in UInt8.random(in: 0...255, using: &generator) })
     }
 }

@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// What the audit can and cannot see without recomputing: a history altered below a checkpoint, a
-/// cut tail, and `verify --json`'s shape (issue 15, items 4, 5 and 12).
+/// cut tail, and `verify --json`'s shape.
 @Suite("Audit: checkpoints, cut tails, verify's answer")
 struct AuditAnchorTests {
     /// Ten raw events: stream `a` at 1, 2, 3 and 9, stream `b` at 4...8 and 10.

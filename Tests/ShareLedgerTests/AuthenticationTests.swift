@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// CloudKit's answers without an account, for a name the container does not know, and from another
-/// container (issue 15, items 9-11).
+/// container.
 @Suite("Authentication and containers")
 struct AuthenticationTests {
     @Test("without an account the batch calls and both operations fail as a whole with notAuthenticated, logging nothing")

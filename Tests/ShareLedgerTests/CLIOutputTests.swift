@@ -3,7 +3,7 @@ import ShareLedger
 import TestSupport
 import Testing
 
-/// The smaller CLI defects of issue 15 (items 13 and 14): `access --json`, exit code 64,
+/// Smaller CLI behaviours: `access --json`, exit code 64,
 /// `history --limit`, and `simulate` on a full ledger (the worker's count: `WorkerCLITests`).
 @Suite("The share-ledger command: outputs and limits")
 struct CLIOutputTests {

@@ -115,7 +115,7 @@ struct CheckpointTests {
         #expect(await errorCode { try f.ledger.audit(scratchPath: f.dir.child("s2"), options: AuditOptions(fromCheckpoint: true)) } == .invalidArguments)
 
         // An altered event after the checkpoint is caught, and so is one before it: the checkpoint
-        // vouches for that part only while it still hashes to it (issue 15, item 4).
+        // vouches for that part only while it still hashes to it.
         func flip(_ position: UInt64) throws {
             try f.ledger.log.store.environment.write { txn in
                 var value = try #require(try txn.get(f.ledger.log.store.log, key: BigEndian.bytes(of: position)))

@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// What the command line does with nothing to check, a damaged `data.mdb` and a 0-byte one: an
-/// answer and an exit code, never a crash, and nothing changed (issue 15, items 1-3).
+/// answer and an exit code, never a crash, and nothing changed.
 @Suite("Damaged ledgers: the share-ledger command")
 struct DamagedLedgerCLITests {
     /// A small sharing ledger made by `simulate` (a few hundred events over many B-tree pages).

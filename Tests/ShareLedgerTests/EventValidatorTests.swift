@@ -4,7 +4,7 @@ import TestSupport
 import Testing
 
 /// Events the sharing rules could not have produced, with the hash chain intact: import refuses them,
-/// audit reports them (issue 15, item 6).
+/// audit reports them.
 @Suite("Events the rules could not have produced")
 struct EventValidatorTests {
     typealias Forge = HostileStoredDataTests

@@ -25,7 +25,7 @@ extension ShareLedger {
             for (key, value) in try ReadModelRebuild.dump(store.environment, db) {
                 hasher.update(data: BigEndian.bytes(of: UInt32(key.count)) + key + BigEndian.bytes(of: UInt32(value.count)) + value)
             }
-            digests[db.name] = EventHash.hex(Array(hasher.finalize()))
+            digests[db.name] = Hex.encode(Array(hasher.finalize()))
         }
         return LedgerSnapshot(head: try log.head(), digests: digests)
     }

@@ -8,7 +8,7 @@ import Testing
 import Glibc
 #endif
 
-/// An import's lines are bounded, and its read models commit with its events (issue 15, items 7, 8).
+/// An import's lines are bounded, and its read models commit with its events.
 @Suite("Import: bounded lines, read models with every batch")
 struct ImportBoundsTests {
     @Test("a line longer than the longest valid event is refused after reading a bounded prefix of it")

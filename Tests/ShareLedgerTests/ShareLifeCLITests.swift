@@ -3,7 +3,7 @@ import ShareLedger
 import TestSupport
 import Testing
 
-/// A share's whole life driven by hand through `share-ledger`'s subcommands (issue 16, item 6): each
+/// A share's whole life driven by hand through `share-ledger`'s subcommands: each
 /// goes through the library's public API, so the log records it and the ledger audits clean after.
 @Suite("share-ledger: a share's life by hand")
 struct ShareLifeCLITests {

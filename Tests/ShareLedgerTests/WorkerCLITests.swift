@@ -103,7 +103,7 @@ struct WorkerCLITests {
         let output = String(decoding: FileManager.default.contents(atPath: outPath) ?? Data(), as: UTF8.self)
         let summary = try #require(try json(output) as? [String: Any])
         #expect(summary["pendingResidualTasks"] as? Int == 0)
-        // It says what it did (it used to print 0 whatever it completed; issue 15, item 13).
+        // It says what it did (it used to print 0 whatever it completed).
         #expect(summary["completed"] as? Int == 1, "\(summary)")
     }
 }

@@ -326,7 +326,7 @@ extension ShareLedger {
         }
         for checkpoint in stored {
             let position = checkpoint.position.rawValue
-            let fingerprint = EventHash.hex(checkpoint.publicKey.prefix(8))
+            let fingerprint = Hex.encode(checkpoint.publicKey.prefix(8))
             if !options.trustedKeys.isEmpty {
                 guard let key = options.trustedKeys.first(where: { $0.rawRepresentation == checkpoint.publicKey }) else {
                     bad(position, "the checkpoint at \(position) is signed by key \(fingerprint)…, which is not trusted")

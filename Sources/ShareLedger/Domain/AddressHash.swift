@@ -37,14 +37,7 @@ struct AddressHash: Hashable, Sendable {
     /// The subject of the address's key: `#E` or `#P`, then the hash as 64 lowercase hex digits. A
     /// user record name cannot hold `#`, so no subject of an address is ever a user's.
     var subject: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = [UInt8(ascii: "#"), kind == .email ? UInt8(ascii: "E") : UInt8(ascii: "P")]
-        out.reserveCapacity(2 + 2 * hash.count)
-        for byte in hash {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
+        (kind == .email ? "#E" : "#P") + Hex.encode(hash)
     }
 
     /// The address a key-store subject names, or nil when it names a user.
@@ -56,21 +49,7 @@ struct AddressHash: Hashable, Sendable {
         case UInt8(ascii: "P"): kind = .phone
         default: return nil
         }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-            default: return nil
-            }
-        }
-        var hash: [UInt8] = []
-        hash.reserveCapacity(AddressHash.byteCount)
-        var index = 2
-        while index < bytes.count {
-            guard let high = nibble(bytes[index]), let low = nibble(bytes[index + 1]) else { return nil }
-            hash.append(high << 4 | low)
-            index += 2
-        }
+        guard let hash = Hex.decode(bytes[2...], allowingUppercase: false) else { return nil }
         self.hash = hash
     }
 

@@ -52,10 +52,7 @@ public enum PersonalData {
         message.append(0)
         message.append(contentsOf: canonical.utf8)
         let mac = HMAC<SHA256>.authenticationCode(for: message, using: key)
-        let hex = mac.prefix(hashDigits / 2).map { byte in
-            let digits = Array("0123456789abcdef")
-            return String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
-        }.joined()
+        let hex = Hex.encode(mac.prefix(hashDigits / 2))
         return "<\(kind.rawValue) #\(hex)>"
     }
 

@@ -409,11 +409,11 @@ enum ReadModelRebuild {
             for (key, value) in entriesA {
                 hasher.update(data: BigEndian.bytes(of: UInt32(key.count)) + key + BigEndian.bytes(of: UInt32(value.count)) + value)
             }
-            digests[dbA.name] = EventHash.hex(Array(hasher.finalize()))
+            digests[dbA.name] = Hex.encode(Array(hasher.finalize()))
             if entriesA.count != entriesB.count || !zip(entriesA, entriesB).allSatisfy({ $0.0 == $1.0 && $0.1 == $1.1 }) {
                 let index = Array(zip(entriesA, entriesB)).firstIndex { $0.0 != $1.0 || $0.1 != $1.1 } ?? min(entriesA.count, entriesB.count)
                 let key = index < entriesA.count ? entriesA[index].0 : (index < entriesB.count ? entriesB[index].0 : [])
-                differences.append(Comparison.Difference(database: dbA.name, firstDifferingKeyHex: EventHash.hex(key)))
+                differences.append(Comparison.Difference(database: dbA.name, firstDifferingKeyHex: Hex.encode(key)))
             }
         }
         return Comparison(differences: differences, digests: digests)

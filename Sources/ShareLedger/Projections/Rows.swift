@@ -1,6 +1,6 @@
 import Foundation
 
-// The rows every share action reads or writes, as plain structs (issue 14, step 3).
+// The rows every share action reads or writes, as plain structs.
 //
 // They used to be the messages generated from `Protos/shareledger/readmodels/v1`: a share or a
 // participant kept its fields in a heap-allocated storage class (copied whole on the first change

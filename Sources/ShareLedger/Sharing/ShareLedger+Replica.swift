@@ -88,7 +88,7 @@ extension ShareLedger {
                     hasher.update(data: value)
                 }
             }
-            return (try store.readHead(txn), EventHash.hex(Array(hasher.finalize())))
+            return (try store.readHead(txn), Hex.encode(Array(hasher.finalize())))
         }
     }
 }
