@@ -84,17 +84,20 @@ public enum ReportFormat {
     /// ISO 8601 with milliseconds, UTC: `2026-11-26T13:44:56.123Z`.
     public static func time(_ date: Date) -> String {
         let (parts, millis) = utc(date)
-        return String(
-            format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour,
-            parts.tm_min, parts.tm_sec, millis)
+        return "\(pad(Int(parts.tm_year) + 1900, 4))-\(pad(Int(parts.tm_mon) + 1, 2))-\(pad(Int(parts.tm_mday), 2))T"
+            + "\(pad(Int(parts.tm_hour), 2)):\(pad(Int(parts.tm_min), 2)):\(pad(Int(parts.tm_sec), 2)).\(pad(Int(millis), 3))Z"
     }
 
     /// A compact time for axis labels: `2026-11-26 13:44:56`, UTC.
     public static func shortTime(_ date: Date) -> String {
         let (parts, _) = utc(date)
-        return String(
-            format: "%04d-%02d-%02d %02d:%02d:%02d", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour,
-            parts.tm_min, parts.tm_sec)
+        return "\(pad(Int(parts.tm_year) + 1900, 4))-\(pad(Int(parts.tm_mon) + 1, 2))-\(pad(Int(parts.tm_mday), 2)) "
+            + "\(pad(Int(parts.tm_hour), 2)):\(pad(Int(parts.tm_min), 2)):\(pad(Int(parts.tm_sec), 2))"
+    }
+
+    private static func pad(_ value: Int, _ width: Int) -> String {
+        let text = String(value)
+        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
     }
 
     private static func utc(_ date: Date) -> (tm, Int32) {

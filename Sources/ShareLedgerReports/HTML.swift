@@ -5,6 +5,10 @@ import Foundation
 public enum HTML {
     /// `text` with `&`, `<`, `>`, `"` and `'` escaped, for element content and attribute values alike.
     public static func escape(_ text: some StringProtocol) -> String {
+        // Most text (names, positions, event types) has nothing to escape: one pass over the bytes.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x26 || $0 == 0x3C || $0 == 0x3E || $0 == 0x22 || $0 == 0x27 }) {
+            return String(text)
+        }
         var out = ""
         out.reserveCapacity(text.utf8.count)
         for character in text.unicodeScalars {
