@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "EventLog", targets: ["EventLog"]),
         .library(name: "ShareLedgerReplication", targets: ["ShareLedgerReplication"]),
         .library(name: "ShareLedgerServer", targets: ["ShareLedgerServer"]),
+        .library(name: "ShareLedgerReports", targets: ["ShareLedgerReports"]),
         .executable(name: "share-ledger", targets: ["ShareLedgerCLI"]),
     ],
     dependencies: [
@@ -122,10 +123,18 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Pictures for auditors and operators (`share-ledger report`, `bench --html`): report models
+        // built from the public history API, and a pure HTML/SVG renderer (no script in any page).
+        .target(
+            name: "ShareLedgerReports",
+            dependencies: ["ShareLedger"],
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "ShareLedgerCLI",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerReports",
                 "ShareLedgerBaselines",
                 "ShareLedgerReplication",
                 "ShareLedgerServer",
@@ -202,6 +211,21 @@ let package = Package(
             ],
             // The Python client test's script, run with python3.
             exclude: ["python"],
+            swiftSettings: strictSettings
+        ),
+        // The report pages, rendered for ledgers `simulate` made, held against `history` and `access`,
+        // and laid out by headless Chromium.
+        .testTarget(
+            name: "ShareLedgerReportsTests",
+            dependencies: [
+                "ShareLedger",
+                "ShareLedgerReports",
+                "TestSupport",
+                // Depended on so that `swift test` builds the binary the tests run.
+                "ShareLedgerCLI",
+            ],
+            // Saved `bench --json` runs the benchmark report is drawn from.
+            exclude: ["Fixtures"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import ShareLedger
 import ShareLedgerBaselines
+import ShareLedgerReports
 
 /// `share-ledger bench`: throughput figures, each measured next to the raw LMDB baseline that bounds it.
 struct BenchCommand: AsyncParsableCommand {
@@ -44,6 +45,14 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print {\"figures\": {NAME: number}} as JSON.")
     var json = false
 
+    @Option(help: "Also write the figures as an HTML page (bars beside their baselines, whiskers, the machine) to this file.")
+    var html: String?
+
+    @Option(
+        name: .customLong("from-json"),
+        help: "Run nothing: draw these saved `bench --json` (or PeerComparison --json) files side by side into --html. Repeatable.")
+    var fromJSON: [String] = []
+
     @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale, http (default: all but http).")
     var only: String?
 
@@ -78,6 +87,7 @@ struct BenchCommand: AsyncParsableCommand {
     var inviteByEmail = false
 
     func validate() throws {
+        if !fromJSON.isEmpty && html == nil { throw ValidationError("--from-json needs --html FILE to draw into") }
         if let replicateSeconds, !(2...7_200).contains(replicateSeconds) { throw ValidationError("--replicate-seconds must be 2...7200") }
         guard (1...600).contains(replicateWindow) else { throw ValidationError("--replicate-window must be 1...600") }
         guard (1...50).contains(repeats) else { throw ValidationError("--repeats must be 1...50") }
@@ -105,9 +115,14 @@ struct BenchCommand: AsyncParsableCommand {
         var maximum: [String: Double]
         var repeats: Int
         var quick: Bool
+        var machine = MachineFacts.current()
     }
 
     func run() async throws {
+        if let html, !fromJSON.isEmpty {
+            try BenchPage.write(files: fromJSON, to: html)
+            return
+        }
         let root = URL(fileURLWithPath: path)
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         let perCaller = quick ? 200 : 1_000
@@ -303,6 +318,11 @@ struct BenchCommand: AsyncParsableCommand {
         let report = Report(
             figures: samples.mapValues { median($0) }, minimum: samples.mapValues { $0.min() ?? 0 },
             maximum: samples.mapValues { $0.max() ?? 0 }, repeats: repeats, quick: quick)
+        if let html {
+            try BenchPage.write(
+                runs: [BenchRun(name: "this run", figures: report.figures, minimum: report.minimum, maximum: report.maximum, repeats: repeats, quick: quick, machine: report.machine)],
+                to: html)
+        }
         if json {
             Output.printJSON(report)
         } else {

@@ -16,9 +16,19 @@ struct DemoCommand: AsyncParsableCommand {
     @Option(help: "Concurrent writers.")
     var writers = 16
 
+    @Option(
+        name: .customLong("share-participants"),
+        help: "Instead of bare events: one busy share with this many participants, to draw with `report share` (see --share-events).")
+    var shareParticipants: Int?
+
+    @Option(name: .customLong("share-events"), help: "With --share-participants: about how many events the share gets.")
+    var shareEvents = 10_000
+
     func validate() throws {
         guard events > 0 else { throw ValidationError("--events must be at least 1") }
         guard (1...1024).contains(writers) else { throw ValidationError("--writers must be 1...1024") }
+        if let shareParticipants, !(1...10_000).contains(shareParticipants) { throw ValidationError("--share-participants must be 1...10000") }
+        guard (1...1_000_000).contains(shareEvents) else { throw ValidationError("--share-events must be 1...1000000") }
     }
 
     struct Summary: Encodable {
@@ -31,6 +41,29 @@ struct DemoCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let shareParticipants {
+            let sharing = try ledger.openSharing(create: true, durability: .unsafeNoSync)
+            let summary = try await runReportingErrors(json: ledger.json) {
+                do {
+                    return try await DemoShare(ledger: sharing, participants: shareParticipants, events: shareEvents, seed: 1).run {
+                        Output.progress("share events: \($0)")
+                    }
+                } catch {
+                    await sharing.close()
+                    throw error
+                }
+            }
+            Output.endProgress()
+            await sharing.close()
+            if ledger.json {
+                Output.printJSON(summary)
+            } else {
+                print(
+                    "made share \(summary.url) with \(summary.participants) participants and about \(summary.shareEvents) events in "
+                        + String(format: "%.1f s", summary.seconds))
+            }
+            return
+        }
         let log = try ledger.open(create: true)
         let started = ContinuousClock.now
         let writers = self.writers

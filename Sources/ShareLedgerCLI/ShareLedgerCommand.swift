@@ -25,7 +25,7 @@ struct ShareLedgerCommand: AsyncParsableCommand {
                 subcommands: [
                     HistoryCommand.self, AccessCommand.self, SnapshotCommand.self, AuditCommand.self, VerifyCommand.self,
                     RebuildCommand.self, KeygenCommand.self, CheckpointCommand.self, ExportCommand.self, ImportCommand.self,
-                    ForgetCommand.self, KeyStoreCommand.self,
+                    ForgetCommand.self, KeyStoreCommand.self, ReportCommand.self,
                 ]),
             CommandGroup(
                 name: "Server and replication",
