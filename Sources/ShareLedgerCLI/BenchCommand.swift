@@ -44,7 +44,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print {\"figures\": {NAME: number}} as JSON.")
     var json = false
 
-    @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale, http (default: all but http).")
+    @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale, http, replicate (default: all but http and replicate).")
     var only: String?
 
     @Option(

@@ -95,7 +95,11 @@ public final class WriterLease: Sendable {
         var next = Record(holder: holder, term: 1, expiresAtMicros: expires)
         if let existing {
             if existing.record.holder != holder && existing.record.expiresAtMicros > now { return existing }
-            next.term = existing.record.term + (existing.record.holder == holder ? 0 : 1)
+            // A renewal keeps the term; any other taking starts a new one, the holder's own expired
+            // lease included (a writer that restarts or comes back after its lease ran out is a new
+            // tenure: its term marker must fence whatever it or anyone wrote before).
+            let renewal = existing.record.holder == holder && existing.record.expiresAtMicros > now
+            next.term = existing.record.term + (renewal ? 0 : 1)
         }
         let key = shard.leaseKey
         let bytes: [UInt8]
@@ -133,28 +137,52 @@ public final class WriterLease: Sendable {
     public func close() { keyValue.connection.close() }
 }
 
-/// Keeps a writer's lease: renews it every third of its duration while it runs, and reports the
-/// moment it is not held any more (another writer took it after a renewal came too late, or NATS was
-/// unreachable until it expired). A writer must stop taking commands then: run its command
-/// responder and its shipper only while ``isHeld`` is true, or cancel them from `onLost`.
+/// Keeps a writer's lease: renews it every third of its duration while it runs, writes the lease
+/// token next to the writer's ledger after every renewal (``ShareLedger/WriterLeaseToken``: the
+/// appends of every process on that directory check it before they commit), and reports the moment
+/// the lease is not held any more (another writer took it after a renewal came too late, NATS was
+/// unreachable until it expired, or it was taken again under a new term). Then the token is
+/// removed, so every append on the directory stops at once, and `onLost` is called.
 public final class WriterLeaseKeeper: Service, Sendable {
     private let lease: WriterLease
     private let onLost: @Sendable (WriterLease.Record?) -> Void
-    /// Until when this writer holds the lease, by this process's clock (measured from before the
-    /// renewal was sent, so never later than the lease's real expiry); nil when not held.
-    private let heldUntil = Mutex<ContinuousClock.Instant?>(nil)
+    /// Until when this writer holds the lease, on ``ShareLedger/LedgerRole/monotonicNanos()``
+    /// (measured from before the renewal was sent, so never later than the lease's real expiry); nil
+    /// when not held.
+    private let heldUntil = Mutex<UInt64?>(nil)
+    /// The term held (a renewal must keep it).
+    private let term: Mutex<UInt64?>
+    private let ledgerPath: String?
+    private let margin: Duration
+    private let monotonic: @Sendable () -> UInt64
     private let logger: Logger
 
     /// Makes a keeper; `onLost` is called once, with the lease as another holder now has it (nil
-    /// when it could not be read).
-    public init(lease: WriterLease, logger: Logger, onLost: @escaping @Sendable (WriterLease.Record?) -> Void) {
+    /// when it could not be read). With `ledgerPath`, the lease token is kept in that ledger
+    /// directory, appends stopping `margin` before the lease's expiry; `term` is the term already
+    /// held (a takeover's), when there is one.
+    public init(
+        lease: WriterLease, logger: Logger, ledgerPath: String? = nil, term: UInt64? = nil, margin: Duration? = nil,
+        monotonic: @escaping @Sendable () -> UInt64 = LedgerRole.monotonicNanos,
+        onLost: @escaping @Sendable (WriterLease.Record?) -> Void
+    ) {
         self.lease = lease
         self.logger = logger
+        self.ledgerPath = ledgerPath
+        self.margin = margin ?? WriterLeaseKeeper.defaultMargin(lease.duration)
+        self.monotonic = monotonic
+        self.term = Mutex(term)
         self.onLost = onLost
     }
 
+    /// The safety margin by default: a quarter of the lease's duration.
+    public static func defaultMargin(_ duration: Duration) -> Duration { duration / 4 }
+
     /// Whether this writer held the lease at the last renewal and it has not expired since.
-    public var isHeld: Bool { heldUntil.withLock { $0.map { ContinuousClock.now < $0 } ?? false } }
+    public var isHeld: Bool {
+        let now = monotonic()
+        return heldUntil.withLock { $0.map { now < $0 } ?? false }
+    }
 
     /// Takes the lease (trying every third of its duration while another holds it) and renews it
     /// until cancelled (or graceful shutdown), or until it is lost after being held: then calls
@@ -162,35 +190,59 @@ public final class WriterLeaseKeeper: Service, Sendable {
     /// expiry has passed, which counts as lost.
     public func run() async throws {
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            let attempt = ContinuousClock.now
+            let attempt = monotonic()
             do {
                 let grant = try await lease.acquire()
-                if !grant.held {
+                let heldTerm = term.withLock { $0 }
+                if !grant.held || (heldTerm != nil && grant.record.term != heldTerm) {
                     let wasHeld = heldUntil.withLock { state in
                         defer { state = nil }
                         return state != nil
-                    }
+                    } || heldTerm != nil
                     logger.warning("writer lease not held", metadata: ["holder": "\(grant.record.holder)", "term": "\(grant.record.term)"])
                     if wasHeld {
-                        onLost(grant.record)
+                        lose(grant.record)
                         return
                     }
                 } else {
-                    heldUntil.withLock { $0 = attempt + lease.duration }
+                    let until = attempt &+ WriterLeaseKeeper.nanoseconds(lease.duration)
+                    term.withLock { $0 = grant.record.term }
+                    if let ledgerPath {
+                        let token = WriterLeaseToken(
+                            shard: lease.shard.shard, term: grant.record.term, holder: lease.holder, heldUntilNanos: until,
+                            marginNanos: WriterLeaseKeeper.nanoseconds(margin))
+                        do {
+                            try token.write(at: ledgerPath)
+                        } catch {
+                            logger.error("writing the lease token failed", metadata: ["error": "\(error)"])
+                        }
+                    }
+                    heldUntil.withLock { $0 = until }
                 }
             } catch {
                 logger.warning("renewing the writer lease failed", metadata: ["error": "\(error)"])
+                let now = monotonic()
                 let expired = heldUntil.withLock { state in
-                    guard let until = state, ContinuousClock.now >= until else { return false }
+                    guard let until = state, now >= until else { return false }
                     state = nil
                     return true
                 }
                 if expired {
-                    onLost(nil)
+                    lose(nil)
                     return
                 }
             }
             try? await Task.sleep(for: lease.duration / 3)
         }
+    }
+
+    private func lose(_ record: WriterLease.Record?) {
+        if let ledgerPath { WriterLeaseToken.remove(at: ledgerPath) }
+        onLost(record)
+    }
+
+    static func nanoseconds(_ duration: Duration) -> UInt64 {
+        let parts = duration.components
+        return UInt64(max(0, parts.seconds)) &* 1_000_000_000 &+ UInt64(max(0, parts.attoseconds / 1_000_000_000))
     }
 }
