@@ -17,7 +17,10 @@ public enum Failover {
     /// Makes the ledger of `follower` the writer of the lease's shard:
     ///
     /// 1. Records the directory's role as a replica of the shard (a standby takes no writes) and
-    ///    refuses a deposed writer (re-join it first).
+    ///    refuses a deposed writer (re-join it first). A writer restarting becomes a replica when its
+    ///    log is a prefix of the stream; when it holds commits the stream lacks and nobody wrote
+    ///    since, it stays a writer without a lease (it takes no writes) and ships them if it takes
+    ///    the lease first; otherwise it is recorded deposed (``ReplicationError/Code/fenced``).
     /// 2. Follows the stream while it waits for the lease to be free or expired, and takes it by
     ///    compare-and-set (of standbys racing, one wins; a new holder means a new term).
     /// 3. Applies the stream until the ledger holds every event the stream holds; a ledger that
@@ -49,9 +52,8 @@ public enum Failover {
         let deadline = ContinuousClock.now + timeout
         let shard = lease.shard
         let ledger = follower.ledger
-        let path = ledger.log.configuration.path
         let margin = WriterLeaseKeeper.nanoseconds(margin ?? WriterLeaseKeeper.defaultMargin(lease.duration))
-        try becomeStandby(path: path, shard: shard)
+        try await becomeStandby(log: ledger.log, shard: shard, servers: follower.configuration.servers)
 
         // 2. Wait for the lease, following meanwhile.
         var grant: WriterLease.Grant?
@@ -101,7 +103,8 @@ public enum Failover {
     }
 
     /// Step 1: the directory becomes a standby (a replica of the shard).
-    private static func becomeStandby(path: String, shard: ShardNames) throws(ReplicationError) {
+    private static func becomeStandby(log: EventLog, shard: ShardNames, servers: [String]) async throws(ReplicationError) {
+        let path = log.configuration.path
         let role: LedgerRole
         do {
             role = try LedgerRole.read(at: path)
@@ -119,11 +122,53 @@ public enum Failover {
             break
         }
         WriterLeaseToken.remove(at: path)
+        if case .writer(_, let term) = role {
+            // A writer restarting (after a crash, say): a replica only if its log is a prefix of the
+            // stream. Holding commits the stream lacks, it stays a writer without a lease (it takes
+            // no writes) and ships them if it takes the lease before anyone else writes; when the
+            // stream holds something else where it has events, it is deposed.
+            do {
+                _ = try await rejoin(log: log, servers: servers, shard: shard)
+                return
+            } catch where error.code == .diverged {
+                if try await holdsOnlyUnshippedCommits(log: log, servers: servers, shard: shard) { return }
+                do {
+                    try LedgerRole.deposed(shard: shard.shard, term: term, newerTerm: nil).write(at: path)
+                } catch {
+                    throw ReplicationError(error, while: "recording the ledger's role")
+                }
+                throw ReplicationError(
+                    .fenced, "this ledger (the writer of term \(term)) holds events the stream does not: it is now recorded "
+                        + "as deposed; move it away and stand by with a fresh directory (\(error.message))")
+            }
+        }
         do {
             try LedgerRole.replica(shard: shard.shard).write(at: path)
         } catch {
             throw ReplicationError(error, while: "recording the ledger's role")
         }
+    }
+
+    /// Whether the ledger holds the whole stream and more: the stream's last event is the ledger's
+    /// event at that position (the commits after it were never shipped, and nobody wrote since).
+    private static func holdsOnlyUnshippedCommits(log: EventLog, servers: [String], shard: ShardNames) async throws(ReplicationError) -> Bool {
+        let connection = try await NATSConnection.connect(servers: servers, name: "share-ledger standby \(shard.shard)")
+        defer { connection.close() }
+        let last = try await connection.call("reading stream \(shard.stream)") { c throws(ReplicationError) in
+            try c.streamState(name: shard.stream)
+        }?.lastSequence ?? 0
+        let local: StoredEvent?
+        do {
+            local = last == 0 ? nil : try log.storedEvent(at: LogPosition(last))
+        } catch {
+            throw ReplicationError(error, while: "reading the ledger")
+        }
+        if last == 0 { return true }
+        guard let local else { return false }
+        let remote = try await connection.call("reading message \(last) of \(shard.stream)") { c throws(ReplicationError) in
+            try c.message(stream: shard.stream, sequence: last)
+        }
+        return remote == local.bytes
     }
 
     /// Steps 3 to 5; returns the marker's position.
@@ -174,6 +219,18 @@ public enum Failover {
                         throw ReplicationError(error, while: "reading the ledger's head")
                     }
                 }
+                // A marker of ours whose acknowledgement was lost arrived with the catch-up: it is
+                // in the stream and the ledger already.
+                let headEvent: StoredEvent?
+                do {
+                    headEvent = head.position == .start ? nil : try ledger.log.storedEvent(at: head.position)
+                } catch {
+                    throw ReplicationError(error, while: "reading the ledger's head")
+                }
+                if let headEvent, TermMarker.decode(headEvent) == marker {
+                    try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
+                    return head.position
+                }
                 // 4. The marker, with the lease's margin to spare.
                 let now = monotonic()
                 guard now < heldUntil, heldUntil - now > margin else {
@@ -207,21 +264,27 @@ public enum Failover {
                 } catch {
                     throw ReplicationError(error, while: "applying the term marker")
                 }
-                do {
-                    try WriterLeaseToken(
-                        shard: shard.shard, term: grant.record.term, holder: grant.record.holder, heldUntilNanos: heldUntil,
-                        marginNanos: margin
-                    ).write(at: path)
-                    try LedgerRole.writer(shard: shard.shard, term: grant.record.term).write(at: path)
-                } catch {
-                    throw ReplicationError(error, while: "recording the ledger's role")
-                }
+                try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
                 return event.position
             } catch where (error.code == .unavailable || error.code == .timedOut) && ContinuousClock.now + backoff < deadline {
                 follower.configuration.logger.warning("taking over failed; retrying", metadata: ["error": "\(error)"])
                 try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(1))
             }
+        }
+    }
+
+    /// Writes the lease token and records the role writer.
+    private static func recordWriter(
+        path: String, grant: WriterLease.Grant, shard: ShardNames, heldUntil: UInt64, margin: UInt64
+    ) throws(ReplicationError) {
+        do {
+            try WriterLeaseToken(
+                shard: shard.shard, term: grant.record.term, holder: grant.record.holder, heldUntilNanos: heldUntil, marginNanos: margin
+            ).write(at: path)
+            try LedgerRole.writer(shard: shard.shard, term: grant.record.term).write(at: path)
+        } catch {
+            throw ReplicationError(error, while: "recording the ledger's role")
         }
     }
 
@@ -254,7 +317,9 @@ public enum Failover {
         } catch {
             throw ReplicationError(error, while: "reading the ledger")
         }
-        if case .writer = role {
+        if case .writer = role, let token = WriterLeaseToken.read(at: path), token.boot == WriterLeaseToken.currentBoot,
+            token.heldUntilNanos > LedgerRole.monotonicNanos()
+        {
             throw ReplicationError(.notWriter, "this ledger is the \(role): stop its failover first (a graceful stop steps down to a replica)")
         }
         if let other = role.shard, other != shard.shard {
