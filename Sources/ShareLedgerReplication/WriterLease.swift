@@ -47,6 +47,10 @@ public final class WriterLease: Sendable {
     /// How long a lease lasts unless renewed.
     public let duration: Duration
     private let clock: @Sendable () -> Int64
+    /// The revision this instance last wrote (nil before its first taking): only a compare-and-set
+    /// on it is a renewal. Another instance with the same holder name (a restarted process, or a
+    /// second one started by mistake beside a paused one) is another holder.
+    private let ownRevision = Mutex<UInt64?>(nil)
 
     private init(keyValue: NATSKeyValue, shard: ShardNames, holder: String, duration: Duration, clock: @escaping @Sendable () -> Int64) {
         self.keyValue = keyValue
@@ -76,30 +80,32 @@ public final class WriterLease: Sendable {
     public func current() async throws(ReplicationError) -> Grant? {
         let key = shard.leaseKey
         let holder = self.holder
+        let mine = ownRevision.withLock { $0 }
         return try await keyValue.connection.call("reading lease \(key)") { [keyValue] _ throws(ReplicationError) in
             guard let (value, revision) = try keyValue.get(key) else { return nil }
             guard let record = try? JSONDecoder().decode(Record.self, from: Data(value)) else {
                 throw ReplicationError(.misconfigured, "lease \(key) in bucket \(keyValue.bucket) does not hold a lease record")
             }
-            return Grant(record: record, revision: revision, held: record.holder == holder)
+            return Grant(record: record, revision: revision, held: record.holder == holder && mine == revision)
         }
     }
 
-    /// Takes the lease when nobody holds it or it expired, renews it when this holder holds it; each
-    /// by one compare-and-set on the revision read. Returns the lease as it is after the attempt
-    /// (`held` tells whether this holder has it).
+    /// Takes the lease when nobody holds it or it expired, renews it when this instance holds it;
+    /// each by one compare-and-set on the revision read. A renewal keeps the term; any other taking
+    /// starts a new one. Returns the lease as it is after the attempt (`held` tells whether this
+    /// instance has it).
     public func acquire() async throws(ReplicationError) -> Grant {
         let now = clock()
         let expires = now + Int64(duration.components.seconds) * 1_000_000 + Int64(duration.components.attoseconds / 1_000_000_000_000)
         let existing = try await current()
         var next = Record(holder: holder, term: 1, expiresAtMicros: expires)
         if let existing {
-            if existing.record.holder != holder && existing.record.expiresAtMicros > now { return existing }
+            let live = existing.record.expiresAtMicros > now
             // A renewal keeps the term; any other taking starts a new one, the holder's own expired
             // lease included (a writer that restarts or comes back after its lease ran out is a new
             // tenure: its term marker must fence whatever it or anyone wrote before).
-            let renewal = existing.record.holder == holder && existing.record.expiresAtMicros > now
-            next.term = existing.record.term + (renewal ? 0 : 1)
+            if live && !existing.held { return existing }
+            next.term = existing.record.term + (live ? 0 : 1)
         }
         let key = shard.leaseKey
         let bytes: [UInt8]
@@ -112,7 +118,10 @@ public final class WriterLease: Sendable {
         let written = try await keyValue.connection.call("writing lease \(key)") { [keyValue] _ throws(ReplicationError) in
             try keyValue.put(key, bytes, ifRevision: revision)
         }
-        if let written { return Grant(record: next, revision: written, held: true) }
+        if let written {
+            ownRevision.withLock { $0 = written }
+            return Grant(record: next, revision: written, held: true)
+        }
         // Someone else wrote first: report the lease as it is now, not held (whatever holder the
         // record names: only a compare-and-set that succeeded makes this holder the holder).
         var latest = try await current() ?? Grant(record: next, revision: 0, held: false)

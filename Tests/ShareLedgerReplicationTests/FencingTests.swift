@@ -156,6 +156,32 @@ extension ReplicationTests {
     }
 }
 
+extension ReplicationTests {
+    /// A second lease instance with the same holder name (a restarted process, or one started beside
+    /// a paused one) is another holder: it cannot take the live lease as a renewal, and takes it
+    /// after it expired under a new term.
+    @Test func sameHolderNameInAnotherProcessIsAnotherTenure() async throws {
+        let cluster = try await Cluster()
+        let shard = try ShardNames(shard: "tenure")
+        let first = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "n1", duration: .seconds(1))
+        let second = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "n1", duration: .seconds(1))
+        let taken = try await first.acquire()
+        #expect(taken.held && taken.record.term == 1)
+        #expect(try await second.acquire().held == false)
+        #expect(try await first.acquire().record.term == 1)  // the instance's own renewal keeps the term
+        var retaken: WriterLease.Grant?
+        try await until("the first instance's lease expired and the second took it") {
+            let grant = try await second.acquire()
+            if grant.held { retaken = grant }
+            return grant.held
+        }
+        #expect(retaken?.record.term == 2)
+        #expect(try await first.acquire().held == false)
+        first.close()
+        second.close()
+    }
+}
+
 /// The role of a ledger directory, without NATS: what each role lets append, on an injected
 /// monotonic clock.
 @Suite struct LedgerRoleTests {
