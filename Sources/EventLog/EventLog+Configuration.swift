@@ -49,6 +49,9 @@ extension EventLog {
         public var writerPollMicroseconds: Int = 50
         /// Where event times come from.
         public var clock: any LedgerClock
+        /// The monotonic clock a writer's lease token is checked against before each commit
+        /// (``LedgerRole/checkWritable(at:now:)``); inject one in tests.
+        public var monotonicClock: @Sendable () -> UInt64 = LedgerRole.monotonicNanos
         /// Where the ledger logs; it never prints.
         public var logger: Logger
         /// Record the number of events of every group commit (for `share-ledger bench`, which replays

@@ -76,6 +76,9 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let readOnly = Code(1007, "readOnly")
         /// A wait ended before what it waited for happened.
         public static let timedOut = Code(1008, "timedOut")
+        /// The ledger may not take this write in its role: a replica, a deposed writer, or a writer
+        /// whose lease is lost or has too little time left (the message names the role and what to do).
+        public static let notWriter = Code(1009, "notWriter")
 
         /// Names by number: the ledger's own codes, and CloudKit's `CKError.Code` numbering, which the
         /// ledger's codes share (a layer above declares the CloudKit codes it uses as members).
@@ -92,6 +95,7 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
             35: "assetNotAvailable", 36: "accountTemporarilyUnavailable", 37: "participantAlreadyInvited",
             1000: "wrongExpectedVersion", 1001: "storageFull", 1002: "storageFailure", 1003: "notALedger",
             1004: "formatTooNew", 1005: "corruptedData", 1006: "closed", 1007: "readOnly", 1008: "timedOut",
+            1009: "notWriter",
         ]
     }
 

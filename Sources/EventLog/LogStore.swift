@@ -131,7 +131,7 @@ package final class LogStore: Sendable {
                 throw LedgerError(.notALedger, "there is no ledger at \(path) (no data.mdb)")
             }
             let contents = (try? fileManager.contentsOfDirectory(atPath: path)) ?? []
-            let foreign = contents.filter { $0 != "lock.mdb" && !configuration.companionFiles.contains($0) }
+            let foreign = contents.filter { $0 != "lock.mdb" && !configuration.companionFiles.contains($0) && !LedgerRole.fileNames.contains($0) }
             guard foreign.isEmpty else {
                 throw LedgerError(
                     .notALedger, "\(path) is not a ledger and not empty (it holds \(foreign.prefix(3).joined(separator: ", "))"

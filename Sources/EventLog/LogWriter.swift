@@ -35,6 +35,9 @@ private struct WriterJob: @unchecked Sendable {
     package var alone = false
     /// Whether the step may write its derived state through an overlay, behind the commit.
     package var behindCommit = false
+    /// Whether the step applies events another ledger committed (a replica's apply): exempt from
+    /// the directory's role check, which every other step that appends passes before the commit.
+    package var replicating = false
     /// Runs the step; returns what resumes the caller once the transaction has committed.
     package var run: (borrowing Transaction, borrowing Cursor, inout CommitScope) throws -> @Sendable () -> Void
     /// Resumes the caller with an error (the step failed alone, or the writer no longer takes work).
@@ -249,6 +252,9 @@ package final class LogWriter: @unchecked Sendable {
 
     private let store: LogStore
     private let clock: any LedgerClock
+    /// The ledger directory, whose role (``LedgerRole``) every appending batch is checked against.
+    private let path: String
+    private let monotonicClock: @Sendable () -> UInt64
     private let logger: Logger
     private let maxBatchCommands: Int
     private let maxBatchBytes: Int
@@ -312,6 +318,8 @@ package final class LogWriter: @unchecked Sendable {
     package init(store: LogStore, configuration: EventLog.Configuration, head: LogHead) {
         self.store = store
         self.clock = configuration.clock
+        self.path = configuration.path
+        self.monotonicClock = configuration.monotonicClock
         self.logger = configuration.logger
         self.maxBatchCommands = max(1, configuration.maxBatchCommands)
         self.maxBatchBytes = max(1, configuration.maxBatchBytes)
@@ -365,8 +373,13 @@ package final class LogWriter: @unchecked Sendable {
     /// writes to the derived databases go through an overlay written behind the commit: the step
     /// must reach them only through `Transaction`'s point reads, puts, deletes, clears, counts and
     /// `visitEntries`/`visitValues` (a raw cursor on one fails with `throughOverlay`).
+    ///
+    /// A step that appends (moves the head) commits only when the directory's role allows it
+    /// (``LedgerRole/checkWritable(at:now:)``, checked in the transaction, before the commit); with
+    /// `replicating` (a replica applying another ledger's events) the check is skipped.
     package func submit<Output: Sendable>(
-        bytes: Int, alone: Bool = false, behindCommit: Bool = false, _ step: @escaping CommitStep<Output>
+        bytes: Int, alone: Bool = false, behindCommit: Bool = false, replicating: Bool = false,
+        _ step: @escaping CommitStep<Output>
     ) async -> Result<Output, LedgerError> {
         // Unsafe (unchecked) continuation: each is resumed exactly once, by the writer after the commit
         // that holds its step (or when the step failed alone), or right here when the writer no
@@ -376,6 +389,7 @@ package final class LogWriter: @unchecked Sendable {
                 bytes: bytes,
                 alone: alone,
                 behindCommit: behindCommit,
+                replicating: replicating,
                 run: { txn, log, scope in
                     let output = try step(txn, log, &scope)
                     return { continuation.resume(returning: .success(output)) }
@@ -628,9 +642,18 @@ package final class LogWriter: @unchecked Sendable {
         if invalidatingEverything { scope.invalidateEverything() }
         var resumers: [@Sendable () -> Void] = []
         resumers.reserveCapacity(batch.count)
+        var roleChecked = false
         try txn.withCursor(store.log) { logCursor in
             for job in batch {
+                let before = scope.head
                 resumers.append(try job.run(txn, logCursor, &scope))
+                // Once per transaction, when a step other than a replica's apply appended: the
+                // directory's role must allow writing now (a writer's lease, with its margin). A
+                // refusal aborts the transaction; run alone, only the appending steps fail.
+                if !roleChecked && !job.replicating && scope.head != before {
+                    roleChecked = true
+                    _ = try LedgerRole.checkWritable(at: path, now: monotonicClock())
+                }
             }
         }
         return (resumers, scope)

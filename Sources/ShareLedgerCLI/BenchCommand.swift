@@ -53,7 +53,7 @@ struct BenchCommand: AsyncParsableCommand {
         help: "Run nothing: draw these saved `bench --json` (or PeerComparison --json) files side by side into --html. Repeatable.")
     var fromJSON: [String] = []
 
-    @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale, http (default: all but http).")
+    @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale, http, replicate (default: all but http and replicate).")
     var only: String?
 
     @Option(

@@ -76,6 +76,10 @@ struct ReplicationAckOptions: ParsableArguments {
         defer { shipper.close() }
         do {
             try await shipper.shipThrough(head, timeout: .seconds(replicationTimeout))
+        } catch where error.code == .notWriter {
+            throw ReplicationError(
+                error.code, "not acknowledged as replicated (this ledger's head is position \(head); nothing of it is "
+                    + "acknowledged while this ledger may not write): " + error.message)
         } catch {
             throw ReplicationError(
                 error.code, "the command is committed in this ledger (through position \(head)) but not acknowledged as replicated: "
@@ -112,9 +116,11 @@ func runReportingReplicationErrors<R>(json: Bool, _ body: () async throws -> R) 
 struct ReplicateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "replicate",
-        abstract: "Ship every committed event to the shard's NATS JetStream stream, position for position.",
+        abstract: "Ship a shard writer's committed events to the shard's NATS JetStream stream, position for position.",
         discussion: """
-            Creates the stream when missing (file storage, --replicas replicas, deletes and purges \
+            Only for a directory that is its shard's writer (failover runs its own shipper; a \
+            standalone ledger is refused, as it holds no lease); each publish checks the writer's \
+            lease token and term. Creates the stream when missing (file storage, --replicas replicas, deletes and purges \
             denied), resumes after the stream's last sequence once the stream's event there is checked \
             against the ledger's, then ships new commits as they happen until SIGTERM or SIGINT (with \
             --once: what is committed now, then exits). Exits 1 when another writer fenced this one off \
@@ -137,6 +143,14 @@ struct ReplicateCommand: AsyncParsableCommand {
     func run() async throws {
         let log = try ledger.open(create: false, readOnly: true)
         let statistics = try await runReportingReplicationErrors(json: ledger.json) { () async throws -> ShipperStatistics in
+            // Only a shard's writer ships: a standalone ledger holds no lease, and shipping it would
+            // make a second writer beside the lease holder.
+            if case .standalone = try LedgerRole.read(at: ledger.path) {
+                await log.close()
+                throw ReplicationError(
+                    .notWriter, "this ledger is standalone: only a shard's writer ships, under its lease; run share-ledger "
+                        + "failover on it (it takes the lease, publishes its term marker and ships)")
+            }
             var configuration = ShipperConfiguration(servers: try natsOptions.servers(), shard: try natsOptions.names(), logger: ledger.logger)
             configuration.replicas = replicas
             let shipper = LedgerShipper(log: log, configuration: configuration)
@@ -164,16 +178,74 @@ struct ReplicateCommand: AsyncParsableCommand {
     }
 }
 
+extension FollowCommand {
+    /// Records the directory at `path` as a replica of `shard`; refuses a writer's or a deposed
+    /// writer's directory (retire or re-join it first) and another shard's.
+    static func becomeReplica(path: String, shard: ShardNames) async throws {
+        let role = try LedgerRole.read(at: path)
+        switch role {
+        case .standalone, .replica(shard.shard):
+            try LedgerRole.replica(shard: shard.shard).write(at: path)
+        case .writer:
+            throw ReplicationError(
+                .notWriter, "this ledger is the \(role): it does not follow; stop its failover first (it steps down to a replica)")
+        case .deposed:
+            throw ReplicationError(
+                .fenced, "this ledger is a \(role): its unshipped events are not the stream's; re-join it (share-ledger "
+                    + "rejoin) or follow into a fresh directory")
+        case .replica:
+            throw ReplicationError(.invalidArguments, "this ledger is a \(role), not of shard \(shard.shard)")
+        }
+    }
+}
+
+/// `share-ledger rejoin`: a deposed writer becomes a replica again, when its log is a prefix of the stream.
+struct RejoinCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rejoin",
+        abstract: "Make a deposed writer (or any shard member) a replica again, if its log is a prefix of the shard's stream.",
+        discussion: """
+            Compares the ledger's last event with the stream's event at the same position: equal (the \
+            ledger holds nothing the stream lacks), the directory is recorded as a replica of the \
+            shard and can follow or stand by again; otherwise it exits 1 (diverged), naming the \
+            position, and the directory is left deposed: move it away and follow into a fresh one.
+            """)
+
+    @OptionGroup var ledger: LedgerOptions
+    @OptionGroup var natsOptions: NATSOptions
+
+    func run() async throws {
+        let log = try ledger.open(create: false, readOnly: true)
+        let report: Failover.Rejoined
+        do {
+            report = try await runReportingReplicationErrors(json: ledger.json) { () async throws -> Failover.Rejoined in
+                try await Failover.rejoin(log: log, servers: try natsOptions.servers(), shard: try natsOptions.names())
+            }
+        } catch {
+            await log.close()
+            throw error
+        }
+        await log.close()
+        if ledger.json {
+            Output.printJSON(report)
+        } else {
+            print("rejoined shard \(report.shard) as a replica at position \(report.headPosition) (stream at \(report.streamPosition))")
+        }
+    }
+}
+
 /// `share-ledger follow`: a read replica that applies a shard's stream into its own ledger.
 struct FollowCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "follow",
         abstract: "Apply a shard's stream into a replica ledger (--path), verifying the chain and projecting read models.",
         discussion: """
-            The replica (created when missing) holds the same events, byte for byte, and the same read \
-            models as the primary at its head; every read command (fetch, history, audit, stats) works \
-            on it. Follows until SIGTERM or SIGINT; with --once, applies up to the stream's last \
-            sequence as it is at the start, then exits. Send the replica no commands.
+            The replica (created when missing; its directory recorded as a replica of the shard) holds \
+            the same events, byte for byte, and the same read models as the primary at its head; the \
+            read commands (history, audit, verify, stats) work on it. It refuses every write, a \
+            logged metadata fetch (fetch, accept) included, with notWriter: send those to the shard's \
+            writer. Follows until SIGTERM or SIGINT; with --once, applies up to the stream's last \
+            sequence as it is at the start, then exits.
             """)
 
     @OptionGroup var ledger: LedgerOptions
@@ -188,6 +260,12 @@ struct FollowCommand: AsyncParsableCommand {
     func run() async throws {
         let replica = try ledger.openWithoutWorker(create: true)
         let statistics = try await runReportingReplicationErrors(json: ledger.json) { () async throws -> FollowerStatistics in
+            do {
+                try await Self.becomeReplica(path: ledger.path, shard: try natsOptions.names())
+            } catch {
+                await replica.close()
+                throw error
+            }
             let follower = LedgerFollower(
                 ledger: replica,
                 configuration: FollowerConfiguration(servers: try natsOptions.servers(), shard: try natsOptions.names(), logger: ledger.logger))
@@ -215,6 +293,76 @@ struct FollowCommand: AsyncParsableCommand {
             print(
                 "replica at \(statistics.appliedPosition) of \(statistics.stream) (stream at \(statistics.streamPosition)); "
                     + "\(statistics.eventsApplied) events applied now")
+        }
+    }
+}
+
+/// `share-ledger shard`: the shard map (container → shard) in the NATS key-value bucket `shareledger_shards`.
+struct ShardCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "shard",
+        abstract: "Read or set which shard holds a container (the shard map on NATS).",
+        subcommands: [Assign.self, Show.self])
+
+    /// Options of both subcommands.
+    struct Common: ParsableArguments {
+        @Option(name: .long, help: "NATS servers, comma-separated.")
+        var nats: String
+
+        @Argument(help: "The container, e.g. iCloud.com.example.notes.")
+        var container: String
+
+        @Flag(help: "Print JSON.")
+        var json = false
+
+        func servers() throws -> [String] { try NATSOptions.parse(["--nats", nats]).servers() }
+    }
+
+    /// What both print.
+    struct Report: Encodable {
+        var container: String
+        var shard: String
+    }
+
+    static func print(_ report: Report, json: Bool) {
+        if json { Output.printJSON(report) } else { Swift.print("\(report.container) → shard \(report.shard)") }
+    }
+
+    /// `shard assign CONTAINER --to S`: before the container's first command (moving one is not supported).
+    struct Assign: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Assign a container to a shard, before its first command (moving a container between shards is not supported).")
+
+        @OptionGroup var common: Common
+
+        @Option(help: "The shard.")
+        var to: String
+
+        func run() async throws {
+            let report = try await runReportingReplicationErrors(json: common.json) { () async throws -> Report in
+                let shard = try ShardNames(shard: to)
+                let router = try await ShardRouter.open(servers: try common.servers())
+                defer { router.close() }
+                try await router.assign(common.container, to: shard)
+                return Report(container: common.container, shard: shard.shard)
+            }
+            ShardCommand.print(report, json: common.json)
+        }
+    }
+
+    /// `shard show CONTAINER`.
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the shard that holds a container.")
+
+        @OptionGroup var common: Common
+
+        func run() async throws {
+            let report = try await runReportingReplicationErrors(json: common.json) { () async throws -> Report in
+                let router = try await ShardRouter.open(servers: try common.servers())
+                defer { router.close() }
+                return Report(container: common.container, shard: try await router.shard(of: common.container).shard)
+            }
+            ShardCommand.print(report, json: common.json)
         }
     }
 }

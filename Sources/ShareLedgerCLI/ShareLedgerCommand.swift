@@ -30,7 +30,7 @@ struct ShareLedgerCommand: AsyncParsableCommand {
             CommandGroup(
                 name: "Server and replication",
                 subcommands: [
-                    ServeCommand.self, TokenCommand.self, ReplicateCommand.self, FollowCommand.self, FailoverCommand.self,
+                    ServeCommand.self, TokenCommand.self, ReplicateCommand.self, FollowCommand.self, RejoinCommand.self, ShardCommand.self, FailoverCommand.self,
                 ]),
             CommandGroup(name: "Benchmarks", subcommands: [BenchCommand.self, DemoCommand.self]),
         ]

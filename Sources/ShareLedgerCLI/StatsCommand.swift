@@ -13,8 +13,8 @@ struct StatsCommand: AsyncParsableCommand {
     @Option(help: "NATS servers, comma-separated: adds the replication lag of the shard's stream (field replication).")
     var nats: String?
 
-    @Option(help: "With --nats: the shard (its stream is LEDGER_<shard>).")
-    var shard = "default"
+    @Option(help: "With --nats: the shard (its stream is LEDGER_<shard>); default: the shard the ledger's role names.")
+    var shard: String?
 
     /// The statistics with the replication lag, as one JSON object.
     struct WithReplication: Encodable {
@@ -36,8 +36,18 @@ struct StatsCommand: AsyncParsableCommand {
         var replication: ReplicationLag?
         if let nats {
             replication = try await runReportingReplicationErrors(json: ledger.json) {
-                try await ReplicationLag.read(
-                    log: sharing.log, servers: try NATSOptions.parse(["--nats", nats]).servers(), shard: try ShardNames(shard: shard))
+                // The shard is the one the ledger belongs to; comparing with another shard's stream
+                // would report a meaningless lag.
+                let role = try LedgerRole.read(at: ledger.path)
+                guard let name = shard ?? role.shard else {
+                    throw ReplicationError(
+                        .invalidArguments, "this ledger is standalone: name the shard whose stream to compare with (--shard S)")
+                }
+                if let member = role.shard, member != name {
+                    throw ReplicationError(.invalidArguments, "this ledger is the \(role), not a member of shard \(name)")
+                }
+                return try await ReplicationLag.read(
+                    log: sharing.log, servers: try NATSOptions.parse(["--nats", nats]).servers(), shard: try ShardNames(shard: name))
             }
         }
         await sharing.close()

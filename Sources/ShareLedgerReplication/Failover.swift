@@ -1,49 +1,355 @@
+import Foundation
+import Logging
 import ShareLedger
 
-/// A standby's takeover of a shard's writing (docs/operations.md, "Failover").
+/// A standby's takeover of a shard's writing (docs/architecture.md, "Fencing by term").
 public enum Failover {
-    /// Waits until the shard's writer lease is free or expired and takes it (compare-and-set: of
-    /// standbys racing, one wins), then applies the stream into the standby's replica until it holds
-    /// every event the stream holds, so that the standby continues the history with no gap and no
-    /// fork. Every wait is bounded by `timeout`; NATS errors while it waits (a node lost, a leader
-    /// elected) are retried until then, so a standby outlives the hiccups that may end the writer's lease.
+    /// What a takeover did.
+    public struct Takeover: Sendable, Hashable {
+        /// The lease held.
+        public var grant: WriterLease.Grant
+        /// Where the term marker stands in the stream and the ledger (the ledger's head now).
+        public var markerPosition: LogPosition
+        /// Until when the lease is held, on ``ShareLedger/LedgerRole/monotonicNanos()``.
+        public var heldUntilNanos: UInt64
+    }
+
+    /// Makes the ledger of `follower` the writer of the lease's shard:
     ///
-    /// Then open the replica for writing (with its residual-task worker: the tasks the old writer left
-    /// pending are in its read models), start a ``LedgerShipper`` (it checks the stream's last event
-    /// against the ledger before publishing, and refuses with ``ReplicationError/Code/diverged`` when
-    /// the old writer shipped more meanwhile: catch up again), and renew the lease every third of its
-    /// duration. The old writer's next publish fails its expected sequence and it stops
-    /// (``ReplicationError/Code/fenced``).
+    /// 1. Records the directory's role as a replica of the shard (a standby takes no writes) and
+    ///    refuses a deposed writer (re-join it first). A writer restarting becomes a replica when its
+    ///    log is a prefix of the stream; when it holds commits the stream lacks and nobody wrote
+    ///    since, it stays a writer without a lease (it takes no writes) and ships them if it takes
+    ///    the lease first; otherwise it is recorded deposed (``ReplicationError/Code/fenced``).
+    /// 2. Follows the stream while it waits for the lease to be free or expired, and takes it by
+    ///    compare-and-set (of standbys racing, one wins; a new holder means a new term).
+    /// 3. Applies the stream until the ledger holds every event the stream holds; a ledger that
+    ///    holds more (a writer restarting with commits it had not shipped) ships them first, once
+    ///    its events at the stream's head are checked equal.
+    /// 4. Publishes a ``TermMarker`` at the stream's head + 1 with `Nats-Expected-Last-Sequence` =
+    ///    head, with more than `margin` of the lease left. When an older writer slipped an event in
+    ///    meanwhile, catches up again and retries: the marker goes in only right after everything
+    ///    the stream holds. From then on, any older writer's publish expects a sequence the stream
+    ///    is past, and fails.
+    /// 5. Applies the marker to the ledger (from the bytes the stream acknowledged), writes the
+    ///    lease token, and records the role ``ShareLedger/LedgerRole/writer(shard:term:)``: appends
+    ///    of every process on the directory commit from now on, while the lease is kept
+    ///    (``WriterLeaseKeeper`` with the same `margin`).
     ///
-    /// - Returns: the lease held.
+    /// Every wait is bounded by `timeout`, the catch-up and the marker once the lease is held also
+    /// by `catchUpTimeout`; NATS errors (a node lost, a leader elected) are retried until then.
+    ///
     /// - Throws: ``ReplicationError/Code/timedOut`` when the lease stayed held or the catch-up did not
-    ///   finish in time; NATS and ledger errors.
+    ///   finish in time (the role stays replica; run it again); ``ReplicationError/Code/fenced`` for a
+    ///   deposed ledger; ``ReplicationError/Code/diverged`` when the ledger's history forked from the
+    ///   stream's; NATS and ledger errors. A takeover that fails after taking the lease releases it.
+    ///   `streamReplicas` is the replication of the stream when the takeover creates it (the first
+    ///   writer of a shard).
     public static func takeOver(
-        lease: WriterLease, follower: LedgerFollower, timeout: Duration = .seconds(30)
-    ) async throws(ReplicationError) -> WriterLease.Grant {
+        lease: WriterLease, follower: LedgerFollower, timeout: Duration = .seconds(30), margin: Duration? = nil,
+        catchUpTimeout: Duration = .seconds(60), streamReplicas: Int = 3, monotonic: @escaping @Sendable () -> UInt64 = LedgerRole.monotonicNanos
+    ) async throws(ReplicationError) -> Takeover {
         let deadline = ContinuousClock.now + timeout
+        let shard = lease.shard
+        let ledger = follower.ledger
+        let margin = WriterLeaseKeeper.nanoseconds(margin ?? WriterLeaseKeeper.defaultMargin(lease.duration))
+        try await becomeStandby(log: ledger.log, shard: shard, servers: follower.configuration.servers)
+
+        // 2. Wait for the lease, following meanwhile.
         var grant: WriterLease.Grant?
+        var acquiredAt: UInt64 = 0
         var lastError: ReplicationError?
         while true {
             do {
+                acquiredAt = monotonic()
                 grant = try await lease.acquire()
                 lastError = nil
             } catch where error.code == .unavailable || error.code == .timedOut {
                 lastError = error
             }
             if let grant, grant.held { break }
+            follower.configuration.logger.debug(
+                "standing by", metadata: ["holder": "\(grant?.record.holder ?? "?")", "term": "\(grant?.record.term ?? 0)",
+                    "error": "\(lastError.map(\.description) ?? "none")"])
             let now = ContinuousClock.now
             guard now < deadline else {
                 throw ReplicationError(
-                    .timedOut, "the writer lease of shard \(lease.shard.shard) "
+                    .timedOut, "the writer lease of shard \(shard.shard) "
                         + (lastError.map { "could not be read or taken in \(timeout): \($0.message)" }
                             ?? "is still held by \(grant?.record.holder ?? "?") after \(timeout); the writer is alive, or its lease is not yet expired"))
             }
-            try? await Task.sleep(for: min(lease.duration / 10, deadline - now, .milliseconds(200)))
+            do {
+                // A standby follows while it waits: it serves reads and takes over after a short catch-up.
+                try await follower.catchUp(timeout: min(lease.duration / 3, deadline - now, .seconds(2)))
+            } catch where error.code == .unavailable || error.code == .timedOut {
+                // Retried at the next round.
+            }
+            try? await Task.sleep(for: min(lease.duration / 10, .milliseconds(200)))
         }
-        guard let grant else { throw ReplicationError(.timedOut, "the writer lease of shard \(lease.shard.shard) was not taken") }
-        let remaining = deadline - ContinuousClock.now
-        try await follower.catchUp(timeout: max(remaining, .seconds(1)))
-        return grant
+        guard let grant else { throw ReplicationError(.timedOut, "the writer lease of shard \(shard.shard) was not taken") }
+        let heldUntil = acquiredAt &+ WriterLeaseKeeper.nanoseconds(lease.duration)
+        // The catch-up and the marker, once the lease is held, are bounded apart from the wait.
+        let termDeadline = min(deadline, ContinuousClock.now + catchUpTimeout)
+        do {
+            let position = try await startTerm(
+                grant: grant, lease: lease, follower: follower, heldUntil: heldUntil, margin: margin, deadline: termDeadline,
+                streamReplicas: streamReplicas, monotonic: monotonic)
+            return Takeover(grant: grant, markerPosition: position, heldUntilNanos: heldUntil)
+        } catch {
+            // Let the next standby take it without waiting for it to expire.
+            _ = try? await lease.release()
+            throw error
+        }
+    }
+
+    /// Step 1: the directory becomes a standby (a replica of the shard).
+    private static func becomeStandby(log: EventLog, shard: ShardNames, servers: [String]) async throws(ReplicationError) {
+        let path = log.configuration.path
+        let role: LedgerRole
+        do {
+            role = try LedgerRole.read(at: path)
+        } catch {
+            throw ReplicationError(error, while: "reading the ledger's role")
+        }
+        switch role {
+        case .deposed:
+            throw ReplicationError(
+                .fenced, "this ledger is a \(role): its unshipped events are not part of the history; re-join it as a "
+                    + "replica (share-ledger rejoin) or rebuild it from the stream before it stands by again")
+        case .writer(let other, _) where other != shard.shard, .replica(let other) where other != shard.shard:
+            throw ReplicationError(.invalidArguments, "this ledger is the \(role), not a member of shard \(shard.shard)")
+        default:
+            break
+        }
+        WriterLeaseToken.remove(at: path)
+        if case .writer(_, let term) = role {
+            // A writer restarting (after a crash, say): a replica only if its log is a prefix of the
+            // stream. Holding commits the stream lacks, it stays a writer without a lease (it takes
+            // no writes) and ships them if it takes the lease before anyone else writes; when the
+            // stream holds something else where it has events, it is deposed.
+            do {
+                _ = try await rejoin(log: log, servers: servers, shard: shard)
+                return
+            } catch where error.code == .diverged {
+                if try await holdsOnlyUnshippedCommits(log: log, servers: servers, shard: shard) { return }
+                do {
+                    try LedgerRole.deposed(shard: shard.shard, term: term, newerTerm: nil).write(at: path)
+                } catch {
+                    throw ReplicationError(error, while: "recording the ledger's role")
+                }
+                throw ReplicationError(
+                    .fenced, "this ledger (the writer of term \(term)) holds events the stream does not: it is now recorded "
+                        + "as deposed; move it away and stand by with a fresh directory (\(error.message))")
+            }
+        }
+        do {
+            try LedgerRole.replica(shard: shard.shard).write(at: path)
+        } catch {
+            throw ReplicationError(error, while: "recording the ledger's role")
+        }
+    }
+
+    /// Whether the ledger holds the whole stream and more: the stream's last event is the ledger's
+    /// event at that position (the commits after it were never shipped, and nobody wrote since).
+    private static func holdsOnlyUnshippedCommits(log: EventLog, servers: [String], shard: ShardNames) async throws(ReplicationError) -> Bool {
+        let connection = try await NATSConnection.connect(servers: servers, name: "share-ledger standby \(shard.shard)")
+        defer { connection.close() }
+        let last = try await connection.call("reading stream \(shard.stream)") { c throws(ReplicationError) in
+            try c.streamState(name: shard.stream)
+        }?.lastSequence ?? 0
+        let local: StoredEvent?
+        do {
+            local = last == 0 ? nil : try log.storedEvent(at: LogPosition(last))
+        } catch {
+            throw ReplicationError(error, while: "reading the ledger")
+        }
+        if last == 0 { return true }
+        guard let local else { return false }
+        let remote = try await connection.call("reading message \(last) of \(shard.stream)") { c throws(ReplicationError) in
+            try c.message(stream: shard.stream, sequence: last)
+        }
+        return remote == local.bytes
+    }
+
+    /// Steps 3 to 5; returns the marker's position.
+    private static func startTerm(
+        grant: WriterLease.Grant, lease: WriterLease, follower: LedgerFollower, heldUntil: UInt64, margin: UInt64,
+        deadline: ContinuousClock.Instant, streamReplicas: Int, monotonic: @Sendable () -> UInt64
+    ) async throws(ReplicationError) -> LogPosition {
+        let shard = lease.shard
+        let ledger = follower.ledger
+        let path = ledger.log.configuration.path
+        let marker = TermMarker(shard: shard.shard, term: grant.record.term, holder: grant.record.holder)
+        var configuration = ShipperConfiguration(servers: follower.configuration.servers, shard: shard, logger: follower.configuration.logger)
+        configuration.callTimeout = follower.configuration.callTimeout
+        configuration.replicas = streamReplicas
+        configuration.checksRole = false  // the lease was just taken; this shipper only sends what the stream lacks
+        let connection = try await NATSConnection.connect(
+            servers: follower.configuration.servers, name: "share-ledger takeover \(shard.shard)", wait: follower.configuration.callTimeout)
+        defer { connection.close() }
+        var backoff = Duration.milliseconds(50)
+        while true {
+            guard ContinuousClock.now < deadline else {
+                throw ReplicationError(.timedOut, "the takeover of shard \(shard.shard) did not finish in time; run it again")
+            }
+            do throws(ReplicationError) {
+                // 3. Catch up; ship what only this ledger holds (a restarted writer's unshipped commits).
+                try await follower.catchUp(timeout: max(deadline - ContinuousClock.now, .seconds(1)))
+                var head: LogHead
+                do {
+                    head = try ledger.log.head()
+                } catch {
+                    throw ReplicationError(error, while: "reading the ledger's head")
+                }
+                let stream = try await connection.call("reading stream \(shard.stream)") { connection throws(ReplicationError) in
+                    try connection.streamState(name: shard.stream)
+                }
+                let last = stream?.lastSequence ?? 0
+                // An older writer published after the catch-up: catch up again.
+                if last > head.position.rawValue { continue }
+                if stream == nil || last < head.position.rawValue {
+                    // The shipper creates a missing stream, checks the stream's last event against the
+                    // ledger's (diverged when they differ), then publishes only what the stream lacks.
+                    let shipper = LedgerShipper(log: ledger.log, configuration: configuration)
+                    defer { shipper.close() }
+                    try await shipper.shipAvailable()
+                    do {
+                        head = try ledger.log.head()
+                    } catch {
+                        throw ReplicationError(error, while: "reading the ledger's head")
+                    }
+                }
+                // A marker of ours whose acknowledgement was lost arrived with the catch-up: it is
+                // in the stream and the ledger already.
+                let headEvent: StoredEvent?
+                do {
+                    headEvent = head.position == .start ? nil : try ledger.log.storedEvent(at: head.position)
+                } catch {
+                    throw ReplicationError(error, while: "reading the ledger's head")
+                }
+                if let headEvent, TermMarker.decode(headEvent) == marker {
+                    try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
+                    return head.position
+                }
+                // 4. The marker, with the lease's margin to spare.
+                let now = monotonic()
+                guard now < heldUntil, heldUntil - now > margin else {
+                    throw ReplicationError(
+                        .leaseHeld, "the writer lease of shard \(shard.shard) has less than its safety margin left before the "
+                            + "term marker could be published; run the takeover again")
+                }
+                let event = marker.event(after: head, nowMicros: Int64(Date().timeIntervalSince1970 * 1_000_000))
+                let expected = head.position.rawValue
+                let outcome = try await connection.call("publishing the term marker to \(shard.stream)") { connection throws(ReplicationError) in
+                    try connection.publish(
+                        subject: shard.subject, data: event.bytes, messageID: ShardNames.messageID(event.position, event.hash),
+                        expectedLastSequence: expected)
+                }
+                switch outcome {
+                case .wrongLastSequence:
+                    // An older writer published after the catch-up: catch up again, then retry.
+                    follower.configuration.logger.notice(
+                        "the stream moved before the term marker; catching up again", metadata: ["shard": "\(shard.shard)"])
+                    continue
+                case .stored(let sequence, _):
+                    guard sequence == event.position.rawValue else {
+                        throw ReplicationError(
+                            .diverged, "the term marker was stored at sequence \(sequence), not \(event.position); the stream "
+                                + "\(shard.stream) does not hold this ledger's history")
+                    }
+                }
+                // 5. The marker into the ledger, then the token and the role.
+                do {
+                    try await ledger.applyReplicated([event])
+                } catch {
+                    throw ReplicationError(error, while: "applying the term marker")
+                }
+                try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
+                return event.position
+            } catch where (error.code == .unavailable || error.code == .timedOut) && ContinuousClock.now + backoff < deadline {
+                follower.configuration.logger.warning("taking over failed; retrying", metadata: ["error": "\(error)"])
+                try? await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, .seconds(1))
+            }
+        }
+    }
+
+    /// Writes the lease token and records the role writer.
+    private static func recordWriter(
+        path: String, grant: WriterLease.Grant, shard: ShardNames, heldUntil: UInt64, margin: UInt64
+    ) throws(ReplicationError) {
+        do {
+            try WriterLeaseToken(
+                shard: shard.shard, term: grant.record.term, holder: grant.record.holder, heldUntilNanos: heldUntil, marginNanos: margin
+            ).write(at: path)
+            try LedgerRole.writer(shard: shard.shard, term: grant.record.term).write(at: path)
+        } catch {
+            throw ReplicationError(error, while: "recording the ledger's role")
+        }
+    }
+
+    /// What ``rejoin(log:servers:shard:)`` found.
+    public struct Rejoined: Sendable, Hashable, Codable {
+        /// The shard.
+        public var shard: String
+        /// The ledger's head.
+        public var headPosition: UInt64
+        /// The stream's last sequence.
+        public var streamPosition: UInt64
+    }
+
+    /// Makes the ledger of `log` (a deposed writer, or a standby) a replica of `shard` again when
+    /// its log is a prefix of the stream: its last event equals the stream's event at that position
+    /// (the hash chain makes that the whole prefix). Otherwise it holds events that are not part of
+    /// the history and stays as it is.
+    ///
+    /// - Throws: ``ReplicationError/Code/diverged`` when the log is not a prefix of the stream;
+    ///   ``ReplicationError/Code/notWriter`` for a writer (step it down first); NATS errors.
+    public static func rejoin(log: EventLog, servers: [String], shard: ShardNames) async throws(ReplicationError) -> Rejoined {
+        let path = log.configuration.path
+        let role: LedgerRole
+        let head: LogHead
+        let local: StoredEvent?
+        do {
+            role = try LedgerRole.read(at: path)
+            head = try log.head()
+            local = head.position == .start ? nil : try log.storedEvent(at: head.position)
+        } catch {
+            throw ReplicationError(error, while: "reading the ledger")
+        }
+        if case .writer = role, let token = WriterLeaseToken.read(at: path), token.boot == WriterLeaseToken.currentBoot,
+            token.heldUntilNanos > LedgerRole.monotonicNanos()
+        {
+            throw ReplicationError(.notWriter, "this ledger is the \(role): stop its failover first (a graceful stop steps down to a replica)")
+        }
+        if let other = role.shard, other != shard.shard {
+            throw ReplicationError(.invalidArguments, "this ledger is a member of shard \(other), not \(shard.shard)")
+        }
+        let connection = try await NATSConnection.connect(servers: servers, name: "share-ledger rejoin")
+        defer { connection.close() }
+        let last = try await connection.call("reading stream \(shard.stream)") { c throws(ReplicationError) in
+            try c.streamState(name: shard.stream)
+        }?.lastSequence ?? 0
+        let position = head.position.rawValue
+        if position > 0 {
+            let remote: [UInt8]? = position <= last
+                ? try await connection.call("reading message \(position) of \(shard.stream)") { c throws(ReplicationError) in
+                    try c.message(stream: shard.stream, sequence: position)
+                } : nil
+            guard let remote, remote == local?.bytes else {
+                throw ReplicationError(
+                    .diverged, "this ledger's event at position \(position) is not the stream's (the stream "
+                        + (position > last ? "ends at \(last)" : "holds another event there")
+                        + "): it holds events that are not part of the history; move the directory away and follow into a "
+                        + "fresh one")
+            }
+        }
+        WriterLeaseToken.remove(at: path)
+        do {
+            try LedgerRole.replica(shard: shard.shard).write(at: path)
+        } catch {
+            throw ReplicationError(error, while: "recording the ledger's role")
+        }
+        return Rejoined(shard: shard.shard, headPosition: position, streamPosition: last)
     }
 }

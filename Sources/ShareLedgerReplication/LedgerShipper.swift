@@ -51,6 +51,13 @@ public struct ShipperConfiguration: Sendable {
     public var callTimeout: Duration = .seconds(2)
     /// Where the shipper logs (it never prints).
     public var logger: Logger
+    /// Check the ledger directory's role before every publish (``ShareLedger/LedgerRole/checkWritable(at:now:)``):
+    /// a writer publishes only under its current term with more than its lease's safety margin left,
+    /// a replica or a deposed writer never. A standalone ledger ships unchecked (a library user who
+    /// fences by other means). On by default.
+    public var checksRole = true
+    /// The monotonic clock the lease token is checked against (inject one in tests).
+    public var monotonic: @Sendable () -> UInt64 = LedgerRole.monotonicNanos
 
     /// Makes a configuration.
     public init(servers: [String], shard: ShardNames, logger: Logger = Logger(label: "shareledger.replication.shipper")) {
@@ -187,6 +194,9 @@ public final class LedgerShipper: Service, Sendable {
     @discardableResult
     public func shipAvailable() async throws(ReplicationError) -> ShipperStatistics {
         if let failure = state.withLock({ $0.failure }) { throw failure }
+        // A replica, a deposed writer or a writer without its lease neither publishes nor
+        // acknowledges: checked before anything (and again before each publish).
+        if configuration.checksRole { try checkRole() }
         let connection = try await connect()
         var shipped = try await resumePoint(connection)
         while true {
@@ -200,6 +210,7 @@ public final class LedgerShipper: Service, Sendable {
             }
             updateLag(head: head, shipped: shipped.position, oldestUnshipped: events.first)
             guard !events.isEmpty else { break }
+            if configuration.checksRole { try checkRole() }
             shipped = try await publish(events, after: shipped, connection: connection)
         }
         return statistics
@@ -270,6 +281,60 @@ public final class LedgerShipper: Service, Sendable {
     /// Closes the NATS connection.
     public func close() { connection.close() }
 
+    /// Refuses to publish unless the ledger's role allows writing now.
+    private func checkRole() throws(ReplicationError) {
+        let role: LedgerRole
+        do {
+            role = try LedgerRole.checkWritable(at: log.configuration.path, now: configuration.monotonic())
+        } catch {
+            throw ReplicationError(.notWriter, "nothing was published: \(error.message)")
+        }
+        if let shard = role.shard, shard != configuration.shard.shard {
+            throw ReplicationError(
+                .misconfigured, "this ledger is the \(role), not a member of shard \(configuration.shard.shard); nothing was published")
+        }
+    }
+
+    /// After being fenced: finds the newer term in the stream (the first term marker after
+    /// `position`, looking at up to 1,024 messages) and records this ledger as deposed, so that
+    /// every process on it stops appending. Returns the marker found.
+    private func depose(after position: LogPosition, connection: NATSConnection) async -> TermMarker? {
+        let names = configuration.shard
+        var found: TermMarker?
+        if let last = try? await connection.call("reading stream \(names.stream)", { c throws(ReplicationError) in
+            try c.streamState(name: names.stream)
+        })?.lastSequence, last > position.rawValue {
+            var sequence = position.rawValue + 1
+            while sequence <= min(last, position.rawValue + 1_024), found == nil {
+                let at = sequence
+                let bytes: [UInt8]?
+                do {
+                    bytes = try await connection.call("reading message \(at) of \(names.stream)") { c throws(ReplicationError) in
+                        try c.message(stream: names.stream, sequence: at)
+                    }
+                } catch {
+                    break
+                }
+                if let bytes, let event = StoredEvent(position: LogPosition(at), bytes: bytes) { found = TermMarker.decode(event) }
+                sequence += 1
+            }
+        }
+        let path = log.configuration.path
+        let term: UInt64
+        switch try? LedgerRole.read(at: path) {
+        case .writer(_, let held)?: term = held
+        case .deposed?, .replica?: return found
+        default: term = 0
+        }
+        do {
+            try LedgerRole.deposed(shard: names.shard, term: term, newerTerm: found?.term).write(at: path)
+            WriterLeaseToken.remove(at: path)
+        } catch {
+            configuration.logger.error("recording the ledger as deposed failed", metadata: ["error": "\(error)"])
+        }
+        return found
+    }
+
     /// After a failure: connect anew (creating the stream if it is gone) and re-read it before the next batch.
     private func reset() {
         connection.close()
@@ -299,7 +364,14 @@ public final class LedgerShipper: Service, Sendable {
                     break
                 } catch where error.code == .timedOut && attempt < 2 {
                     attempt += 1
-                    logger.warning("creating the stream timed out; retrying", metadata: ["stream": "\(names.stream)", "attempt": "\(attempt)"])
+                    // During a leader election the stream exists but cannot answer the creation
+                    // in time: say which of the two it is.
+                    let exists = (try? await connection.call("reading stream \(names.stream)") { connection throws(ReplicationError) in
+                        try connection.streamState(name: names.stream)
+                    }) != nil
+                    logger.warning(
+                        exists ? "the stream did not answer in time (electing a leader?); retrying" : "creating the stream timed out; retrying",
+                        metadata: ["stream": "\(names.stream)", "attempt": "\(attempt)"])
                     try? await Task.sleep(for: .milliseconds(500))
                 }
             }
@@ -403,11 +475,15 @@ public final class LedgerShipper: Service, Sendable {
             do {
                 return try await resumePoint(connection)
             } catch let error where error.code == .diverged {
-                // The stream holds another writer's events: this writer is fenced off for good.
+                // The stream holds another writer's events: this writer is fenced off for good, and
+                // the ledger records it (every process on it stops appending).
+                let marker = await depose(after: acknowledged.position, connection: connection)
+                let newer = marker.map { " Term \($0.term) (holder \($0.holder)) took over the shard." } ?? ""
                 let fenced = ReplicationError(
                     .fenced, "another writer appended to stream \(names.stream) (\(problem ?? "the stream moved on")); this "
-                        + "ledger stopped shipping at \(acknowledged.position): its later events are not part of the history. "
-                        + "Stop writing to it; rebuild it from the stream with share-ledger follow. (\(error.message))")
+                        + "ledger stopped shipping at \(acknowledged.position): its later events are not part of the history.\(newer) "
+                        + "It is now recorded as deposed and refuses writes; re-join it as a replica (share-ledger rejoin) or "
+                        + "rebuild it from the stream with share-ledger follow. (\(error.message))")
                 state.withLock { state in
                     state.failure = fenced
                     state.statistics.fenced = true
@@ -548,7 +624,11 @@ public struct ReplicationLag: Sendable, Hashable, Codable {
         let state = try await connection.call("reading stream \(shard.stream)") { connection throws(ReplicationError) in
             try connection.streamState(name: shard.stream)
         }
-        let streamPosition = state?.lastSequence ?? 0
+        guard let state else {
+            throw ReplicationError(
+                .invalidArguments, "stream \(shard.stream) does not exist: is \(shard.shard) the shard's name, and has its writer shipped yet?")
+        }
+        let streamPosition = state.lastSequence
         do {
             let head = try log.head().position.rawValue
             let lag = head &- min(head, streamPosition)

@@ -40,10 +40,14 @@ public struct ReplicationError: Error, Sendable, Hashable, CustomStringConvertib
         public static let crossContainer = Code(rawValue: 2008)
         /// No writer owns the shard right now (no responder): retry after a standby takes the lease.
         public static let noWriter = Code(rawValue: 2009)
+        /// This ledger may not write or publish in its role: a replica, a deposed writer, or a writer
+        /// whose lease is lost or has less than its safety margin left.
+        public static let notWriter = Code(rawValue: 2010)
 
         private static let names: [Int: String] = [
             2000: "unavailable", 2001: "timedOut", 2002: "fenced", 2003: "diverged", 2004: "misconfigured",
             2005: "ledger", 2006: "leaseHeld", 2007: "invalidArguments", 2008: "crossContainer", 2009: "noWriter",
+            2010: "notWriter",
         ]
     }
 

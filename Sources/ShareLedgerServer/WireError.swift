@@ -70,7 +70,7 @@ struct WireError: Error, Sendable, Hashable {
         case .notAuthenticated: code = .authenticationRequired
         case .quotaExceeded, .storageFull: code = .quotaExceeded
         case .batchRequestFailed: code = .atomicError
-        case .closed, .timedOut, .operationCancelled: code = .tryAgainLater
+        case .closed, .timedOut, .operationCancelled, .notWriter: code = .tryAgainLater
         case .invalidArguments, .limitExceeded, .tooManyParticipants, .badContainer, .badDatabase,
             .serverRejectedRequest, .readOnly:
             code = .badRequest

@@ -79,8 +79,11 @@ enum Ledgers {
     }
 
     /// Some sharing: `shares` owners each share a zone with a new participant, who accepts (one
-    /// residual task each, left pending without a worker), plus a raw append each.
-    static func share(_ ledger: ShareLedger, round: Int, shares: Int = 3) async throws {
+    /// residual task each, left pending without a worker), plus a raw append each. Returns the
+    /// shares' URLs.
+    @discardableResult
+    static func share(_ ledger: ShareLedger, round: Int, shares: Int = 3) async throws -> [URL] {
+        var urls: [URL] = []
         for index in 0..<shares {
             let owner = "_o\(round)x\(index)"
             let guest = "_g\(round)x\(index)"
@@ -98,7 +101,9 @@ enum Ledgers {
             try await ledger.log.append(
                 [EventDraft(type: "example.Note", payload: Array("note \(round) \(index)".utf8))], to: "notes/\(round)",
                 metadata: CommandMetadata(container: container, actor: owner))
+            urls.append(share.url)
         }
+        return urls
     }
 
     /// Raw appends of `count` one-event commands.

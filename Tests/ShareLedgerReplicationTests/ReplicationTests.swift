@@ -202,9 +202,10 @@ struct ReplicationTests {
         await primary.close()
     }
 
-    /// The writer dies; a standby takes the lease once it expires, catches up from the stream and
-    /// continues: positions gapless, the chain intact, every residual task done exactly once; the
-    /// deposed writer's next publish is fenced and it stops.
+    /// The writer dies; a standby takes the lease once it expires, catches up from the stream,
+    /// publishes its term marker and continues: positions gapless, the chain intact, every residual
+    /// task done exactly once; the deposed writer's next publish is fenced by the marker, it records
+    /// itself deposed and refuses local writes.
     @Test func standbyTakesOverWhenTheWriterDies() async throws {
         let cluster = try await Cluster()
         let shard = try ShardNames(shard: "s1")
@@ -222,14 +223,22 @@ struct ReplicationTests {
         let standbyPath = cluster.directory.makeChild("standby")
         let replica = try Ledgers.open(standbyPath)
         let follower = try follower(replica, cluster)
-        let standbyLease = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "standby", duration: .seconds(1))
+        let standbyLease = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "standby", duration: .seconds(3))
         #expect(try await standbyLease.acquire().held == false)
 
-        // The writer dies (no more renewals); the standby takes over after the lease expires.
-        let grant = try await Failover.takeOver(lease: standbyLease, follower: follower, timeout: .seconds(120))
+        // The writer dies (no more renewals); the standby takes over after the lease expires and
+        // keeps the lease (and its token) from then on.
+        let takeover = try await Failover.takeOver(lease: standbyLease, follower: follower, timeout: .seconds(120))
+        let grant = takeover.grant
+        let keeper = WriterLeaseKeeper(
+            lease: standbyLease, logger: Ledgers.logger("keeper"), ledgerPath: standbyPath, term: grant.record.term) { _ in }
+        let keeping = Task { try await keeper.run() }
         #expect(grant.held && grant.record.term == 2)
+        #expect(takeover.markerPosition.rawValue == handedOver.position.rawValue + 1)
+        #expect(try LedgerRole.read(at: standbyPath) == .writer(shard: "s1", term: 2))
         follower.close()
-        #expect(try replica.log.head() == handedOver)
+        let markerEvent = try #require(try replica.log.storedEvent(at: takeover.markerPosition))
+        #expect(TermMarker.decode(markerEvent) == TermMarker(shard: "s1", term: 2, holder: "standby"))
         await replica.close()
         let standby = try Ledgers.open(standbyPath, worker: true)
         try await standby.waitForResidualTasks()
@@ -240,15 +249,19 @@ struct ReplicationTests {
         let head = try standby.log.head()
         #expect(shipped.shippedPosition == head.position.rawValue)
 
-        // The deposed writer appends locally and tries to ship: fenced.
+        // The deposed writer appends locally and tries to ship: fenced by the marker; it records
+        // itself deposed (naming the newer term) and refuses local writes from then on.
         try await Ledgers.append(writer.log, count: 1)
         do {
             try await writerShipper.shipAvailable()
             Issue.record("the deposed writer shipped")
         } catch {
             #expect(error.code == .fenced)
+            #expect(error.message.contains("Term 2"))
         }
         #expect(writerShipper.statistics.fenced)
+        #expect(try LedgerRole.read(at: writer.log.configuration.path) == .deposed(shard: "s1", term: 0, newerTerm: 2))
+        await #expect(throws: LedgerError.self) { try await Ledgers.append(writer.log, count: 1) }
 
         // One history: the stream is the standby's log, gapless, its prefix the writer's up to the handover.
         let connection = try await NATSConnection.connect(servers: cluster.servers, name: "check", wait: Ledgers.callTimeout)
@@ -264,6 +277,8 @@ struct ReplicationTests {
         let stats = try standby.statistics()
         #expect(zonesCreated.count == 6)
         #expect(stats.acceptedParticipants == 6 && stats.participantZones == 6 && stats.pendingResidualTasks == 0)
+        keeping.cancel()
+        _ = try? await keeping.value
         writerLease.close()
         standbyLease.close()
         await standby.close()
@@ -353,19 +368,37 @@ struct ReplicationTests {
         let cluster = try await Cluster()
         let primaryPath = cluster.directory.makeChild("primary")
         let primary = try Ledgers.open(primaryPath)
-        try await Ledgers.share(primary, round: 0)
+        let url = try #require(try await Ledgers.share(primary, round: 0).first)
         let head = try primary.log.head().position.rawValue
         await primary.close()
         let urls = cluster.servers.joined(separator: ",")
-        let shipped = try await runRetryingTimeouts(
+        // Only a shard's writer ships: `replicate` refuses a standalone ledger (it holds no lease).
+        let standalone = try await run(
             ["replicate", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--once", "--json"], in: cluster.directory)
-        #expect(shipped.status == 0, "\(shipped.json)")
-        #expect(shipped.json["shippedPosition"] as? Int == Int(head))
+        #expect(standalone.status == 1)
+        #expect((standalone.json["error"] as? [String: Any])?["name"] as? String == "notWriter")
+        let reopened = try Ledgers.open(primaryPath)
+        let shipped = try await shipper(reopened.log, cluster, shard: "cli").shipAvailable()
+        #expect(shipped.shippedPosition == head)
+        await reopened.close()
         let replicaPath = cluster.directory.child("replica")
         let followed = try await runRetryingTimeouts(
             ["follow", "--path", replicaPath, "--nats", urls, "--stream", "LEDGER_cli", "--once", "--json"], in: cluster.directory)
         #expect(followed.status == 0, "\(followed.json)")
         #expect(followed.json["appliedPosition"] as? Int == Int(head))
+        #expect(try LedgerRole.read(at: replicaPath) == .replica(shard: "cli"))
+        // A replica takes no writes: a logged fetch is refused with the replica's role named, and
+        // its head stays the primary's (no fork).
+        let fetched = try await run(
+            ["fetch", "--path", replicaPath, url.absoluteString, "--as", "_g0x0", "--container", Ledgers.container, "--json"],
+            in: cluster.directory)
+        #expect(fetched.status == 1)
+        let fetchError = fetched.json["error"] as? [String: Any]
+        #expect(fetchError?["name"] as? String == "notWriter")
+        #expect((fetchError?["message"] as? String)?.contains("replica of shard cli") == true)
+        let replicaLedger = try Ledgers.open(replicaPath)
+        #expect(try replicaLedger.log.head().position.rawValue == head)
+        await replicaLedger.close()
         let stats = try await run(["stats", "--path", primaryPath, "--nats", urls, "--shard", "cli", "--json"], in: cluster.directory)
         let replication = stats.json["replication"] as? [String: Any]
         #expect(replication?["streamPosition"] as? Int == Int(head) && replication?["lagPositions"] as? Int == 0)
@@ -403,7 +436,7 @@ struct ReplicationTests {
         try await Ledgers.share(writer, round: 0)
         func failover(_ path: String, _ holder: String) throws -> (process: ChildProcess, output: URL) {
             try launch(
-                ["failover", "--path", path, "--nats", urls, "--shard", "fo", "--holder", holder, "--lease-seconds", "1", "--json"],
+                ["failover", "--path", path, "--nats", urls, "--shard", "fo", "--holder", holder, "--lease-seconds", "2", "--json"],
                 in: cluster.directory)
         }
         func settled(_ ledger: ShareLedger) async throws -> Bool {
@@ -412,7 +445,8 @@ struct ReplicationTests {
             return try ledger.statistics().pendingResidualTasks == 0 && streamed == head
         }
 
-        let (writerProcess, _) = try failover(writerPath, "writer")
+        let (writerProcess, writerOutput) = try failover(writerPath, "writer")
+        try await until("the writer took over") { jsonLines(writerOutput).contains { $0["event"] as? String == "tookOver" } }
         try await Ledgers.share(writer, round: 1)
         try await until("the writer shipped everything and did its tasks") { try await settled(writer) }
         let handedOver = try writer.log.head()
@@ -423,9 +457,16 @@ struct ReplicationTests {
         let (standbyProcess, standbyOutput) = try failover(standbyPath, "standby")
         try await until("the standby took over") { jsonLines(standbyOutput).contains { $0["event"] as? String == "tookOver" } }
         let tookOver = jsonLines(standbyOutput)[0]
-        #expect(tookOver["term"] as? Int == 2 && tookOver["tookOverAt"] as? Int == Int(handedOver.position.rawValue))
+        #expect(tookOver["term"] as? Int == 2 && tookOver["tookOverAt"] as? Int == Int(handedOver.position.rawValue) + 1)
         let standby = try Ledgers.open(standbyPath)
-        #expect(try standby.log.head() == handedOver)
+        #expect(try standby.log.head().position.rawValue == handedOver.position.rawValue + 1)
+        // The killed writer's directory takes no more writes: its lease token ran out.
+        do {
+            try await Ledgers.append(writer.log, count: 1)
+            Issue.record("the killed writer's ledger took a write")
+        } catch {
+            #expect((error as? LedgerError)?.code == .notWriter)
+        }
         try await Ledgers.share(standby, round: 2)
         try await until("the standby shipped everything and did its tasks") { try await settled(standby) }
         // While the standby writes, a third waits for the lease in vain; bad arguments are refused.
@@ -438,6 +479,8 @@ struct ReplicationTests {
         let stopped = await standbyProcess.exit()
         #expect(stopped.exited(0), "\(stopped.summary)")
         #expect(jsonLines(standbyOutput).last?["event"] as? String == "stopped")
+        // A graceful stop ships everything and steps down to a replica.
+        #expect(try LedgerRole.read(at: standbyPath) == .replica(shard: "fo"))
 
         let head = try standby.log.head()
         let stream = try await streamLast(cluster, "LEDGER_fo")

@@ -18,8 +18,10 @@ extension ShareLedger {
     /// All of `events` are written in one write transaction on the writer thread, with the stream and
     /// command records the writer keeps; subscriptions hear of them with the commit.
     ///
-    /// A replica must take no other writes: open it with `residualTaskWorker = nil` (the primary's
-    /// worker does the residual tasks, and its events arrive here) and send commands to the primary.
+    /// A replica must take no other writes: record its role (``LedgerRole/replica(shard:)``, which
+    /// refuses every other append and keeps the residual-task worker off) and send commands to the
+    /// shard's writer. Applying is exempt from the role check: it is how a replica and a standby
+    /// about to take over (its term marker included) receive the history.
     ///
     /// A replica reads personal data with a copy of the primary's key store (the keys never travel
     /// with the events). When a batch holds a `PersonalDataForgotten`, the keys it made useless are
@@ -51,7 +53,7 @@ extension ShareLedger {
         let store = log.store
         let projector = Projector(models: store.models)
         let batch = checked
-        _ = try await maintain { txn in
+        _ = try await maintain(replicating: true) { txn in
             let head = try store.readHead(txn)
             guard head.position.rawValue + 1 == first.position.rawValue else {
                 throw LedgerError(

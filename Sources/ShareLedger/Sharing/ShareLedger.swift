@@ -50,7 +50,14 @@ public final class ShareLedger: Sendable {
         log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
         keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, log.store.models.vault?.generation ?? 0))
-        if let workerConfiguration = configuration.residualTaskWorker, !configuration.readOnly {
+        // A replica or a deposed writer takes no writes: the worker (which appends) stays off there.
+        let role = try? LedgerRole.read(at: configuration.path)
+        let takesWrites: Bool
+        switch role {
+        case .replica, .deposed: takesWrites = false
+        default: takesWrites = true
+        }
+        if let workerConfiguration = configuration.residualTaskWorker, !configuration.readOnly, takesWrites {
             let worker = ResidualTaskWorker(ledger: self, configuration: workerConfiguration)
             // The worker lives exactly as long as the open ledger: started here, cancelled and awaited
             // in close(). An unstructured task is that lifetime; to put the worker under your own
@@ -285,14 +292,15 @@ public final class ShareLedger: Sendable {
     /// anything (the read models are told to forget what they keep in memory); an error it throws
     /// aborts the transaction, and only it fails. With `alone`, in a transaction of its own
     /// (``LogWriter/submit(bytes:alone:_:)``): for work that must see every event committed before it
-    /// and that later steps must not write after (a rebuild's last step).
+    /// and that later steps must not write after (a rebuild's last step). With `replicating`, the
+    /// work applies another ledger's events and is exempt from the directory's role check.
     func maintain<Result: Sendable>(
-        alone: Bool = false, _ work: @escaping MaintenanceWork<Result>
+        alone: Bool = false, replicating: Bool = false, _ work: @escaping MaintenanceWork<Result>
     ) async throws(LedgerError) -> Result {
         guard !configuration.readOnly else {
             throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
         }
-        return try await log.writer.submit(bytes: 256, alone: alone) { txn, _, scope in
+        return try await log.writer.submit(bytes: 256, alone: alone, replicating: replicating) { txn, _, scope in
             scope.invalidateEverything()
             let count = try work(txn)
             // Maintenance may move the head (an import writes events): later steps of the batch
