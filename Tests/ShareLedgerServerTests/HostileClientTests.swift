@@ -79,6 +79,8 @@ struct HostileClientTests {
     @Test("`serve` with a garbled credentials file exits 1 with an error that names the file, and never listens")
     func serveRefusesAGarbledCredentialsFile() async throws {
         let directory = TemporaryDirectory()
+        // A ledger that opens, so that only the credentials file can stop the start.
+        await (try ShareLedger.open(.init(path: directory.path, createIfMissing: true))).close()
         #expect(FileManager.default.createFile(atPath: directory.child(ServerCredentials.fileName), contents: Data("{oops".utf8)))
         let outputPath = directory.child("serve.out")
         let server = try ChildProcess(
