@@ -171,7 +171,7 @@ let package = Package(
             dependencies: ["ShareLedger", "TestSupport"],
             swiftSettings: strictSettings
         ),
-        // The fuzz targets (envelope decoder, share-URL parser, NDJSON line parser): scripts/fuzz builds
+        // The fuzz targets (envelope decoder, share-URL parser, NDJSON line parser, HTTP request bodies): scripts/fuzz builds
         // it with --sanitize=fuzzer -DSHARELEDGER_FUZZING into its own scratch path, where libFuzzer
         // supplies `main`. A plain build makes a replayer that runs corpus files once. Not a product.
         .executableTarget(
@@ -179,11 +179,12 @@ let package = Package(
             dependencies: ["ShareLedger", "ShareLedgerFuzzSupport"],
             swiftSettings: strictSettings
         ),
-        // The fuzz entry points (decode, apply, parse, round-trip), shared by the fuzz targets and the
-        // corpus tests. Not a product: `package` access into ShareLedger.
+        // The fuzz entry points (decode, apply, parse, round-trip, request bodies through the server's
+        // endpoints), shared by the fuzz targets and the corpus tests. Not a product: `package` access
+        // into ShareLedger and ShareLedgerServer.
         .target(
             name: "ShareLedgerFuzzSupport",
-            dependencies: ["ShareLedger", .product(name: "SwiftProtobuf", package: "swift-protobuf")],
+            dependencies: ["ShareLedger", "ShareLedgerServer", .product(name: "SwiftProtobuf", package: "swift-protobuf")],
             swiftSettings: strictSettings
         ),
         // Helpers the test targets share (a temporary directory per test).

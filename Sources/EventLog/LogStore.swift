@@ -446,6 +446,12 @@ package final class LogStore: Sendable {
                         .corruptedData, "a command record is \(raw.count) bytes, expected 20"
                             + (derivedMeta != nil ? " (in derived/: \(DerivedState.damagedAdvice))" : ""))
                 }
+                // A record the writer made starts at position 1 or later, holds at least one event and
+                // ends inside UInt64: anything else is damage (and would overflow the callers' sums).
+                guard first >= 1, count >= 1, first.addingReportingOverflow(UInt64(count)).overflow == false else {
+                    throw LedgerError(
+                        .corruptedData, "a command record says positions \(first) and \(count) after it, which no log holds")
+                }
                 return (first, count, version)
             }
         }

@@ -188,11 +188,12 @@ struct HTTPBench {
         guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("RESULT ") }) else {
             throw LedgerError(.invalidArguments, "wrk printed no result: \(text.prefix(400))")
         }
-        let numbers = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+        // Read from wrk's output: finite and clamped, so that a strange line cannot trap.
+        let numbers = line.split(separator: " ").dropFirst().compactMap { Double($0) }.filter(\.isFinite)
         guard numbers.count == 4 else { throw LedgerError(.invalidArguments, "wrk's result line is malformed: \(line)") }
         return WrkResult(
-            requests: Int(numbers[0]), perSecond: numbers[0] / Double(seconds), p50Micros: numbers[1], p99Micros: numbers[2],
-            errors: Int(numbers[3]))
+            requests: CheckedConversion.int(clamping: numbers[0]), perSecond: numbers[0] / Double(seconds), p50Micros: numbers[1],
+            p99Micros: numbers[2], errors: CheckedConversion.int(clamping: numbers[3]))
     }
 
     /// 64 tasks fetching metadata (logged) for `seconds`; fetches per second.

@@ -61,6 +61,10 @@ struct ServeCommand: AsyncParsableCommand {
         logger.logLevel = level
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        // A credentials file that cannot be read stops the start here, with its name and what to do
+        // (exit 1), instead of a server that refuses every request as "unknown container".
+        let credentials = ServerCredentials(ledgerPath: ledger.path)
+        _ = try reporting(json: ledger.json) { () throws(ServerError) in try credentials.loadForServing() }
         let shareLedger: ShareLedger
         do {
             var configuration = ShareLedger.Configuration(path: ledger.path, createIfMissing: true, logger: logger)
@@ -73,7 +77,7 @@ struct ServeCommand: AsyncParsableCommand {
         let json = ledger.json
         let host = self.host
         let server = LedgerServer(
-            ledger: shareLedger, credentials: ServerCredentials(ledgerPath: ledger.path),
+            ledger: shareLedger, credentials: credentials,
             configuration: .init(host: host, port: port, maxBodyBytes: maxBodyBytes, maxItemsPerRequest: maxItems),
             logger: logger, metrics: registry,
             onServerRunning: { port in

@@ -8,7 +8,8 @@ import ShareLedgerFuzzSupport
 /// - `ShareLedgerFuzz TARGET FILE|DIRECTORY...` runs every file through the target once and exits 0
 ///   when none fails: the corpus as a regression check without a fuzzing toolchain.
 /// - `ShareLedgerFuzz seed DIRECTORY` writes the seed corpus (`Fuzz/corpus`) from a ledger it builds
-///   in a temporary directory: every stored entry, every share URL and every export line of it.
+///   in a temporary directory: every stored entry, every share URL and every export line of it, and
+///   request bodies of every endpoint with numbers at the edges.
 @main
 struct Replay {
     static func main() async {
@@ -191,7 +192,11 @@ enum Seeds {
         try put("ndjson", "edge-empty", [])
         try put("ndjson", "edge-null", Array("null".utf8))
         try put("ndjson", "edge-object", Array("{}".utf8))
-        print("seeded \(envelopes.count) entries, \(urls.count) URLs, \(lines.count) lines into \(directory)")
+
+        // HTTP: a body of every endpoint with numbers at and beyond every bound.
+        let bodies = HTTPBodyFuzzing.seeds
+        for (name, input) in bodies { try put("http", name, input) }
+        print("seeded \(envelopes.count) entries, \(urls.count) URLs, \(lines.count) lines, \(bodies.count) bodies into \(directory)")
     }
 }
 #endif

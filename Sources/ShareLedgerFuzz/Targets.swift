@@ -12,6 +12,8 @@ enum FuzzTarget: String, CaseIterable, Sendable {
     case url
     /// One NDJSON import line.
     case ndjson
+    /// One request body of an endpoint of `share-ledger serve` (the first byte picks the endpoint).
+    case http
 
     /// Runs one input through the target.
     func run(_ bytes: UnsafeRawBufferPointer) {
@@ -28,6 +30,8 @@ enum FuzzTarget: String, CaseIterable, Sendable {
             FuzzingEntryPoints.shareURL(String(decoding: bytes, as: UTF8.self))
         case .ndjson:
             FuzzingEntryPoints.ndjsonLine(Array(bytes)[...])
+        case .http:
+            HTTPBodyFuzzTarget.run(Array(bytes))
         }
     }
 

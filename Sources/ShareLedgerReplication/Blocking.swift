@@ -1,4 +1,5 @@
 import Dispatch
+import ShareLedger
 import Synchronization
 
 /// Runs blocking C calls off Swift's cooperative thread pool and bounds every wait.
@@ -20,8 +21,7 @@ enum Blocking {
                     once.resume(.failure(error))
                 }
             }
-            let (seconds, attoseconds) = timeout.components
-            let nanos = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
+            let nanos = Int(CheckedConversion.nanoseconds(clamping: timeout))
             DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanos)) {
                 once.resume(.failure(ReplicationError(.timedOut, "\(what) got no answer within \(timeout); retry")))
             }

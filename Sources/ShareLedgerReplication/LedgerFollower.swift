@@ -183,8 +183,7 @@ public final class LedgerFollower: Service, Sendable {
             try connection.orderedSubscription(stream: names.stream, subject: names.subject, startSequence: start)
         }
         let limit = configuration.batchLimit
-        let wait = Int64(configuration.idleWait.components.seconds * 1000)
-            + Int64(configuration.idleWait.components.attoseconds / 1_000_000_000_000_000)
+        let wait = CheckedConversion.milliseconds(clamping: configuration.idleWait)
         var lastStreamLook = ContinuousClock.now
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             if let until {
@@ -248,7 +247,7 @@ public final class LedgerFollower: Service, Sendable {
                         state.statistics.lagPositions = stream.lastSequence &- min(stream.lastSequence, position)
                         if stream.lastSequence <= position { state.statistics.lagSeconds = 0 }
                     }
-                    lag.record(Int64(stream.lastSequence &- min(stream.lastSequence, position)))
+                    lag.record(Int64(clamping: stream.lastSequence &- min(stream.lastSequence, position)))
                 }
             }
         }

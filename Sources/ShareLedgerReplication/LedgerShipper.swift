@@ -516,7 +516,7 @@ public final class LedgerShipper: Service, Sendable {
             state.statistics.lagPositions = positions
             state.statistics.lagSeconds = seconds
         }
-        lagPositions.record(Int64(positions))
+        lagPositions.record(Int64(clamping: positions))
         lagSeconds.record(seconds)
     }
 }

@@ -1,5 +1,6 @@
 import CNATS
 import Foundation
+import ShareLedger
 import Synchronization
 
 /// A connection to a NATS cluster with its JetStream context, through the C client (`libnats`).
@@ -51,7 +52,7 @@ final class NATSConnection: @unchecked Sendable {
     static func connect(
         servers: [String], name: String, wait: Duration = .seconds(2)
     ) async throws(ReplicationError) -> NATSConnection {
-        let waitMilliseconds = max(100, Int64(wait.components.seconds) * 1000 + Int64(wait.components.attoseconds / 1_000_000_000_000_000))
+        let waitMilliseconds = max(100, CheckedConversion.milliseconds(clamping: wait))
         return try await Blocking.run("connecting to \(servers.joined(separator: ","))", timeout: wait * 3) { () throws(ReplicationError) in
             var options: OpaquePointer?
             try check(natsOptions_Create(&options), "creating NATS options")
@@ -159,7 +160,7 @@ final class NATSConnection: @unchecked Sendable {
             config.Replicas = Int64(replicas)
             config.DenyDelete = true
             config.DenyPurge = true
-            config.Duplicates = Int64(duplicatesWindow.components.seconds) * 1_000_000_000
+            config.Duplicates = CheckedConversion.nanoseconds(clamping: duplicatesWindow)
             return js_AddStream(&info, jetStream, &config, nil, &jsError)
         }
         if status == NATS_OK, let info {

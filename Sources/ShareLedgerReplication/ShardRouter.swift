@@ -100,7 +100,7 @@ public final class ShardRouter: Sendable {
     }
 
     private func request(_ body: [UInt8], container: String, subject: String) async throws(ReplicationError) -> [UInt8] {
-        let milliseconds = Int64(timeout.components.seconds * 1000) + Int64(timeout.components.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = CheckedConversion.milliseconds(clamping: timeout)
         return try await connection.call("sending a request to \(subject)") { connection throws(ReplicationError) in
             try connection.request(subject: subject, body: body, headers: ["Ledger-Container": container], timeoutMilliseconds: milliseconds)
         }

@@ -63,7 +63,7 @@ public final class WriterLease: Sendable {
     /// Opens the lease of `shard` for `holder` (creating the bucket, with `replicas` replicas, when missing).
     public static func open(
         servers: [String], shard: ShardNames, holder: String, duration: Duration = .seconds(5), replicas: Int = 3,
-        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000_000) }
+        clock: @escaping @Sendable () -> Int64 = { CheckedConversion.int64(clamping: Date().timeIntervalSince1970 * 1_000_000) }
     ) async throws(ReplicationError) -> WriterLease {
         guard !holder.isEmpty, holder.utf8.count <= 200 else {
             throw ReplicationError(.invalidArguments, "a lease holder's name must be 1 to 200 bytes")
@@ -96,7 +96,8 @@ public final class WriterLease: Sendable {
     /// instance has it).
     public func acquire() async throws(ReplicationError) -> Grant {
         let now = clock()
-        let expires = now + Int64(duration.components.seconds) * 1_000_000 + Int64(duration.components.attoseconds / 1_000_000_000_000)
+        let (sum, overflow) = now.addingReportingOverflow(CheckedConversion.microseconds(clamping: duration))
+        let expires = overflow ? Int64.max : sum
         let existing = try await current()
         var next = Record(holder: holder, term: 1, expiresAtMicros: expires)
         if let existing {

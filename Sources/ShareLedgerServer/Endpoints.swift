@@ -297,20 +297,29 @@ enum Endpoints {
         }
     }
 
+    /// `users/lookup/email`: each lookup is recorded in the log like a participant lookup, and only a
+    /// registered user may ask (``Container/discoverUserIdentities(for:)``).
     @Sendable static func lookupEmail(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
-        var results: [JSONValue] = []
+        var emails: [String] = []
         for (index, item) in try request.items("users").enumerated() {
             let path = "users[\(index)]"
-            let email = try item.required("emailAddress", in: path).string(path + ".emailAddress")
-            do {
-                if let identity = try request.container.userIdentity(forEmailAddress: email) {
-                    results.append(Wire.identity(identity))
-                } else {
-                    results.append(
-                        itemError(WireError(.notFound, "no user has this email address"), ["emailAddress": .string(email)]))
-                }
-            } catch {
-                throw WireError(error)
+            emails.append(try item.required("emailAddress", in: path).string(path + ".emailAddress"))
+        }
+        let answers: [LookupInfo: Result<UserIdentity, LedgerError>]
+        do {
+            answers = try await request.container.discoverUserIdentities(for: emails.map { LookupInfo(emailAddress: $0) })
+        } catch {
+            throw WireError(error)
+        }
+        var results: [JSONValue] = []
+        for email in emails {
+            switch answers[LookupInfo(emailAddress: email)] {
+            case .success(let identity)?:
+                results.append(Wire.identity(identity))
+            case .failure(let error)?:
+                results.append(itemError(WireError(error), ["emailAddress": .string(email)]))
+            case nil:
+                results.append(itemError(WireError(.notFound, "no user has this email address"), ["emailAddress": .string(email)]))
             }
         }
         return ["users": .array(results)]

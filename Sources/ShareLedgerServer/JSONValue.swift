@@ -102,13 +102,29 @@ extension JSONValue {
         return value
     }
 
+    /// An integer: a JSON integer `Int64` holds, a JSON number with an exponent or a fraction whose
+    /// value is an integer of at most 2^53 in magnitude (beyond, a double is not exact: the number
+    /// written may not be the one read), or a string of a decimal `Int64`.
     func int64(_ path: String) throws(WireError) -> Int64 {
         switch self {
         case .int(let value): return value
-        case .double(let value) where value.rounded() == value && abs(value) < 9.0e15: return Int64(value)
-        case .string(let text) where Int64(text) != nil: return Int64(text)!
-        default: throw WireError.wrongType(path, "an integer")
+        case .double(let value):
+            guard abs(value) <= 9_007_199_254_740_992, let exact = Int64(exactly: value) else { break }
+            return exact
+        case .string(let text):
+            guard let value = Int64(text) else { break }
+            return value
+        default: break
         }
+        throw WireError.wrongType(path, "an integer from \(Int64.min) to \(Int64.max)")
+    }
+
+    /// An integer within `range` (what every numeric request key but a field value takes): out of
+    /// range, or not an integer, is a `BAD_REQUEST` that says the range.
+    func int64(_ path: String, in range: ClosedRange<Int64>, what: String = "an integer") throws(WireError) -> Int64 {
+        let expected = "\(what) from \(range.lowerBound) to \(range.upperBound)"
+        guard let value = try? int64(path), range.contains(value) else { throw WireError.wrongType(path, expected) }
+        return value
     }
 
     func double(_ path: String) throws(WireError) -> Double {
@@ -118,6 +134,15 @@ extension JSONValue {
         case .string(let text) where Double(text) != nil: return Double(text)!
         default: throw WireError.wrongType(path, "a number")
         }
+    }
+
+    /// A finite number (JSON has no NaN or infinity; a string such as "nan" or "1e999" is refused too).
+    func finiteDouble(_ path: String) throws(WireError) -> Double {
+        guard let value = try? double(path), value.isFinite else {
+            let most = Double.greatestFiniteMagnitude
+            throw WireError.wrongType(path, "a finite number from -\(most) to \(most) (JSON has no NaN or infinity)")
+        }
+        return value
     }
 
     /// A required key of an object.

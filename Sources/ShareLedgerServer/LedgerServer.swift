@@ -105,9 +105,19 @@ public struct LedgerServer: Service {
     }
 
     /// Serves until graceful shutdown (or cancellation), then returns once the requests in flight are answered.
+    ///
+    /// - Throws: ``ServerError/Code/unreadableFile`` before it listens when the credentials file
+    ///   exists but cannot be read (a missing file is logged at notice level: no credentials yet).
     public func run() async throws {
-        credentials.refresh(force: true)
-        let router = Router(context: BasicRequestContext.self)
+        switch try credentials.loadForServing() {
+        case .missing:
+            let message = "share-ledger serve: there is no credentials file, so no API tokens or server-to-server keys "
+                + "are configured and every request is refused; make them with `share-ledger token create`"
+            logger.notice("\(message)", metadata: ["file": "\(credentials.path)"])
+        case .loaded(let count):
+            logger.info("share-ledger serve: credentials read", metadata: ["file": "\(credentials.path)", "credentials": "\(count)"])
+        }
+        let router = Router(context: ServerRequestContext.self)
         let handler = RequestHandler(server: self)
         router.get("/healthz") { _, _ in Self.json(200, ["status": "ok"]) }
         router.get("/readyz") { _, _ in handler.readiness() }
@@ -154,17 +164,30 @@ public struct LedgerServer: Service {
 /// CPU per `records/resolve` under `bench --only http` (docs/benchmarks.md). ``DatabasePath``
 /// matches exactly the paths and methods that route did; everything else goes to the router as before.
 struct ServerResponder: HTTPResponder {
-    typealias Context = BasicRequestContext
+    typealias Context = ServerRequestContext
     let handler: RequestHandler
-    let others: RouterResponder<BasicRequestContext>
+    let others: RouterResponder<ServerRequestContext>
 
-    func respond(to request: Request, context: BasicRequestContext) async throws -> Response {
+    func respond(to request: Request, context: ServerRequestContext) async throws -> Response {
         switch request.method {
         case .get, .post, .put, .delete, .patch:
             if let path = DatabasePath(request.uri.path) { return await handler.handle(request, context: context, path: path) }
         default: break
         }
         return try await others.respond(to: request, context: context)
+    }
+}
+
+/// Hummingbird's basic request context plus the request's channel, so that an answer can end the
+/// connection (after a 413, whose body the client may still be sending).
+struct ServerRequestContext: RequestContext {
+    var coreContext: CoreRequestContextStorage
+    /// The connection the request came on.
+    let channel: any Channel
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        channel = source.channel
     }
 }
 

@@ -302,6 +302,10 @@ paths:
     post:
       operationId: usersLookupEmail
       summary: User identities by email address.
+      description: >-
+        Only a registered user of the container may ask (any other caller gets 421
+        AUTHENTICATION_REQUIRED), and each lookup answered is recorded in the log as a participant
+        lookup is (ShareParticipantFetched), found or not.
       requestBody:
         required: true
         content:
@@ -446,6 +450,12 @@ components:
           type: boolean
     Field:
       type: object
+      description: >-
+        A field value. INT64 is an integer (a JSON integer, a number with an exponent or fraction whose
+        value is an integer of at most 2^53, or a string of one); DOUBLE a finite number (strings such as
+        "nan" are refused); TIMESTAMP an integer of milliseconds since 1970 from -8640000000000000 to
+        8640000000000000 (JavaScript's Date range). A value outside its range is a 400 BAD_REQUEST that
+        names the range, and nothing is written.
       required: [value]
       properties:
         value: {}

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import ShareLedger
 
 /// Who a request acts as, once its credentials are checked.
 struct Caller: Sendable {
@@ -73,7 +74,7 @@ struct RequestAuthenticator: Sendable {
         guard let date = Self.parseDate(signature.date), abs(date.timeIntervalSince(now)) <= signatureWindow else {
             throw WireError(
                 .authenticationFailed,
-                "X-Apple-CloudKit-Request-ISO8601Date must be yyyy-MM-ddTHH:mm:ssZ within \(Int(signatureWindow)) s of the server's clock"
+                "X-Apple-CloudKit-Request-ISO8601Date must be yyyy-MM-ddTHH:mm:ssZ within \(CheckedConversion.int64(clamping: signatureWindow)) s of the server's clock"
             )
         }
         guard let bytes = Data(base64Encoded: signature.signature) else { throw failed }

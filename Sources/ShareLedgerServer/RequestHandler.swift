@@ -18,11 +18,11 @@ struct RequestHandler: Sendable {
     /// The request's id, for the `uuid` of an error dictionary (made only when one is answered).
     /// Hummingbird's lives in the logger's metadata; a log handler that keeps no metadata
     /// (SwiftLogNoOpLogHandler) loses it, and `context.id` would then trap: make one instead.
-    private static func requestID(_ context: BasicRequestContext) -> String {
+    private static func requestID(_ context: ServerRequestContext) -> String {
         context.logger[metadataKey: "hb.request.id"].map { "\($0)" } ?? ServerCredentials.randomHex(bytes: 16)
     }
 
-    func handle(_ request: Request, context: BasicRequestContext, path: DatabasePath) async -> Response {
+    func handle(_ request: Request, context: ServerRequestContext, path: DatabasePath) async -> Response {
         let start = ContinuousClock.now
         var endpointName = "unknown"
         var items = 0
@@ -47,7 +47,7 @@ struct RequestHandler: Sendable {
             guard let database = DatabaseRequest.Database(rawValue: path.database) else {
                 throw WireError(.notFound, "the database must be public, private or shared")
             }
-            server.credentials.refresh()
+            server.credentials.refresh(logger: server.logger)
             guard server.credentials.knows(container: container) else {
                 throw WireError(.notFound, "unknown container: the server has no API token for it")
             }
@@ -65,6 +65,7 @@ struct RequestHandler: Sendable {
                 webAuthToken: query["ckWebAuthToken"].map(String.init), signature: signature, subpath: request.uri.path,
                 body: bytes, now: Date())
             credentialID = caller.credentialID
+            try Self.refuseForgotten(caller, container: container, ledger: server.ledger)
             let json = bytes.isEmpty && request.method == .get ? JSONValue.object([:]) : try JSONValue.parse(bytes)
             _ = try json.object("the request body")
             let databaseRequest = DatabaseRequest(
@@ -86,7 +87,7 @@ struct RequestHandler: Sendable {
         server.metrics.recordRequest(endpoint: endpointName, status: status, items: items, duration: elapsed)
         let level: Logger.Level = status >= 500 ? .error : .info
         // The line's metadata is built only when the line is written.
-        guard context.logger.logLevel <= level else { return LedgerServer.json(status, body) }
+        guard context.logger.logLevel <= level else { return Self.response(status, body, context: context) }
         var metadata: Logger.Metadata = [
             "http.method": "\(request.method.rawValue)", "endpoint": "\(endpointName)", "http.status": "\(status)",
             "items": "\(items)",
@@ -96,7 +97,44 @@ struct RequestHandler: Sendable {
         if server.credentials.knows(container: container) { metadata["container"] = "\(container)" }
         if let credentialID { metadata["credential"] = "\(credentialID)" }
         context.logger.log(level: level, status >= 500 ? "request failed" : "request", metadata: metadata)
-        return LedgerServer.json(status, body)
+        return Self.response(status, body, context: context)
+    }
+
+    /// The answer; after a 413 it ends the connection: `Connection: close`, and the server's side of
+    /// the connection is shut once the answer is written, so that a client still sending the body
+    /// it was refused sees the answer and the end of the stream instead of a send that blocks. The
+    /// server goes on reading (and dropping) what the client sends until it closes its side.
+    static func response(_ status: Int, _ body: JSONValue, context: ServerRequestContext) -> Response {
+        guard status == 413 else { return LedgerServer.json(status, body) }
+        let bytes = body.bytes
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json; charset=utf-8"
+        headers[.connection] = "close"
+        let channel = context.channel
+        return Response(
+            status: HTTPResponse.Status(code: status), headers: headers,
+            body: ResponseBody(contentLength: bytes.count) { writer in
+                try await writer.write(ByteBuffer(bytes: bytes))
+                try await writer.finish(nil)
+                // The output closes after the writes before it are flushed.
+                channel.close(mode: .output, promise: nil)
+            })
+    }
+
+    /// A credential that names a forgotten user (``ShareLedger/forget(user:in:requestedBy:)``, in this
+    /// process or another) no longer signs in: checked on every request, so that it stops at once.
+    static func refuseForgotten(_ caller: Caller, container: String, ledger: ShareLedger) throws(WireError) {
+        let forgotten: Bool
+        do {
+            forgotten = try ledger.isForgotten(user: caller.userRecordName, in: container)
+        } catch {
+            throw WireError(error)
+        }
+        guard !forgotten else {
+            throw WireError(
+                .authenticationFailed, "the user this credential names was forgotten (their personal data is erased); "
+                    + "it no longer signs in")
+        }
     }
 
     /// The body, at most the configured limit (else HTTP 413, before reading more than the limit).

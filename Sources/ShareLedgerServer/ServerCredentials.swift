@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Logging
 import ShareLedger
 import Synchronization
 
@@ -71,6 +72,8 @@ public final class ServerCredentials: Sendable {
         var byTokenHash: [String: Entry] = [:]
         var serverKeys: [String: (Entry, P256.Signing.PublicKey)] = [:]
         var containers: Set<String> = []
+        /// Whether the last read of a changed file failed (so that the warning is logged once).
+        var lastRefreshFailed = false
     }
 
     /// The file's path.
@@ -148,13 +151,22 @@ public final class ServerCredentials: Sendable {
 
     private func readFile() throws(ServerError) -> FileContents {
         guard FileManager.default.fileExists(atPath: path) else { return FileContents() }
+        let data: Data
         do {
-            let data = try Data(contentsOf: URL(fileURLWithPath: path))
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw ServerError(
+                .unreadableFile, "\(path) cannot be read: make it readable by the user that runs share-ledger, or "
+                    + "remove it and make new tokens with `share-ledger token create`")
+        }
+        do {
             let decoder = JSONDecoder()
             decoder.dateDecodingStrategy = .iso8601
             return try decoder.decode(FileContents.self, from: data)
         } catch {
-            throw ServerError(.unreadableFile, "\(path) is not a credentials file ShareLedger can read; fix or remove it")
+            throw ServerError(
+                .unreadableFile, "\(path) is not a credentials file ShareLedger can read (damaged or edited by hand): "
+                    + "restore it from a backup, or remove it and make new tokens with `share-ledger token create`")
         }
     }
 
@@ -181,9 +193,32 @@ public final class ServerCredentials: Sendable {
 
     // MARK: - Checking (the server)
 
+    /// What ``loadForServing()`` found.
+    public enum LoadOutcome: Sendable, Hashable {
+        /// There is no credentials file: no container has a token or key, and every request is refused
+        /// until `share-ledger token create` makes one (the running server then reads the new file).
+        case missing
+        /// The file was read; it holds this many credentials.
+        case loaded(credentials: Int)
+    }
+
+    /// Reads the file now, for a server about to start: a file that exists but cannot be read (not
+    /// JSON, not this format, no permission) is an error naming the file, not an empty set of
+    /// credentials that would answer every request "unknown container".
+    ///
+    /// - Throws: ``ServerError/Code/unreadableFile`` when the file exists and cannot be read.
+    @discardableResult
+    public func loadForServing() throws(ServerError) -> LoadOutcome {
+        let exists = FileManager.default.fileExists(atPath: path)
+        let contents = try readFile()
+        refresh(force: true)
+        return exists ? .loaded(credentials: contents.credentials.count) : .missing
+    }
+
     /// Reads the file again if it changed since the last look (at most once a second, or now when
-    /// `force`). A file that cannot be read keeps the credentials loaded before.
-    func refresh(force: Bool = false) {
+    /// `force`). A file that cannot be read keeps the credentials loaded before, and logs a warning
+    /// (once, until the file is readable again) when a logger is given.
+    func refresh(force: Bool = false, logger: Logger? = nil) {
         let now = ContinuousClock.now
         let due = state.withLock { loaded in
             guard force || loaded.checkedAt.map({ now - $0 >= .seconds(1) }) ?? true else { return false }
@@ -195,7 +230,27 @@ public final class ServerCredentials: Sendable {
         let modified = attributes?[.modificationDate] as? Date
         let size = (attributes?[.size] as? NSNumber)?.intValue
         let unchanged = state.withLock { $0.modified == modified && $0.size == size && !force }
-        guard !unchanged, let contents = try? readFile() else { return }
+        guard !unchanged else { return }
+        let contents: FileContents
+        do throws(ServerError) {
+            contents = try readFile()
+        } catch {
+            // Keep the credentials loaded before; say so once per change of the file.
+            let first = state.withLock { loaded in
+                defer {
+                    loaded.lastRefreshFailed = true
+                    loaded.modified = modified
+                    loaded.size = size
+                }
+                return !loaded.lastRefreshFailed
+            }
+            if first {
+                logger?.warning(
+                    "the credentials file cannot be read; the credentials read before stay in use until it is fixed",
+                    metadata: ["file": "\(path)", "error": "\(error.message)"])
+            }
+            return
+        }
         var loaded = Loaded(modified: modified, size: size, checkedAt: now, entries: contents.credentials)
         for entry in contents.credentials {
             loaded.containers.insert(entry.container)

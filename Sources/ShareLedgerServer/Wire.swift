@@ -8,8 +8,10 @@ enum Wire {
     // `<`), so that the bytes are those of the sorted dictionaries the server used to build
     // (JSONWriter's contract; WireRenderingTests).
 
+    /// A date as CloudKit's milliseconds since 1970 (clamped: a stored date always fits, and a
+    /// rendering never traps).
     static func millis(_ date: Date?) -> Int64 {
-        Int64(((date ?? Date(timeIntervalSince1970: 0)).timeIntervalSince1970 * 1_000).rounded())
+        CheckedConversion.int64(clamping: (date ?? Date(timeIntervalSince1970: 0)).timeIntervalSince1970 * 1_000)
     }
 
     static func zoneID(_ id: RecordZoneID) -> JSONValue {
@@ -130,8 +132,8 @@ enum Wire {
         switch type {
         case "STRING": return .string(try value.string(path))
         case "INT64": return .int64(try value.int64(path))
-        case "DOUBLE": return .double(try value.double(path))
-        case "TIMESTAMP": return .date(Date(timeIntervalSince1970: Double(try value.int64(path)) / 1_000))
+        case "DOUBLE": return .double(try value.finiteDouble(path))
+        case "TIMESTAMP": return .date(try timestamp(value, path: path))
         case "BYTES":
             guard let data = Data(base64Encoded: try value.string(path)) else { throw WireError.wrongType(path, "base64") }
             return .bytes(Array(data))
@@ -150,12 +152,20 @@ enum Wire {
             switch value {
             case .string(let text): return .string(text)
             case .int(let number): return .int64(number)
-            case .double(let number): return .double(number)
+            case .double(let number): return .double(number)  // the parser makes no NaN or infinity
             default: throw WireError(.badRequest, "\(path): give the field's type")
             }
         case let other?:
             throw WireError(.badRequest, "\(path): unknown field type \(other.prefix(32))")
         }
+    }
+
+    /// A `TIMESTAMP` value: integer milliseconds since 1970 (a JSON number or a string of one) within
+    /// ``FieldValue/dateMillisecondsRange``.
+    static func timestamp(_ value: JSONValue, path: String) throws(WireError) -> Date {
+        let range = FieldValue.dateMillisecondsRange
+        let millis = try value.int64(path, in: range, what: "a TIMESTAMP in milliseconds since 1970")
+        return Date(timeIntervalSince1970: Double(millis) / 1_000)
     }
 
     /// `{zoneName, ownerRecordName?}`; no owner means the caller's own zone.

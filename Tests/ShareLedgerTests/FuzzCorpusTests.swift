@@ -58,6 +58,30 @@ struct FuzzCorpusTests {
         }
     }
 
+    @Test("every HTTP body input is answered without a 5xx; the seeds are the ones the seeder writes")
+    func httpBodies() async throws {
+        let inputs = try Self.inputs("http")
+        #expect(inputs.count >= HTTPBodyFuzzing.seeds.count)
+        let seeds = Dictionary(HTTPBodyFuzzing.seeds.map { ($0.name, $0.input) }, uniquingKeysWith: { first, _ in first })
+        for (name, data) in inputs where seeds[name] != nil { #expect(seeds[name] == [UInt8](data), "\(name)") }
+        let directory = TemporaryDirectory()
+        var configuration = ShareLedger.Configuration(path: directory.path, durability: .unsafeNoSync)
+        configuration.residualTaskWorker = nil
+        let ledger = try ShareLedger.open(configuration)
+        try await HTTPBodyFuzzing.prepare(ledger)
+        let fuzzer = HTTPBodyFuzzing(ledger: ledger)
+        var statuses: [Int: Int] = [:]
+        for (name, data) in inputs {
+            let status = await fuzzer.answer([UInt8](data))
+            #expect(status < 500, "\(name) was answered \(status)")
+            statuses[status, default: 0] += 1
+        }
+        // The seeds reach the endpoints' work, not only their refusals.
+        #expect(statuses[200, default: 0] > 50 && statuses[400, default: 0] > 50, "\(statuses)")
+        #expect(try ledger.audit(scratchPath: directory.child("audit")).ok)
+        await ledger.close()
+    }
+
     @Test("every NDJSON input parses or is refused; the export's own lines parse")
     func ndjson() throws {
         let inputs = try Self.inputs("ndjson")

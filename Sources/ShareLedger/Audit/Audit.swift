@@ -317,7 +317,7 @@ extension ShareLedger {
                     else {
                         matches = false
                         if beyondHead != nil, let stored = try log.store.commandRecord(txn, key: key),
-                            stored.first + UInt64(stored.count) > head + 1
+                            stored.first + UInt64(stored.count) - 1 > head
                         {
                             continue
                         }

@@ -261,10 +261,10 @@ extension ShareLedger {
                 signedAtMicros: signedAt, publicKey: signingKey.publicKey.rawRepresentation,
                 signature: try signingKey.signature(for: message))
             try txn.put(store.checkpoints, key: BigEndian.bytes(of: head.position.rawValue), value: checkpoint.storedValue)
-            return Int(head.position.rawValue)
+            return head.position.rawValue
         }
         let stored = try read("reading the checkpoint at \(position)") { txn in
-            try BigEndian.withBytes(of: UInt64(position)) { key in
+            try BigEndian.withBytes(of: position) { key in
                 try txn.withValue(store.checkpoints, key: key) { Checkpoint(key: key, value: $0) }
             } ?? nil
         }

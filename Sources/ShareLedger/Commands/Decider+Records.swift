@@ -173,6 +173,9 @@ extension Decider {
         var bytes = 0
         for (key, value) in record.fields {
             try Decider.checkName(key, "field key", max: Limits.maxFieldKeyBytes)
+            if let reason = value.unstorableReason {
+                throw LedgerError(.invalidArguments, "field \(key) of record \(name): \(reason)")
+            }
             bytes += key.utf8.count + value.approximateBytes
             if case .reference(let target) = value, target.zoneID.zoneName != zoneName {
                 throw LedgerError(.invalidArguments, "field \(key) refers to a record in another zone")

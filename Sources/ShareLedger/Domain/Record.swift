@@ -61,6 +61,36 @@ public enum FieldValue: Sendable, Hashable {
     case list([FieldValue])
 }
 
+extension FieldValue {
+    /// The milliseconds since 1970-01-01 UTC a ``date(_:)`` field may hold: ±8,640,000,000,000,000,
+    /// that is ±100,000,000 days, the range of JavaScript's `Date` (what CloudKit JS clients send).
+    /// A date outside it is refused with ``LedgerError/Code/invalidArguments``.
+    public static let dateMillisecondsRange: ClosedRange<Int64> = -8_640_000_000_000_000...8_640_000_000_000_000
+
+    /// ``dateMillisecondsRange`` as dates.
+    public static let dateRange: ClosedRange<Date> =
+        Date(timeIntervalSince1970: -8_640_000_000_000)...Date(timeIntervalSince1970: 8_640_000_000_000)
+
+    /// What ``dateRange`` allows, in words, for error messages.
+    static let dateRangeText =
+        "between -8640000000000000 and 8640000000000000 milliseconds from 1970-01-01 (±100,000,000 days)"
+
+    /// Why this value cannot be stored (a date outside ``dateRange``, in a list too), or `nil`.
+    var unstorableReason: String? {
+        switch self {
+        case .date(let date):
+            // On the seconds, not `dateRange.contains`: Comparable's `<=` is `!(>)`, which a NaN date passes.
+            let seconds = date.timeIntervalSince1970
+            let bound = FieldValue.dateRange.upperBound.timeIntervalSince1970
+            return seconds >= -bound && seconds <= bound ? nil : "a date must be \(FieldValue.dateRangeText)"
+        case .list(let values):
+            return values.lazy.compactMap(\.unstorableReason).first
+        case .string, .int64, .double, .bytes, .reference:
+            return nil
+        }
+    }
+}
+
 extension Record {
     /// CloudKit's limit on the size of a record's fields: 1 MB.
     public static let maxFieldBytes = 1_000_000

@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 import LMDB
 
@@ -251,7 +252,8 @@ extension FieldValue {
         case .string(let s): out.stringValue = s
         case .int64(let i): out.int64Value = i
         case .double(let d): out.doubleValue = d
-        case .date(let date): out.dateMicros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
+        // Deciders refuse dates outside `FieldValue.dateRange` first; clamped so that nothing can trap here.
+        case .date(let date): out.dateMicros = CheckedConversion.int64(clamping: date.timeIntervalSince1970 * 1_000_000)
         case .bytes(let bytes): out.bytesValue = Data(bytes)
         case .reference(let id):
             var reference = Shareledger_Events_V1_Reference()

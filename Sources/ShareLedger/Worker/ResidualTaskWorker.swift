@@ -1,4 +1,5 @@
 import Dispatch
+import EventLog
 import Foundation
 import LMDB
 import Logging
@@ -152,7 +153,8 @@ public final class ResidualTaskWorker: Service, Sendable {
             // Renew the lease well before it expires, and look for a free one as often.
             var wait = min(configuration.pollInterval, configuration.leaseDuration / 3)
             if let next = report.nextDueAt {
-                let untilDue = Duration.microseconds(max(0, Int64(next.timeIntervalSinceNow * 1_000_000)))
+                // A due time read from the ledger may be anything: clamped, never trapping.
+                let untilDue = Duration.microseconds(max(0, CheckedConversion.int64(clamping: next.timeIntervalSinceNow * 1_000_000)))
                 wait = min(wait, untilDue + .milliseconds(1))
             }
             await sleepOrWake(after: seenHead, for: wait)
@@ -310,7 +312,9 @@ public final class ResidualTaskWorker: Service, Sendable {
         }
         let completedAt = ledger.configuration.clock.nowMicros()
         for task in succeeded {
-            let micros = max(0, completedAt - Int64(task.scheduledAt.timeIntervalSince1970 * 1_000_000))
+            let scheduled = CheckedConversion.int64(clamping: task.scheduledAt.timeIntervalSince1970 * 1_000_000)
+            let (elapsed, overflow) = completedAt.subtractingReportingOverflow(scheduled)
+            let micros = overflow ? Int64.max : max(0, elapsed)
             latencyTimer.recordMicroseconds(micros)
         }
 
@@ -358,7 +362,7 @@ public final class ResidualTaskWorker: Service, Sendable {
         let capped = min(base, Double(configuration.maxBackoff.microseconds))
         var generator = RandomSourceGenerator(source: ledger.configuration.randomSource)
         let jitter = Double.random(in: 0.5..<1, using: &generator)
-        return Int64(capped * jitter)
+        return CheckedConversion.int64(clamping: capped * jitter)
     }
 
     /// The tasks due now in scheduling order (at most `limit`), skipping parked tasks, tasks waiting
@@ -476,8 +480,5 @@ extension ResidualTask {
 }
 
 extension Duration {
-    var microseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1_000_000 + attoseconds / 1_000_000_000_000
-    }
+    var microseconds: Int64 { CheckedConversion.microseconds(clamping: self) }
 }
