@@ -31,6 +31,12 @@ struct DatabaseRequest: Sendable {
         try body["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: "zoneID") }
     }
 
+    /// `zone` with the default owner named: the caller (what answers say, as CloudKit does).
+    func ownZone(_ zone: RecordZoneID) -> RecordZoneID {
+        zone.ownerName == RecordZoneID.defaultOwnerName
+            ? RecordZoneID(zoneName: zone.zoneName, ownerName: caller.userRecordName) : zone
+    }
+
     func requirePrivateOrShared(_ what: String) throws(WireError) {
         guard database != .public else {
             throw WireError(.badRequest, "\(what) works in the private and shared databases; the ledger keeps no public records")
@@ -191,10 +197,9 @@ enum Endpoints {
         }
     }
 
-    /// A record id of the request in the ledger's terms, and the owner it resolves to.
-    static func recordID(_ name: String, zone: RecordZoneID?, caller: String, path: String) throws(WireError) -> RecordID {
-        guard let zone else { throw WireError(.badRequest, "\(path): give zoneID (in the record or the request)") }
-        return RecordID(recordName: name, zoneID: zone)
+    /// A record id of the request in the ledger's terms (no zone: CloudKit's default zone).
+    static func recordID(_ name: String, zone: RecordZoneID?) -> RecordID {
+        RecordID(recordName: name, zoneID: zone ?? RecordZoneID(zoneName: RecordZoneID.defaultZoneName))
     }
 
     static func sameZone(_ lhs: RecordZoneID, _ rhs: RecordZoneID, caller: String) -> Bool {
@@ -219,24 +224,41 @@ enum Endpoints {
         }
         let caller = request.caller.userRecordName
         var shares: [RecordID: Share]?
+        var ownZones: Set<String>?
         var results: [JSONValue] = []
         for (index, item) in items.enumerated() {
             let path = "records[\(index)]"
             let name = try item.required("recordName", in: path).string(path + ".recordName")
             let zone = try item["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: path + ".zoneID") }
-            let id = try recordID(name, zone: zone ?? requestZone, caller: caller, path: path)
+            let id = recordID(name, zone: zone ?? requestZone)
             do {
                 results.append(Wire.record(try request.container.record(for: id), desiredKeys: desired))
             } catch {
                 if shares == nil { shares = try visibleShares(request.container) }
                 if let share = findShare(id, in: shares ?? [:], caller: caller) {
                     results.append(Wire.share(share))
+                } else if request.ownZone(id.zoneID).ownerName == caller, !(try ownZoneNames(request, &ownZones)).contains(id.zoneID.zoneName) {
+                    // A zone of the caller's own that does not exist: ZONE_NOT_FOUND, as modify answers.
+                    results.append(
+                        itemError(WireError(.zoneNotFound, "zone \(id.zoneID.zoneName) does not exist"), ["recordName": .string(name)]))
                 } else {
                     results.append(itemError(WireError(error), ["recordName": .string(name)]))
                 }
             }
         }
         return ["records": .array(results)]
+    }
+
+    /// The names of the caller's zones, read once per request.
+    static func ownZoneNames(_ request: DatabaseRequest, _ cache: inout Set<String>?) throws(WireError) -> Set<String> {
+        if let cache { return cache }
+        do {
+            let names = Set(try request.container.recordZones().map(\.zoneID.zoneName))
+            cache = names
+            return names
+        } catch {
+            throw WireError(error)
+        }
     }
 
     // MARK: - zones
@@ -291,7 +313,8 @@ enum Endpoints {
 
     @Sendable static func caller(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
         do {
-            return Wire.identity(try request.container.currentUserIdentity())
+            // Apple's users/caller: `{"users": [identity]}`, one identity.
+            return ["users": [Wire.identity(try request.container.currentUserIdentity())]]
         } catch {
             throw WireError(error)
         }

@@ -184,6 +184,15 @@ paths:
       operationId: recordsModify
       summary: Create, update and delete records and shares (private or shared database).
       description: |
+        Record operations as in CloudKit: `create` (a record that exists is `EXISTS`); `update`
+        (`recordChangeTag` required, a stale one is `CONFLICT`) and `forceUpdate` (no tag check; a
+        missing record is created) change only the fields named in `fields` — a field given as
+        `{"value": null}` is removed, the others keep their values; `replace` (tag required) and
+        `forceReplace` set every field not named to null; `delete` (checks `recordChangeTag` when
+        given) and `forceDelete`. `created` keeps the creation's time and user, `modified` the last
+        change's. Without a `zoneID` (in the record or the request) the default zone is meant; the
+        ledger keeps records in custom zones only, so that answers `ZONE_NOT_FOUND`.
+
         A `cloudkit.share` record with `forRecord` shares that record's hierarchy; record name
         `cloudkit.zoneshare` shares the zone. `participants` (by `userIdentity.lookupInfo`) are
         invited on create; on update the invited participants become exactly the listed ones.
@@ -287,14 +296,22 @@ paths:
     parameters: *anyDatabase
     get:
       operationId: usersCaller
-      summary: The caller's user identity.
+      summary: The caller's user identity (`{"users": [identity]}`, as Apple documents it).
       responses:
         "200":
-          description: The caller.
+          description: The caller, the one item of `users`.
           content:
             application/json:
               schema:
-                $ref: "#/components/schemas/UserIdentity"
+                type: object
+                required: [users]
+                properties:
+                  users:
+                    type: array
+                    minItems: 1
+                    maxItems: 1
+                    items:
+                      $ref: "#/components/schemas/UserIdentity"
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/users/lookup/email:
@@ -409,6 +426,8 @@ components:
       properties:
         uuid:
           type: string
+          format: uuid
+          description: The request's id (whole-request errors), as a UUID.
         serverErrorCode:
           type: string
           enum: [ACCESS_DENIED, ATOMIC_ERROR, AUTHENTICATION_FAILED, AUTHENTICATION_REQUIRED, BAD_REQUEST, CONFLICT,
@@ -513,7 +532,7 @@ components:
       properties:
         operationType:
           type: string
-          enum: [create, update, forceUpdate, replace, delete, forceDelete]
+          enum: [create, update, forceUpdate, replace, forceReplace, delete, forceDelete]
         record:
           type: object
           properties:

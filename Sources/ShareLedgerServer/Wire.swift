@@ -53,7 +53,7 @@ enum Wire {
         let modifier = record.lastModifiedUserRecordID?.recordName
         out.object { out in
             out.key("created")
-            writeStamp(record.creationDate, user: modifier, into: &out)
+            writeStamp(record.creationDate, user: record.creatorUserRecordID?.recordName, into: &out)
             out.key("deleted")
             out.bool(false)
             out.key("fields")
