@@ -22,7 +22,10 @@ extension Endpoints {
         // Every operation is read before any is applied: a malformed one fails the request and changes nothing.
         var parsed: [ParsedOperation] = []
         for (index, operation) in operations.enumerated() {
-            parsed.append(try ParsedOperation(operation, path: "operations[\(index)]", requestZone: requestZone))
+            parsed.append(
+                try ParsedOperation(operation, path: "operations[\(index)]", requestZone: requestZone) { id in
+                    try? request.container.record(for: id)
+                })
         }
         if !parsed.contains(where: \.isShare) {
             return ["records": .array(try await modifyRecords(request, parsed, atomically: atomicFlag ?? true))]
@@ -75,7 +78,11 @@ extension Endpoints {
         var publicPermission: Share.Participant.Permission?
         var participants: [RequestedParticipant]?
 
-        init(_ operation: JSONValue, path: String, requestZone: RecordZoneID?) throws(WireError) {
+        /// - Parameter existing: The record as it stands, asked for (once) when a field of an
+        ///   update or replace has no `type`: such a value takes the type of the field it replaces.
+        init(
+            _ operation: JSONValue, path: String, requestZone: RecordZoneID?, existing: (RecordID) -> Record?
+        ) throws(WireError) {
             let typeText = try operation.required("operationType", in: path).string(path + ".operationType")
             guard let kind = Kind(rawValue: typeText) else {
                 throw WireError(
@@ -96,11 +103,17 @@ extension Endpoints {
             self.zone = zone ?? requestZone ?? RecordZoneID(zoneName: RecordZoneID.defaultZoneName)
             isShare = recordType == Share.recordType || name == Share.zoneWideShareRecordName
             if let given = record["fields"] {
+                var current: Record??
                 for (key, value) in try given.object(recordPath + ".fields") {
                     namedKeys.insert(key)
                     // `{"value": null}`: the field is named without a value (an update removes it).
                     if value["value"] == JSONValue.null { continue }
-                    fields[key] = try Wire.parseField(value, path: "\(recordPath).fields.\(key)")
+                    var hint: FieldValue?
+                    if value["type"] == nil, kind != .create, let name {
+                        if current == nil { current = .some(existing(RecordID(recordName: name, zoneID: self.zone))) }
+                        hint = current??.fields[key]
+                    }
+                    fields[key] = try Wire.parseField(value, path: "\(recordPath).fields.\(key)", existing: hint)
                 }
             }
             parentName = try record["parent"].map { parent throws(WireError) in

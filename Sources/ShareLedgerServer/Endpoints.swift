@@ -57,7 +57,9 @@ enum Endpoints {
         "records/modify": (["POST"], modify),
         "zones/list": (["GET", "POST"], listZones),
         "zones/modify": (["POST"], modifyZones),
+        "zones/lookup": (["POST"], lookupZones),
         "users/caller": (["GET", "POST"], caller),
+        "users/current": (["GET"], currentUser),
         "users/lookup/email": (["POST"], lookupEmail),
     ]
 
@@ -280,6 +282,35 @@ enum Endpoints {
         }
     }
 
+    /// `zones/lookup`: `{"zones": [{"zoneID": …}]}` (Apple's form) or `{"zones": [zoneID]}` (MistKit's);
+    /// one zone or error (`ZONE_NOT_FOUND`) per item, in order.
+    @Sendable static func lookupZones(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        var wanted: [(id: RecordZoneID, json: JSONValue)] = []
+        for (index, item) in try request.items("zones").enumerated() {
+            let path = "zones[\(index)]"
+            let json = item["zoneID"] ?? item
+            wanted.append((try Wire.parseZoneID(json, path: item["zoneID"] == nil ? path : path + ".zoneID"), json))
+        }
+        let known: Set<RecordZoneID>
+        do {
+            switch request.database {
+            case .private: known = Set(try request.container.recordZones().map { request.ownZone($0.zoneID) })
+            case .shared: known = Set(try request.container.sharedDatabaseZones().map(request.ownZone))
+            case .public: known = []
+            }
+        } catch {
+            throw WireError(error)
+        }
+        let results: [JSONValue] = wanted.map { item in
+            let id = request.ownZone(item.id)
+            guard known.contains(id) else {
+                return itemError(WireError(.zoneNotFound, "zone \(id.zoneName) does not exist in this database"), ["zoneID": item.json])
+            }
+            return zone(id)
+        }
+        return ["zones": .array(results)]
+    }
+
     @Sendable static func modifyZones(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
         guard request.database == .private else { throw WireError(.badRequest, "zones/modify works in the private database") }
         // Read every operation first: a malformed one fails the request and changes nothing.
@@ -318,6 +349,21 @@ enum Endpoints {
         } catch {
             throw WireError(error)
         }
+    }
+
+    /// `users/current`: Apple's User dictionary of the caller (`userRecordName`, and `firstName` and
+    /// `lastName` when the user registered a name).
+    @Sendable static func currentUser(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        let identity: UserIdentity
+        do {
+            identity = try request.container.currentUserIdentity()
+        } catch {
+            throw WireError(error)
+        }
+        var user: [String: JSONValue] = ["userRecordName": .string(identity.userRecordID?.recordName ?? request.caller.userRecordName)]
+        if let given = identity.nameComponents?.givenName { user["firstName"] = .string(given) }
+        if let family = identity.nameComponents?.familyName { user["lastName"] = .string(family) }
+        return .object(user)
     }
 
     @Sendable static func lookupEmail(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {

@@ -18,7 +18,10 @@ info:
     - or a server-to-server signature: headers `X-Apple-CloudKit-Request-KeyID`,
       `X-Apple-CloudKit-Request-ISO8601Date` (`yyyy-MM-ddTHH:mm:ssZ`, within 300 s of the server's
       clock) and `X-Apple-CloudKit-Request-SignatureV1` (base64 of an ECDSA P-256 SHA-256 signature,
-      DER or raw, over `date:base64(sha256(body)):path`, path from `/database/` without the query).
+      DER or raw, over `date:base64(sha256(body)):path`, path from `/database/` without the query;
+      a request without a body may leave the hash field empty, `date::path`). Each signature is
+      accepted once. A server key works in the environment it was registered for, and in the public
+      database only unless it was registered for its user's private and shared databases too.
 
     Whole-request errors come with an HTTP status and an Error dictionary; per-item failures are
     Error dictionaries inside a 200 response's `results`, `records`, `zones` or `users`.
@@ -27,7 +30,8 @@ info:
     Status codes: 400 BAD_REQUEST (malformed JSON or JSON nested deeper than 64 arrays and objects,
     wrong types, more than 400 items, or `atomic: true` with a share among several operations), 401 AUTHENTICATION_FAILED, 404 NOT_FOUND (unknown container, environment,
     database or endpoint), 405 (wrong method), 413 (body over the limit, 2 MiB by default),
-    421 AUTHENTICATION_REQUIRED (with `redirectURL`).
+    421 AUTHENTICATION_REQUIRED (with `redirectURL`), 403 ACCESS_DENIED (a server key outside the
+    public database), 429 THROTTLED (too many signed requests within the signature window).
 servers:
   - url: http://127.0.0.1:8080
 paths:
@@ -314,6 +318,57 @@ paths:
                       $ref: "#/components/schemas/UserIdentity"
         default:
           $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/users/current:
+    parameters: *anyDatabase
+    get:
+      operationId: usersCurrent
+      summary: The caller as Apple's User dictionary (`userRecordName`; `firstName` and `lastName` when registered).
+      responses:
+        "200":
+          description: The caller.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [userRecordName]
+                properties:
+                  userRecordName:
+                    type: string
+                  firstName:
+                    type: string
+                  lastName:
+                    type: string
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/zones/lookup:
+    parameters: *anyDatabase
+    post:
+      operationId: zonesLookup
+      summary: Zones by id (`{"zoneID": …}` items, Apple's form, or bare zone ids); ZONE_NOT_FOUND per missing zone.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [zones]
+              properties:
+                zones:
+                  type: array
+                  maxItems: 400
+                  items:
+                    anyOf:
+                      - type: object
+                        required: [zoneID]
+                        properties:
+                          zoneID:
+                            $ref: "#/components/schemas/ZoneID"
+                      - $ref: "#/components/schemas/ZoneID"
+      responses:
+        "200":
+          $ref: "#/components/responses/Zones"
+        default:
+          $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/users/lookup/email:
     parameters: *anyDatabase
     post:
@@ -451,6 +506,9 @@ components:
           type: string
         ownerRecordName:
           type: string
+        ownerName:
+          type: string
+          description: MistKit's name for ownerRecordName (read in requests; answers say ownerRecordName).
         zoneType:
           type: string
     Zone:
@@ -466,6 +524,13 @@ components:
     Field:
       type: object
       required: [value]
+      description: |
+        A field value. Without `type`, a value written over an existing field takes that field's
+        type (a TIMESTAMP stays a TIMESTAMP); otherwise its JSON form decides: a string is a STRING,
+        an integer an INT64, another number a DOUBLE, an object with `recordName` a REFERENCE, an
+        array the list of its items' type (INT64 and DOUBLE items together: DOUBLE_LIST). Other
+        values need `type` (400). In records/modify, `{"value": null}` names a field without a value
+        (update and forceUpdate remove it).
       properties:
         value: {}
         type:

@@ -74,9 +74,10 @@ struct RequestHandler: Sendable {
             }
             let authenticator = RequestAuthenticator(
                 credentials: server.credentials, signatureWindow: server.configuration.signatureWindow,
-                signInURL: server.configuration.signInURL)
+                signInURL: server.configuration.signInURL, replayGuard: server.replayGuard)
             let caller = try authenticator.authenticate(
-                container: container, apiToken: query["ckAPIToken"].map(String.init),
+                container: container, environment: environment, database: database.rawValue,
+                apiToken: query["ckAPIToken"].map(String.init),
                 webAuthToken: query["ckWebAuthToken"].map(String.init), signature: signature, subpath: request.uri.path,
                 body: bytes, now: Date())
             credentialID = caller.credentialID
