@@ -22,10 +22,11 @@ extension Endpoints {
         // Every operation is read before any is applied: a malformed one fails the request and changes nothing.
         var parsed: [ParsedOperation] = []
         for (index, operation) in operations.enumerated() {
-            parsed.append(
-                try ParsedOperation(operation, path: "operations[\(index)]", requestZone: requestZone) { id in
-                    try? request.container.record(for: id)
-                })
+            let operation = try ParsedOperation(operation, path: "operations[\(index)]", requestZone: requestZone) { id in
+                try? request.container.record(for: id)
+            }
+            if let refused = request.notInDatabase(operation.zone, path: "operations[\(index)]") { throw refused }
+            parsed.append(operation)
         }
         if !parsed.contains(where: \.isShare) {
             return ["records": .array(try await modifyRecords(request, parsed, atomically: atomicFlag ?? true))]

@@ -37,6 +37,15 @@ struct DatabaseRequest: Sendable {
             ? RecordZoneID(zoneName: zone.zoneName, ownerName: caller.userRecordName) : zone
     }
 
+    /// Why `zone` is not in this database, if it is not: CloudKit's private database holds the
+    /// caller's own zones only; others' zones are reached through the shared database.
+    func notInDatabase(_ zone: RecordZoneID, path: String) -> WireError? {
+        guard database == .private, ownZone(zone).ownerName != caller.userRecordName else { return nil }
+        return WireError(
+            .zoneNotFound,
+            "\(path): the private database holds only your own zones; reach others' zones through the shared database")
+    }
+
     func requirePrivateOrShared(_ what: String) throws(WireError) {
         guard database != .public else {
             throw WireError(.badRequest, "\(what) works in the private and shared databases; the ledger keeps no public records")
@@ -55,6 +64,7 @@ enum Endpoints {
         "records/accept": (["POST"], accept),
         "records/lookup": (["POST"], lookup),
         "records/modify": (["POST"], modify),
+        "records/query": (["POST"], query),
         "zones/list": (["GET", "POST"], listZones),
         "zones/modify": (["POST"], modifyZones),
         "zones/lookup": (["POST"], lookupZones),
@@ -233,6 +243,10 @@ enum Endpoints {
             let name = try item.required("recordName", in: path).string(path + ".recordName")
             let zone = try item["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: path + ".zoneID") }
             let id = recordID(name, zone: zone ?? requestZone)
+            if let refused = request.notInDatabase(id.zoneID, path: path) {
+                results.append(itemError(refused, ["recordName": .string(name)]))
+                continue
+            }
             do {
                 results.append(Wire.record(try request.container.record(for: id), desiredKeys: desired))
             } catch {

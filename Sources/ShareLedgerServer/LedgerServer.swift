@@ -13,7 +13,7 @@ import Synchronization
 /// The ledger as an HTTP service in CloudKit Web Services' shape (`share-ledger serve`).
 ///
 /// Endpoints under `/database/1/{container}/{environment}/{database}/`: `records/resolve`,
-/// `records/accept`, `records/lookup`, `records/modify`, `zones/list`, `zones/lookup`, `zones/modify`,
+/// `records/accept`, `records/lookup`, `records/query`, `records/modify`, `zones/list`, `zones/lookup`, `zones/modify`,
 /// `users/caller`, `users/current`, `users/lookup/email`; plus `/healthz`, `/readyz`, `/metrics` (Prometheus) and
 /// `/openapi.yaml` (the OpenAPI 3.1 document of all of them). Credentials are checked against
 /// ``ServerCredentials``. Each request acts through the ledger's public API as the caller's user, so

@@ -23,6 +23,10 @@ info:
       accepted once. A server key works in the environment it was registered for, and in the public
       database only unless it was registered for its user's private and shared databases too.
 
+    The private database holds the caller's own zones only: a zoneID naming another owner there
+    answers ZONE_NOT_FOUND (per item in records/lookup, for the whole request in records/modify
+    and records/query); others' zones are reached through the shared database.
+
     Whole-request errors come with an HTTP status and an Error dictionary; per-item failures are
     Error dictionaries inside a 200 response's `results`, `records`, `zones` or `users`.
     A request whose body breaks this document (a wrong type, a missing key, an unknown enum
@@ -233,6 +237,89 @@ paths:
             application/json:
               schema:
                 $ref: "#/components/schemas/RecordsResponse"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/records/query:
+    parameters: *recordDatabase
+    post:
+      operationId: recordsQuery
+      summary: The records of one zone of a type, filtered, sorted and paged (private or shared database).
+      description: |
+        `filterBy` comparators: EQUALS, NOT_EQUALS, IN and NOT_IN (`fieldValue` a list), LESS_THAN,
+        LESS_THAN_OR_EQUALS, GREATER_THAN, GREATER_THAN_OR_EQUALS, BEGINS_WITH (strings);
+        `fieldName` `___recordID` compares the record name. `sortBy` orders by fields (records
+        without the field last, then by record name); without it, records come in record-name
+        order. `resultsLimit` (default 200, at most 400) records per page; `continuationMarker`
+        (opaque) asks for the next one. No zoneID means the default zone. The ledger keeps no field
+        indexes: each page reads the zone's records of the type; a query matching more than 50,000
+        records is refused (400). In the shared database, only records of shares the caller
+        accepted are seen.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [query]
+              properties:
+                zoneID:
+                  $ref: "#/components/schemas/ZoneID"
+                resultsLimit:
+                  type: integer
+                  minimum: 1
+                  maximum: 400
+                continuationMarker:
+                  type: [string, "null"]
+                desiredKeys:
+                  type: [array, "null"]
+                  items:
+                    type: string
+                query:
+                  type: object
+                  required: [recordType]
+                  properties:
+                    recordType:
+                      type: string
+                    filterBy:
+                      type: [array, "null"]
+                      items:
+                        type: object
+                        required: [comparator, fieldName, fieldValue]
+                        properties:
+                          comparator:
+                            type: string
+                            enum: [EQUALS, NOT_EQUALS, IN, NOT_IN, LESS_THAN, LESS_THAN_OR_EQUALS, GREATER_THAN,
+                              GREATER_THAN_OR_EQUALS, BEGINS_WITH]
+                          fieldName:
+                            type: string
+                          fieldValue:
+                            $ref: "#/components/schemas/Field"
+                    sortBy:
+                      type: [array, "null"]
+                      items:
+                        type: object
+                        required: [fieldName]
+                        properties:
+                          fieldName:
+                            type: string
+                          ascending:
+                            type: boolean
+                            default: true
+      responses:
+        "200":
+          description: A page of records, and `continuationMarker` when there are more.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [records]
+                properties:
+                  records:
+                    type: array
+                    items:
+                      $ref: "#/components/schemas/Record"
+                  continuationMarker:
+                    type: string
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/zones/list:
