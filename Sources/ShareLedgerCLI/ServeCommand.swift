@@ -16,8 +16,8 @@ struct ServeCommand: AsyncParsableCommand {
         abstract: "Serve the ledger over HTTP in CloudKit Web Services' shape.",
         discussion: """
             Endpoints under /database/1/{container}/{development|production}/{public|private|shared}/: \
-            records/resolve, records/accept, records/lookup, records/modify, zones/list, zones/modify, \
-            users/caller, users/lookup/email; and /healthz, /readyz, /metrics, /openapi.yaml. \
+            records/resolve, records/accept, records/lookup, records/query, records/modify, zones/list, zones/lookup, \
+            zones/modify, users/caller, users/current, users/lookup/email; and /healthz, /readyz, /metrics, /openapi.yaml. \
             Requests need a container's API token and a user's web auth token (`share-ledger token`), or a \
             server-to-server signature. Runs the residual-task worker in-process. Stops on SIGTERM or SIGINT \
             after answering the requests in flight.

@@ -73,6 +73,14 @@ struct TokenCommand: AsyncParsableCommand {
         @Option(name: .customLong("public-key"), help: "The PEM file of the public key (openssl ec -pubout).")
         var publicKey: String
 
+        @Option(help: "The environment the key may be used in: development or production.")
+        var environment = "development"
+
+        @Flag(
+            name: .customLong("allow-private-databases"),
+            help: "Let the key act in its user's private and shared databases (by default: the public database only, as Apple's).")
+        var allowPrivateDatabases = false
+
         func run() async throws {
             guard let pem = try? String(contentsOfFile: publicKey, encoding: .utf8) else {
                 try reporting(json: ledger.json) { () throws(ServerError) in
@@ -82,7 +90,9 @@ struct TokenCommand: AsyncParsableCommand {
             }
             let credentials = ServerCredentials(ledgerPath: ledger.path)
             let entry = try reporting(json: ledger.json) { () throws(ServerError) in
-                try credentials.registerServerKey(container: container, userRecordName: user, publicKeyPEM: pem)
+                try credentials.registerServerKey(
+                    container: container, userRecordName: user, publicKeyPEM: pem, environment: environment,
+                    allowingPrivateDatabases: allowPrivateDatabases)
             }
             if ledger.json {
                 Output.printJSON(entry)

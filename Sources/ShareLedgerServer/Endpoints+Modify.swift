@@ -1,7 +1,10 @@
 import Foundation
 import ShareLedger
 
-/// `records/modify`: records (create, update, forceUpdate, replace, delete, forceDelete), shares
+/// `records/modify`: records (create, update, forceUpdate, replace, forceReplace, delete,
+/// forceDelete, with CloudKit's semantics: `update` and `forceUpdate` change only the named fields,
+/// `replace` and `forceReplace` set the others to null, the `force` forms skip the change-tag check
+/// and create a missing record; creating an existing record is `EXISTS`), shares
 /// (`cloudkit.share` records: `forRecord` for a hierarchy share, record name `cloudkit.zoneshare` for
 /// a zone share, `publicPermission`, `participants`).
 ///
@@ -19,7 +22,11 @@ extension Endpoints {
         // Every operation is read before any is applied: a malformed one fails the request and changes nothing.
         var parsed: [ParsedOperation] = []
         for (index, operation) in operations.enumerated() {
-            parsed.append(try ParsedOperation(operation, path: "operations[\(index)]", requestZone: requestZone))
+            let operation = try ParsedOperation(operation, path: "operations[\(index)]", requestZone: requestZone) { id in
+                try? request.container.record(for: id)
+            }
+            if let refused = request.notInDatabase(operation.zone, path: "operations[\(index)]") { throw refused }
+            parsed.append(operation)
         }
         if !parsed.contains(where: \.isShare) {
             return ["records": .array(try await modifyRecords(request, parsed, atomically: atomicFlag ?? true))]
@@ -38,7 +45,7 @@ extension Endpoints {
                 } else {
                     guard let result = try await request.container.modifyRecords([recordChange(request, operation)]).first
                     else { throw WireError(.internalError, "the operation had no result") }
-                    results.append(try recordResult(operation, result).get())
+                    results.append(try recordResult(request, operation, result).get())
                 }
             } catch let error as LedgerError {
                 results.append(itemError(WireError(error), ["recordName": operation.name.map(JSONValue.string) ?? .null]))
@@ -54,7 +61,7 @@ extension Endpoints {
     /// One operation of `records/modify`, read and checked.
     struct ParsedOperation {
         enum Kind: String {
-            case create, update, forceUpdate, replace, delete, forceDelete
+            case create, update, forceUpdate, replace, forceReplace, delete, forceDelete
         }
 
         var kind: Kind
@@ -64,17 +71,24 @@ extension Endpoints {
         var recordType: String?
         var changeTag: String?
         var fields: [String: FieldValue] = [:]
+        /// The keys named in `fields`, those given `"value": null` included (an update removes them).
+        var namedKeys = Set<String>()
         var parentName: String?
         var rootName: String?
         var title: String?
         var publicPermission: Share.Participant.Permission?
         var participants: [RequestedParticipant]?
 
-        init(_ operation: JSONValue, path: String, requestZone: RecordZoneID?) throws(WireError) {
+        /// - Parameter existing: The record as it stands, asked for (once) when a field of an
+        ///   update or replace has no `type`: such a value takes the type of the field it replaces.
+        init(
+            _ operation: JSONValue, path: String, requestZone: RecordZoneID?, existing: (RecordID) -> Record?
+        ) throws(WireError) {
             let typeText = try operation.required("operationType", in: path).string(path + ".operationType")
             guard let kind = Kind(rawValue: typeText) else {
                 throw WireError(
-                    .badRequest, "\(path).operationType must be create, update, forceUpdate, replace, delete or forceDelete")
+                    .badRequest,
+                    "\(path).operationType must be create, update, forceUpdate, replace, forceReplace, delete or forceDelete")
             }
             self.kind = kind
             let record = try operation.required("record", in: path)
@@ -86,14 +100,21 @@ extension Endpoints {
             let zone = try record["zoneID"].map { zone throws(WireError) in
                 try Wire.parseZoneID(zone, path: recordPath + ".zoneID")
             }
-            guard let zone = zone ?? requestZone else {
-                throw WireError(.badRequest, "\(path): give zoneID (in the record or the request)")
-            }
-            self.zone = zone
+            // CloudKit's default: the default zone.
+            self.zone = zone ?? requestZone ?? RecordZoneID(zoneName: RecordZoneID.defaultZoneName)
             isShare = recordType == Share.recordType || name == Share.zoneWideShareRecordName
             if let given = record["fields"] {
+                var current: Record??
                 for (key, value) in try given.object(recordPath + ".fields") {
-                    fields[key] = try Wire.parseField(value, path: "\(recordPath).fields.\(key)")
+                    namedKeys.insert(key)
+                    // `{"value": null}`: the field is named without a value (an update removes it).
+                    if value["value"] == JSONValue.null { continue }
+                    var hint: FieldValue?
+                    if value["type"] == nil, kind != .create, let name {
+                        if current == nil { current = .some(existing(RecordID(recordName: name, zoneID: self.zone))) }
+                        hint = current??.fields[key]
+                    }
+                    fields[key] = try Wire.parseField(value, path: "\(recordPath).fields.\(key)", existing: hint)
                 }
             }
             parentName = try record["parent"].map { parent throws(WireError) in
@@ -127,6 +148,12 @@ extension Endpoints {
             if !isShare, kind != .delete, kind != .forceDelete, recordType == nil {
                 throw WireError(.badRequest, "\(recordPath).recordType is required")
             }
+            if !isShare, kind == .update || kind == .replace, changeTag == nil {
+                throw WireError(
+                    .badRequest,
+                    "\(recordPath).recordChangeTag is required for \(kind.rawValue); send force\(kind == .update ? "Update" : "Replace") "
+                        + "to skip the check")
+            }
         }
     }
 
@@ -142,41 +169,55 @@ extension Endpoints {
             throw WireError(error)
         }
         return zip(operations, results).map { operation, result in
-            switch recordResult(operation, result) {
+            switch recordResult(request, operation, result) {
             case .success(let json): return json
             case .failure(let error):
-                return itemError(WireError(error), ["recordName": operation.name.map(JSONValue.string) ?? .null])
+                return itemError(error, ["recordName": operation.name.map(JSONValue.string) ?? .null])
             }
         }
     }
 
-    /// A record operation as the ledger's change. forceUpdate and replace take the record's current
-    /// change tag (they skip the check).
+    /// A record operation as the ledger's change (CloudKit's semantics per operation type).
     private static func recordChange(_ request: DatabaseRequest, _ operation: ParsedOperation) -> RecordChange {
         let id = RecordID(recordName: operation.name ?? "", zoneID: operation.zone)
+        var record = Record(
+            recordType: operation.recordType ?? "", recordID: id, fields: operation.fields,
+            parent: operation.parentName.map { RecordID(recordName: $0, zoneID: id.zoneID) })
         switch operation.kind {
-        case .delete, .forceDelete:
+        case .delete:
+            return operation.changeTag.map { .deleteIfUnchanged(id, changeTag: $0) } ?? .delete(id)
+        case .forceDelete:
             return .delete(id)
-        case .create, .update, .forceUpdate, .replace:
-            var record = Record(
-                recordType: operation.recordType ?? "", recordID: id, fields: operation.fields,
-                parent: operation.parentName.map { RecordID(recordName: $0, zoneID: id.zoneID) })
-            switch operation.kind {
-            case .create: break
-            case .forceUpdate, .replace: record.recordChangeTag = (try? request.container.record(for: id))?.recordChangeTag
-            default: record.recordChangeTag = operation.changeTag
-            }
+        case .create:
             return .save(record)
+        case .replace:
+            record.recordChangeTag = operation.changeTag
+            return .save(record)
+        case .forceReplace:
+            return .saving(record, policy: .allKeys)
+        case .update, .forceUpdate:
+            record.recordChangeTag = operation.changeTag
+            return .saving(record, policy: .changedKeys(operation.namedKeys, checkingChangeTag: operation.kind == .update))
         }
     }
 
-    /// The answer to one record operation: the saved record, or the deletion.
+    /// The answer to one record operation: the saved record, or the deletion. Creating a record that
+    /// exists is `EXISTS` (the ledger answers it as a change-tag conflict, as CloudKit's framework does).
     private static func recordResult(
-        _ operation: ParsedOperation, _ result: Result<Record?, LedgerError>
-    ) -> Result<JSONValue, LedgerError> {
-        result.map { saved in
-            if let saved { return Wire.record(saved) }
-            return ["recordName": .string(operation.name ?? ""), "zoneID": Wire.zoneID(operation.zone), "deleted": true]
+        _ request: DatabaseRequest, _ operation: ParsedOperation, _ result: Result<Record?, LedgerError>
+    ) -> Result<JSONValue, WireError> {
+        switch result {
+        case .success(let saved?):
+            return .success(Wire.record(saved))
+        case .success(nil):
+            return .success([
+                "recordName": .string(operation.name ?? ""),
+                "zoneID": Wire.zoneID(request.ownZone(operation.zone)), "deleted": true,
+            ])
+        case .failure(let error) where operation.kind == .create && error.code == .serverRecordChanged:
+            return .failure(WireError(.exists, "record \(operation.name ?? "") exists already; update or replace it instead"))
+        case .failure(let error):
+            return .failure(WireError(error))
         }
     }
 
@@ -193,7 +234,7 @@ extension Endpoints {
                 share = try await container.share(
                     recordZoneID: operation.zone, title: operation.title, publicPermission: operation.publicPermission ?? .none)
             }
-        case .update, .forceUpdate, .replace, .delete, .forceDelete:
+        case .update, .forceUpdate, .replace, .forceReplace, .delete, .forceDelete:
             let id = RecordID(recordName: operation.name ?? "", zoneID: operation.zone)
             guard let found = findShare(id, in: try visibleShares(container), caller: request.caller.userRecordName) else {
                 throw WireError(.notFound, "unknownItem: the share does not exist, or it is not shared with you")
@@ -202,7 +243,10 @@ extension Endpoints {
             let tag = operation.kind == .update || operation.kind == .delete ? operation.changeTag : nil
             if operation.kind == .delete || operation.kind == .forceDelete {
                 try await container.deleteShare(share.url, ifChangeTag: tag)
-                return ["recordName": .string(id.recordName), "zoneID": Wire.zoneID(share.recordID.zoneID), "deleted": true]
+                return [
+                    "recordName": .string(id.recordName), "zoneID": Wire.zoneID(request.ownZone(share.recordID.zoneID)),
+                    "deleted": true,
+                ]
             }
             if let tag, tag != share.recordChangeTag {
                 throw LedgerError(

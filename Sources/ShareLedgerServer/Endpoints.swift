@@ -31,6 +31,21 @@ struct DatabaseRequest: Sendable {
         try body["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: "zoneID") }
     }
 
+    /// `zone` with the default owner named: the caller (what answers say, as CloudKit does).
+    func ownZone(_ zone: RecordZoneID) -> RecordZoneID {
+        zone.ownerName == RecordZoneID.defaultOwnerName
+            ? RecordZoneID(zoneName: zone.zoneName, ownerName: caller.userRecordName) : zone
+    }
+
+    /// Why `zone` is not in this database, if it is not: CloudKit's private database holds the
+    /// caller's own zones only; others' zones are reached through the shared database.
+    func notInDatabase(_ zone: RecordZoneID, path: String) -> WireError? {
+        guard database == .private, ownZone(zone).ownerName != caller.userRecordName else { return nil }
+        return WireError(
+            .zoneNotFound,
+            "\(path): the private database holds only your own zones; reach others' zones through the shared database")
+    }
+
     func requirePrivateOrShared(_ what: String) throws(WireError) {
         guard database != .public else {
             throw WireError(.badRequest, "\(what) works in the private and shared databases; the ledger keeps no public records")
@@ -49,9 +64,12 @@ enum Endpoints {
         "records/accept": (["POST"], accept),
         "records/lookup": (["POST"], lookup),
         "records/modify": (["POST"], modify),
+        "records/query": (["POST"], query),
         "zones/list": (["GET", "POST"], listZones),
         "zones/modify": (["POST"], modifyZones),
+        "zones/lookup": (["POST"], lookupZones),
         "users/caller": (["GET", "POST"], caller),
+        "users/current": (["GET"], currentUser),
         "users/lookup/email": (["POST"], lookupEmail),
     ]
 
@@ -191,10 +209,9 @@ enum Endpoints {
         }
     }
 
-    /// A record id of the request in the ledger's terms, and the owner it resolves to.
-    static func recordID(_ name: String, zone: RecordZoneID?, caller: String, path: String) throws(WireError) -> RecordID {
-        guard let zone else { throw WireError(.badRequest, "\(path): give zoneID (in the record or the request)") }
-        return RecordID(recordName: name, zoneID: zone)
+    /// A record id of the request in the ledger's terms (no zone: CloudKit's default zone).
+    static func recordID(_ name: String, zone: RecordZoneID?) -> RecordID {
+        RecordID(recordName: name, zoneID: zone ?? RecordZoneID(zoneName: RecordZoneID.defaultZoneName))
     }
 
     static func sameZone(_ lhs: RecordZoneID, _ rhs: RecordZoneID, caller: String) -> Bool {
@@ -219,24 +236,45 @@ enum Endpoints {
         }
         let caller = request.caller.userRecordName
         var shares: [RecordID: Share]?
+        var ownZones: Set<String>?
         var results: [JSONValue] = []
         for (index, item) in items.enumerated() {
             let path = "records[\(index)]"
             let name = try item.required("recordName", in: path).string(path + ".recordName")
             let zone = try item["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: path + ".zoneID") }
-            let id = try recordID(name, zone: zone ?? requestZone, caller: caller, path: path)
+            let id = recordID(name, zone: zone ?? requestZone)
+            if let refused = request.notInDatabase(id.zoneID, path: path) {
+                results.append(itemError(refused, ["recordName": .string(name)]))
+                continue
+            }
             do {
                 results.append(Wire.record(try request.container.record(for: id), desiredKeys: desired))
             } catch {
                 if shares == nil { shares = try visibleShares(request.container) }
                 if let share = findShare(id, in: shares ?? [:], caller: caller) {
                     results.append(Wire.share(share))
+                } else if request.ownZone(id.zoneID).ownerName == caller, !(try ownZoneNames(request, &ownZones)).contains(id.zoneID.zoneName) {
+                    // A zone of the caller's own that does not exist: ZONE_NOT_FOUND, as modify answers.
+                    results.append(
+                        itemError(WireError(.zoneNotFound, "zone \(id.zoneID.zoneName) does not exist"), ["recordName": .string(name)]))
                 } else {
                     results.append(itemError(WireError(error), ["recordName": .string(name)]))
                 }
             }
         }
         return ["records": .array(results)]
+    }
+
+    /// The names of the caller's zones, read once per request.
+    static func ownZoneNames(_ request: DatabaseRequest, _ cache: inout Set<String>?) throws(WireError) -> Set<String> {
+        if let cache { return cache }
+        do {
+            let names = Set(try request.container.recordZones().map(\.zoneID.zoneName))
+            cache = names
+            return names
+        } catch {
+            throw WireError(error)
+        }
     }
 
     // MARK: - zones
@@ -256,6 +294,35 @@ enum Endpoints {
         } catch {
             throw WireError(error)
         }
+    }
+
+    /// `zones/lookup`: `{"zones": [{"zoneID": …}]}` (Apple's form) or `{"zones": [zoneID]}` (MistKit's);
+    /// one zone or error (`ZONE_NOT_FOUND`) per item, in order.
+    @Sendable static func lookupZones(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        var wanted: [(id: RecordZoneID, json: JSONValue)] = []
+        for (index, item) in try request.items("zones").enumerated() {
+            let path = "zones[\(index)]"
+            let json = item["zoneID"] ?? item
+            wanted.append((try Wire.parseZoneID(json, path: item["zoneID"] == nil ? path : path + ".zoneID"), json))
+        }
+        let known: Set<RecordZoneID>
+        do {
+            switch request.database {
+            case .private: known = Set(try request.container.recordZones().map { request.ownZone($0.zoneID) })
+            case .shared: known = Set(try request.container.sharedDatabaseZones().map(request.ownZone))
+            case .public: known = []
+            }
+        } catch {
+            throw WireError(error)
+        }
+        let results: [JSONValue] = wanted.map { item in
+            let id = request.ownZone(item.id)
+            guard known.contains(id) else {
+                return itemError(WireError(.zoneNotFound, "zone \(id.zoneName) does not exist in this database"), ["zoneID": item.json])
+            }
+            return zone(id)
+        }
+        return ["zones": .array(results)]
     }
 
     @Sendable static func modifyZones(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
@@ -291,10 +358,26 @@ enum Endpoints {
 
     @Sendable static func caller(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
         do {
-            return Wire.identity(try request.container.currentUserIdentity())
+            // Apple's users/caller: `{"users": [identity]}`, one identity.
+            return ["users": [Wire.identity(try request.container.currentUserIdentity())]]
         } catch {
             throw WireError(error)
         }
+    }
+
+    /// `users/current`: Apple's User dictionary of the caller (`userRecordName`, and `firstName` and
+    /// `lastName` when the user registered a name).
+    @Sendable static func currentUser(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        let identity: UserIdentity
+        do {
+            identity = try request.container.currentUserIdentity()
+        } catch {
+            throw WireError(error)
+        }
+        var user: [String: JSONValue] = ["userRecordName": .string(identity.userRecordID?.recordName ?? request.caller.userRecordName)]
+        if let given = identity.nameComponents?.givenName { user["firstName"] = .string(given) }
+        if let family = identity.nameComponents?.familyName { user["lastName"] = .string(family) }
+        return .object(user)
     }
 
     /// `users/lookup/email`: each lookup is recorded in the log like a participant lookup, and only a

@@ -13,8 +13,8 @@ import Synchronization
 /// The ledger as an HTTP service in CloudKit Web Services' shape (`share-ledger serve`).
 ///
 /// Endpoints under `/database/1/{container}/{environment}/{database}/`: `records/resolve`,
-/// `records/accept`, `records/lookup`, `records/modify`, `zones/list`, `zones/modify`,
-/// `users/caller`, `users/lookup/email`; plus `/healthz`, `/readyz`, `/metrics` (Prometheus) and
+/// `records/accept`, `records/lookup`, `records/query`, `records/modify`, `zones/list`, `zones/lookup`, `zones/modify`,
+/// `users/caller`, `users/current`, `users/lookup/email`; plus `/healthz`, `/readyz`, `/metrics` (Prometheus) and
 /// `/openapi.yaml` (the OpenAPI 3.1 document of all of them). Credentials are checked against
 /// ``ServerCredentials``. Each request acts through the ledger's public API as the caller's user, so
 /// the log records and audits it exactly as an in-process call.
@@ -73,6 +73,8 @@ public struct LedgerServer: Service {
     let metrics: ServerMetrics
     let onServerRunning: @Sendable (Int) async -> Void
     let ready = ReadyFlag()
+    /// The server-to-server signatures seen within the signature window.
+    let replayGuard = SignatureReplayGuard()
     /// Where tests hold the server to make an interleaving happen (none by default).
     var testHooks = TestHooks()
 

@@ -18,7 +18,14 @@ info:
     - or a server-to-server signature: headers `X-Apple-CloudKit-Request-KeyID`,
       `X-Apple-CloudKit-Request-ISO8601Date` (`yyyy-MM-ddTHH:mm:ssZ`, within 300 s of the server's
       clock) and `X-Apple-CloudKit-Request-SignatureV1` (base64 of an ECDSA P-256 SHA-256 signature,
-      DER or raw, over `date:base64(sha256(body)):path`, path from `/database/` without the query).
+      DER or raw, over `date:base64(sha256(body)):path`, path from `/database/` without the query;
+      a request without a body may leave the hash field empty, `date::path`). Each signature is
+      accepted once. A server key works in the environment it was registered for, and in the public
+      database only unless it was registered for its user's private and shared databases too.
+
+    The private database holds the caller's own zones only: a zoneID naming another owner there
+    answers ZONE_NOT_FOUND (per item in records/lookup, for the whole request in records/modify
+    and records/query); others' zones are reached through the shared database.
 
     Whole-request errors come with an HTTP status and an Error dictionary; per-item failures are
     Error dictionaries inside a 200 response's `results`, `records`, `zones` or `users`.
@@ -27,7 +34,8 @@ info:
     Status codes: 400 BAD_REQUEST (malformed JSON or JSON nested deeper than 64 arrays and objects,
     wrong types, more than 400 items, or `atomic: true` with a share among several operations), 401 AUTHENTICATION_FAILED, 404 NOT_FOUND (unknown container, environment,
     database or endpoint), 405 (wrong method), 413 (body over the limit, 2 MiB by default),
-    421 AUTHENTICATION_REQUIRED (with `redirectURL`).
+    421 AUTHENTICATION_REQUIRED (with `redirectURL`), 403 ACCESS_DENIED (a server key outside the
+    public database), 429 THROTTLED (too many signed requests within the signature window).
 servers:
   - url: http://127.0.0.1:8080
 paths:
@@ -184,6 +192,15 @@ paths:
       operationId: recordsModify
       summary: Create, update and delete records and shares (private or shared database).
       description: |
+        Record operations as in CloudKit: `create` (a record that exists is `EXISTS`); `update`
+        (`recordChangeTag` required, a stale one is `CONFLICT`) and `forceUpdate` (no tag check; a
+        missing record is created) change only the fields named in `fields` — a field given as
+        `{"value": null}` is removed, the others keep their values; `replace` (tag required) and
+        `forceReplace` set every field not named to null; `delete` (checks `recordChangeTag` when
+        given) and `forceDelete`. `created` keeps the creation's time and user, `modified` the last
+        change's. Without a `zoneID` (in the record or the request) the default zone is meant; the
+        ledger keeps records in custom zones only, so that answers `ZONE_NOT_FOUND`.
+
         A `cloudkit.share` record with `forRecord` shares that record's hierarchy; record name
         `cloudkit.zoneshare` shares the zone. `participants` (by `userIdentity.lookupInfo`) are
         invited on create; on update the invited participants become exactly the listed ones.
@@ -220,6 +237,89 @@ paths:
             application/json:
               schema:
                 $ref: "#/components/schemas/RecordsResponse"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/records/query:
+    parameters: *recordDatabase
+    post:
+      operationId: recordsQuery
+      summary: The records of one zone of a type, filtered, sorted and paged (private or shared database).
+      description: |
+        `filterBy` comparators: EQUALS, NOT_EQUALS, IN and NOT_IN (`fieldValue` a list), LESS_THAN,
+        LESS_THAN_OR_EQUALS, GREATER_THAN, GREATER_THAN_OR_EQUALS, BEGINS_WITH (strings);
+        `fieldName` `___recordID` compares the record name. `sortBy` orders by fields (records
+        without the field last, then by record name); without it, records come in record-name
+        order. `resultsLimit` (default 200, at most 400) records per page; `continuationMarker`
+        (opaque) asks for the next one. No zoneID means the default zone. The ledger keeps no field
+        indexes: each page reads the zone's records of the type; a query matching more than 50,000
+        records is refused (400). In the shared database, only records of shares the caller
+        accepted are seen.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [query]
+              properties:
+                zoneID:
+                  $ref: "#/components/schemas/ZoneID"
+                resultsLimit:
+                  type: integer
+                  minimum: 1
+                  maximum: 400
+                continuationMarker:
+                  type: [string, "null"]
+                desiredKeys:
+                  type: [array, "null"]
+                  items:
+                    type: string
+                query:
+                  type: object
+                  required: [recordType]
+                  properties:
+                    recordType:
+                      type: string
+                    filterBy:
+                      type: [array, "null"]
+                      items:
+                        type: object
+                        required: [comparator, fieldName, fieldValue]
+                        properties:
+                          comparator:
+                            type: string
+                            enum: [EQUALS, NOT_EQUALS, IN, NOT_IN, LESS_THAN, LESS_THAN_OR_EQUALS, GREATER_THAN,
+                              GREATER_THAN_OR_EQUALS, BEGINS_WITH]
+                          fieldName:
+                            type: string
+                          fieldValue:
+                            $ref: "#/components/schemas/Field"
+                    sortBy:
+                      type: [array, "null"]
+                      items:
+                        type: object
+                        required: [fieldName]
+                        properties:
+                          fieldName:
+                            type: string
+                          ascending:
+                            type: boolean
+                            default: true
+      responses:
+        "200":
+          description: A page of records, and `continuationMarker` when there are more.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [records]
+                properties:
+                  records:
+                    type: array
+                    items:
+                      $ref: "#/components/schemas/Record"
+                  continuationMarker:
+                    type: string
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/zones/list:
@@ -287,14 +387,73 @@ paths:
     parameters: *anyDatabase
     get:
       operationId: usersCaller
-      summary: The caller's user identity.
+      summary: The caller's user identity (`{"users": [identity]}`, as Apple documents it).
+      responses:
+        "200":
+          description: The caller, the one item of `users`.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [users]
+                properties:
+                  users:
+                    type: array
+                    minItems: 1
+                    maxItems: 1
+                    items:
+                      $ref: "#/components/schemas/UserIdentity"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/users/current:
+    parameters: *anyDatabase
+    get:
+      operationId: usersCurrent
+      summary: The caller as Apple's User dictionary (`userRecordName`; `firstName` and `lastName` when registered).
       responses:
         "200":
           description: The caller.
           content:
             application/json:
               schema:
-                $ref: "#/components/schemas/UserIdentity"
+                type: object
+                required: [userRecordName]
+                properties:
+                  userRecordName:
+                    type: string
+                  firstName:
+                    type: string
+                  lastName:
+                    type: string
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/zones/lookup:
+    parameters: *anyDatabase
+    post:
+      operationId: zonesLookup
+      summary: Zones by id (`{"zoneID": …}` items, Apple's form, or bare zone ids); ZONE_NOT_FOUND per missing zone.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [zones]
+              properties:
+                zones:
+                  type: array
+                  maxItems: 400
+                  items:
+                    anyOf:
+                      - type: object
+                        required: [zoneID]
+                        properties:
+                          zoneID:
+                            $ref: "#/components/schemas/ZoneID"
+                      - $ref: "#/components/schemas/ZoneID"
+      responses:
+        "200":
+          $ref: "#/components/responses/Zones"
         default:
           $ref: "#/components/responses/Error"
   /database/1/{container}/{environment}/{database}/users/lookup/email:
@@ -413,6 +572,8 @@ components:
       properties:
         uuid:
           type: string
+          format: uuid
+          description: The request's id (whole-request errors), as a UUID.
         serverErrorCode:
           type: string
           enum: [ACCESS_DENIED, ATOMIC_ERROR, AUTHENTICATION_FAILED, AUTHENTICATION_REQUIRED, BAD_REQUEST, CONFLICT,
@@ -436,6 +597,9 @@ components:
           type: string
         ownerRecordName:
           type: string
+        ownerName:
+          type: string
+          description: MistKit's name for ownerRecordName (read in requests; answers say ownerRecordName).
         zoneType:
           type: string
     Zone:
@@ -457,6 +621,13 @@ components:
         8640000000000000 (JavaScript's Date range). A value outside its range is a 400 BAD_REQUEST that
         names the range, and nothing is written.
       required: [value]
+      description: |
+        A field value. Without `type`, a value written over an existing field takes that field's
+        type (a TIMESTAMP stays a TIMESTAMP); otherwise its JSON form decides: a string is a STRING,
+        an integer an INT64, another number a DOUBLE, an object with `recordName` a REFERENCE, an
+        array the list of its items' type (INT64 and DOUBLE items together: DOUBLE_LIST). Other
+        values need `type` (400). In records/modify, `{"value": null}` names a field without a value
+        (update and forceUpdate remove it).
       properties:
         value: {}
         type:
@@ -523,7 +694,7 @@ components:
       properties:
         operationType:
           type: string
-          enum: [create, update, forceUpdate, replace, delete, forceDelete]
+          enum: [create, update, forceUpdate, replace, forceReplace, delete, forceDelete]
         record:
           type: object
           properties:

@@ -21,6 +21,8 @@ struct RequestAuthenticator: Sendable {
     let signatureWindow: TimeInterval
     /// Where `AUTHENTICATION_REQUIRED` sends the user to sign in.
     let signInURL: String
+    /// The signatures seen within the window (each is accepted once).
+    let replayGuard: SignatureReplayGuard
 
     struct Signature: Sendable {
         var keyID: String
@@ -31,14 +33,19 @@ struct RequestAuthenticator: Sendable {
     /// The caller of a request to `container`.
     ///
     /// - Parameters:
+    ///   - environment: `development` or `production` (a server key is bound to one).
+    ///   - database: `public`, `private` or `shared` (a server key reaches `public` only, unless
+    ///     registered for more).
     ///   - subpath: The request's path from `/database/...` (what a server-to-server signature covers).
     func authenticate(
-        container: String, apiToken: String?, webAuthToken: String?, signature: Signature?, subpath: String, body: [UInt8],
-        now: Date
+        container: String, environment: String, database: String, apiToken: String?, webAuthToken: String?,
+        signature: Signature?, subpath: String, body: [UInt8], now: Date
     ) throws(WireError) -> Caller {
         // The caller refreshed the credentials (``ServerCredentials/refresh(force:)``) for this request.
         if let signature {
-            return try checkSignature(signature, container: container, subpath: subpath, body: body, now: now)
+            return try checkSignature(
+                signature, container: container, environment: environment, database: database, subpath: subpath, body: body,
+                now: now)
         }
         guard let apiToken, !apiToken.isEmpty else {
             throw WireError(
@@ -61,7 +68,8 @@ struct RequestAuthenticator: Sendable {
     }
 
     private func checkSignature(
-        _ signature: Signature, container: String, subpath: String, body: [UInt8], now: Date
+        _ signature: Signature, container: String, environment: String, database: String, subpath: String, body: [UInt8],
+        now: Date
     )
         throws(WireError) -> Caller
     {
@@ -71,6 +79,9 @@ struct RequestAuthenticator: Sendable {
         else {
             throw WireError(.authenticationFailed, "the server-to-server key id is not registered for this container")
         }
+        if let bound = entry.environment, bound != environment {
+            throw WireError(.authenticationFailed, "this server-to-server key is registered for the \(bound) environment")
+        }
         guard let date = Self.parseDate(signature.date), abs(date.timeIntervalSince(now)) <= signatureWindow else {
             throw WireError(
                 .authenticationFailed,
@@ -78,12 +89,31 @@ struct RequestAuthenticator: Sendable {
             )
         }
         guard let bytes = Data(base64Encoded: signature.signature) else { throw failed }
-        let message = Self.signedMessage(date: signature.date, body: body, subpath: subpath)
-        let digest = SHA256.hash(data: message)
         let parsed =
             (try? P256.Signing.ECDSASignature(derRepresentation: bytes))
             ?? (try? P256.Signing.ECDSASignature(rawRepresentation: bytes))
-        guard let parsed, key.isValidSignature(parsed, for: digest) else { throw failed }
+        guard let parsed else { throw failed }
+        // Apple's samples hash the body, an empty one included; some clients (MistKit) leave the
+        // hash out of a request without a body. Both name the same request.
+        var messages = [Self.signedMessage(date: signature.date, body: body, subpath: subpath)]
+        if body.isEmpty { messages.append(Array("\(signature.date)::\(subpath)".utf8)) }
+        guard messages.contains(where: { key.isValidSignature(parsed, for: SHA256.hash(data: $0)) }) else { throw failed }
+        guard database == "public" || (entry.extraDatabases ?? []).contains(database) else {
+            throw WireError(
+                .accessDenied,
+                "this server-to-server key reaches the public database only; register it with --allow-private-databases "
+                    + "to let it act in its user's private and shared databases")
+        }
+        // Once per signature: `r` (the first half of the raw form) cannot be changed without the
+        // private key, whatever encoding or `s` a replayer sends.
+        let replayKey = entry.id + ":" + ServerCredentials.hex(parsed.rawRepresentation.prefix(32))
+        switch replayGuard.admit(replayKey, expiry: date.addingTimeInterval(signatureWindow), now: now) {
+        case .fresh: break
+        case .replayed:
+            throw WireError(.authenticationFailed, "this signature was used before; sign every request anew")
+        case .full:
+            throw WireError(.throttled, "too many signed requests within the signature window; retry later")
+        }
         return Caller(userRecordName: user, credentialID: entry.id, method: .serverKey)
     }
 

@@ -15,11 +15,26 @@ struct RequestHandler: Sendable {
     private static let dateHeader = HTTPField.Name("X-Apple-CloudKit-Request-ISO8601Date")!
     private static let signatureHeader = HTTPField.Name("X-Apple-CloudKit-Request-SignatureV1")!
 
-    /// The request's id, for the `uuid` of an error dictionary (made only when one is answered).
-    /// Hummingbird's lives in the logger's metadata; a log handler that keeps no metadata
+    /// The request's id as a UUID, for the `uuid` of an error dictionary (made only when one is
+    /// answered): Hummingbird's (32 hex digits, in the log line's `hb.request.id`) with a UUID's
+    /// dashes. It lives in the logger's metadata; a log handler that keeps no metadata
     /// (SwiftLogNoOpLogHandler) loses it, and `context.id` would then trap: make one instead.
-    private static func requestID(_ context: ServerRequestContext) -> String {
-        context.logger[metadataKey: "hb.request.id"].map { "\($0)" } ?? ServerCredentials.randomHex(bytes: 16)
+    static func requestID(_ context: ServerRequestContext) -> String {
+        uuidText(context.logger[metadataKey: "hb.request.id"].map { "\($0)" })
+    }
+
+    /// `hex` (32 hex digits) written as a UUID, or a new random UUID when it is not that.
+    static func uuidText(_ hex: String?) -> String {
+        guard let hex, hex.utf8.count == 32, hex.allSatisfy(\.isHexDigit) else {
+            return UUID().uuidString.lowercased()
+        }
+        let digits = Array(hex.lowercased())
+        var out = ""
+        for (index, digit) in digits.enumerated() {
+            if [8, 12, 16, 20].contains(index) { out.append("-") }
+            out.append(digit)
+        }
+        return out
     }
 
     func handle(_ request: Request, context: ServerRequestContext, path: DatabasePath) async -> Response {
@@ -59,9 +74,10 @@ struct RequestHandler: Sendable {
             }
             let authenticator = RequestAuthenticator(
                 credentials: server.credentials, signatureWindow: server.configuration.signatureWindow,
-                signInURL: server.configuration.signInURL)
+                signInURL: server.configuration.signInURL, replayGuard: server.replayGuard)
             let caller = try authenticator.authenticate(
-                container: container, apiToken: query["ckAPIToken"].map(String.init),
+                container: container, environment: environment, database: database.rawValue,
+                apiToken: query["ckAPIToken"].map(String.init),
                 webAuthToken: query["ckWebAuthToken"].map(String.init), signature: signature, subpath: request.uri.path,
                 body: bytes, now: Date())
             credentialID = caller.credentialID

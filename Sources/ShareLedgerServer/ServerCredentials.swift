@@ -49,6 +49,12 @@ public final class ServerCredentials: Sendable {
         public var createdAt: Date
         /// When it stops working (nil: never).
         public var expiresAt: Date?
+        /// The environment a server key may be used in (`development` or `production`); nil in
+        /// entries made before keys were bound to one: either.
+        public var environment: String?
+        /// The databases a server key may use besides `public` (only `private` and `shared` mean
+        /// anything); nil or empty: the public database only, as Apple scopes server keys.
+        public var extraDatabases: [String]?
     }
 
     /// A token just made: ``token`` is shown this once and stored nowhere.
@@ -101,18 +107,32 @@ public final class ServerCredentials: Sendable {
         try issue(kind: .webAuthToken, container: container, user: userRecordName, expiresAt: expiresAt)
     }
 
+    /// The environments of CloudKit Web Services' URLs.
+    public static let environments: Set<String> = ["development", "production"]
+
     /// Registers a server-to-server key: the PEM of an ECDSA P-256 public key; requests signed with
-    /// its private key act as `userRecordName` in `container`. Returns the entry; its ``Entry/id`` is
-    /// the key id callers send in `X-Apple-CloudKit-Request-KeyID`.
+    /// its private key act as `userRecordName` in `container`, in `environment` only. Returns the
+    /// entry; its ``Entry/id`` (64 hex digits, Apple's form) is the key id callers send in
+    /// `X-Apple-CloudKit-Request-KeyID`.
+    ///
+    /// - Parameters:
+    ///   - allowingPrivateDatabases: As Apple does, a server key reaches the public database only;
+    ///     true lets it use the private and shared databases of `userRecordName` too (an explicit
+    ///     choice: whoever holds the private key then reads and writes that user's data).
     public func registerServerKey(
-        container: String, userRecordName: String, publicKeyPEM: String, expiresAt: Date? = nil
+        container: String, userRecordName: String, publicKeyPEM: String, environment: String = "development",
+        allowingPrivateDatabases: Bool = false, expiresAt: Date? = nil
     ) throws(ServerError) -> Entry {
         guard (try? P256.Signing.PublicKey(pemRepresentation: publicKeyPEM)) != nil else {
             throw ServerError(.invalidArguments, "the public key is not the PEM of an ECDSA P-256 public key")
         }
+        guard Self.environments.contains(environment) else {
+            throw ServerError(.invalidArguments, "the environment must be development or production")
+        }
         let entry = Entry(
-            id: Self.randomHex(bytes: 16), kind: .serverKey, container: container, userRecordName: userRecordName,
-            tokenSHA256: nil, publicKeyPEM: publicKeyPEM, createdAt: Date(), expiresAt: expiresAt)
+            id: Self.randomHex(bytes: 32), kind: .serverKey, container: container, userRecordName: userRecordName,
+            tokenSHA256: nil, publicKeyPEM: publicKeyPEM, createdAt: Date(), expiresAt: expiresAt, environment: environment,
+            extraDatabases: allowingPrivateDatabases ? ["private", "shared"] : nil)
         try update { $0.credentials.append(entry) }
         return entry
     }
@@ -141,7 +161,9 @@ public final class ServerCredentials: Sendable {
         guard !container.isEmpty, container.utf8.count <= 255 else {
             throw ServerError(.invalidArguments, "the container identifier must be 1 to 255 bytes")
         }
-        let token = (kind == .apiToken ? "sla_" : "slw_") + Self.randomHex(bytes: 32)
+        // API tokens in Apple's form, 64 lower-case hex digits (clients such as MistKit check it);
+        // tokens made before, `sla_` and 64 hex digits, keep working (the file holds only hashes).
+        let token = (kind == .apiToken ? "" : "slw_") + Self.randomHex(bytes: 32)
         let entry = Entry(
             id: Self.randomHex(bytes: 8), kind: kind, container: container, userRecordName: user,
             tokenSHA256: Self.sha256Hex(token), publicKeyPEM: nil, createdAt: Date(), expiresAt: expiresAt)

@@ -55,7 +55,7 @@ enum Wire {
         let modifier = record.lastModifiedUserRecordID?.recordName
         out.object { out in
             out.key("created")
-            writeStamp(record.creationDate, user: modifier, into: &out)
+            writeStamp(record.creationDate, user: record.creatorUserRecordID?.recordName, into: &out)
             out.key("deleted")
             out.bool(false)
             out.key("fields")
@@ -121,11 +121,37 @@ enum Wire {
         }
     }
 
-    /// A field of a request: `{value, type?}` (without `type`, strings, integers and doubles are inferred).
-    static func parseField(_ json: JSONValue, path: String) throws(WireError) -> FieldValue {
+    /// A field of a request: `{value, type?}`. Without `type`, the type of `existing` (the record's
+    /// current value of the field) when there is one, else the value's JSON form: a string is a
+    /// STRING, an integer an INT64, another number a DOUBLE, an object with `recordName` a REFERENCE,
+    /// a list the list of its items' type (an empty list has none to keep).
+    static func parseField(_ json: JSONValue, path: String, existing: FieldValue? = nil) throws(WireError) -> FieldValue {
         let value = try json.required("value", in: path)
-        let type = try json.optionalString("type", in: path)
+        let type = try json.optionalString("type", in: path) ?? existing.flatMap(typeToKeep)
         return try parseFieldValue(value, type: type, path: path + ".value")
+    }
+
+    /// The type an untyped value takes from the field's current value (none for an empty list).
+    private static func typeToKeep(_ value: FieldValue) -> String? {
+        if case .list(let items) = value, items.isEmpty { return nil }
+        return fieldType(value)
+    }
+
+    /// The type of an untyped JSON value, or nil when it has none CloudKit could store.
+    private static func inferredType(_ value: JSONValue) -> String? {
+        switch value {
+        case .string: return "STRING"
+        case .int: return "INT64"
+        case .double: return "DOUBLE"
+        case .object(let object) where object["recordName"] != nil: return "REFERENCE"
+        case .array(let items):
+            let types = Set(items.map(inferredType))
+            if types.isEmpty { return "STRING_LIST" }
+            if types == ["INT64", "DOUBLE"] { return "DOUBLE_LIST" }
+            guard types.count == 1, let only = types.first, let element = only, !element.hasSuffix("_LIST") else { return nil }
+            return element + "_LIST"
+        default: return nil
+        }
     }
 
     private static func parseFieldValue(_ value: JSONValue, type: String?, path: String) throws(WireError) -> FieldValue {
@@ -149,12 +175,10 @@ enum Wire {
             }
             return .list(items)
         case nil:
-            switch value {
-            case .string(let text): return .string(text)
-            case .int(let number): return .int64(number)
-            case .double(let number): return .double(number)  // the parser makes no NaN or infinity
-            default: throw WireError(.badRequest, "\(path): give the field's type")
+            guard let inferred = inferredType(value) else {
+                throw WireError(.badRequest, "\(path): give the field's type (its value has no type of its own)")
             }
+            return try parseFieldValue(value, type: inferred, path: path)
         case let other?:
             throw WireError(.badRequest, "\(path): unknown field type \(other.prefix(32))")
         }
@@ -168,10 +192,12 @@ enum Wire {
         return Date(timeIntervalSince1970: Double(millis) / 1_000)
     }
 
-    /// `{zoneName, ownerRecordName?}`; no owner means the caller's own zone.
+    /// `{zoneName, ownerRecordName?}` (`ownerName`, MistKit's spelling, is read too); no owner
+    /// means the caller's own zone.
     static func parseZoneID(_ json: JSONValue, path: String) throws(WireError) -> RecordZoneID {
         let name = try json.required("zoneName", in: path).string(path + ".zoneName")
-        let owner = try json.optionalString("ownerRecordName", in: path)
+        var owner = try json.optionalString("ownerRecordName", in: path)
+        if owner == nil { owner = try json.optionalString("ownerName", in: path) }
         _ = try json.optionalString("zoneType", in: path)
         return RecordZoneID(zoneName: name, ownerName: owner ?? RecordZoneID.defaultOwnerName)
     }

@@ -141,8 +141,11 @@ extension Decider {
         }
     }
 
-    func saveRecord(_ txn: borrowing some ReadModelStore & ~Copyable, _ record: Record) throws -> Decision {
+    func saveRecord(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ given: Record, policy: RecordSavePolicy = .ifServerRecordUnchanged
+    ) throws -> Decision {
         try requireSignedIn(txn)
+        var record = given
         let owner = owner(of: record.recordID.zoneID)
         let zoneName = record.recordID.zoneID.zoneName
         let name = record.recordID.recordName
@@ -155,20 +158,42 @@ extension Decider {
             throw LedgerError(.zoneNotFound, "zone \(zoneName) of \(owner) does not exist; save the zone first")
         }
         let existing = try models.record(txn, zoneID: zone.zoneID, name)
+        // A partial save keeps the parent unless it names one.
+        if case .changedKeys = policy, record.parent == nil, let existing, !existing.parentRecordName.isEmpty {
+            record.parent = RecordID(recordName: existing.parentRecordName, zoneID: record.recordID.zoneID)
+        }
         if owner != actor {
             try checkParticipantWrite(txn, zone: zone, name, existing: existing, parent: record.parent?.recordName)
         }
+        let checksTag: Bool
+        switch policy {
+        case .ifServerRecordUnchanged: checksTag = true
+        case .changedKeys(_, let checking): checksTag = checking
+        case .allKeys: checksTag = false
+        }
         if let existing {
-            guard let tag = record.recordChangeTag, tag == String(existing.changeTag) else {
-                throw LedgerError(
-                    .serverRecordChanged, "record \(name) changed on the server (change tag \(existing.changeTag), yours "
-                        + "\(record.recordChangeTag ?? "none")); fetch it, apply your change, and save again")
+            if checksTag {
+                guard let tag = record.recordChangeTag, tag == String(existing.changeTag) else {
+                    throw LedgerError(
+                        .serverRecordChanged, "record \(name) changed on the server (change tag \(existing.changeTag), yours "
+                            + "\(record.recordChangeTag ?? "none")); fetch it, apply your change, and save again")
+                }
             }
             guard existing.recordType == record.recordType else {
                 throw LedgerError(.invalidArguments, "record \(name) is a \(existing.recordType); its type cannot change")
             }
-        } else if record.recordChangeTag != nil {
+            if case .changedKeys(let keys, _) = policy {
+                var merged: [String: FieldValue] = [:]
+                for field in existing.fields where !keys.contains(field.key) {
+                    merged[field.key] = FieldValue(field.value, zoneID: record.recordID.zoneID)
+                }
+                for key in keys { merged[key] = record.fields[key] }
+                record.fields = merged
+            }
+        } else if checksTag, record.recordChangeTag != nil || policy != .ifServerRecordUnchanged {
             throw LedgerError(.unknownItem, "record \(name) does not exist (it may have been deleted); save it without a change tag")
+        } else if case .changedKeys(let keys, _) = policy {
+            record.fields = record.fields.filter { keys.contains($0.key) }
         }
         var bytes = 0
         for (key, value) in record.fields {
@@ -206,13 +231,14 @@ extension Decider {
         e.parentRecordName = parentName
         e.changeTag = (existing?.changeTag ?? 0) + 1
         e.created = existing == nil
+        if existing == nil { e.createdBy = actor }
         let id = RecordID(recordName: name, zoneID: RecordZoneID(zoneName: zoneName, ownerName: owner))
         return .output(
             [event(Streams.zone(owner: owner, zone: zoneName), .recordSaved(e))],
             .record(zoneKey: zone.zoneID, name: name, id: id))
     }
 
-    func deleteRecord(_ txn: borrowing some ReadModelStore & ~Copyable, _ id: RecordID) throws -> Decision {
+    func deleteRecord(_ txn: borrowing some ReadModelStore & ~Copyable, _ id: RecordID, ifChangeTag: String? = nil) throws -> Decision {
         try requireSignedIn(txn)
         let owner = owner(of: id.zoneID)
         guard let zone = try models.zone(txn, container, owner: owner, zone: id.zoneID.zoneName) else {
@@ -227,6 +253,11 @@ extension Decider {
             guard state.shareToken.isEmpty else {
                 throw LedgerError(.permissionFailure, "only the owner may delete the root record of a share")
             }
+        }
+        if let ifChangeTag, ifChangeTag != String(state.changeTag) {
+            throw LedgerError(
+                .serverRecordChanged, "record \(id.recordName) changed on the server (change tag \(state.changeTag), yours "
+                    + "\(ifChangeTag)); fetch it and delete it again")
         }
         var events: [PendingEvent] = []
         if !state.shareToken.isEmpty {

@@ -77,8 +77,12 @@ struct Decider {
                 return try deleteZone(txn, id)
             case .saveRecord(let record):
                 return try saveRecord(txn, record)
+            case .saveRecordWithPolicy(let record, let policy):
+                return try saveRecord(txn, record, policy: policy)
             case .deleteRecord(let id):
                 return try deleteRecord(txn, id)
+            case .deleteRecordIfUnchanged(let id, let tag):
+                return try deleteRecord(txn, id, ifChangeTag: tag)
             case .createShare(let creation):
                 return try createShare(txn, creation)
             case .addParticipant(let token, let lookup, let role, let permission, let newID, let tag):

@@ -10,7 +10,11 @@ enum DomainAction: Sendable {
     case deleteZone(RecordZoneID)
     /// `record.recordChangeTag` is the tag the caller last saw (nil for a new record).
     case saveRecord(Record)
+    /// A save as the policy says (``RecordSavePolicy``).
+    case saveRecordWithPolicy(Record, RecordSavePolicy)
     case deleteRecord(RecordID)
+    /// A deletion that checks the record's change tag.
+    case deleteRecordIfUnchanged(RecordID, changeTag: String)
     case createShare(ShareCreation)
     case addParticipant(token: String, lookup: LookupInfo, role: Share.Participant.Role,
         permission: Share.Participant.Permission, newParticipantID: String, ifChangeTag: String?)
@@ -55,7 +59,7 @@ enum DomainAction: Sendable {
     /// A rough size, for bounding a group commit.
     var approximateBytes: Int {
         switch self {
-        case .saveRecord(let record): return 256 + record.approximateFieldBytes
+        case .saveRecord(let record), .saveRecordWithPolicy(let record, _): return 256 + record.approximateFieldBytes
         default: return 256
         }
     }

@@ -152,6 +152,9 @@ struct EventValidator {
                     "its change tag \(e.changeTag) (created: \(e.created)) does not follow the record's "
                         + (existing.map { "change tag \($0.changeTag)" } ?? "absence"))
             }
+            guard e.createdBy.isEmpty || (e.created && e.createdBy == actor) else {
+                throw Self.refuse("created_by \(e.createdBy) is not the creating actor")
+            }
             if let existing, existing.recordType != e.recordType {
                 throw Self.refuse("record \(e.recordName) is a \(existing.recordType); its type cannot change")
             }

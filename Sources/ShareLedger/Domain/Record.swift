@@ -22,6 +22,9 @@ public struct Record: Sendable, Hashable {
     public var modificationDate: Date?
     /// Who saved the record last (set by the ledger).
     public var lastModifiedUserRecordID: RecordID?
+    /// Who created the record (set by the ledger; `nil` for records created before the ledger
+    /// recorded creators).
+    public var creatorUserRecordID: RecordID?
 
     /// A new record to save.
     public init(recordType: String, recordID: RecordID, fields: [String: FieldValue] = [:], parent: RecordID? = nil) {
@@ -34,6 +37,7 @@ public struct Record: Sendable, Hashable {
         self.creationDate = nil
         self.modificationDate = nil
         self.lastModifiedUserRecordID = nil
+        self.creatorUserRecordID = nil
     }
 
     /// The value of a field, or `nil`.

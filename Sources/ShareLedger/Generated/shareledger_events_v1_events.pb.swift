@@ -438,6 +438,10 @@ package nonisolated struct Shareledger_Events_V1_RecordSaved: Sendable {
   /// True when the record did not exist before.
   package var created: Bool = false
 
+  /// On a creation, the user who created the record (the event's actor); empty in events written
+  /// before the creator was recorded.
+  package var createdBy: String = String()
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
@@ -1539,7 +1543,7 @@ nonisolated extension Shareledger_Events_V1_Field: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Shareledger_Events_V1_RecordSaved: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".RecordSaved"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{3}record_name\0\u{3}record_type\0\u{1}fields\0\u{3}parent_record_name\0\u{3}change_tag\0\u{1}created\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}owner_name\0\u{3}zone_name\0\u{3}record_name\0\u{3}record_type\0\u{1}fields\0\u{3}parent_record_name\0\u{3}change_tag\0\u{1}created\0\u{3}created_by\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1555,6 +1559,7 @@ nonisolated extension Shareledger_Events_V1_RecordSaved: SwiftProtobuf.Message, 
       case 6: try { try decoder.decodeSingularStringField(value: &self.parentRecordName) }()
       case 7: try { try decoder.decodeSingularUInt64Field(value: &self.changeTag) }()
       case 8: try { try decoder.decodeSingularBoolField(value: &self.created) }()
+      case 9: try { try decoder.decodeSingularStringField(value: &self.createdBy) }()
       default: break
       }
     }
@@ -1585,6 +1590,9 @@ nonisolated extension Shareledger_Events_V1_RecordSaved: SwiftProtobuf.Message, 
     if self.created != false {
       try visitor.visitSingularBoolField(value: self.created, fieldNumber: 8)
     }
+    if !self.createdBy.isEmpty {
+      try visitor.visitSingularStringField(value: self.createdBy, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1597,6 +1605,7 @@ nonisolated extension Shareledger_Events_V1_RecordSaved: SwiftProtobuf.Message, 
     if lhs.parentRecordName != rhs.parentRecordName {return false}
     if lhs.changeTag != rhs.changeTag {return false}
     if lhs.created != rhs.created {return false}
+    if lhs.createdBy != rhs.createdBy {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

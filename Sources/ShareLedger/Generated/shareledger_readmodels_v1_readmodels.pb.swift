@@ -131,6 +131,10 @@ package nonisolated struct Shareledger_Readmodels_V1_RecordState: Sendable {
 
   package var lastModifiedBy: String = String()
 
+  /// Who created the record (RecordSaved.created_by of its creation); empty for records created
+  /// by events that did not record it.
+  package var createdBy: String = String()
+
   package var unknownFields = SwiftProtobuf.UnknownStorage()
 
   package init() {}
@@ -642,7 +646,7 @@ nonisolated extension Shareledger_Readmodels_V1_ZoneState: SwiftProtobuf.Message
 
 nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   package static let protoMessageName: String = _protobuf_package + ".RecordState"
-  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}record_type\0\u{1}fields\0\u{3}parent_record_name\0\u{3}change_tag\0\u{3}share_token\0\u{3}last_share_token\0\u{3}created_at_micros\0\u{3}modified_at_micros\0\u{3}last_modified_by\0")
+  package static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}record_type\0\u{1}fields\0\u{3}parent_record_name\0\u{3}change_tag\0\u{3}share_token\0\u{3}last_share_token\0\u{3}created_at_micros\0\u{3}modified_at_micros\0\u{3}last_modified_by\0\u{3}created_by\0")
 
   package mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -659,6 +663,7 @@ nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Messa
       case 7: try { try decoder.decodeSingularInt64Field(value: &self.createdAtMicros) }()
       case 8: try { try decoder.decodeSingularInt64Field(value: &self.modifiedAtMicros) }()
       case 9: try { try decoder.decodeSingularStringField(value: &self.lastModifiedBy) }()
+      case 10: try { try decoder.decodeSingularStringField(value: &self.createdBy) }()
       default: break
       }
     }
@@ -692,6 +697,9 @@ nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Messa
     if !self.lastModifiedBy.isEmpty {
       try visitor.visitSingularStringField(value: self.lastModifiedBy, fieldNumber: 9)
     }
+    if !self.createdBy.isEmpty {
+      try visitor.visitSingularStringField(value: self.createdBy, fieldNumber: 10)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -705,6 +713,7 @@ nonisolated extension Shareledger_Readmodels_V1_RecordState: SwiftProtobuf.Messa
     if lhs.createdAtMicros != rhs.createdAtMicros {return false}
     if lhs.modifiedAtMicros != rhs.modifiedAtMicros {return false}
     if lhs.lastModifiedBy != rhs.lastModifiedBy {return false}
+    if lhs.createdBy != rhs.createdBy {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -187,6 +187,7 @@ struct Presenter: Sendable {
         record.creationDate = Presenter.date(state.createdAtMicros)
         record.modificationDate = Presenter.date(state.modifiedAtMicros)
         record.lastModifiedUserRecordID = state.lastModifiedBy.isEmpty ? nil : RecordID(userRecordName: state.lastModifiedBy)
+        record.creatorUserRecordID = state.createdBy.isEmpty ? nil : RecordID(userRecordName: state.createdBy)
         return record
     }
 

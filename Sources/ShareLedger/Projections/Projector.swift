@@ -205,7 +205,10 @@ struct Projector {
             let key = ReadModels.recordKey(zoneID: zone.zoneID, e.recordName)
             let existing = try m.message(RecordState.self, txn, m.records, key)
             var state = existing ?? RecordState()
-            if existing == nil { state.createdAtMicros = context.recordedAtMicros }
+            if existing == nil {
+                state.createdAtMicros = context.recordedAtMicros
+                state.createdBy = e.createdBy
+            }
             if state.parentRecordName != e.parentRecordName {
                 if !state.parentRecordName.isEmpty {
                     try txn.delete(

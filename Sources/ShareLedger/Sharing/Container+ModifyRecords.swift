@@ -1,17 +1,40 @@
 import Foundation
 
+/// How a save treats what the server holds of the record (CloudKit's
+/// `CKModifyRecordsOperation.RecordSavePolicy`, with the change-tag check of Web Services'
+/// `update` kept apart from the choice of fields).
+public enum RecordSavePolicy: Sendable, Hashable {
+    /// The record's change tag must be the server's current one (none for a new record, which must
+    /// not exist yet); every field is replaced. What ``RecordChange/save(_:)`` does.
+    case ifServerRecordUnchanged
+    /// Only the fields named in `keys` change: a named key with a value in the record's fields is
+    /// set, a named key without one is removed; fields not named keep their values, and the parent
+    /// is kept unless the record names one. With `checkingChangeTag` the record must exist and its
+    /// change tag be current (Web Services' `update`); without, the tag is not compared and a missing
+    /// record is created (`forceUpdate`, CloudKit's `.changedKeys`).
+    case changedKeys(Set<String>, checkingChangeTag: Bool)
+    /// Every field is replaced whatever the change tag; a missing record is created (Web Services'
+    /// `forceReplace`, CloudKit's `.allKeys`).
+    case allKeys
+}
+
 /// One change of ``Container/modifyRecords(_:atomically:)``.
 public enum RecordChange: Sendable {
     /// Saves a record: creates it (no change tag) or changes it (with the change tag it was fetched with).
     case save(Record)
+    /// Saves a record as `policy` says (``RecordSavePolicy``).
+    case saving(Record, policy: RecordSavePolicy)
     /// Deletes the record with this id.
     case delete(RecordID)
+    /// Deletes the record with this id if its change tag is still `changeTag` (else
+    /// ``LedgerError/Code/serverRecordChanged``; Web Services' `delete` with a `recordChangeTag`).
+    case deleteIfUnchanged(RecordID, changeTag: String)
 
     /// The id of the record the change is about.
     public var recordID: RecordID {
         switch self {
-        case .save(let record): return record.recordID
-        case .delete(let id): return id
+        case .save(let record), .saving(let record, _): return record.recordID
+        case .delete(let id), .deleteIfUnchanged(let id, _): return id
         }
     }
 }
@@ -54,14 +77,16 @@ extension Container {
             let steps = indices.map { index -> DomainAction in
                 switch changes[index] {
                 case .save(let record): return .saveRecord(record)
+                case .saving(let record, let policy): return .saveRecordWithPolicy(record, policy)
                 case .delete(let id): return .deleteRecord(id)
+                case .deleteIfUnchanged(let id, let tag): return .deleteRecordIfUnchanged(id, changeTag: tag)
                 }
             }
             for (index, output) in zip(indices, try await run(steps, atomic: atomically)) {
                 results[index] = output.flatMap { output in
                     switch (changes[index], output) {
-                    case (.save, .record(let record)): return .success(record)
-                    case (.delete, _): return .success(nil)
+                    case (.save, .record(let record)), (.saving, .record(let record)): return .success(record)
+                    case (.delete, _), (.deleteIfUnchanged, _): return .success(nil)
                     default: return .failure(.unexpectedOutput("modifyRecords"))
                     }
                 }
