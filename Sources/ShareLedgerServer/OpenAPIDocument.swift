@@ -387,7 +387,7 @@ paths:
     parameters: *anyDatabase
     get:
       operationId: usersCaller
-      summary: The caller's user identity (`{"users": [identity]}`, as Apple documents it).
+      summary: 'The caller''s user identity (`{"users": [identity]}`, as Apple documents it).'
       responses:
         "200":
           description: The caller, the one item of `users`.
@@ -431,7 +431,7 @@ paths:
     parameters: *anyDatabase
     post:
       operationId: zonesLookup
-      summary: Zones by id (`{"zoneID": …}` items, Apple's form, or bare zone ids); ZONE_NOT_FOUND per missing zone.
+      summary: 'Zones by id (`{"zoneID": …}` items, Apple''s form, or bare zone ids); ZONE_NOT_FOUND per missing zone.'
       requestBody:
         required: true
         content:
