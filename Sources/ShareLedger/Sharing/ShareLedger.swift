@@ -110,7 +110,7 @@ public final class ShareLedger: Sendable {
             }
             let vault = try PersonalDataVault.forLedger(
                 at: configuration.path, writable: !configuration.readOnly, random: random, witness: witness)
-            if witness == nil, vault.writable, vault.holdsPersonKeys {
+            if witness == nil, !configuration.readOnly, vault.writable, vault.holdsPersonKeys {
                 // A ledger whose commits predate the record (or a copy given a key store): its keys
                 // may be in use, so from now on a store cut back past them is refused.
                 try log.store.environment.write { txn in
