@@ -145,7 +145,7 @@ extension ShareLedger {
     /// each), reading in chunks of short read transactions. `progress` gets (position, head).
     ///
     /// The chain is verified as the events are read: at the first event it rejects (missing,
-    /// altered, not linking to the one before), the export throws ``LedgerError/Code/corruptedData``
+    /// altered, not linking to the one before), the export throws `LedgerError.Code.corruptedData`
     /// naming that position, having written only the events before it.
     @discardableResult
     public func export(
