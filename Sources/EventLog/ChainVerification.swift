@@ -3,7 +3,7 @@ import Dispatch
 import Foundation
 import LMDB
 
-/// The outcome of ``EventLog/verifyChain(chunkSize:)``.
+/// The outcome of ``EventLog/verifyChain(chunkSize:parallelism:after:)``.
 public struct ChainVerification: Sendable, Hashable, Codable {
     /// Events checked.
     public var eventsChecked: UInt64
@@ -26,6 +26,8 @@ extension EventLog {
     /// position and previous hash agree with its place, the hash field is last, and
     /// SHA-256(previous hash ‖ canonical bytes) equals the stored hash; finally that the head the
     /// ledger reports names the last event. Reports the first problem.
+    ///
+    /// - Parameter chunkSize: the events read in one read transaction (default 8,192).
     ///
     /// - Parameter parallelism: how many threads share the work (default: one per core, at most 4).
     ///   Each thread checks a contiguous range of positions; a range's first event is linked to the

@@ -9,7 +9,7 @@ import Logging
 /// - Positions are gapless from 1 and become visible only when committed, so a reader never sees a
 ///   later event before an earlier one.
 /// - Each event's hash covers the previous event's hash and the event's canonical bytes
-///   (`docs/log-format.md`), so any change to history shows in ``verifyChain(chunkSize:)``.
+///   (`docs/log-format.md`), so any change to history shows in ``verifyChain(chunkSize:parallelism:after:)``.
 /// - Reads are short read transactions; long scans go in chunks with a fresh transaction each.
 ///
 /// ```swift

@@ -103,8 +103,8 @@ public struct LedgerError: Error, Sendable, Hashable, CustomStringConvertible {
     public var code: Code
     /// What failed and what to do about it.
     public var message: String
-    /// For ``Code/partialFailure``: the error of each failed item, keyed by the item's description
-    /// (a URL string, a record name, ...).
+    /// For `partialFailure` (a code of the sharing layer): the error of each failed item, keyed by
+    /// the item's description (a URL string, a record name, ...).
     public var partialErrors: [String: LedgerError]
     /// The lower-level error, where there is one, as text (an LMDB or system error).
     public var underlying: String?

@@ -48,7 +48,7 @@ public struct FollowerStatistics: Sendable, Hashable, Codable {
 
 /// A read replica: applies a shard's stream into its own ledger, in the same format (the same stored
 /// bytes, the same hash chain), verifying the chain and projecting the read models as it goes
-/// (``ShareLedger/ShareLedger/applyReplicated(_:)``), so metadata queries on the replica answer as
+/// (`ShareLedger.applyReplicated(_:)`), so metadata queries on the replica answer as
 /// the primary did at the replica's head (``appliedPosition``).
 ///
 /// It consumes the stream with an ordered consumer from its head + 1 (the replica's own head is its

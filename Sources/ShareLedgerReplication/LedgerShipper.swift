@@ -70,7 +70,7 @@ public struct ShipperConfiguration: Sendable {
 /// When a writer tells a caller that its command is done (docs/operations.md, "Durability across
 /// machines").
 public enum ReplicationDurability: String, Sendable, Hashable, Codable, CaseIterable {
-    /// After the LMDB commit (with the ledger's own ``ShareLedger/Durability``); shipping follows. A
+    /// After the LMDB commit (with the ledger's own `Durability`); shipping follows. A
     /// failover can lose the commands acknowledged but not yet in the stream when the writer died:
     /// the standby continues from the stream, and the old writer's unshipped events are not part
     /// of the history.

@@ -1,6 +1,6 @@
 import ShareLedger
 
-/// The one error type of ShareLedger's replication, shaped like ``ShareLedger/LedgerError``: a
+/// The one error type of ShareLedger's replication, shaped like `LedgerError`: a
 /// ``Code`` and a message that says what failed and what to do. Messages name positions, streams and
 /// servers, never the content of events.
 public struct ReplicationError: Error, Sendable, Hashable, CustomStringConvertible {
@@ -30,7 +30,7 @@ public struct ReplicationError: Error, Sendable, Hashable, CustomStringConvertib
         public static let diverged = Code(rawValue: 2003)
         /// The stream exists with settings replication cannot rely on (deletes or purges allowed).
         public static let misconfigured = Code(rawValue: 2004)
-        /// The ledger refused or failed an operation (its ``ShareLedger/LedgerError`` is in the message).
+        /// The ledger refused or failed an operation (its `LedgerError` is in the message).
         public static let ledger = Code(rawValue: 2005)
         /// The writer lease is held by another writer, or was lost.
         public static let leaseHeld = Code(rawValue: 2006)

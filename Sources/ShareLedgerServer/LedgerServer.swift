@@ -90,6 +90,10 @@ public struct LedgerServer: Service {
     /// A server for `ledger`.
     ///
     /// - Parameters:
+    ///   - ledger: The open ledger it serves; the caller closes it after the server returns.
+    ///   - credentials: The tokens and keys requests are checked against.
+    ///   - configuration: Where it listens and the limits it keeps.
+    ///   - logger: Where it logs: one line per request, never a request's content or a credential.
     ///   - metrics: The Prometheus registry `/metrics` shows; bootstrap swift-metrics with a
     ///     `PrometheusMetricsFactory` over the same registry for the per-endpoint counters and
     ///     latencies (the CLI does). `nil` serves no `/metrics`.

@@ -7,7 +7,7 @@ import Synchronization
 public struct AuditReport: Sendable, Hashable, Codable {
     /// Whether everything holds: the chain, every event's payload, the stream and command records,
     /// every sharing event being one the rules could have produced from the state before it
-    /// (``EventValidator``), and every read model against a rebuild from the log.
+    /// (`EventValidator`), and every read model against a rebuild from the log.
     public var ok: Bool
     /// Events checked.
     public var events: UInt64
@@ -352,9 +352,9 @@ extension ShareLedger {
     /// rebuild the new ones, never a mix. Readers never wait; other writes wait only for each of
     /// those transactions. Returns the events replayed.
     ///
-    /// Each sharing event is checked against the rules (``EventValidator``) as it is replayed: at
+    /// Each sharing event is checked against the rules (`EventValidator`) as it is replayed: at
     /// the first the rules could not have produced, the rebuild stops with
-    /// ``LedgerError/Code/corruptedData`` naming it, and the read models stay as they were.
+    /// `LedgerError.Code.corruptedData` naming it, and the read models stay as they were.
     @discardableResult
     public func rebuildReadModels(progress: (@Sendable (UInt64, UInt64) -> Void)? = nil) async throws(LedgerError) -> UInt64 {
         try await rebuildReadModels(rewritingEverything: false, progress: progress).events

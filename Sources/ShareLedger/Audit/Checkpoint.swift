@@ -18,7 +18,7 @@ public struct CheckpointSigningKey: Sendable {
 
     /// Makes a key from its 32 raw bytes.
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` when the bytes are not a 32-byte Ed25519 key.
+    /// - Throws: `LedgerError.Code.invalidArguments` when the bytes are not a 32-byte Ed25519 key.
     public init(rawRepresentation bytes: [UInt8]) throws(LedgerError) {
         guard bytes.count == 32, let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: bytes) else {
             throw LedgerError(
@@ -30,7 +30,7 @@ public struct CheckpointSigningKey: Sendable {
 
     /// Reads a key from a file holding the base64 text of its 32 raw bytes (what `share-ledger keygen` writes).
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` when the file cannot be read or holds no such key.
+    /// - Throws: `LedgerError.Code.invalidArguments` when the file cannot be read or holds no such key.
     public init(contentsOfFile path: String) throws(LedgerError) {
         try self.init(rawRepresentation: try CheckpointKeyFile.read(path, what: "signing key"))
     }
@@ -59,7 +59,7 @@ public struct CheckpointPublicKey: Sendable, Hashable {
 
     /// Makes a key from its 32 raw bytes.
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` when the bytes are not a 32-byte Ed25519 public key.
+    /// - Throws: `LedgerError.Code.invalidArguments` when the bytes are not a 32-byte Ed25519 public key.
     public init(rawRepresentation bytes: [UInt8]) throws(LedgerError) {
         guard bytes.count == 32, let key = try? Curve25519.Signing.PublicKey(rawRepresentation: bytes) else {
             throw LedgerError(
@@ -71,7 +71,7 @@ public struct CheckpointPublicKey: Sendable, Hashable {
 
     /// Reads a key from a file holding the base64 text of its 32 raw bytes (what `share-ledger keygen` writes).
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` when the file cannot be read or holds no such key.
+    /// - Throws: `LedgerError.Code.invalidArguments` when the file cannot be read or holds no such key.
     public init(contentsOfFile path: String) throws(LedgerError) {
         try self.init(rawRepresentation: try CheckpointKeyFile.read(path, what: "public key"))
     }
@@ -241,8 +241,8 @@ extension ShareLedger {
     /// Signs the current head with `signingKey` and stores the checkpoint (in the writer's
     /// transaction, so the head cannot move in between). Appends no event.
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` when the log is empty (there is no head to sign);
-    ///   ``LedgerError/Code/readOnly`` for a read-only ledger; storage errors.
+    /// - Throws: `LedgerError.Code.invalidArguments` when the log is empty (there is no head to sign);
+    ///   `LedgerError.Code.readOnly` for a read-only ledger; storage errors.
     @discardableResult
     public func checkpoint(signingKey: CheckpointSigningKey) async throws(LedgerError) -> Checkpoint {
         let store = log.store
@@ -276,7 +276,7 @@ extension ShareLedger {
 
     /// Every stored checkpoint, by position, read in chunks of short read transactions.
     ///
-    /// - Throws: ``LedgerError/Code/corruptedData`` when a stored checkpoint has the wrong shape.
+    /// - Throws: `LedgerError.Code.corruptedData` when a stored checkpoint has the wrong shape.
     public func checkpoints() throws(LedgerError) -> [Checkpoint] {
         var out: [Checkpoint] = []
         var after: UInt64 = 0

@@ -2,8 +2,8 @@ import Foundation
 
 extension LogNDJSON {
     /// The longest line a valid event can make: its payload (at most
-    /// ``EventLog/Limits/maxPayloadBytes``) in base64, its four names (container, actor, stream, event
-    /// type: at most ``EventLog/Limits/maxNameBytes`` each) with every byte escaped as `\u00xx`, and
+    /// `EventLog.Limits.maxPayloadBytes`) in base64, its four names (container, actor, stream, event
+    /// type: at most `EventLog.Limits.maxNameBytes` each) with every byte escaped as `\u00xx`, and
     /// 1,024 bytes for the keys, numbers, ids and hashes (which take under 600).
     public static let maxLineBytes =
         (EventLog.Limits.maxPayloadBytes + 2) / 3 * 4 + 4 * EventLog.Limits.maxNameBytes * 6 + 1_024

@@ -145,7 +145,7 @@ extension ShareLedger {
     /// each), reading in chunks of short read transactions. `progress` gets (position, head).
     ///
     /// The chain is verified as the events are read: at the first event it rejects (missing,
-    /// altered, not linking to the one before), the export throws ``LedgerError/Code/corruptedData``
+    /// altered, not linking to the one before), the export throws `LedgerError.Code.corruptedData`
     /// naming that position, having written only the events before it.
     @discardableResult
     public func export(
@@ -203,16 +203,16 @@ extension ShareLedger {
     /// transaction, so a crash at any moment leaves whole commands with read models that match them,
     /// and the rest can be imported with an export `--since` the head.
     ///
-    /// Then every domain event is checked against the sharing rules (``EventValidator``: one the
+    /// Then every domain event is checked against the sharing rules (`EventValidator`: one the
     /// rules could have produced from the state before it), replayed into a scratch ledger that
     /// starts from the live read models; the first that is not refuses the whole import, before
     /// anything is written.
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` naming the first bad line (nothing is written),
+    /// - Throws: `LedgerError.Code.invalidArguments` naming the first bad line (nothing is written),
     ///   or the first event the sharing rules could not have produced (its line, position, type and
     ///   why; nothing is written);
-    ///   ``LedgerError/Code/invalidArguments`` when the ledger is not empty and the file does not
-    ///   continue it; ``LedgerError/Code/serverRecordChanged`` when another writer appends during the
+    ///   `LedgerError.Code.invalidArguments` when the ledger is not empty and the file does not
+    ///   continue it; ``EventLog/LedgerError/Code/serverRecordChanged`` when another writer appends during the
     ///   import; storage errors.
     ///
     /// The whole file and the encoded events are held in memory while they are checked; a line longer

@@ -43,9 +43,9 @@ extension ShareLedger {
     /// The source is only read (it may be open read-only); keep it until the new ledger is checked
     /// (`audit`), then delete it and its backups as the old ledger's plaintext requires.
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` when this ledger is not empty (nothing is
+    /// - Throws: `LedgerError.Code.invalidArguments` when this ledger is not empty (nothing is
     ///   written), does not seal personal data (``Configuration/sealsPersonalData``) or is the source;
-    ///   ``LedgerError/Code/readOnly`` when it is read-only or has no writable key store; storage
+    ///   `LedgerError.Code.readOnly` when it is read-only or has no writable key store; storage
     ///   errors (a crash or an error part way leaves a prefix of whole commands: delete the new
     ///   ledger's directory and run it again).
     @discardableResult

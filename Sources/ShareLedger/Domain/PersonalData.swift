@@ -4,7 +4,7 @@ import Foundation
 /// Placeholders for personal data in error messages, log lines and metrics labels.
 ///
 /// The rule of the house: email addresses, phone numbers, people's names, share titles, record field
-/// values and any other text a person typed never appear in a ``LedgerError``'s message, a log line
+/// values and any other text a person typed never appear in a ``EventLog/LedgerError``'s message, a log line
 /// or a metrics label, at any log level (`--verbose` included). A message that must refer to such a
 /// value uses ``redact(_:as:)`` instead, which gives a placeholder such as `<email #3f2a91c0d4e1>`:
 ///

@@ -14,7 +14,7 @@ public struct Record: Sendable, Hashable {
     /// The share rooted at this record, if any (set by the ledger, ignored on save).
     public var share: RecordID?
     /// The server's change tag; `nil` for a record never saved. Saving with a tag that is no longer
-    /// current fails with ``LedgerError/Code/serverRecordChanged``.
+    /// current fails with ``EventLog/LedgerError/Code/serverRecordChanged``.
     public var recordChangeTag: String?
     /// When the record was first saved (set by the ledger).
     public var creationDate: Date?

@@ -29,7 +29,7 @@ public struct Share: Sendable, Hashable {
     /// The root record of a hierarchy share; `nil` for a zone-wide share.
     public var hierarchicalRootRecordID: RecordID?
     /// Changes with every change of the share or its participants; pass it back (`ifChangeTag`) to
-    /// make a change only if nobody else changed the share since (else ``LedgerError/Code/serverRecordChanged``).
+    /// make a change only if nobody else changed the share since (else ``EventLog/LedgerError/Code/serverRecordChanged``).
     public var recordChangeTag: String
     /// When the share was created.
     public var creationDate: Date
@@ -273,7 +273,7 @@ public struct Share: Sendable, Hashable {
 
         /// Hashes the share's token and change tag and the viewer's place in it: enough to tell
         /// metadatas apart (equal ones hash alike), without hashing every participant and the root
-        /// record, which made keying the answers of ``Container/accept(_:)`` by metadata costly.
+        /// record, which made keying the answers of ``Container/accept(_:)->[Share.Metadata:Result<Share,LedgerError>]`` by metadata costly.
         public func hash(into hasher: inout Hasher) {
             hasher.combine(share.token)
             hasher.combine(share.recordChangeTag)

@@ -3,7 +3,7 @@ import EventLog
 extension LedgerError.Code {
     // MARK: CloudKit's codes of the sharing model (CKError.Code numbers)
 
-    /// Some items of a batch failed; ``LedgerError/partialErrors`` has the error of each.
+    /// Some items of a batch failed; `LedgerError.partialErrors` has the error of each.
     public static let partialFailure = LedgerError.Code(2, "partialFailure")
     /// The container is unknown or not allowed.
     public static let badContainer = LedgerError.Code(5, "badContainer")

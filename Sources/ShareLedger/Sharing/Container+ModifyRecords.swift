@@ -46,12 +46,12 @@ extension Container {
     ///
     /// With `atomically` (the default, as in CloudKit), the changes are all or nothing within each
     /// zone: when one change in a zone fails, no change in that zone is made, and the zone's other
-    /// changes answer ``LedgerError/Code/batchRequestFailed`` next to the real error. Zones succeed or
+    /// changes answer ``EventLog/LedgerError/Code/batchRequestFailed`` next to the real error. Zones succeed or
     /// fail independently of each other. Without it, each change stands alone. Either way the changes
     /// of one zone are one command, committed together, and a change sees the ones before it.
     ///
-    /// - Throws: ``LedgerError/Code/limitExceeded`` for more than 400 changes,
-    ///   ``LedgerError/Code/notAuthenticated`` without an account; nothing is changed then.
+    /// - Throws: `LedgerError.Code.limitExceeded` for more than 400 changes,
+    ///   ``EventLog/LedgerError/Code/notAuthenticated`` without an account; nothing is changed then.
     public func modifyRecords(
         _ changes: [RecordChange], atomically: Bool = true
     ) async throws(LedgerError) -> [Result<Record?, LedgerError>] {

@@ -21,11 +21,11 @@ extension Container {
     /// caller whether an address belongs to an account.
     ///
     /// - Parameter lookupInfos: Emails, phone numbers or user record ids (duplicates are looked up once).
-    /// - Returns: The participant or the error of each distinct lookup info: ``LedgerError/Code/unknownItem``
-    ///   for a user record id no user of this container has, ``LedgerError/Code/invalidArguments`` for an
+    /// - Returns: The participant or the error of each distinct lookup info: ``EventLog/LedgerError/Code/unknownItem``
+    ///   for a user record id no user of this container has, `LedgerError.Code.invalidArguments` for an
     ///   email address or phone number that is not one.
-    /// - Throws: ``LedgerError/Code/notAuthenticated`` without a registered account and
-    ///   ``LedgerError/Code/limitExceeded`` for more than 400 lookup infos (for the whole request:
+    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` without a registered account and
+    ///   `LedgerError.Code.limitExceeded` for more than 400 lookup infos (for the whole request:
     ///   nothing is looked up or logged then).
     public func shareParticipants(for lookupInfos: [LookupInfo]) async throws(LedgerError)
         -> [LookupInfo: Result<Share.Participant, LedgerError>]
@@ -40,8 +40,8 @@ extension Container {
     /// Looks up one person to invite (``shareParticipants(for:)`` for one lookup info; CloudKit's
     /// `fetchShareParticipant(withLookupInfo:)`).
     ///
-    /// - Throws: the lookup's error (``LedgerError/Code/unknownItem``, ``LedgerError/Code/invalidArguments``)
-    ///   or the request's (``LedgerError/Code/notAuthenticated``).
+    /// - Throws: the lookup's error (``EventLog/LedgerError/Code/unknownItem``, `LedgerError.Code.invalidArguments`)
+    ///   or the request's (``EventLog/LedgerError/Code/notAuthenticated``).
     public func shareParticipant(for lookupInfo: LookupInfo) async throws(LedgerError) -> Share.Participant {
         guard let result = try await shareParticipants(for: [lookupInfo])[lookupInfo] else {
             throw LedgerError.unexpectedOutput("shareParticipant")
@@ -73,7 +73,7 @@ extension Container {
     /// It is ``addParticipant(_:permission:role:to:ifChangeTag:)`` with the participant's lookup info
     /// (or, without one, its user record id).
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` for a participant with neither a lookup info nor
+    /// - Throws: `LedgerError.Code.invalidArguments` for a participant with neither a lookup info nor
     ///   a user record id; otherwise what ``addParticipant(_:permission:role:to:ifChangeTag:)`` throws.
     public func addParticipant(_ participant: Share.Participant, to shareURL: URL, ifChangeTag: String? = nil)
         async throws(LedgerError) -> Share

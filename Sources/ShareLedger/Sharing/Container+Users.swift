@@ -7,8 +7,8 @@ extension Container {
     /// The acting user's identity (user record id and name components), like CloudKit's
     /// `userIdentity(forUserRecordID:)` for the current user.
     ///
-    /// - Throws: ``LedgerError/Code/notAuthenticated`` without a signed-in user, and
-    ///   ``LedgerError/Code/unknownItem`` when the user is not registered in this container.
+    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` without a signed-in user, and
+    ///   ``EventLog/LedgerError/Code/unknownItem`` when the user is not registered in this container.
     public func currentUserIdentity() throws(LedgerError) -> UserIdentity {
         guard let user = userRecordName, (try? Decider.checkUserName(user)) != nil else {
             throw LedgerError(.notAuthenticated, "no signed-in user: act as a registered user")
@@ -59,7 +59,7 @@ extension Container {
     /// process use ``discoverUserIdentities(for:)``, which records each lookup and answers registered
     /// users only.
     ///
-    /// - Throws: ``LedgerError/Code/notAuthenticated`` without a signed-in user.
+    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` without a signed-in user.
     public func userIdentity(forEmailAddress emailAddress: String) throws(LedgerError) -> UserIdentity? {
         guard let user = userRecordName, (try? Decider.checkUserName(user)) != nil else {
             throw LedgerError(.notAuthenticated, "no signed-in user: act as a registered user")

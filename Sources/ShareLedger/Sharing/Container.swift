@@ -88,9 +88,9 @@ public struct Container: Sendable {
 
     /// Creates a zone in the user's private database; saving an existing zone returns it unchanged.
     ///
-    /// - Throws: ``LedgerError/Code/badDatabase`` for another user's zone,
-    ///   ``LedgerError/Code/invalidArguments`` for the default zone or a bad name,
-    ///   ``LedgerError/Code/notAuthenticated`` without an account.
+    /// - Throws: ``EventLog/LedgerError/Code/badDatabase`` for another user's zone,
+    ///   `LedgerError.Code.invalidArguments` for the default zone or a bad name,
+    ///   ``EventLog/LedgerError/Code/notAuthenticated`` without an account.
     public func save(_ zone: RecordZone) async throws(LedgerError) -> RecordZone {
         guard case .zone(let saved) = try await runOne(.saveZone(zone.zoneID, capabilities: zone.capabilities.rawValue))
         else { throw LedgerError.unexpectedOutput("save(zone)") }
@@ -105,11 +105,11 @@ public struct Container: Sendable {
     /// Saves a record: creates it (no change tag) or changes it (with the change tag it was fetched
     /// with). A participant with read-write permission may save records of a share they accepted.
     ///
-    /// - Throws: ``LedgerError/Code/serverRecordChanged`` for a missing or stale change tag,
-    ///   ``LedgerError/Code/zoneNotFound``, ``LedgerError/Code/referenceViolation`` for a missing parent,
-    ///   ``LedgerError/Code/alreadyShared`` when the new parent would put a share inside another,
-    ///   ``LedgerError/Code/permissionFailure`` for a participant without read-write permission,
-    ///   ``LedgerError/Code/limitExceeded`` past 1 MB of fields.
+    /// - Throws: ``EventLog/LedgerError/Code/serverRecordChanged`` for a missing or stale change tag,
+    ///   ``EventLog/LedgerError/Code/zoneNotFound``, ``EventLog/LedgerError/Code/referenceViolation`` for a missing parent,
+    ///   ``EventLog/LedgerError/Code/alreadyShared`` when the new parent would put a share inside another,
+    ///   ``EventLog/LedgerError/Code/permissionFailure`` for a participant without read-write permission,
+    ///   `LedgerError.Code.limitExceeded` past 1 MB of fields.
     public func save(_ record: Record) async throws(LedgerError) -> Record {
         guard case .record(let saved) = try await runOne(.saveRecord(record)) else {
             throw LedgerError.unexpectedOutput("save(record)")
@@ -125,7 +125,7 @@ public struct Container: Sendable {
 
     /// The record, if the user may read it (their own, or in a share they accepted).
     ///
-    /// - Throws: ``LedgerError/Code/unknownItem`` when it does not exist or is not shared with the user.
+    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` when it does not exist or is not shared with the user.
     public func record(for recordID: RecordID) throws(LedgerError) -> Record {
         let user = try registeredUser()
         let owner = recordID.zoneID.ownerName == RecordZoneID.defaultOwnerName ? user : recordID.zoneID.ownerName
@@ -180,10 +180,10 @@ public struct Container: Sendable {
     /// `CKShare(rootRecord:)` saved with its root. Sharing a root that was shared before gives the
     /// same URL again.
     ///
-    /// - Throws: ``LedgerError/Code/alreadyShared`` when the record, a parent or a child is in a share;
-    ///   ``LedgerError/Code/serverRejectedRequest`` when the zone is shared as a whole;
-    ///   ``LedgerError/Code/unknownItem`` when the root does not exist (save it first);
-    ///   ``LedgerError/Code/badDatabase`` for another user's record.
+    /// - Throws: ``EventLog/LedgerError/Code/alreadyShared`` when the record, a parent or a child is in a share;
+    ///   ``EventLog/LedgerError/Code/serverRejectedRequest`` when the zone is shared as a whole;
+    ///   ``EventLog/LedgerError/Code/unknownItem`` when the root does not exist (save it first);
+    ///   ``EventLog/LedgerError/Code/badDatabase`` for another user's record.
     public func share(
         rootRecord recordID: RecordID, title: String? = nil, publicPermission: Share.Participant.Permission = .none
     ) async throws(LedgerError) -> Share {
@@ -198,8 +198,8 @@ public struct Container: Sendable {
 
     /// Shares a whole zone, like `CKShare(recordZoneID:)` (record name `cloudkit.zoneshare`).
     ///
-    /// - Throws: ``LedgerError/Code/serverRecordChanged`` when the zone is shared already;
-    ///   ``LedgerError/Code/invalidArguments`` when it holds shared hierarchies.
+    /// - Throws: ``EventLog/LedgerError/Code/serverRecordChanged`` when the zone is shared already;
+    ///   `LedgerError.Code.invalidArguments` when it holds shared hierarchies.
     public func share(
         recordZoneID zoneID: RecordZoneID, title: String? = nil, publicPermission: Share.Participant.Permission = .none
     ) async throws(LedgerError) -> Share {
@@ -223,9 +223,9 @@ public struct Container: Sendable {
     ///   - role: `privateUser` (the default) or `administrator`.
     ///   - shareURL: The share's URL.
     ///   - ifChangeTag: Make the change only if the share still has this change tag.
-    /// - Throws: ``LedgerError/Code/tooManyParticipants`` past 100, ``LedgerError/Code/invalidArguments``
+    /// - Throws: ``EventLog/LedgerError/Code/tooManyParticipants`` past 100, `LedgerError.Code.invalidArguments`
     ///   for a public share, a public-user or owner role, or permission `none`;
-    ///   ``LedgerError/Code/permissionFailure`` for a caller who is not the owner or an administrator.
+    ///   ``EventLog/LedgerError/Code/permissionFailure`` for a caller who is not the owner or an administrator.
     public func addParticipant(
         _ lookupInfo: LookupInfo, permission: Share.Participant.Permission, role: Share.Participant.Role = .privateUser,
         to shareURL: URL, ifChangeTag: String? = nil
@@ -288,10 +288,10 @@ public struct Container: Sendable {
 
     /// The metadata of one share URL, relative to this user (CloudKit's `shareMetadata(for:)`).
     ///
-    /// - Throws: ``LedgerError/Code/unknownItem`` for an unknown or deleted share, and for a private
-    ///   share the user is not in; ``LedgerError/Code/participantMayNeedVerification`` when the user is
+    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` for an unknown or deleted share, and for a private
+    ///   share the user is not in; ``EventLog/LedgerError/Code/participantMayNeedVerification`` when the user is
     ///   not in a private share that has invitations to emails or phones with no account;
-    ///   ``LedgerError/Code/notAuthenticated`` without an account.
+    ///   ``EventLog/LedgerError/Code/notAuthenticated`` without an account.
     public func shareMetadata(for url: URL) async throws(LedgerError) -> Share.Metadata {
         guard let result = try await shareMetadatas(for: [url])[url] else { throw LedgerError.unexpectedOutput("shareMetadata") }
         return try result.get()
@@ -304,7 +304,7 @@ public struct Container: Sendable {
     ///   - urls: The share URLs (duplicates are fetched once).
     ///   - shouldFetchRootRecord: Include the root record of hierarchy shares (ignored for zone-wide shares).
     ///   - rootRecordDesiredKeys: The root record's fields to include: `nil` for all, `[]` for none.
-    /// - Throws: ``LedgerError/Code/limitExceeded`` for more than 400 URLs (nothing is fetched).
+    /// - Throws: `LedgerError.Code.limitExceeded` for more than 400 URLs (nothing is fetched).
     public func shareMetadatas(
         for urls: [URL], shouldFetchRootRecord: Bool = false, rootRecordDesiredKeys: [String]? = nil
     ) async throws(LedgerError) -> [URL: Result<Share.Metadata, LedgerError>] {
@@ -326,7 +326,7 @@ public struct Container: Sendable {
     ///   - tokens: The share tokens (duplicates are fetched once).
     ///   - shouldFetchRootRecord: Include the root record of hierarchy shares (ignored for zone-wide shares).
     ///   - rootRecordDesiredKeys: The root record's fields to include: `nil` for all, `[]` for none.
-    /// - Throws: ``LedgerError/Code/limitExceeded`` for more than 400 tokens (nothing is fetched).
+    /// - Throws: `LedgerError.Code.limitExceeded` for more than 400 tokens (nothing is fetched).
     public func shareMetadatas(
         forTokens tokens: [ShareToken], shouldFetchRootRecord: Bool = false, rootRecordDesiredKeys: [String]? = nil
     ) async throws(LedgerError) -> [ShareToken: Result<Share.Metadata, LedgerError>] {
@@ -409,9 +409,9 @@ public struct Container: Sendable {
     /// on a public share the user joins as a public user. Returns once the acceptance is committed;
     /// the zone appears in the user's shared database shortly after, when the residual task runs.
     ///
-    /// - Throws: ``LedgerError/Code/permissionFailure`` without an invitation to a private share (or
-    ///   after removal), ``LedgerError/Code/unknownItem`` for a deleted share,
-    ///   ``LedgerError/Code/badContainer`` when the metadata is of another container.
+    /// - Throws: ``EventLog/LedgerError/Code/permissionFailure`` without an invitation to a private share (or
+    ///   after removal), ``EventLog/LedgerError/Code/unknownItem`` for a deleted share,
+    ///   ``EventLog/LedgerError/Code/badContainer`` when the metadata is of another container.
     public func accept(_ metadata: Share.Metadata) async throws(LedgerError) -> Share {
         guard let result = try await accept([metadata])[metadata] else { throw LedgerError.unexpectedOutput("accept") }
         return try result.get()
@@ -419,7 +419,7 @@ public struct Container: Sendable {
 
     /// Accepts several shares, one result per distinct metadata (CloudKit's `accept(_:)` for many).
     ///
-    /// - Throws: ``LedgerError/Code/limitExceeded`` for more than 400 items (nothing is accepted).
+    /// - Throws: `LedgerError.Code.limitExceeded` for more than 400 items (nothing is accepted).
     public func accept(_ metadatas: [Share.Metadata]) async throws(LedgerError) -> [Share.Metadata: Result<Share, LedgerError>] {
         let results = Mutex<[Share.Metadata: Result<Share, LedgerError>]>([:])
         try await acceptShares(metadatas, chunkSize: Container.maxItemsPerOperation, isCancelled: { Task.isCancelled }) {
@@ -458,7 +458,7 @@ public struct Container: Sendable {
     /// one-time code for the host application to deliver to that address. The ledger keeps only its
     /// SHA-256. The code expires after ``verificationLifetime``.
     ///
-    /// - Throws: ``LedgerError/Code/unknownItem`` when no pending invitation with no account matches.
+    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` when no pending invitation with no account matches.
     public func requestParticipantVerification(for shareURL: URL, lookupInfo: LookupInfo) async throws(LedgerError)
         -> ParticipantVerification
     {
@@ -475,7 +475,7 @@ public struct Container: Sendable {
     /// Completes the proof with the code the user received: the invitation becomes the user's (they
     /// can then fetch the metadata and accept).
     ///
-    /// - Throws: ``LedgerError/Code/permissionFailure`` for a wrong or expired code.
+    /// - Throws: ``EventLog/LedgerError/Code/permissionFailure`` for a wrong or expired code.
     public func verifyParticipant(for shareURL: URL, code: String) async throws(LedgerError) -> Share {
         try await runShare(
             .verify(token: Container.token(of: shareURL), codeSHA256: ShareLedger.sha256(code.uppercased())),
@@ -513,7 +513,7 @@ public struct Container: Sendable {
     }
 
     /// The share at `url` as this user may see it, without recording a fetch: for the owner and the
-    /// participants (else ``LedgerError/Code/unknownItem``).
+    /// participants (else ``EventLog/LedgerError/Code/unknownItem``).
     public func share(for url: URL) throws(LedgerError) -> Share {
         let user = try registeredUser()
         let token = try Container.token(of: url)
@@ -534,7 +534,7 @@ public struct Container: Sendable {
     /// The metadata of `url` for this user, answered from the read models without recording a fetch
     /// (the same rules as ``shareMetadata(for:)``).
     ///
-    /// An answer is kept (``EventLog/Configuration/metadataCacheCapacity``) and given again while the
+    /// An answer is kept (``ShareLedger/ShareLedger/Configuration/metadataCacheCapacity``) and given again while the
     /// share's change tag is the same, so a kept answer is always the one the read models give. The
     /// tag is checked in memory when nothing was committed since this process's writer last
     /// committed (no read transaction at all), else in a read transaction.
@@ -591,7 +591,7 @@ public struct Container: Sendable {
 
     /// The live shares this user owns in the container, as the owner sees them.
     ///
-    /// - Throws: ``LedgerError/Code/notAuthenticated`` without a registered account.
+    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` without a registered account.
     public func ownedShares() throws(LedgerError) -> [Share] {
         let user = try registeredUser()
         let container = containerIdentifier

@@ -9,7 +9,7 @@ import Synchronization
 /// - Its blocks run on a private serial queue of the operation: one per-item block per distinct
 ///   input item (duplicates are done once), in input order, then the completion block, once.
 /// - ``cancel()`` before or during the run ends the items not yet done with
-///   ``LedgerError/Code/operationCancelled``.
+///   `LedgerError.Code.operationCancelled`.
 /// - An operation runs once; adding it again does nothing.
 ///
 /// The async methods of ``Container`` (`shareMetadatas(for:)`, `accept(_:)`) and these operations
@@ -31,7 +31,7 @@ public class LedgerOperation: @unchecked Sendable {
         callbackQueue = DispatchQueue(label: "ShareLedger.\(label)")
     }
 
-    /// Stops the operation: items not yet done end with ``LedgerError/Code/operationCancelled``.
+    /// Stops the operation: items not yet done end with `LedgerError.Code.operationCancelled`.
     public func cancel() {
         runState.withLock { $0.cancelled = true }
     }
@@ -224,7 +224,7 @@ public final class FetchShareMetadataOperation: LedgerOperation, @unchecked Send
 
 /// Accepts shares (CloudKit's `CKAcceptSharesOperation`). Add it to the container of the shares'
 /// ``Share/Metadata/containerIdentifier``: a metadata of another container fails with
-/// ``LedgerError/Code/badContainer``.
+/// ``EventLog/LedgerError/Code/badContainer``.
 public final class AcceptSharesOperation: LedgerOperation, @unchecked Sendable {
     // @unchecked: the configuration lives in `configuration`, a Mutex.
     private struct Configuration {

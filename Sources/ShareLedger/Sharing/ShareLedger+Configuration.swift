@@ -59,7 +59,7 @@ extension ShareLedger {
             self.log = log
         }
 
-        /// A configuration with the defaults of ``EventLog/Configuration/init(path:createIfMissing:readOnly:durability:initialMapSize:maximumMapSize:maxReaders:maxBatchCommands:maxBatchBytes:clock:logger:)``
+        /// A configuration with the defaults of `EventLog.Configuration.init(path:createIfMissing:readOnly:durability:initialMapSize:maximumMapSize:maxReaders:maxBatchCommands:maxBatchBytes:clock:logger:)`
         /// and of the sharing layer.
         public init(
             path: String,

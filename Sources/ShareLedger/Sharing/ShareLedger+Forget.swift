@@ -29,8 +29,8 @@ extension ShareLedger {
     ///   - requestedBy: Who asked, recorded as the event's actor: a role or ticket reference such as
     ///     `operator` or `dsr-1234`, never a person's name or email (it is not erased).
     /// - Returns: The user's identity, now with ``UserIdentity/personalDataErased`` set.
-    /// - Throws: ``LedgerError/Code/unknownItem`` when the user is not registered there,
-    ///   ``LedgerError/Code/invalidArguments`` for a malformed name, ``LedgerError/Code/storageFailure``
+    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` when the user is not registered there,
+    ///   `LedgerError.Code.invalidArguments` for a malformed name, `LedgerError.Code.storageFailure`
     ///   when the key store cannot be rewritten (the event is committed then: run forget again).
     @discardableResult
     public func forget(user userRecordName: String, in containerIdentifier: String, requestedBy: String = "operator")
@@ -63,7 +63,7 @@ extension ShareLedger {
     /// with (an invitee who never made an account, or someone looked up by it): forgets what the
     /// invitations and participant lookups addressed to it hold of it, by crypto-shredding.
     ///
-    /// Invitations and lookups are sealed under a key of their address (``AddressHash``), so that an
+    /// Invitations and lookups are sealed under a key of their address (`AddressHash`), so that an
     /// invitee with no account can be forgotten too. In one committed step it appends
     /// `PersonalDataForgotten` naming the address only by its keyed hash (the requester is the
     /// envelope's actor) and erases the participant rows of the invitations to it; then it destroys
@@ -80,10 +80,10 @@ extension ShareLedger {
     ///   - containerIdentifier: The container whose invitations went to it.
     ///   - requestedBy: Who asked, recorded as the event's actor (a role or ticket reference).
     /// - Returns: Whether anything readable was sealed to the address when asked (and is erased now).
-    /// - Throws: ``LedgerError/Code/invalidArguments`` for a lookup by user record id, or for the
+    /// - Throws: `LedgerError.Code.invalidArguments` for a lookup by user record id, or for the
     ///   address of a registered user (forget that user with ``forget(user:in:requestedBy:)``, which
-    ///   takes their addresses with them); ``LedgerError/Code/readOnly`` without a writable key store;
-    ///   ``LedgerError/Code/storageFailure`` when the key store cannot be rewritten (the event is
+    ///   takes their addresses with them); `LedgerError.Code.readOnly` without a writable key store;
+    ///   `LedgerError.Code.storageFailure` when the key store cannot be rewritten (the event is
     ///   committed then: run forget again).
     @discardableResult
     public func forget(address: LookupInfo, in containerIdentifier: String, requestedBy: String = "operator")

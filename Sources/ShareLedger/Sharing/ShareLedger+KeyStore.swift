@@ -17,9 +17,9 @@ extension ShareLedger {
     ///   - path: The ledger directory.
     ///   - randomSource: Where the new lookup key comes from.
     /// - Returns: Where the lost file was moved, or nil when there was none.
-    /// - Throws: ``LedgerError/Code/invalidArguments`` when the key store is intact (nothing is
-    ///   lost: nothing changes); the errors of opening the log (``LedgerError/Code/notALedger``, …);
-    ///   ``LedgerError/Code/storageFailure`` when the files cannot be moved or written.
+    /// - Throws: `LedgerError.Code.invalidArguments` when the key store is intact (nothing is
+    ///   lost: nothing changes); the errors of opening the log (`LedgerError.Code.notALedger`, …);
+    ///   `LedgerError.Code.storageFailure` when the files cannot be moved or written.
     public static func replaceLostKeyStore(at path: String, randomSource: any LedgerRandomSource = SystemRandomSource())
         async throws(LedgerError) -> String?
     {

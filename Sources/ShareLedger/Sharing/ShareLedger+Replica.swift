@@ -29,11 +29,11 @@ extension ShareLedger {
     /// own (a crash in between is finished by the next open for writing).
     ///
     /// - Returns: the new head.
-    /// - Throws: ``LedgerError/Code/serverRecordChanged`` when `events` do not continue the head
-    ///   (another writer appended, or events are missing: resume from ``EventLog/head()``);
-    ///   ``LedgerError/Code/corruptedData`` naming the first event that fails a check (nothing is
+    /// - Throws: ``EventLog/LedgerError/Code/serverRecordChanged`` when `events` do not continue the head
+    ///   (another writer appended, or events are missing: resume from `EventLog.head()`);
+    ///   `LedgerError.Code.corruptedData` naming the first event that fails a check (nothing is
     ///   written: the source or the transport is damaged, or it is another ledger's history);
-    ///   ``LedgerError/Code/readOnly``, storage errors.
+    ///   `LedgerError.Code.readOnly`, storage errors.
     @discardableResult
     public func applyReplicated(_ events: [StoredEvent]) async throws(LedgerError) -> LogHead {
         guard let first = events.first else { return try log.head() }

@@ -71,8 +71,8 @@ public final class ShareLedger: Sendable {
     /// Opens (or creates) the ledger at `configuration.path`, and starts the in-process residual-task
     /// worker unless `configuration.residualTaskWorker` is nil.
     ///
-    /// - Throws: ``LedgerError`` as ``EventLog/open(_:)`` does, and
-    ///   ``LedgerError/Code/invalidArguments`` (before anything is opened or created) when
+    /// - Throws: ``EventLog/LedgerError`` as `EventLog.open(_:)` does, and
+    ///   `LedgerError.Code.invalidArguments` (before anything is opened or created) when
     ///   `configuration.shareURLHost` cannot be the host of a URL.
     public static func open(_ configuration: Configuration) throws(LedgerError) -> ShareLedger {
         try checkShareURLHost(configuration.shareURLHost)
@@ -89,13 +89,13 @@ public final class ShareLedger: Sendable {
     }
 
     /// Opens only the event log of the ledger at `configuration.path`, without the sharing layer:
-    /// for reading, verifying and raw appends. Unlike ``EventLog/open(_:)``, it opens (and, for a
+    /// for reading, verifying and raw appends. Unlike `EventLog.open(_:)`, it opens (and, for a
     /// new or older ledger opened for writing, creates) the read models' databases too, so that the
     /// directory can later be opened as a ``ShareLedger``, read-only included.
     ///
     /// It also loads the ledger's key store (`personal-data.keys`, made when the ledger is opened for
     /// writing), which seals and opens personal data; a damaged key store, or one missing, emptied or
-    /// cut back past the keys the log's committed events need, is ``LedgerError/Code/corruptedData``
+    /// cut back past the keys the log's committed events need, is `LedgerError.Code.corruptedData`
     /// and is left as it is (restore it from its backup; without one, ``replaceLostKeyStore(at:randomSource:)``).
     public static func openLog(_ configuration: EventLog.Configuration) throws(LedgerError) -> EventLog {
         try openLog(configuration, random: SystemRandomSource())
@@ -156,7 +156,7 @@ public final class ShareLedger: Sendable {
 
     /// A handle on `containerIdentifier` acting as the user `userRecordName` (what `CKContainer` is
     /// for the signed-in user). `nil` acts with no account: every call fails with
-    /// ``LedgerError/Code/notAuthenticated``, as CloudKit's do without an iCloud account.
+    /// ``EventLog/LedgerError/Code/notAuthenticated``, as CloudKit's do without an iCloud account.
     public func container(_ containerIdentifier: String, userRecordName: String?) -> Container {
         Container(ledger: self, containerIdentifier: containerIdentifier, userRecordName: userRecordName)
     }
@@ -165,7 +165,7 @@ public final class ShareLedger: Sendable {
     /// number others can invite it by. Invitations already sent to that email or phone stay
     /// unmatched until the user verifies them (``Container/requestParticipantVerification(for:lookupInfo:)``).
     ///
-    /// - Throws: ``LedgerError/Code/invalidArguments`` when the name is not 1 to 64 characters of
+    /// - Throws: `LedgerError.Code.invalidArguments` when the name is not 1 to 64 characters of
     ///   `A-Z a-z 0-9 _ . - @ +`, the user exists, or the email or phone belongs to another user.
     @discardableResult
     public func registerUser(
@@ -217,7 +217,7 @@ public final class ShareLedger: Sendable {
     /// them all; parked tasks and tasks waiting for a retry do not count. Without an in-process
     /// worker it completes them itself.
     ///
-    /// - Throws: ``LedgerError/Code/timedOut`` when tasks are still due after `timeout`.
+    /// - Throws: `LedgerError.Code.timedOut` when tasks are still due after `timeout`.
     public func waitForResidualTasks(timeout: Duration = .seconds(30)) async throws(LedgerError) {
         let deadline = ContinuousClock.now + timeout
         let probe = ResidualTaskWorker(ledger: self)

@@ -213,7 +213,7 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// Runs passes until no task is due now (parked tasks and tasks waiting for a retry stay).
     /// Returns the tasks completed.
     ///
-    /// - Throws: ``LedgerError`` when the ledger cannot be read or written; when another worker holds
+    /// - Throws: ``EventLog/LedgerError`` when the ledger cannot be read or written; when another worker holds
     ///   the lease, it returns 0 at once.
     @discardableResult
     public func drain(limit: Int = .max) async throws(LedgerError) -> Int {
