@@ -106,7 +106,7 @@ struct RequestAuthenticator: Sendable {
         }
         // Once per signature: `r` (the first half of the raw form) cannot be changed without the
         // private key, whatever encoding or `s` a replayer sends.
-        let replayKey = entry.id + ":" + ServerCredentials.hex(parsed.rawRepresentation.prefix(32))
+        let replayKey = entry.id + ":" + Hex.encode(parsed.rawRepresentation.prefix(32))
         switch replayGuard.admit(replayKey, expiry: date.addingTimeInterval(signatureWindow), now: now) {
         case .fresh: break
         case .replayed:
