@@ -188,6 +188,24 @@ package final class Environment: @unchecked Sendable {
         // Other answers (a file system without fallocate): the write goes on unreserved.
     }
 
+    /// Grows the companion's map before a write when fewer than ``companionHeadroomBytes`` (or a
+    /// sixteenth of the map, whichever is more) are left past its last page. The companion commits
+    /// after this environment has: a full map found only by its commit (liblmdb saving its free list)
+    /// could no longer be undone and run again, so the room is made before the transaction begins.
+    /// At the maximum size this throws ``LMDBError/Code/storageFull`` with nothing written.
+    private func keepCompanionHeadroom() throws(LMDBError) {
+        guard !closed, let companionEnv, let companionOptions, !companionOptions.readOnly else { return }
+        var info = MDB_envinfo()
+        var stat = MDB_stat()
+        guard mdb_env_info(companionEnv, &info) == MDB_SUCCESS, mdb_env_stat(companionEnv, &stat) == MDB_SUCCESS else { return }
+        let used = (info.me_last_pgno + 1) * Int(stat.ms_psize)
+        guard used + max(Environment.companionHeadroomBytes, info.me_mapsize / 16) > info.me_mapsize else { return }
+        try grow(companion: true, after: info.me_mapsize)
+    }
+
+    /// The least room ``keepCompanionHeadroom()`` keeps in the companion's map before a write.
+    package static let companionHeadroomBytes = 64 << 10
+
     /// The bytes ``prepareLockFile(directory:maxReaders:)`` allocates for `lock.mdb`: more than
     /// liblmdb's reader table of `maxReaders` slots (64 bytes each) and its header take.
     static func lockFileBytes(maxReaders: Int) -> Int {
@@ -469,7 +487,10 @@ package final class Environment: @unchecked Sendable {
         _ body: (borrowing Transaction) throws -> R
     ) throws -> R {
         while true {
-            if writable && !companionReadOnly && companionEnv != nil { try resizeLock.withShared { () throws(LMDBError) in try reserveCompanionSpace() } }
+            if writable && !companionReadOnly && companionEnv != nil {
+                try resizeLock.withShared { () throws(LMDBError) in try reserveCompanionSpace() }
+                try keepCompanionHeadroom()
+            }
             let outcome: TransactionOutcome<R> = try resizeLock.withShared { () throws -> TransactionOutcome<R> in
                 guard !closed else {
                     throw LMDBError(
