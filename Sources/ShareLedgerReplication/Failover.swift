@@ -10,7 +10,7 @@ public enum Failover {
         public var grant: WriterLease.Grant
         /// Where the term marker stands in the stream and the ledger (the ledger's head now).
         public var markerPosition: LogPosition
-        /// Until when the lease is held, on ``ShareLedger/LedgerRole/monotonicNanos()``.
+        /// Until when the lease is held, on `ShareLedger.LedgerRole.monotonicNanos()`.
         public var heldUntilNanos: UInt64
     }
 
@@ -32,7 +32,7 @@ public enum Failover {
     ///    the stream holds. From then on, any older writer's publish expects a sequence the stream
     ///    is past, and fails.
     /// 5. Applies the marker to the ledger (from the bytes the stream acknowledged), writes the
-    ///    lease token, and records the role ``ShareLedger/LedgerRole/writer(shard:term:)``: appends
+    ///    lease token, and records the role `ShareLedger.LedgerRole.writer(shard:term:)`: appends
     ///    of every process on the directory commit from now on, while the lease is kept
     ///    (``WriterLeaseKeeper`` with the same `margin`).
     ///

@@ -51,7 +51,7 @@ public struct ShipperConfiguration: Sendable {
     public var callTimeout: Duration = .seconds(2)
     /// Where the shipper logs (it never prints).
     public var logger: Logger
-    /// Check the ledger directory's role before every publish (``ShareLedger/LedgerRole/checkWritable(at:now:)``):
+    /// Check the ledger directory's role before every publish (`ShareLedger.LedgerRole.checkWritable(at:now:)`):
     /// a writer publishes only under its current term with more than its lease's safety margin left,
     /// a replica or a deposed writer never. A standalone ledger ships unchecked (a library user who
     /// fences by other means). On by default.

@@ -148,7 +148,7 @@ public final class WriterLease: Sendable {
 }
 
 /// Keeps a writer's lease: renews it every third of its duration while it runs, writes the lease
-/// token next to the writer's ledger after every renewal (``ShareLedger/WriterLeaseToken``: the
+/// token next to the writer's ledger after every renewal (`ShareLedger.WriterLeaseToken`: the
 /// appends of every process on that directory check it before they commit), and reports the moment
 /// the lease is not held any more (another writer took it after a renewal came too late, NATS was
 /// unreachable until it expired, or it was taken again under a new term). Then the token is
@@ -156,7 +156,7 @@ public final class WriterLease: Sendable {
 public final class WriterLeaseKeeper: Service, Sendable {
     private let lease: WriterLease
     private let onLost: @Sendable (WriterLease.Record?) -> Void
-    /// Until when this writer holds the lease, on ``ShareLedger/LedgerRole/monotonicNanos()``
+    /// Until when this writer holds the lease, on `ShareLedger.LedgerRole.monotonicNanos()`
     /// (measured from before the renewal was sent, so never later than the lease's real expiry); nil
     /// when not held.
     private let heldUntil = Mutex<UInt64?>(nil)

@@ -2,7 +2,7 @@ import Foundation
 import ShareLedger
 
 /// One event of a report: where it is in the log, who did it, its hash, and what it changed about
-/// access (read from the history's payload JSON, ``HistoryEntry/payloadJSON``).
+/// access (read from the history's payload JSON, `HistoryEntry.payloadJSON`).
 public struct ReportEvent: Sendable, Hashable {
     /// Its log position.
     public var position: UInt64
@@ -20,7 +20,7 @@ public struct ReportEvent: Sendable, Hashable {
     public var token: String?
     /// What it changed about access to its share.
     public var change: AccessChange
-    /// Whether personal data it holds is sealed under a destroyed key (``HistoryEntry/personalDataErased``).
+    /// Whether personal data it holds is sealed under a destroyed key (`HistoryEntry.personalDataErased`).
     public var personalDataErased = false
 
     /// Reads `entry`'s envelope and payload.
@@ -53,7 +53,7 @@ public struct ReportEvent: Sendable, Hashable {
     }
 }
 
-/// What an event changed about who can access a share (the events ``ShareLedger/access(to:at:)`` replays).
+/// What an event changed about who can access a share (the events `ShareLedger.access(to:at:)` replays).
 public enum AccessChange: Sendable, Hashable {
     /// The share was created (or created again under the same token); its owner has access.
     case created(owner: String, ownerParticipantID: String, publicPermission: Share.Participant.Permission)

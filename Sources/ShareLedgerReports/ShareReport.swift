@@ -42,7 +42,7 @@ public struct ShareReport: Sendable {
 
     /// Reads the share's history from `ledger` (its history index) and checks the chain.
     ///
-    /// - Throws: ``LedgerError/Code/unknownItem`` when the URL names no share with events up to the
+    /// - Throws: `LedgerError.Code.unknownItem` when the URL names no share with events up to the
     ///   report's end.
     public static func make(ledger: ShareLedger, url: URL, options: Options = Options()) throws(LedgerError) -> ShareReport {
         let asOf = try ledger.position(atOrBefore: options.asOf ?? .position(LogPosition(UInt64.max)))

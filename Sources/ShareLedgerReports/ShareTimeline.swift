@@ -1,7 +1,7 @@
 import Foundation
 import ShareLedger
 
-/// A participant's standing in a share from some position on (what ``ShareLedger/access(to:at:)``
+/// A participant's standing in a share from some position on (what `ShareLedger.access(to:at:)`
 /// reports for them there).
 public struct ParticipantStanding: Sendable, Hashable {
     /// Pending, accepted or removed.
@@ -110,11 +110,11 @@ public struct TimelineLane: Sendable {
     }
 }
 
-/// A share's state right after a position, as the timeline has it (to hold against ``ShareAccess``).
+/// A share's state right after a position, as the timeline has it (to hold against `ShareAccess`).
 public struct TimelineState: Sendable, Hashable {
     /// Whether the share existed.
     public var existed: Bool
-    /// Its public permission (after a deletion: the last it had, as ``ShareAccess/publicPermission``).
+    /// Its public permission (after a deletion: the last it had, as `ShareAccess.publicPermission`).
     public var publicPermission: Share.Participant.Permission
     /// Whether it allowed access requests.
     public var allowsAccessRequests: Bool

@@ -8,7 +8,7 @@ import ShareLedger
 /// (`cloudkit.share` records: `forRecord` for a hierarchy share, record name `cloudkit.zoneshare` for
 /// a zone share, `publicPermission`, `participants`).
 ///
-/// Record operations go to the ledger as one ``Container/modifyRecords(_:atomically:)`` call: with
+/// Record operations go to the ledger as one `Container.modifyRecords(_:atomically:)` call: with
 /// `atomic` (CloudKit's default, true) all or nothing per zone, the failed operation answered with its
 /// error and the zone's others with `ATOMIC_ERROR`. A share operation is several ledger calls (the
 /// share, then each participant), so it cannot join an atomic batch: `atomic: true` with a share among

@@ -5,7 +5,7 @@ import ShareLedger
 /// `NOT_EQUALS`, `IN`, `NOT_IN`, `LESS_THAN`, `LESS_THAN_OR_EQUALS`, `GREATER_THAN`,
 /// `GREATER_THAN_OR_EQUALS`, `BEGINS_WITH`), sorted (`sortBy`), `resultsLimit` at a time with a
 /// `continuationMarker` for the next page. The ledger keeps no field indexes: each page reads the
-/// zone's records of the type through ``Container/records(inZone:recordType:limit:where:)``.
+/// zone's records of the type through `Container.records(inZone:recordType:limit:where:)`.
 extension Endpoints {
     /// The most records a query may match before its page is cut (sorting needs them all).
     static let maxQueryMatches = 50_000

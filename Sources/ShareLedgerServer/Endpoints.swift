@@ -381,7 +381,7 @@ enum Endpoints {
     }
 
     /// `users/lookup/email`: each lookup is recorded in the log like a participant lookup, and only a
-    /// registered user may ask (``Container/discoverUserIdentities(for:)``).
+    /// registered user may ask (`Container.discoverUserIdentities(for:)`).
     @Sendable static func lookupEmail(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
         var emails: [String] = []
         for (index, item) in try request.items("users").enumerated() {

@@ -137,7 +137,7 @@ struct RequestHandler: Sendable {
             })
     }
 
-    /// A credential that names a forgotten user (``ShareLedger/forget(user:in:requestedBy:)``, in this
+    /// A credential that names a forgotten user (`ShareLedger.forget(user:in:requestedBy:)`, in this
     /// process or another) no longer signs in: checked on every request, so that it stops at once.
     static func refuseForgotten(_ caller: Caller, container: String, ledger: ShareLedger) throws(WireError) {
         let forgotten: Bool

@@ -116,6 +116,11 @@ public final class ServerCredentials: Sendable {
     /// `X-Apple-CloudKit-Request-KeyID`.
     ///
     /// - Parameters:
+    ///   - container: The container the key acts in.
+    ///   - userRecordName: The user its requests act as.
+    ///   - publicKeyPEM: The PEM of the key's ECDSA P-256 public key.
+    ///   - environment: `development` or `production`: the one environment its requests may name.
+    ///   - expiresAt: When the key stops working; nil for never.
     ///   - allowingPrivateDatabases: As Apple does, a server key reaches the public database only;
     ///     true lets it use the private and shared databases of `userRecordName` too (an explicit
     ///     choice: whoever holds the private key then reads and writes that user's data).

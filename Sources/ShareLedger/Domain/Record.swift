@@ -68,7 +68,7 @@ public enum FieldValue: Sendable, Hashable {
 extension FieldValue {
     /// The milliseconds since 1970-01-01 UTC a ``date(_:)`` field may hold: ±8,640,000,000,000,000,
     /// that is ±100,000,000 days, the range of JavaScript's `Date` (what CloudKit JS clients send).
-    /// A date outside it is refused with ``LedgerError/Code/invalidArguments``.
+    /// A date outside it is refused with `LedgerError.Code.invalidArguments`.
     public static let dateMillisecondsRange: ClosedRange<Int64> = -8_640_000_000_000_000...8_640_000_000_000_000
 
     /// ``dateMillisecondsRange`` as dates.

@@ -27,7 +27,7 @@ public enum RecordChange: Sendable {
     /// Deletes the record with this id.
     case delete(RecordID)
     /// Deletes the record with this id if its change tag is still `changeTag` (else
-    /// ``LedgerError/Code/serverRecordChanged``; Web Services' `delete` with a `recordChangeTag`).
+    /// ``EventLog/LedgerError/Code/serverRecordChanged``; Web Services' `delete` with a `recordChangeTag`).
     case deleteIfUnchanged(RecordID, changeTag: String)
 
     /// The id of the record the change is about.

@@ -26,7 +26,7 @@ extension Container {
     /// Finds the users of this container who registered with these email addresses or phone numbers
     /// (or have these user record names), like CloudKit's `discoverUserIdentity(withEmailAddress:)`
     /// and Web Services' `users/lookup/email`: the answer for each distinct lookup info is the user's
-    /// identity, or ``LedgerError/Code/unknownItem`` when no user of this container has it.
+    /// identity, or ``EventLog/LedgerError/Code/unknownItem`` when no user of this container has it.
     ///
     /// Such an answer tells whether an address belongs to an account, so it is what a participant
     /// lookup is (``shareParticipants(for:)``): only a registered user may ask, and each lookup is
@@ -34,11 +34,11 @@ extension Container {
     /// This is what a server answering callers from outside should use;
     /// ``userIdentity(forEmailAddress:)`` records nothing.
     ///
-    /// - Returns: The identity or the error of each distinct lookup info: ``LedgerError/Code/unknownItem``
-    ///   when no user has it, ``LedgerError/Code/invalidArguments`` for an email address or phone number
+    /// - Returns: The identity or the error of each distinct lookup info: ``EventLog/LedgerError/Code/unknownItem``
+    ///   when no user has it, `LedgerError.Code.invalidArguments` for an email address or phone number
     ///   that is not one.
-    /// - Throws: ``LedgerError/Code/notAuthenticated`` when the caller is not a registered user, and
-    ///   ``LedgerError/Code/limitExceeded`` for more than 400 lookup infos (nothing is looked up or
+    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` when the caller is not a registered user, and
+    ///   `LedgerError.Code.limitExceeded` for more than 400 lookup infos (nothing is looked up or
     ///   recorded then).
     public func discoverUserIdentities(for lookupInfos: [LookupInfo]) async throws(LedgerError)
         -> [LookupInfo: Result<UserIdentity, LedgerError>]

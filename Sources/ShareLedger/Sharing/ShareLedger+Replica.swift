@@ -18,7 +18,7 @@ extension ShareLedger {
     /// All of `events` are written in one write transaction on the writer thread, with the stream and
     /// command records the writer keeps; subscriptions hear of them with the commit.
     ///
-    /// A replica must take no other writes: record its role (``LedgerRole/replica(shard:)``, which
+    /// A replica must take no other writes: record its role (`LedgerRole.replica(shard:)`, which
     /// refuses every other append and keeps the residual-task worker off) and send commands to the
     /// shard's writer. Applying is exempt from the role check: it is how a replica and a standby
     /// about to take over (its term marker included) receive the history.
