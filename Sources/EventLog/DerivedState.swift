@@ -215,9 +215,9 @@ package enum DerivedState {
 
     /// What to do about a damaged `derived/`.
     static let damagedAdvice =
-        "derived/ is a cache of the log (data.mdb), not the log, which this damage does not touch: it is rebuilt from "
-        + "the log on the next open for writing (e.g. `share-ledger rebuild` or `share-ledger worker --drain`), or "
-        + "delete derived/ and open the ledger for writing"
+        "derived/ is a cache of the log (data.mdb), not the log, which this damage does not touch: `share-ledger rebuild` "
+        + "derives it again from the log (so does any open for writing that meets the damage), or delete derived/ and "
+        + "open the ledger for writing"
 
     /// Whether `path` (an LMDB error's) is a ledger's companion directory.
     static func isCompanionPath(_ path: String?) -> Bool {
@@ -524,16 +524,8 @@ extension LogStore {
         if keep != true { try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.dirtyMarker) }
     }
 
-    /// Whether a writer marked the companion damaged (``noteDerivedDamage(_:logger:)``) and it has not
-    /// been derived again since.
-    package func derivedMarkedDamaged() -> Bool {
-        guard derivedMeta != nil else { return false }
-        return (try? environment.read { txn in try txn.get(meta, key: DerivedState.markerKey)?.first == 2 }) == true
-    }
-
-    /// Empties the derived databases of a companion marked damaged and clears the mark: the next
-    /// write transaction derives everything again from the log (its derived position is gone). For
-    /// a process that keeps the ledger open; an open for writing discards the files instead.
+    /// Empties the derived databases of a companion found damaged and clears the mark: the next
+    /// derivation derives everything again from the log (its derived position is gone).
     package func clearDamagedDerived(_ txn: borrowing Transaction) throws {
         try clearDerived(txn)
         try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.dirtyMarker)

@@ -6,8 +6,8 @@ import Testing
 
 /// Rows of `derived/` damaged at rest inside pages LMDB accepts: every read checks a row's checksum,
 /// so a damaged row is an error that names `derived/` as the cache it is, never an answer; a writer
-/// that meets one commits nothing and marks `derived/`, so that the next open for writing derives it
-/// again from the log.
+/// that meets one derives `derived/` again from the log and runs on rows that hold; a process that
+/// only read one marks `derived/` at close for the next open for writing.
 @Suite("derived/ rows damaged at rest")
 struct DerivedRowDamageTests {
     /// Flips one byte in the middle of every value (the trailer excepted) of every read model in the

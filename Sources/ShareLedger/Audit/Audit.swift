@@ -1,5 +1,4 @@
 import Foundation
-import Logging
 import LMDB
 import SwiftProtobuf
 import Synchronization
@@ -389,26 +388,6 @@ extension ShareLedger {
     /// measures beside the usual one): into the second copies, switched in, when there are.
     package func rebuildReadModels(
         rewritingEverything: Bool, progress: (@Sendable (UInt64, UInt64) -> Void)? = nil
-    ) async throws(LedgerError) -> RebuildOutcome {
-        do {
-            return try await rebuildReadModelsOnce(rewritingEverything: rewritingEverything, progress: progress)
-        } catch where log.store.derivedMarkedDamaged() {
-            // It met a row of derived/ damaged at rest (the writer marked it): derived/ is emptied
-            // and derived again from the log by the next write; then the rebuild runs on rows that hold.
-            configuration.logger.warning(
-                "derived/ holds damaged rows; emptying it and deriving it again from the log before the rebuild",
-                metadata: ["path": "\(configuration.path)"])
-            let store = log.store
-            _ = try await maintain(alone: true) { txn in
-                try store.clearDamagedDerived(txn)
-                return 0
-            }
-            return try await rebuildReadModelsOnce(rewritingEverything: rewritingEverything, progress: progress)
-        }
-    }
-
-    private func rebuildReadModelsOnce(
-        rewritingEverything: Bool, progress: (@Sendable (UInt64, UInt64) -> Void)?
     ) async throws(LedgerError) -> RebuildOutcome {
         guard !configuration.readOnly else {
             throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
