@@ -524,6 +524,60 @@ extension LogStore {
         if keep != true { try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.dirtyMarker) }
     }
 
+    /// Reads every row of the derived databases in use (``Transaction/usesTwins`` decides which copy),
+    /// in read transactions of at most `rowsPerTransaction` rows, so that each row's checksum is
+    /// checked (``RowChecksum`` in the LMDB module). Returns the databases holding a row that fails,
+    /// or that cannot be read, with the error, and how many rows were read. For `audit`, which
+    /// reports damage no read reached.
+    package func checkDerivedRows(rowsPerTransaction: Int = 50_000) -> (failed: [(database: String, error: String)], rows: Int) {
+        guard derivedMeta != nil else { return ([], 0) }
+        let databases =
+            [commands, streams] + extensionDatabases.values.filter(\.inCompanion).sorted { $0.name < $1.name }
+        var failed: [(database: String, error: String)] = []
+        var rows = 0
+        for db in databases where db.rowsChecksummed {
+            let sorted = db.flags.contains(.dupSort)
+            var resume: (key: [UInt8], value: [UInt8])? = nil
+            while true {
+                do {
+                    let (next, count) = try environment.read { txn -> ((key: [UInt8], value: [UInt8])?, Int) in
+                        try txn.withCursor(db) { cursor in
+                            var entry = try resume.map { try Self.entry(after: $0, cursor, sorted: sorted) } ?? cursor.first()
+                            var count = 0
+                            while let current = entry {
+                                count += 1
+                                if count == rowsPerTransaction { return ((Array(current.key), Array(current.value)), count) }
+                                entry = try cursor.next()
+                            }
+                            return (nil, count)
+                        }
+                    }
+                    rows += count
+                    guard let next else { break }
+                    resume = next
+                } catch {
+                    failed.append((db.name, (error as? LMDBError)?.message ?? "\(error)"))
+                    break
+                }
+            }
+        }
+        return (failed, rows)
+    }
+
+    /// The entry after (`resume.key`, `resume.value`), which a read before this one ended on.
+    private static func entry(after resume: (key: [UInt8], value: [UInt8]), _ cursor: borrowing Cursor, sorted: Bool) throws
+        -> Entry?
+    {
+        try resume.key.withUnsafeBytes { key -> Entry? in
+            if sorted, let found = try resume.value.withUnsafeBytes({ try cursor.seek(key: key, valueAtLeast: $0) }) {
+                return found.key.elementsEqual(resume.key) && found.value.elementsEqual(resume.value) ? try cursor.next() : found
+            }
+            guard let found = try cursor.seek(atLeast: key) else { return nil }
+            guard found.key.elementsEqual(resume.key) else { return found }
+            return sorted ? try cursor.nextKey() : try cursor.next()
+        }
+    }
+
     /// Empties the derived databases of a companion found damaged and clears the mark: the next
     /// derivation derives everything again from the log (its derived position is gone).
     package func clearDamagedDerived(_ txn: borrowing Transaction) throws {

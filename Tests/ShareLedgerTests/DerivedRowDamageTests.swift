@@ -110,4 +110,42 @@ struct DerivedRowDamageTests {
         #expect(try again.readModelDigest() == digest)
         await again.close()
     }
+
+    @Test("audit checks every row of derived/ against its checksum: damage no read reached fails the audit (exit 1, not 2) naming the database and rebuild; after rebuild the audit passes")
+    func auditFindsUnreadDamage() async throws {
+        let f = try await SharingFixture()
+        try await DerivedStateTests.act(f, title: "A")
+        await f.ledger.close()
+        let path = f.dir.child("ledger")
+        try Self.damageReadModels(path, only: ["rm_shares"])
+
+        let reader = try ShareLedger.open(DerivedStateTests.configuration(path, readOnly: true))
+        let report = try reader.audit(scratchPath: f.dir.child("audit-1"))
+        #expect(!report.ok)
+        #expect(report.problems.contains { $0.contains("damaged at rest in rm_shares") && $0.contains("share-ledger rebuild") }, "\(report.problems)")
+        await reader.close()
+
+        let writer = try ShareLedger.open(DerivedStateTests.configuration(path))
+        _ = try await writer.rebuildReadModels()
+        let after = try writer.audit(scratchPath: f.dir.child("audit-2"))
+        #expect(after.ok, "\(after.problems)")
+        await writer.close()
+    }
+
+    @Test("the row check resumes across read transactions without skipping or repeating a row, sorted duplicates included")
+    func rowCheckChunks() async throws {
+        let f = try await SharingFixture()
+        try await DerivedStateTests.act(f, title: "A")
+        try await DerivedStateTests.act(f, title: "B")
+        let store = f.ledger.log.store
+        let whole = store.checkDerivedRows()
+        #expect(whole.failed.isEmpty)
+        #expect(whole.rows > 20)
+        for chunk in [1, 2, 3, 7] {
+            let chunked = store.checkDerivedRows(rowsPerTransaction: chunk)
+            #expect(chunked.failed.isEmpty)
+            #expect(chunked.rows == whole.rows, "chunks of \(chunk)")
+        }
+        await f.ledger.close()
+    }
 }
