@@ -39,6 +39,15 @@ package enum DerivedState {
     /// `derived_meta`/`twins`: the one byte 1 when the twinned databases' twins are in use
     /// (``LogStore/switchTwins(_:)``); absent or 0 when the databases themselves are.
     static let switchKey = Array("twins".utf8)
+    /// `derived_meta`/`rows`: the one byte 1 when every row of the derived databases carries a
+    /// checksum (``RowChecksum`` in the LMDB module; set when `derived/` is created); absent in a
+    /// `derived/` written before, which a writer derives again.
+    static let rowsKey = Array("rows".utf8)
+
+    /// Whether the rows of the companion's derived databases carry checksums (`derived_meta`/`rows`).
+    static func rowsChecksummed(_ environment: Environment, _ meta: Database) throws -> Bool {
+        try environment.read { txn in try txn.get(meta, key: rowsKey) } == [1]
+    }
 
     /// `databases` (opened in the companion) with their twins opened too, where `specs` asks for
     /// them (``DatabaseSpec/twinned``), and the environment's switch set to `derived_meta`. Read-only,
@@ -80,6 +89,9 @@ package enum DerivedState {
 
     /// The marker of a companion that may hold unflushed writes of this boot.
     static let dirtyMarker: [UInt8] = [1] + currentBoot
+    /// The marker of a companion in which a writer read a damaged row: the next open for writing
+    /// derives it again, whatever boot wrote it. It stays until then.
+    static let damagedMarker: [UInt8] = [2] + currentBoot
 
     /// Decides where the derived databases are: where the ledger already keeps them, or (a ledger
     /// opened for writing by a layer that defers them) in the companion.
@@ -114,21 +126,26 @@ package enum DerivedState {
             }
             return Placement(separate: separate, discard: separate, exclusive: separate)
         }
-        guard marker.count == 17, marker[0] <= 1 else {
+        guard marker.count == 17, marker[0] <= 2 else {
             throw LedgerError(.corruptedData, "the derived-state record of \(path) is malformed (\(marker.count) bytes)")
         }
         let unflushedFromAnotherBoot = marker[0] == 1 && Array(marker[1...]) != currentBoot
+        let foundDamaged = marker[0] == 2
         if configuration.readOnly {
-            guard companionExists && !unflushedFromAnotherBoot else {
+            guard companionExists && !unflushedFromAnotherBoot && !foundDamaged else {
                 throw LedgerError(
                     .readOnly, "the derived state of the ledger at \(path) "
-                        + (companionExists ? "was not flushed before the machine stopped" : "is missing")
+                        + (!companionExists
+                            ? "is missing"
+                            : foundDamaged
+                                ? "was found damaged (a row failed its checksum)"
+                                : "was not flushed before the machine stopped")
                         + " and must be derived again from the log, which opening it read-only cannot do; open it once "
                         + "for writing (e.g. `share-ledger worker --drain`), or work on a writable copy")
             }
             return Placement(separate: true, discard: false)
         }
-        return Placement(separate: true, discard: unflushedFromAnotherBoot || !companionExists)
+        return Placement(separate: true, discard: unflushedFromAnotherBoot || foundDamaged || !companionExists)
     }
 
     /// Opens the companion environment (creating its directory; emptied first when `placement`
@@ -198,9 +215,9 @@ package enum DerivedState {
 
     /// What to do about a damaged `derived/`.
     static let damagedAdvice =
-        "derived/ is a cache of the log (data.mdb), not the log, which this damage does not touch: it is rebuilt from "
-        + "the log on the next open for writing (e.g. `share-ledger rebuild` or `share-ledger worker --drain`), or "
-        + "delete derived/ and open the ledger for writing"
+        "derived/ is a cache of the log (data.mdb), not the log, which this damage does not touch: `share-ledger rebuild` "
+        + "derives it again from the log (so does any open for writing that meets the damage), or delete derived/ and "
+        + "open the ledger for writing"
 
     /// Whether `path` (an LMDB error's) is a ledger's companion directory.
     static func isCompanionPath(_ path: String?) -> Bool {
@@ -231,6 +248,9 @@ package enum DerivedState {
                         try txn.dropDatabase(source)
                     }
                     try store.writeDerivedPosition(txn, try store.readHead(txn))
+                }
+                if let meta = store.derivedMeta, try txn.get(meta, key: rowsKey) != [1] {
+                    try txn.put(meta, key: rowsKey, value: [1])
                 }
                 try store.markDerivedUnflushed(txn)
             }
@@ -330,6 +350,15 @@ extension LogStore {
     /// this process answered (a caller is answered once its batch's derived state is committed): its
     /// readers take them as they are.
     package func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        do {
+            return try readConsistently(body)
+        } catch {
+            recordDerivedDamage(error)
+            throw error
+        }
+    }
+
+    private func readConsistently<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
         guard derivedMeta != nil, !writesBehind.load(ordering: .acquiring) else { return try environment.read(body) }
         if let readOnly = readOnlyDerived.withLock({ $0 }), !LogStore.readsAsStored {
             switch readOnly {
@@ -485,13 +514,125 @@ extension LogStore {
         try txn.put(derivedMeta, key: DerivedState.positionKey, value: value)
     }
 
-    /// Marks the companion as possibly holding unflushed writes of this boot, unless it is already.
+    /// Marks the companion as possibly holding unflushed writes of this boot, unless it is already,
+    /// or is marked damaged (which only deriving it again clears).
     package func markDerivedUnflushed(_ txn: borrowing Transaction) throws {
         guard derivedMeta != nil else { return }
-        let marker = DerivedState.markerKey.withUnsafeBytes { key in
-            (try? txn.withValue(meta, key: key) { $0.elementsEqual(DerivedState.dirtyMarker) }) ?? false
+        let keep = DerivedState.markerKey.withUnsafeBytes { key in
+            (try? txn.withValue(meta, key: key) { $0.elementsEqual(DerivedState.dirtyMarker) || $0.first == 2 }) ?? false
         }
-        if marker != true { try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.dirtyMarker) }
+        if keep != true { try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.dirtyMarker) }
+    }
+
+    /// Reads every row of the derived databases in use (``Transaction/usesTwins`` decides which copy),
+    /// in read transactions of at most `rowsPerTransaction` rows, so that each row's checksum is
+    /// checked (``RowChecksum`` in the LMDB module). Returns the databases holding a row that fails,
+    /// or that cannot be read, with the error, and how many rows were read. For `audit`, which
+    /// reports damage no read reached.
+    package func checkDerivedRows(rowsPerTransaction: Int = 50_000) -> (failed: [(database: String, error: String)], rows: Int) {
+        guard derivedMeta != nil else { return ([], 0) }
+        let databases =
+            [commands, streams] + extensionDatabases.values.filter(\.inCompanion).sorted { $0.name < $1.name }
+        var failed: [(database: String, error: String)] = []
+        var rows = 0
+        for db in databases where db.rowsChecksummed {
+            let sorted = db.flags.contains(.dupSort)
+            var resume: (key: [UInt8], value: [UInt8])? = nil
+            while true {
+                do {
+                    let (next, count) = try environment.read { txn -> ((key: [UInt8], value: [UInt8])?, Int) in
+                        try txn.withCursor(db) { cursor in
+                            var entry = try resume.map { try Self.entry(after: $0, cursor, sorted: sorted) } ?? cursor.first()
+                            var count = 0
+                            while let current = entry {
+                                count += 1
+                                if count == rowsPerTransaction { return ((Array(current.key), Array(current.value)), count) }
+                                entry = try cursor.next()
+                            }
+                            return (nil, count)
+                        }
+                    }
+                    rows += count
+                    guard let next else { break }
+                    resume = next
+                } catch {
+                    failed.append((db.name, (error as? LMDBError)?.message ?? "\(error)"))
+                    break
+                }
+            }
+        }
+        return (failed, rows)
+    }
+
+    /// The entry after (`resume.key`, `resume.value`), which a read before this one ended on.
+    private static func entry(after resume: (key: [UInt8], value: [UInt8]), _ cursor: borrowing Cursor, sorted: Bool) throws
+        -> Entry?
+    {
+        try resume.key.withUnsafeBytes { key -> Entry? in
+            if sorted, let found = try resume.value.withUnsafeBytes({ try cursor.seek(key: key, valueAtLeast: $0) }) {
+                return found.key.elementsEqual(resume.key) && found.value.elementsEqual(resume.value) ? try cursor.next() : found
+            }
+            guard let found = try cursor.seek(atLeast: key) else { return nil }
+            guard found.key.elementsEqual(resume.key) else { return found }
+            return sorted ? try cursor.nextKey() : try cursor.next()
+        }
+    }
+
+    /// Empties the derived databases of a companion found damaged and clears the mark: the next
+    /// derivation derives everything again from the log (its derived position is gone).
+    package func clearDamagedDerived(_ txn: borrowing Transaction) throws {
+        try clearDerived(txn)
+        try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.dirtyMarker)
+    }
+
+    /// When `error` says a row of the companion was found damaged (``RowChecksum`` in the LMDB
+    /// module, or LMDB's own check of its pages), sets ``derivedDamageSeen``. Returns whether it did.
+    @discardableResult
+    package func recordDerivedDamage(_ error: any Error) -> Bool {
+        guard derivedMeta != nil, let damage = error as? LMDBError, DerivedState.isDamage(damage),
+            DerivedState.isCompanionPath(damage.path)
+        else { return false }
+        derivedDamageSeen.store(true, ordering: .releasing)
+        return true
+    }
+
+    /// Marks the companion damaged in the log (`derived_state` `02`): the next open for writing
+    /// discards it and derives it again from the log.
+    func markDerivedDamaged(logger: Logger) {
+        do {
+            try environment.write { txn in try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.damagedMarker) }
+            logger.error(
+                "derived/ holds a damaged row; the next open for writing derives it again from the log",
+                metadata: ["path": "\(environment.options.path)"])
+        } catch {
+            logger.error(
+                "derived/ holds a damaged row and could not be marked for deriving again; run `share-ledger rebuild`",
+                metadata: ["path": "\(environment.options.path)", "error": "\(error)"])
+        }
+    }
+
+    /// Empties the derived databases and derives them again from the log, in one write transaction,
+    /// after a row of `derived/` was found damaged (``derivedDamageSeen``, which it clears). Called
+    /// by the writer thread, with nothing of the derived state pending behind its commits. When it
+    /// fails, `derived/` is marked for the next open for writing instead.
+    package func rederiveDerivedState(replay: DerivedReplay?, logger: Logger) throws(LedgerError) {
+        guard derivedMeta != nil, !environment.options.readOnly else { return }
+        logger.error(
+            "derived/ holds a damaged row; emptying it and deriving it again from the log",
+            metadata: ["path": "\(environment.options.path)"])
+        do {
+            try environment.write { txn in
+                try clearDamagedDerived(txn)
+                let head = try readHead(txn)
+                if try catchUpDerivedState(txn, head: head, replay: replay, logger: logger) {
+                    try writeDerivedPosition(txn, head)
+                }
+            }
+            derivedDamageSeen.store(false, ordering: .releasing)
+        } catch {
+            markDerivedDamaged(logger: logger)
+            throw LedgerError.wrap(error, while: "deriving the damaged derived/ of \(environment.options.path) again")
+        }
     }
 
     /// The derived database named `name` in the companion (the stream and command records or a
@@ -516,6 +657,7 @@ extension LogStore {
         if let derivedMeta {
             try txn.clear(derivedMeta)
             if txn.usesTwins { try txn.put(derivedMeta, key: DerivedState.switchKey, value: [1]) }
+            if commands.rowsChecksummed { try txn.put(derivedMeta, key: DerivedState.rowsKey, value: [1]) }
         }
     }
 
@@ -563,8 +705,14 @@ extension LogStore {
     package func markDerivedFlushed() throws(LedgerError) {
         guard derivedMeta != nil, !environment.options.readOnly else { return }
         do {
+            let damageSeen = derivedDamageSeen.load(ordering: .acquiring)
             try environment.writeFlushingCompanionFirst { txn in
-                try txn.put(meta, key: DerivedState.markerKey, value: [0] + DerivedState.currentBoot)
+                // A companion found or marked damaged stays so until it is derived again.
+                if damageSeen {
+                    try txn.put(meta, key: DerivedState.markerKey, value: DerivedState.damagedMarker)
+                } else if try txn.get(meta, key: DerivedState.markerKey)?.first != 2 {
+                    try txn.put(meta, key: DerivedState.markerKey, value: [0] + DerivedState.currentBoot)
+                }
             }
         } catch {
             throw LedgerError.wrap(error, while: "flushing the derived state of \(environment.options.path)")

@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 import Logging
+import Synchronization
 
 /// The append-only, hash-chained event log of a ledger, stored in LMDB.
 ///
@@ -76,6 +77,15 @@ public final class EventLog: Sendable {
                 "staleReadersCleared": "\(store.environment.staleReadersCleared)",
             ])
         return EventLog(store: store, writer: writer, configuration: configuration)
+    }
+
+    /// When a read of this process met a row of `derived/` damaged at rest, empties `derived/` and
+    /// derives it again from the log; returns whether it did. For the opener of a ledger, before its
+    /// first write: the writer thread does the same before each batch.
+    package func rederiveDerivedStateIfDamaged() throws(LedgerError) -> Bool {
+        guard !configuration.readOnly, store.derivedDamageSeen.load(ordering: .acquiring) else { return false }
+        try store.rederiveDerivedState(replay: configuration.derivedReplay, logger: logger)
+        return true
     }
 
     /// Commits what is queued, stops the writer thread, wakes subscriptions (they end), and closes

@@ -52,6 +52,10 @@ package final class LogStore: Sendable {
     /// Whether this process's writer writes the derived state behind its commits (`DerivedWriter`):
     /// its readers then take the derived databases as they find them (see ``read(_:)``).
     package let writesBehind = Atomic<Bool>(false)
+    /// Set when a read or a write met a row of `derived/` damaged at rest (``recordDerivedDamage(_:)``):
+    /// this process's writer derives `derived/` again before its next batch; a close that finds it
+    /// still set marks `derived/` for the next open for writing.
+    package let derivedDamageSeen = Atomic<Bool>(false)
     /// Opened read-only with the derived state behind the log or not matching it: what
     /// ``catchUpDerivedStateInMemory(replay:logger:)`` made of it (set once, at the open).
     let readOnlyDerived = Mutex<ReadOnlyDerived?>(nil)
@@ -216,11 +220,21 @@ package final class LogStore: Sendable {
             var opened = try environment.openDatabases(primarySpecs.map { ($0.name, $0.flags) })
             if split.separate {
                 try DerivedState.attach(environment, configuration: configuration, placement: split)
+                let meta = try environment.openDatabases([(DerivedState.metaName, DatabaseFlags())], inCompanion: true)[0]
+                let checksummed = try DerivedState.rowsChecksummed(environment, meta)
+                if !checksummed && !configuration.readOnly && !split.discard {
+                    // A `derived/` written before its rows carried checksums: derived again, with them.
+                    configuration.logger.notice(
+                        "derived/ predates row checksums; deriving it again from the log", metadata: ["path": "\(path)"])
+                    environment.close()
+                    DerivedState.discardFiles(in: path)
+                    return try open(configuration, discardingDamagedCompanion: discardingDamagedCompanion)
+                }
                 let companion = try environment.openDatabases(
-                    derivedSpecs.map { ($0.name, $0.flags) } + [(DerivedState.metaName, DatabaseFlags())], inCompanion: true)
-                derivedMeta = companion.last
-                opened += try DerivedState.openTwins(
-                    environment, Array(companion.dropLast()), specs: derivedSpecs, switchIn: companion.last!)
+                    derivedSpecs.map { ($0.name, $0.flags) }, inCompanion: true,
+                    checksummed: checksummed || !configuration.readOnly)
+                derivedMeta = meta
+                opened += try DerivedState.openTwins(environment, companion, specs: derivedSpecs, switchIn: meta)
             }
             databases = opened
         } catch {

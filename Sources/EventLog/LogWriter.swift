@@ -514,7 +514,8 @@ package final class LogWriter: @unchecked Sendable {
         if let derivedWriter {
             let (written, failed) = derivedWriter.takeWritten()
             overlay.dropOldest(written)
-            if !failed && batch.allSatisfy(\.behindCommit) && processBehind(batch, derivedWriter) { return }
+            let damaged = store.derivedDamageSeen.load(ordering: .acquiring)
+            if !failed && !damaged && batch.allSatisfy(\.behindCommit) && processBehind(batch, derivedWriter) { return }
             // This batch writes its derived state itself: everything before it must be written.
             derivedWriter.drain()
             overlay.dropOldest(derivedWriter.takeWritten().count)
@@ -583,7 +584,18 @@ package final class LogWriter: @unchecked Sendable {
     }
 
     /// Runs `batch` in one write transaction of both environments: the derived state in the commit.
-    private func processInCommit(_ batch: [WriterJob]) {
+    private func processInCommit(_ batch: [WriterJob], retried: Bool = false) {
+        if store.derivedDamageSeen.load(ordering: .acquiring) {
+            // Nothing is pending behind the commits here (process drained it): derived/ is derived
+            // again from the log before the batch reads it.
+            do {
+                try store.rederiveDerivedState(replay: derivedReplay, logger: logger)
+                expectedLogID = nil
+            } catch {
+                for job in batch { job.fail(error) }
+                return
+            }
+        }
         var companionWritten: UInt64?
         do {
             let (resumers, startHead, scope, txnID) = try store.environment.write {
@@ -625,7 +637,7 @@ package final class LogWriter: @unchecked Sendable {
             }
         } catch {
             expectedLogID = nil
-            failed(batch, error)
+            failed(batch, error, retried: retried)
         }
     }
 
@@ -660,7 +672,14 @@ package final class LogWriter: @unchecked Sendable {
     }
 
     /// A batch whose transaction failed: each of its commands again alone, or, alone, its error.
-    private func failed(_ batch: [WriterJob], _ error: any Error) {
+    private func failed(_ batch: [WriterJob], _ error: any Error, retried: Bool = false) {
+        // A row of derived/ damaged at rest: derived/ is a cache of the log, derived again before
+        // the command runs once more (processInCommit), instead of failing it.
+        let damaged = store.recordDerivedDamage(error)
+        if damaged && !retried && batch.count == 1 {
+            processInCommit(batch, retried: true)
+            return
+        }
         if batch.count > 1 {
             logger.warning(
                 "group commit failed; running its commands one by one",

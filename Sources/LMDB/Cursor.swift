@@ -28,7 +28,11 @@ package struct Cursor: ~Copyable {
         guard rc == MDB_SUCCESS else {
             throw state.record(LMDBError(returnCode: rc, operation: "mdb_cursor_get(\(database.name))", path: path))
         }
-        return Entry(key: k.buffer, value: v.buffer)
+        guard database.checksummed else { return Entry(key: k.buffer, value: v.buffer) }
+        do {
+            let value = try RowChecksum.verified(key: k.buffer, stored: v.buffer, database: database.name, path: path)
+            return Entry(key: k.buffer, value: value)
+        } catch { throw state.record(error) }
     }
 
     /// Moves to the first entry.
@@ -67,6 +71,14 @@ package struct Cursor: ~Copyable {
     @inline(__always)
     package func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = PutFlags(rawValue: 0)) throws {
         precondition(isWritable, "cursor put in a read-only transaction")
+        if database.checksummed {
+            return try RowChecksum.withSealed(key: key, value: value) { sealed in try rawPut(key: key, value: sealed, flags: flags) }
+        }
+        try rawPut(key: key, value: value, flags: flags)
+    }
+
+    @inline(__always)
+    private func rawPut(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags) throws {
         var k = MDB_val(buffer: key)
         var v = MDB_val(buffer: value)
         let rc = mdb_cursor_put(handle, &k, &v, flags.rawValue)

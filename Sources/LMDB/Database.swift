@@ -30,17 +30,30 @@ package struct Database: Sendable, Hashable {
     /// Whether it lives in the environment's companion (``Environment/attachCompanion(_:)``), not in
     /// the environment itself.
     package let inCompanion: Bool
+    /// Whether every value it stores carries a CRC-32C trailer (``RowChecksum``), checked on every
+    /// read: a row damaged at rest is an error (``LMDBError/Code/corrupted``), never an answer.
+    @usableFromInline let checksummed: Bool
 
     /// What a twin's name adds to its database's name.
     package static let twinSuffix = "~b"
 
-    init(name: String, dbi: MDB_dbi, twinDBI: MDB_dbi? = nil, flags: DatabaseFlags, inCompanion: Bool = false) {
+    init(
+        name: String, dbi: MDB_dbi, twinDBI: MDB_dbi? = nil, flags: DatabaseFlags, inCompanion: Bool = false,
+        checksummed: Bool = false
+    ) {
         self.name = name
         self.dbi = dbi
         self.twinDBI = twinDBI ?? dbi
         self.flags = flags
         self.inCompanion = inCompanion
+        // Sorted duplicates of varying sizes are ordered by their bytes, which a trailer would change
+        // (a value that is a prefix of another); fixed-size ones keep their order with one.
+        self.checksummed = checksummed && (!flags.contains(.dupSort) || flags.contains(.dupFixed))
     }
+
+    /// Whether every value it stores carries a checksum trailer (``RowChecksum``); callers see values
+    /// without it.
+    package var rowsChecksummed: Bool { checksummed }
 
     /// Whether the database has a twin (``Environment/openTwins(of:create:)``).
     package var hasTwin: Bool { twinDBI != dbi }

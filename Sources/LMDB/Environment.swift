@@ -289,14 +289,18 @@ package final class Environment: @unchecked Sendable {
     ///
     /// Call once at start-up with every database the program uses (`lmdb-notes.md`, rule 7).
     /// With `inCompanion`, they are opened in the companion (``attachCompanion(_:)``).
+    ///
+    /// With `checksummed`, every value carries a CRC-32C trailer checked on every read (``RowChecksum``;
+    /// sorted duplicates of varying sizes excepted, whose order a trailer would change).
     package func openDatabases(
-        _ specs: [(name: String, flags: DatabaseFlags)], create: Bool = true, inCompanion: Bool = false
+        _ specs: [(name: String, flags: DatabaseFlags)], create: Bool = true, inCompanion: Bool = false,
+        checksummed: Bool = false
     ) throws(LMDBError) -> [Database] {
         precondition(!inCompanion || companionEnv != nil, "no companion environment is attached")
         let handles = try handles(
             specs.map { ($0.name, $0.flags, inCompanion) }, create: create, missingAllowed: false, operation: "openDatabases")
         return zip(specs, handles).map { spec, dbi in
-            Database(name: spec.name, dbi: dbi!, flags: spec.flags, inCompanion: inCompanion)
+            Database(name: spec.name, dbi: dbi!, flags: spec.flags, inCompanion: inCompanion, checksummed: checksummed)
         }
     }
 
@@ -310,7 +314,9 @@ package final class Environment: @unchecked Sendable {
             missingAllowed: true, operation: "openTwins")
         return zip(databases, handles).map { db, twin in
             guard let twin else { return db }
-            return Database(name: db.name, dbi: db.dbi, twinDBI: twin, flags: db.flags, inCompanion: db.inCompanion)
+            return Database(
+                name: db.name, dbi: db.dbi, twinDBI: twin, flags: db.flags, inCompanion: db.inCompanion,
+                checksummed: db.checksummed)
         }
     }
 

@@ -273,7 +273,7 @@ extension Transaction {
 
     /// The handle of the copy of `db` this transaction uses, as a database without a twin.
     func physical(_ db: Database) -> Database {
-        Database(name: db.name, dbi: dbi(db), flags: db.flags, inCompanion: db.inCompanion)
+        Database(name: db.name, dbi: dbi(db), flags: db.flags, inCompanion: db.inCompanion, checksummed: db.checksummed)
     }
 
     /// LMDB's values of `key` in a sorted-duplicates database, in order.

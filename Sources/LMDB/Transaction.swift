@@ -64,7 +64,8 @@ package struct Transaction: ~Copyable {
         precondition(db.hasTwin, "\(db.name) has no twin")
         let dbi = twin ? db.twinDBI : db.dbi
         return Database(
-            name: twin ? db.name + Database.twinSuffix : db.name, dbi: dbi, flags: db.flags, inCompanion: db.inCompanion)
+            name: twin ? db.name + Database.twinSuffix : db.name, dbi: dbi, flags: db.flags, inCompanion: db.inCompanion,
+            checksummed: db.checksummed)
     }
 
     /// The copy of `db` this transaction does not use: its twin, or, in a transaction that uses
@@ -130,7 +131,8 @@ package struct Transaction: ~Copyable {
         let rc = mdb_get(handle(for: db), dbi(db), &k, &v)
         if rc == MDB_NOTFOUND { return nil }
         guard rc == MDB_SUCCESS else { throw fail(rc, "mdb_get(\(db.name))", db) }
-        return try body(v.buffer)
+        guard db.checksummed else { return try body(v.buffer) }
+        return try body(try checked(db, key: key, stored: v.buffer))
     }
 
     /// The value stored under `key`, copied; `nil` when there is none.
@@ -179,6 +181,17 @@ package struct Transaction: ~Copyable {
             return try overlayPut(overlay, table, db, key: key, value: value, flags: flags)
         }
         precondition(isWritable, "put in a read-only transaction")
+        if db.checksummed {
+            return try RowChecksum.withSealed(key: key, value: value) { sealed in
+                try rawPut(db, key: key, value: sealed, flags: flags)
+            }
+        }
+        try rawPut(db, key: key, value: value, flags: flags)
+    }
+
+    /// `mdb_put` of the bytes given, as they are.
+    @inline(__always)
+    func rawPut(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags) throws {
         var k = MDB_val(buffer: key)
         var v = MDB_val(buffer: value)
         let rc = mdb_put(handle(for: db), dbi(db), &k, &v, flags.rawValue)
@@ -216,6 +229,14 @@ package struct Transaction: ~Copyable {
     package func delete(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) throws -> Bool {
         if let (overlay, table) = overlayTable(db) { return try overlayDelete(overlay, table, db, key: key, value: value) }
         precondition(isWritable, "delete in a read-only transaction")
+        if let value, db.checksummed {
+            return try RowChecksum.withSealed(key: key, value: value) { sealed in try rawDelete(db, key: key, value: sealed) }
+        }
+        return try rawDelete(db, key: key, value: value)
+    }
+
+    /// `mdb_del` of the bytes given, as they are.
+    func rawDelete(_ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) throws -> Bool {
         var kv = MDB_val(buffer: key)
         let rc: Int32
         if let value {
@@ -382,6 +403,17 @@ package struct Transaction: ~Copyable {
             Cursor(
                 handle: cursor, database: db, isWritable: isWritable, state: state,
                 path: db.inCompanion ? companionPath : path))
+    }
+
+    /// The value of a row of the checksummed `db` without its trailer, once the trailer matches;
+    /// otherwise the error, recorded (the row was damaged at rest).
+    @usableFromInline
+    func checked(_ db: Database, key: UnsafeRawBufferPointer, stored: UnsafeRawBufferPointer) throws(LMDBError)
+        -> UnsafeRawBufferPointer
+    {
+        do {
+            return try RowChecksum.verified(key: key, stored: stored, database: db.name, path: db.inCompanion ? companionPath : path)
+        } catch { throw state.record(error) }
     }
 }
 

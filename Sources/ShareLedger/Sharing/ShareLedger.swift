@@ -79,10 +79,16 @@ public final class ShareLedger: Sendable {
         let log = try openLog(configuration.log, random: configuration.randomSource)
         if !configuration.readOnly {
             do {
-                try destroyKeysOfForgottenUsers(log)
+                do {
+                    try destroyKeysOfForgottenUsers(log)
+                } catch {
+                    // The scan met a row of derived/ damaged at rest: derived again, scanned again.
+                    guard try log.rederiveDerivedStateIfDamaged() else { throw LedgerError.wrap(error, while: "opening the ledger") }
+                    try destroyKeysOfForgottenUsers(log)
+                }
             } catch {
                 Task { await log.close() }
-                throw error
+                throw LedgerError.wrap(error, while: "opening the ledger")
             }
         }
         return ShareLedger(log: log, configuration: configuration)
