@@ -19,10 +19,17 @@ enum Wire {
     }
 
     static func writeZoneID(_ id: RecordZoneID, into out: inout JSONWriter) {
+        // `ownerName` repeats `ownerRecordName` (Apple's key) for clients that read that key
+        // (MistKit's zone list and lookup); `zoneType` tells the default zone from custom ones.
         out.object { out in
+            out.member("ownerName", id.ownerName)
             out.member("ownerRecordName", id.ownerName)
             out.member("zoneName", id.zoneName)
-            out.member("zoneType", "REGULAR_CUSTOM_ZONE" as StaticString)
+            if id.zoneName == RecordZoneID.defaultZoneName {
+                out.member("zoneType", "DEFAULT_ZONE" as StaticString)
+            } else {
+                out.member("zoneType", "REGULAR_CUSTOM_ZONE" as StaticString)
+            }
         }
     }
 
