@@ -453,11 +453,14 @@ enum Endpoints {
         var infos: [LookupInfo] = []
         for (index, item) in try request.items("lookupInfos").enumerated() {
             let path = "lookupInfos[\(index)]"
-            if let email = try item.optionalString("emailAddress", in: path) {
+            let email = try item.optionalString("emailAddress", in: path)
+            let phone = try item.optionalString("phoneNumber", in: path)
+            let userName = try item.optionalString("userRecordName", in: path)
+            if let email {
                 infos.append(LookupInfo(emailAddress: email))
-            } else if let phone = try item.optionalString("phoneNumber", in: path) {
+            } else if let phone {
                 infos.append(LookupInfo(phoneNumber: phone))
-            } else if let name = try item.optionalString("userRecordName", in: path) {
+            } else if let name = userName {
                 infos.append(LookupInfo(userRecordID: RecordID(userRecordName: name)))
             } else {
                 throw WireError(.badRequest, "\(path) needs an emailAddress, a phoneNumber or a userRecordName")

@@ -528,6 +528,11 @@ paths:
                   maxItems: 400
                   items:
                     type: object
+                    description: The first of emailAddress, phoneNumber and userRecordName given is looked up.
+                    anyOf:
+                      - required: [emailAddress]
+                      - required: [phoneNumber]
+                      - required: [userRecordName]
                     properties:
                       emailAddress:
                         type: string

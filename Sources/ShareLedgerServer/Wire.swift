@@ -203,8 +203,10 @@ enum Wire {
     /// means the caller's own zone.
     static func parseZoneID(_ json: JSONValue, path: String) throws(WireError) -> RecordZoneID {
         let name = try json.required("zoneName", in: path).string(path + ".zoneName")
-        var owner = try json.optionalString("ownerRecordName", in: path)
-        if owner == nil { owner = try json.optionalString("ownerName", in: path) }
+        // Both are read (and type-checked) whichever is given.
+        let recordOwner = try json.optionalString("ownerRecordName", in: path)
+        let mistKitOwner = try json.optionalString("ownerName", in: path)
+        let owner = recordOwner ?? mistKitOwner
         _ = try json.optionalString("zoneType", in: path)
         return RecordZoneID(zoneName: name, ownerName: owner ?? RecordZoneID.defaultOwnerName)
     }

@@ -256,6 +256,23 @@ struct MistKitReplayTests {
         }
     }
 
+    /// The keys read for MistKit's sake are checked like every other: a zoneID's `ownerName` that is
+    /// not a string is refused even beside `ownerRecordName`, and so is any lookup info key of
+    /// users/discover that is not a string (found by schemathesis).
+    @Test func mistKitsKeysAreTypeChecked() async throws {
+        try await ServerHarness.run { server in
+            let zoneID: [String: Any] = ["zoneName": "Z", "ownerRecordName": "_alice", "ownerName": [:] as [String: Any]]
+            let lookup = try await server.post("records/lookup", as: "_alice", ["zoneID": zoneID, "records": [["recordName": "r"]]])
+            #expect(lookup.status == 400 && lookup.json["serverErrorCode"] as? String == "BAD_REQUEST", "\(lookup.text)")
+            let zones = try await server.post("zones/lookup", as: "_alice", ["zones": [zoneID]])
+            #expect(zones.status == 400, "\(zones.text)")
+            let discover = try await server.post(
+                "users/discover", as: "_alice",
+                ["lookupInfos": [["emailAddress": "bob@example.com", "userRecordName": [:] as [String: Any]]]])
+            #expect(discover.status == 400, "\(discover.text)")
+        }
+    }
+
     /// A server-to-server key as MistKit signs (bodiless GETs with an empty hash field; POSTs with the
     /// body's hash), and an API token alone: 421 with Apple's error dictionary and a redirect.
     @Test func serverToServerAndAPITokenOnly() async throws {
