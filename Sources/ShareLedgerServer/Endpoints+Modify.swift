@@ -28,6 +28,7 @@ extension Endpoints {
             if let refused = request.notInDatabase(operation.zone, path: "operations[\(index)]") { throw refused }
             parsed.append(operation)
         }
+        try await request.ensureDefaultZone(for: parsed.filter { !$0.isShare }.map(\.zone))
         if !parsed.contains(where: \.isShare) {
             return ["records": .array(try await modifyRecords(request, parsed, atomically: atomicFlag ?? true))]
         }
@@ -142,6 +143,8 @@ extension Endpoints {
                     throw WireError(.badRequest, "\(recordPath).forRecord is required for a hierarchy share")
                 }
             }
+            // CloudKit names a created record without a name: a random UUID.
+            if kind == .create, !isShare, name == nil { name = UUID().uuidString }
             if kind != .create || !isShare, name == nil {
                 throw WireError(.badRequest, "\(recordPath).recordName is required")
             }

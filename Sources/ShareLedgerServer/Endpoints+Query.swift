@@ -116,6 +116,8 @@ extension Endpoints {
             matches = try request.container.records(inZone: zone, recordType: recordType, limit: maxQueryMatches + 1) { record in
                 filters.allSatisfy { $0.accepts(record) }
             }
+        } catch where error.code == .zoneNotFound && request.isOwnDefaultZone(zone) {
+            matches = []  // CloudKit's default zone always exists: before its first record, it is empty
         } catch {
             throw WireError(error)
         }

@@ -46,6 +46,25 @@ struct DatabaseRequest: Sendable {
             "\(path): the private database holds only your own zones; reach others' zones through the shared database")
     }
 
+    /// Whether `zone` is the caller's default zone in the private database, which CloudKit has for
+    /// every user: the ledger keeps it as a zone saved on first use (``ensureDefaultZone(for:)``).
+    func isOwnDefaultZone(_ zone: RecordZoneID) -> Bool {
+        database == .private && zone.zoneName == RecordZoneID.defaultZoneName
+            && ownZone(zone).ownerName == caller.userRecordName
+    }
+
+    /// Saves the caller's default zone (a logged, idempotent zone save) when one of `zones` is it
+    /// and it does not exist yet, so that records can be written there as in CloudKit.
+    func ensureDefaultZone(for zones: [RecordZoneID]) async throws(WireError) {
+        guard let zone = zones.first(where: isOwnDefaultZone) else { return }
+        do {
+            guard !(try container.recordZones().contains { $0.zoneID.zoneName == zone.zoneName }) else { return }
+            _ = try await container.save(RecordZone(zoneID: RecordZoneID(zoneName: zone.zoneName)))
+        } catch {
+            throw WireError(error)
+        }
+    }
+
     func requirePrivateOrShared(_ what: String) throws(WireError) {
         guard database != .public else {
             throw WireError(.badRequest, "\(what) works in the private and shared databases; the ledger keeps no public records")
@@ -71,6 +90,7 @@ enum Endpoints {
         "users/caller": (["GET", "POST"], caller),
         "users/current": (["GET"], currentUser),
         "users/lookup/email": (["POST"], lookupEmail),
+        "users/discover": (["POST"], discover),
     ]
 
     static func itemError(_ error: WireError, _ extra: [String: JSONValue]) -> JSONValue {
@@ -243,12 +263,20 @@ enum Endpoints {
             let name = try item.required("recordName", in: path).string(path + ".recordName")
             let zone = try item["zoneID"].map { zone throws(WireError) in try Wire.parseZoneID(zone, path: path + ".zoneID") }
             let id = recordID(name, zone: zone ?? requestZone)
+            // MistKit names `desiredKeys` per record (Apple, per request): an item's own list wins.
+            var keys = desired
+            if let given = item.nullable("desiredKeys") {
+                keys = []
+                for (keyIndex, key) in try given.array(path + ".desiredKeys").enumerated() {
+                    keys?.insert(try key.string("\(path).desiredKeys[\(keyIndex)]"))
+                }
+            }
             if let refused = request.notInDatabase(id.zoneID, path: path) {
                 results.append(itemError(refused, ["recordName": .string(name)]))
                 continue
             }
             do {
-                results.append(Wire.record(try request.container.record(for: id), desiredKeys: desired))
+                results.append(Wire.record(try request.container.record(for: id), desiredKeys: keys))
             } catch {
                 if shares == nil { shares = try visibleShares(request.container) }
                 if let share = findShare(id, in: shares ?? [:], caller: caller) {
@@ -269,7 +297,8 @@ enum Endpoints {
     static func ownZoneNames(_ request: DatabaseRequest, _ cache: inout Set<String>?) throws(WireError) -> Set<String> {
         if let cache { return cache }
         do {
-            let names = Set(try request.container.recordZones().map(\.zoneID.zoneName))
+            // The default zone counts as existing: CloudKit's private database always has it.
+            let names = Set(try request.container.recordZones().map(\.zoneID.zoneName)).union([RecordZoneID.defaultZoneName])
             cache = names
             return names
         } catch {
@@ -280,13 +309,18 @@ enum Endpoints {
     // MARK: - zones
 
     static func zone(_ id: RecordZoneID) -> JSONValue {
-        ["zoneID": Wire.zoneID(id), "atomic": true]
+        ["zoneID": Wire.zoneID(id), "atomic": .bool(id.zoneName != RecordZoneID.defaultZoneName)]
     }
 
     @Sendable static func listZones(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
         do {
             switch request.database {
-            case .private: return ["zones": .array(try request.container.recordZones().map { zone($0.zoneID) })]
+            case .private:
+                // The default zone first, whether or not a record was written there yet (CloudKit's
+                // private database always has it).
+                let custom = try request.container.recordZones().map(\.zoneID).filter { $0.zoneName != RecordZoneID.defaultZoneName }
+                let defaultZone = RecordZoneID(zoneName: RecordZoneID.defaultZoneName, ownerName: request.caller.userRecordName)
+                return ["zones": .array(([defaultZone] + custom).map(zone))]
             case .shared: return ["zones": .array(try request.container.sharedDatabaseZones().map(zone))]
             case .public:
                 return ["zones": [zone(RecordZoneID(zoneName: RecordZoneID.defaultZoneName, ownerName: "_defaultOwner"))]]
@@ -308,7 +342,10 @@ enum Endpoints {
         let known: Set<RecordZoneID>
         do {
             switch request.database {
-            case .private: known = Set(try request.container.recordZones().map { request.ownZone($0.zoneID) })
+            case .private:
+                known = Set(try request.container.recordZones().map { request.ownZone($0.zoneID) }).union([
+                    RecordZoneID(zoneName: RecordZoneID.defaultZoneName, ownerName: request.caller.userRecordName)
+                ])
             case .shared: known = Set(try request.container.sharedDatabaseZones().map(request.ownZone))
             case .public: known = []
             }
@@ -406,5 +443,39 @@ enum Endpoints {
             }
         }
         return ["users": .array(results)]
+    }
+
+    /// `users/discover`: Apple's identity discovery for `lookupInfos` (each an `emailAddress`, a
+    /// `phoneNumber` or a `userRecordName`), through the same recorded participant lookup as
+    /// `users/lookup/email`; answers the identities found, in request order (as Apple does, an
+    /// unknown or malformed lookup info has no entry).
+    @Sendable static func discover(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
+        var infos: [LookupInfo] = []
+        for (index, item) in try request.items("lookupInfos").enumerated() {
+            let path = "lookupInfos[\(index)]"
+            let email = try item.optionalString("emailAddress", in: path)
+            let phone = try item.optionalString("phoneNumber", in: path)
+            let userName = try item.optionalString("userRecordName", in: path)
+            if let email {
+                infos.append(LookupInfo(emailAddress: email))
+            } else if let phone {
+                infos.append(LookupInfo(phoneNumber: phone))
+            } else if let name = userName {
+                infos.append(LookupInfo(userRecordID: RecordID(userRecordName: name)))
+            } else {
+                throw WireError(.badRequest, "\(path) needs an emailAddress, a phoneNumber or a userRecordName")
+            }
+        }
+        let answers: [LookupInfo: Result<UserIdentity, LedgerError>]
+        do {
+            answers = try await request.container.discoverUserIdentities(for: infos)
+        } catch {
+            throw WireError(error)
+        }
+        let found: [JSONValue] = infos.compactMap { info in
+            guard case .success(let identity)? = answers[info] else { return nil }
+            return Wire.identity(identity)
+        }
+        return ["users": .array(found)]
     }
 }

@@ -170,6 +170,11 @@ paths:
                         type: string
                       zoneID:
                         $ref: "#/components/schemas/ZoneID"
+                      desiredKeys:
+                        type: [array, "null"]
+                        description: This record's fields to include (MistKit's form); wins over the request's.
+                        items:
+                          type: string
                 zoneID:
                   $ref: "#/components/schemas/ZoneID"
                 desiredKeys:
@@ -198,8 +203,9 @@ paths:
         `{"value": null}` is removed, the others keep their values; `replace` (tag required) and
         `forceReplace` set every field not named to null; `delete` (checks `recordChangeTag` when
         given) and `forceDelete`. `created` keeps the creation's time and user, `modified` the last
-        change's. Without a `zoneID` (in the record or the request) the default zone is meant; the
-        ledger keeps records in custom zones only, so that answers `ZONE_NOT_FOUND`.
+        change's. Without a `zoneID` (in the record or the request) the default zone is meant: in the
+        private database it always exists (saved, without capabilities, on its first write: no
+        sharing there). A `create` without `recordName` gets a random UUID as its name.
 
         A `cloudkit.share` record with `forRecord` shares that record's hierarchy; record name
         `cloudkit.zoneshare` shares the zone. `participants` (by `userIdentity.lookupInfo`) are
@@ -326,7 +332,7 @@ paths:
     parameters: *anyDatabase
     get:
       operationId: zonesListGet
-      summary: The zones of the database (private - the caller's; shared - accepted shares' zones).
+      summary: The zones of the database (private - the caller's, _defaultZone first; shared - accepted shares' zones).
       responses:
         "200":
           $ref: "#/components/responses/Zones"
@@ -334,7 +340,7 @@ paths:
           $ref: "#/components/responses/Error"
     post:
       operationId: zonesList
-      summary: The zones of the database (private - the caller's; shared - accepted shares' zones).
+      summary: The zones of the database (private - the caller's, _defaultZone first; shared - accepted shares' zones).
       requestBody:
         required: false
         content:
@@ -499,6 +505,56 @@ paths:
                         - $ref: "#/components/schemas/Error"
         default:
           $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/users/discover:
+    parameters: *anyDatabase
+    post:
+      operationId: usersDiscover
+      summary: User identities by lookup info (email address, phone number or user record name).
+      description: >-
+        Apple's identity discovery. Only a registered user of the container may ask (any other
+        caller gets 421 AUTHENTICATION_REQUIRED); each lookup is recorded in the log as a
+        participant lookup is (ShareParticipantFetched). The answer lists the identities found, in
+        request order; a lookup info no user has gets no entry.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [lookupInfos]
+              properties:
+                lookupInfos:
+                  type: array
+                  maxItems: 400
+                  items:
+                    type: object
+                    description: The first of emailAddress, phoneNumber and userRecordName given is looked up.
+                    anyOf:
+                      - required: [emailAddress]
+                      - required: [phoneNumber]
+                      - required: [userRecordName]
+                    properties:
+                      emailAddress:
+                        type: string
+                      phoneNumber:
+                        type: string
+                      userRecordName:
+                        type: string
+      responses:
+        "200":
+          description: The identities found.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [users]
+                properties:
+                  users:
+                    type: array
+                    items:
+                      $ref: "#/components/schemas/UserIdentity"
+        default:
+          $ref: "#/components/responses/Error"
 components:
   parameters:
     container:
@@ -599,9 +655,10 @@ components:
           type: string
         ownerName:
           type: string
-          description: MistKit's name for ownerRecordName (read in requests; answers say ownerRecordName).
+          description: MistKit's name for ownerRecordName (read in requests; answers carry both, the same value).
         zoneType:
           type: string
+          description: DEFAULT_ZONE for _defaultZone, REGULAR_CUSTOM_ZONE for the others (in answers).
     Zone:
       type: object
       required: [zoneID]

@@ -168,7 +168,7 @@ struct RequestHandler: Sendable {
 
     /// The items a request carries (for the log line and the batch-size metric).
     static func itemCount(_ body: JSONValue) -> Int {
-        for key in ["shortGUIDs", "records", "operations", "users"] {
+        for key in ["shortGUIDs", "records", "operations", "users", "lookupInfos", "zones"] {
             if case .array(let items)? = body[key] { return items.count }
         }
         return 0

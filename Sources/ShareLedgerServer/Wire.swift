@@ -19,10 +19,17 @@ enum Wire {
     }
 
     static func writeZoneID(_ id: RecordZoneID, into out: inout JSONWriter) {
+        // `ownerName` repeats `ownerRecordName` (Apple's key) for clients that read that key
+        // (MistKit's zone list and lookup); `zoneType` tells the default zone from custom ones.
         out.object { out in
+            out.member("ownerName", id.ownerName)
             out.member("ownerRecordName", id.ownerName)
             out.member("zoneName", id.zoneName)
-            out.member("zoneType", "REGULAR_CUSTOM_ZONE" as StaticString)
+            if id.zoneName == RecordZoneID.defaultZoneName {
+                out.member("zoneType", "DEFAULT_ZONE" as StaticString)
+            } else {
+                out.member("zoneType", "REGULAR_CUSTOM_ZONE" as StaticString)
+            }
         }
     }
 
@@ -196,8 +203,10 @@ enum Wire {
     /// means the caller's own zone.
     static func parseZoneID(_ json: JSONValue, path: String) throws(WireError) -> RecordZoneID {
         let name = try json.required("zoneName", in: path).string(path + ".zoneName")
-        var owner = try json.optionalString("ownerRecordName", in: path)
-        if owner == nil { owner = try json.optionalString("ownerName", in: path) }
+        // Both are read (and type-checked) whichever is given.
+        let recordOwner = try json.optionalString("ownerRecordName", in: path)
+        let mistKitOwner = try json.optionalString("ownerName", in: path)
+        let owner = recordOwner ?? mistKitOwner
         _ = try json.optionalString("zoneType", in: path)
         return RecordZoneID(zoneName: name, ownerName: owner ?? RecordZoneID.defaultOwnerName)
     }

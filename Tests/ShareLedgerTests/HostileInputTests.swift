@@ -339,8 +339,8 @@ struct HostileLimitTests {
             ("zone name 121 bytes", .invalidArguments, {
                 _ = try await a.save(RecordZone(zoneID: RecordZoneID(zoneName: String(repeating: "z", count: 121))))
             }),
-            ("the default zone", .invalidArguments, {
-                _ = try await a.save(RecordZone(zoneID: RecordZoneID(zoneName: RecordZoneID.defaultZoneName)))
+            ("deleting the default zone", .invalidArguments, {
+                _ = try await a.deleteRecordZone(withID: RecordZoneID(zoneName: RecordZoneID.defaultZoneName))
             }),
             ("title 513 bytes", .invalidArguments, { _ = try await a.setTitle(String(repeating: "t", count: 513), for: share.url) }),
             ("email 255 bytes", .invalidArguments, {

@@ -12,9 +12,9 @@ extension Decider {
             throw LedgerError(.badDatabase, "zones can be created only in your own private database, not in \(owner)'s")
         }
         try Decider.checkName(id.zoneName, "zone name", max: Limits.maxZoneNameBytes)
-        guard id.zoneName != RecordZoneID.defaultZoneName else {
-            throw LedgerError(.invalidArguments, "the default zone cannot be saved; create a custom zone for shared records")
-        }
+        // CloudKit's default zone: saved like any zone (clients address records there without creating
+        // it), but never with a capability: no atomic batches, no change feed, no sharing.
+        let capabilities = id.zoneName == RecordZoneID.defaultZoneName ? 0 : capabilities
         let zoneID = RecordZoneID(zoneName: id.zoneName, ownerName: owner)
         if let existing = try models.zone(txn, container, owner: owner, zone: id.zoneName) {
             return .output(.zone(presenter.zone(existing, id: zoneID)))
@@ -32,6 +32,9 @@ extension Decider {
         let owner = owner(of: id)
         guard owner == actor else {
             throw LedgerError(.badDatabase, "only the owner deletes a zone; to stop seeing a shared zone, leave its share")
+        }
+        guard id.zoneName != RecordZoneID.defaultZoneName else {
+            throw LedgerError(.invalidArguments, "the default zone cannot be deleted; delete its records instead")
         }
         guard let zone = try models.zone(txn, container, owner: owner, zone: id.zoneName) else {
             throw LedgerError(.zoneNotFound, "zone \(id.zoneName) does not exist")

@@ -115,8 +115,8 @@ struct EventValidator {
             try d.requireSignedIn(txn)
             try requireOwner(e.ownerName, actor)
             try Decider.checkName(e.zoneName, "zone name", max: Decider.Limits.maxZoneNameBytes)
-            guard e.zoneName != RecordZoneID.defaultZoneName, e.capabilities & ~0xF == 0 else {
-                throw Self.refuse("the default zone is never created, and capabilities have 4 bits")
+            guard e.capabilities & ~0xF == 0, e.zoneName != RecordZoneID.defaultZoneName || e.capabilities == 0 else {
+                throw Self.refuse("capabilities have 4 bits, and the default zone has none")
             }
             guard try m.zone(txn, d.container, owner: actor, zone: e.zoneName) == nil else {
                 throw Self.refuse("zone \(e.zoneName) exists already")

@@ -87,9 +87,11 @@ public struct Container: Sendable {
     // MARK: - Zones and records
 
     /// Creates a zone in the user's private database; saving an existing zone returns it unchanged.
+    /// The default zone (`_defaultZone`) is saved like any other, always without capabilities (as in
+    /// CloudKit: no atomic batches, no change feed, no sharing).
     ///
     /// - Throws: ``EventLog/LedgerError/Code/badDatabase`` for another user's zone,
-    ///   `LedgerError.Code.invalidArguments` for the default zone or a bad name,
+    ///   `LedgerError.Code.invalidArguments` for a bad name,
     ///   ``EventLog/LedgerError/Code/notAuthenticated`` without an account.
     public func save(_ zone: RecordZone) async throws(LedgerError) -> RecordZone {
         guard case .zone(let saved) = try await runOne(.saveZone(zone.zoneID, capabilities: zone.capabilities.rawValue))
@@ -97,7 +99,8 @@ public struct Container: Sendable {
         return saved
     }
 
-    /// Deletes a zone of the user's, with its records and shares (participants lose the zone).
+    /// Deletes a zone of the user's, with its records and shares (participants lose the zone). The
+    /// default zone cannot be deleted (`LedgerError.Code.invalidArguments`).
     public func deleteRecordZone(withID zoneID: RecordZoneID) async throws(LedgerError) {
         _ = try await runOne(.deleteZone(zoneID))
     }
