@@ -160,7 +160,7 @@ public enum Failover {
 
     /// Runs `body` again after NATS errors (``ReplicationError/Code/unavailable``,
     /// ``ReplicationError/Code/timedOut``) until `deadline`, backing off between attempts.
-    static func retrying<T>(
+    public static func retrying<T>(
         until deadline: ContinuousClock.Instant, _ body: () async throws(ReplicationError) -> T
     ) async throws(ReplicationError) -> T {
         var backoff = Backoff(initial: .milliseconds(100), cap: .seconds(2))
