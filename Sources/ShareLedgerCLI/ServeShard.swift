@@ -12,7 +12,8 @@ import Synchronization
 /// it refuses. Every request's container must be assigned to this node's shard (`share-ledger shard
 /// assign`); reads are answered here (a replica answers at the position it has applied); every other
 /// request (a write, a logged fetch, an endpoint not known to be a read) goes to the shard's writer
-/// over NATS request/reply unless this node is the writer.
+/// over NATS request/reply unless this node is the writer. Only the writer answers such a request
+/// itself, so a node that is still starting (its role not yet recorded) never writes one.
 final class ShardRouting: RequestRouting {
     /// The endpoints that only read: answered by any node.
     static let reads: Set<String> = [
@@ -76,7 +77,15 @@ final class ShardRouting: RequestRouting {
                 return .answer(.error(retry: true, "the shard map could not be read (\(error.code.name)); retry shortly"))
             }
         }
-        if forwarded || Self.reads.contains(subpath) || isWriter() { return .local }
+        if Self.reads.contains(subpath) || isWriter() { return .local }
+        // A request another node forwarded here because this node held the lease: it has moved
+        // since (or a client set the header itself). Never forwarded again, never written here.
+        if forwarded {
+            return .answer(
+                .error(
+                    retry: true, "this node is not the writer of shard \(shard.shard) now (the lease moved); nothing was "
+                        + "written: retry"))
+        }
         return .forward
     }
 

@@ -25,7 +25,7 @@ public struct ForwardedRequest: Sendable, Hashable, Codable {
     }
 
     /// The header a forwarded request carries, so that it is never forwarded again: the node it
-    /// reaches answers it itself (a writer that lost its lease meanwhile refuses it, and the client retries).
+    /// reaches answers it itself when it is still the writer, and refuses it otherwise (the client retries).
     public static let forwardedHeader = "X-ShareLedger-Forwarded"
 
     /// The headers kept (compared case-insensitively): the content type and the signature's.

@@ -29,10 +29,13 @@ extension ReplicationTests {
         jsonLines(node.output).compactMap { $0["shardMember"] as? String }.last
     }
 
-    func post(_ client: HTTPClient, _ url: String, _ body: [String: Any]) async throws -> (status: Int, json: [String: Any]) {
+    func post(_ client: HTTPClient, _ url: String, _ body: [String: Any], headers: [String: String] = [:]) async throws
+        -> (status: Int, json: [String: Any])
+    {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
         request.body = .bytes(ByteBuffer(bytes: Array(try JSONSerialization.data(withJSONObject: body))))
         let response = try await client.execute(request, timeout: .seconds(60))
         var bytes = try await response.body.collect(upTo: 1 << 20)
@@ -109,6 +112,14 @@ extension ReplicationTests {
                 let zones = created.json["zones"] as? [[String: Any]] ?? []
                 #expect(zones.count == 1 && zones.first?["serverErrorCode"] == nil, "\(node.name): \(created.json)")
             }
+            // A request marked forwarded that reaches a replica is neither written there nor sent on.
+            let standby = try #require(nodes.first { member($0) == "standby" })
+            let marked = try await post(
+                client, try database(standby, "zones/modify"),
+                ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z-marked"]]]]],
+                headers: ["X-ShareLedger-Forwarded": "1"])
+            #expect(marked.status == 503, "\(marked.json)")
+            #expect((marked.json["reason"] as? String)?.contains("not the writer of shard web") == true, "\(marked.json)")
             // Containers of no shard and of another shard are refused, by every node.
             for node in nodes {
                 let unassigned = try await post(
