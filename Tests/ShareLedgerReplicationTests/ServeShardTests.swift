@@ -43,66 +43,80 @@ extension ReplicationTests {
         return (Int(response.status.code), (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:])
     }
 
-    @Test func serveShardHasOneWriterAndWritesToAnyNodeLand() async throws {
-        let cluster = try await Cluster()
+    /// A shard `web` served by `names` on `cluster`, its container assigned (and a second container
+    /// to shard `elsewhere`), once every node listens and exactly one is the writer; tokens made and
+    /// copied as docs/operations.md says; the user registered on the writer's directory. Returns the
+    /// nodes and the query carrying the tokens.
+    func startShard(_ cluster: Cluster, _ names: [String], container: String) async throws -> (nodes: [ServeNode], query: String) {
         let urls = cluster.servers.joined(separator: ",")
-        let container = "iCloud.com.example.serveshard"
         let directory = cluster.directory
         let assigned = try await run(["shard", "assign", container, "--to", "web", "--nats", urls, "--json"], in: directory)
         #expect(assigned.status == 0, "\(assigned.json)")
         let other = try await run(["shard", "assign", "iCloud.com.example.other", "--to", "elsewhere", "--nats", urls, "--json"], in: directory)
         #expect(other.status == 0, "\(other.json)")
-
         var nodes: [ServeNode] = []
-        for name in ["n1", "n2", "n3"] {
+        for name in names {
             let path = directory.child(name)
             let (process, output) = try launch(
                 ["serve", "--path", path, "--port", "0", "--json", "--log-level", "critical", "--shard", "web", "--nats", urls,
                  "--holder", name, "--lease-seconds", "2"], in: directory)
             nodes.append(ServeNode(name: name, path: path, process: process, output: output))
         }
-        defer { for node in nodes where node.process.isRunning { node.process.send(SIGKILL) } }
         try await until("every node listens and one is the writer, the others standing by") {
             for node in nodes where !node.process.isRunning {
                 throw ClusterError(text: "serve on \(node.name) exited: \((try? String(contentsOf: node.output, encoding: .utf8)) ?? "")")
             }
             let parts = nodes.map(member)
             return nodes.allSatisfy { base($0) != nil } && parts.filter { $0 == "writer" }.count == 1
-                && parts.filter { $0 == "standby" }.count == 2
+                && parts.filter { $0 == "standby" }.count == names.count - 1
         }
         let writer = try #require(nodes.first { member($0) == "writer" })
         // Tokens made once the nodes created their ledgers, the credentials file copied to every node
-        // (each reads it again when it changes), as docs/operations.md says.
-        let first = directory.child("n1")
+        // (each reads it again when it changes).
+        let first = nodes[0].path
         let api = try await run(["token", "create", "--container", container, "--path", first, "--json"], in: directory)
         let web = try await run(["token", "create", "--container", container, "--user", "_alice", "--path", first, "--json"], in: directory)
         let query = "?ckAPIToken=\(try #require(api.json["token"] as? String))&ckWebAuthToken=\(try #require(web.json["token"] as? String))"
-        for name in ["n2", "n3"] {
-            let copy = "\(directory.child(name))/server-credentials.json"
+        for node in nodes.dropFirst() {
+            let copy = "\(node.path)/server-credentials.json"
             try? FileManager.default.removeItem(atPath: copy)
             try FileManager.default.copyItem(atPath: "\(first)/server-credentials.json", toPath: copy)
         }
-        let roles = try nodes.map { try LedgerRole.read(at: $0.path) }
-        #expect(roles.filter { if case .writer = $0 { return true } else { return false } }.count == 1, "\(roles)")
-        #expect(roles.filter { $0 == .replica(shard: "web") }.count == 2, "\(roles)")
-
         // The user is registered on the writer's directory (as an application beside it would).
         let registered = try await run(
             ["user", "register", "_alice", "--container", container, "--path", writer.path, "--json"], in: directory)
         #expect(registered.status == 0, "\(registered.json)")
+        return (nodes, query)
+    }
+
+    /// Waits until every node reads the copied credentials (within a second of the change).
+    func untilCredentialsKnown(_ client: HTTPClient, _ nodes: [ServeNode], _ url: (ServeNode) throws -> String) async throws {
+        for node in nodes {
+            try await until("\(node.name) knows the copied credentials") {
+                try await post(client, try url(node), [:]).status != 404
+            }
+        }
+    }
+
+    @Test func serveShardHasOneWriterAndWritesToAnyNodeLand() async throws {
+        let cluster = try await Cluster()
+        let urls = cluster.servers.joined(separator: ",")
+        let container = "iCloud.com.example.serveshard"
+        let directory = cluster.directory
+        let (started, query) = try await startShard(cluster, ["n1", "n2", "n3"], container: container)
+        var nodes = started
+        defer { for node in nodes where node.process.isRunning { node.process.send(SIGKILL) } }
+        let writer = try #require(nodes.first { member($0) == "writer" })
+        let roles = try nodes.map { try LedgerRole.read(at: $0.path) }
+        #expect(roles.filter { if case .writer = $0 { return true } else { return false } }.count == 1, "\(roles)")
+        #expect(roles.filter { $0 == .replica(shard: "web") }.count == 2, "\(roles)")
 
         let client = HTTPClient(eventLoopGroupProvider: .singleton)
         func database(_ node: ServeNode, _ subpath: String, container: String = container) throws -> String {
             "\(try #require(base(node)))/database/1/\(container)/development/private/\(subpath)\(query)"
         }
         do {
-            // Each node reads the copied credentials again (within a second of the change).
-            for node in nodes {
-                try await until("\(node.name) knows the copied credentials") {
-                    let listed = try await post(client, try database(node, "zones/list"), [:])
-                    return listed.status != 404
-                }
-            }
+            try await untilCredentialsKnown(client, nodes) { try database($0, "zones/list") }
             // A write to every node, the replicas' forwarded to the writer.
             for node in nodes {
                 let created = try await post(
@@ -207,6 +221,54 @@ extension ReplicationTests {
             let streamLedger = try Ledgers.open(check)
             #expect(try streamLedger.log.storedEvent(at: head.position)?.bytes == event?.bytes, "\(node.name) forked")
             await streamLedger.close()
+        }
+    }
+
+    /// The writer's `serve` stopped (SIGSTOP) for longer than its lease: the other node takes over;
+    /// resumed (SIGCONT), the old writer finds its lease lost, re-joins as a replica by itself, stands
+    /// by, and forwards a write that lands.
+    @Test func pausedServeWriterRejoinsAsAReplica() async throws {
+        let cluster = try await Cluster()
+        let container = "iCloud.com.example.servepause"
+        let (nodes, query) = try await startShard(cluster, ["n1", "n2"], container: container)
+        defer { for node in nodes where node.process.isRunning { node.process.send(SIGKILL) } }
+        let old = try #require(nodes.firstIndex { member($0) == "writer" })
+        let other = 1 - old
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        func database(_ node: ServeNode, _ subpath: String) throws -> String {
+            "\(try #require(base(node)))/database/1/\(container)/development/private/\(subpath)\(query)"
+        }
+        do {
+            try await untilCredentialsKnown(client, nodes) { try database($0, "zones/list") }
+            let pid = pid_t(try #require(jsonLines(nodes[old].output).compactMap { $0["pid"] as? Int }.first))
+            kill(pid, SIGSTOP)
+            try await until("the other node took over") { member(nodes[other]) == "writer" }
+            kill(pid, SIGCONT)
+            try await until("the old writer stands by again") {
+                let parts = jsonLines(nodes[old].output).compactMap { $0["shardMember"] as? String }
+                return parts.last == "standby" && parts.contains("writer")
+            }
+            #expect(try LedgerRole.read(at: nodes[old].path) == .replica(shard: "web"))
+            let created = try await post(
+                client, try database(nodes[old], "zones/modify"),
+                ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z-resumed"]]]]])
+            #expect(created.status == 200, "\(created.json)")
+            #expect((created.json["zones"] as? [[String: Any]])?.first?["serverErrorCode"] == nil, "\(created.json)")
+            try await until("the old writer lists the zone it forwarded") {
+                let listed = try await post(client, try database(nodes[old], "zones/list"), [:])
+                return (listed.json["zones"] as? [[String: Any]] ?? []).contains {
+                    ($0["zoneID"] as? [String: Any])?["zoneName"] as? String == "Z-resumed"
+                }
+            }
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+        try await client.shutdown()
+        for node in nodes { node.process.send(SIGTERM) }
+        for node in nodes {
+            let ended = await node.process.exit()
+            #expect(ended.exited(0), "\(node.name): \(ended.summary)")
         }
     }
 }
