@@ -18,7 +18,7 @@ final class ShardRouting: RequestRouting {
     /// The endpoints that only read: answered by any node.
     static let reads: Set<String> = [
         "records/lookup", "records/query", "records/changes", "zones/list", "zones/lookup", "zones/changes", "users/caller",
-        "users/current", "users/lookup/email",
+        "users/current", "users/lookup/email", "users/discover",
     ]
 
     private let servers: [String]
