@@ -141,6 +141,10 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                // `serve --shard`: the writer answers forwarded requests through its own HTTP listener.
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -264,6 +268,10 @@ let package = Package(
                 "ShareLedgerReplication",
                 "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
+                // `serve --shard` driven over HTTP.
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 // Depended on so that `swift test` builds the binary the CLI test runs.
                 "ShareLedgerCLI",
             ],

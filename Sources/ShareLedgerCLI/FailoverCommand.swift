@@ -87,8 +87,11 @@ struct FailoverCommand: AsyncParsableCommand {
     private func takeOverAndWrite(_ sharing: ShareLedger, holder: String, logger: Logger) async throws -> Report {
         let servers = try natsOptions.servers()
         let shard = try natsOptions.names()
-        let lease = try await WriterLease.open(
-            servers: servers, shard: shard, holder: holder, duration: .milliseconds(Int64(leaseSeconds * 1000)), replicas: replicas)
+        // Opening the lease bucket is retried through a leader election (a NATS node restarting).
+        let lease = try await Failover.retrying(until: ContinuousClock.now + .seconds(60)) { () throws(ReplicationError) in
+            try await WriterLease.open(
+                servers: servers, shard: shard, holder: holder, duration: .milliseconds(Int64(leaseSeconds * 1000)), replicas: replicas)
+        }
         defer { lease.close() }
         let follower = LedgerFollower(ledger: sharing, configuration: FollowerConfiguration(servers: servers, shard: shard, logger: logger))
         let takeover: Failover.Takeover

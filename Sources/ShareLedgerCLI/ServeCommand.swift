@@ -5,6 +5,7 @@ import Metrics
 import Prometheus
 import ServiceLifecycle
 import ShareLedger
+import ShareLedgerReplication
 import ShareLedgerServer
 import UnixSignals
 
@@ -21,6 +22,15 @@ struct ServeCommand: AsyncParsableCommand {
             Requests need a container's API token and a user's web auth token (`share-ledger token`), or a \
             server-to-server signature. Runs the residual-task worker in-process. Stops on SIGTERM or SIGINT \
             after answering the requests in flight.
+
+            With --shard S --nats URLS (the same command on every node of the shard, each with its own --path \
+            and a copy of the credentials file): the node stands by as a replica that follows the shard's \
+            stream and answers reads; one node takes the writer lease and writes (ships every commit, runs \
+            the residual-task worker). A write that reaches a replica (records/modify, zones/modify, \
+            records/accept, records/resolve, which logs the fetch) is forwarded to the writer over NATS and \
+            answered with the writer's answer; while no node holds the lease it is answered TRY_AGAIN_LATER. \
+            Requests for containers not assigned to S (share-ledger shard assign) are refused. When the writer \
+            dies, a replica takes over after the lease (--lease-seconds) expires.
             """)
 
     @OptionGroup var ledger: LedgerOptions
@@ -40,10 +50,29 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel = "info"
 
+    @Option(help: "Run as a member of this shard (with --nats): one node writes, the others are replicas that forward writes to it.")
+    var shard: String?
+
+    @Option(help: "NATS servers of the shard, comma-separated (nats://127.0.0.1:4222,nats://127.0.0.1:4223).")
+    var nats: String?
+
+    @Option(help: "With --shard: this node's name in the writer lease (default: host name and process id).")
+    var holder: String?
+
+    @Option(help: "With --shard: how long the writer lease lasts unless renewed, in seconds (a dead writer is replaced after it).")
+    var leaseSeconds = 5.0
+
+    @Option(help: "With --shard: replicas of the stream and the lease bucket when they are created (3 for a 3-node cluster).")
+    var replicas = 3
+
     func validate() throws {
         if !(0...65_535).contains(port) { throw ValidationError("--port must be 0 to 65535") }
         if maxBodyBytes < 1_024 { throw ValidationError("--max-body-bytes must be 1024 or more") }
         if !(1...400).contains(maxItems) { throw ValidationError("--max-items must be 1 to 400") }
+        if (shard == nil) != (nats == nil) { throw ValidationError("--shard and --nats go together") }
+        if !(1...5).contains(replicas) { throw ValidationError("--replicas must be 1 to 5") }
+        if !(leaseSeconds >= 0.2 && leaseSeconds <= 600) { throw ValidationError("--lease-seconds must be 0.2 to 600") }
+        if let holder, holder.isEmpty || holder.utf8.count > 200 { throw ValidationError("--holder must be 1 to 200 bytes") }
         if Logger.Level(rawValue: logLevel) == nil {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
@@ -53,6 +82,63 @@ struct ServeCommand: AsyncParsableCommand {
         var listening: String
         var port: Int
         var pid: Int32
+    }
+
+    /// What `serve --shard --json` prints at every change of the node's part in the shard.
+    struct MemberLine: Encodable {
+        /// `starting`, `standby`, `writer`, `deposed` or `stopped`.
+        var shardMember: String
+        var shard: String
+        var holder: String
+        var term: UInt64?
+    }
+
+    /// The shard membership of `serve --shard`: the member, the routing, the writer's answerer.
+    struct Membership {
+        var member: ShardMember
+        var routing: ShardRouting
+        var answerer: ForwardedRequestAnswerer
+    }
+
+    func membership(_ ledger: ShareLedger, logger: Logger) throws -> Membership? {
+        guard let shard, let nats else { return nil }
+        let options = try NATSOptions.parse(["--nats", nats, "--shard", shard])
+        let names: (ShardNames, [String])
+        do throws(ReplicationError) {
+            names = (try options.names(), try options.servers())
+        } catch {
+            Output.failure(error, json: self.ledger.json)
+            throw ExitCode(1)
+        }
+        let holder = self.holder ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
+        var configuration = ShardMember.Configuration(servers: names.1, shard: names.0, holder: holder, logger: logger)
+        configuration.leaseDuration = .milliseconds(Int64(leaseSeconds * 1000))
+        configuration.replicas = replicas
+        let answerer = ForwardedRequestAnswerer(logger: logger)
+        let json = self.ledger.json
+        let member = ShardMember(
+            ledger: ledger, configuration: configuration, commands: { container, body in await answerer.answer(container: container, body: body) },
+            onChange: { state in
+                guard json else { return }
+                var line = MemberLine(shardMember: "starting", shard: names.0.shard, holder: holder)
+                switch state {
+                case .starting: line.shardMember = "starting"
+                case .standby: line.shardMember = "standby"
+                case .writer(let term):
+                    line.shardMember = "writer"
+                    line.term = term
+                case .deposed: line.shardMember = "deposed"
+                case .stopped: line.shardMember = "stopped"
+                }
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                FileHandle.standardOutput.write(((try? encoder.encode(line)) ?? Data()) + Data("\n".utf8))
+            })
+        let routing = ShardRouting(servers: names.1, shard: names.0, logger: logger) { [member] in
+            if case .writer = member.state { return true }
+            return false
+        }
+        return Membership(member: member, routing: routing, answerer: answerer)
     }
 
     func run() async throws {
@@ -68,7 +154,8 @@ struct ServeCommand: AsyncParsableCommand {
         let shareLedger: ShareLedger
         do {
             var configuration = ShareLedger.Configuration(path: ledger.path, createIfMissing: true, logger: logger)
-            configuration.residualTaskWorker = ResidualTaskWorker.Configuration(logger: logger)
+            // A shard member runs the worker only while it writes.
+            configuration.residualTaskWorker = shard == nil ? ResidualTaskWorker.Configuration(logger: logger) : nil
             shareLedger = try ShareLedger.open(configuration)
         } catch {
             Output.failure(error, json: ledger.json)
@@ -76,11 +163,19 @@ struct ServeCommand: AsyncParsableCommand {
         }
         let json = ledger.json
         let host = self.host
-        let server = LedgerServer(
+        let membership: Membership?
+        do {
+            membership = try self.membership(shareLedger, logger: logger)
+        } catch {
+            await shareLedger.close()
+            throw error
+        }
+        var server = LedgerServer(
             ledger: shareLedger, credentials: credentials,
             configuration: .init(host: host, port: port, maxBodyBytes: maxBodyBytes, maxItemsPerRequest: maxItems),
             logger: logger, metrics: registry,
-            onServerRunning: { port in
+            onServerRunning: { [answerer = membership?.answerer] port in
+                answerer?.listening(host: host, port: port)
                 if json {
                     // Written unbuffered: whoever started the server reads this line through a pipe.
                     let encoder = JSONEncoder()
@@ -90,17 +185,23 @@ struct ServeCommand: AsyncParsableCommand {
                     FileHandle.standardOutput.write(line + Data("\n".utf8))
                 }
             })
+        server.routing = membership?.routing
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]
+        if let membership { services.append(.init(service: membership.member)) }
         let group = ServiceGroup(
-            configuration: ServiceGroupConfiguration(
-                services: [.init(service: server)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+            configuration: ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         do {
             try await group.run()
         } catch {
             logger.error(
                 "share-ledger serve stopped on an error", metadata: ["error": "\(String(describing: error).prefix(200))"])
+            membership?.routing.close()
+            await membership?.answerer.shutdown()
             await shareLedger.close()
             throw ExitCode(1)
         }
+        membership?.routing.close()
+        await membership?.answerer.shutdown()
         await shareLedger.close()
         logger.info("share-ledger serve: stopped; the ledger is closed")
     }

@@ -53,7 +53,7 @@ public enum Failover {
         let shard = lease.shard
         let ledger = follower.ledger
         let margin = WriterLeaseKeeper.nanoseconds(margin ?? WriterLeaseKeeper.defaultMargin(lease.duration))
-        try await becomeStandby(log: ledger.log, shard: shard, servers: follower.configuration.servers)
+        try await becomeStandby(log: ledger.log, shard: shard, servers: follower.configuration.servers, deadline: deadline)
 
         // 2. Wait for the lease, following meanwhile.
         var grant: WriterLease.Grant?
@@ -68,6 +68,9 @@ public enum Failover {
                 lastError = error
             }
             if let grant, grant.held { break }
+            if Task.isCancelled {
+                throw ReplicationError(.timedOut, "the takeover of shard \(shard.shard) was cancelled while standing by")
+            }
             follower.configuration.logger.debug(
                 "standing by", metadata: ["holder": "\(grant?.record.holder ?? "?")", "term": "\(grant?.record.term ?? 0)",
                     "error": "\(lastError.map(\.description) ?? "none")"])
@@ -91,10 +94,9 @@ public enum Failover {
         // The catch-up and the marker, once the lease is held, are bounded apart from the wait.
         let termDeadline = min(deadline, ContinuousClock.now + catchUpTimeout)
         do {
-            let position = try await startTerm(
+            return try await startTerm(
                 grant: grant, lease: lease, follower: follower, heldUntil: heldUntil, margin: margin, deadline: termDeadline,
                 streamReplicas: streamReplicas, monotonic: monotonic)
-            return Takeover(grant: grant, markerPosition: position, heldUntilNanos: heldUntil)
         } catch {
             // Let the next standby take it without waiting for it to expire.
             _ = try? await lease.release()
@@ -102,8 +104,11 @@ public enum Failover {
         }
     }
 
-    /// Step 1: the directory becomes a standby (a replica of the shard).
-    private static func becomeStandby(log: EventLog, shard: ShardNames, servers: [String]) async throws(ReplicationError) {
+    /// Step 1: the directory becomes a standby (a replica of the shard). Its checks against the
+    /// stream are retried on NATS errors (a node lost, a leader elected) until `deadline`.
+    private static func becomeStandby(
+        log: EventLog, shard: ShardNames, servers: [String], deadline: ContinuousClock.Instant
+    ) async throws(ReplicationError) {
         let path = log.configuration.path
         let role: LedgerRole
         do {
@@ -128,10 +133,14 @@ public enum Failover {
             // no writes) and ships them if it takes the lease before anyone else writes; when the
             // stream holds something else where it has events, it is deposed.
             do {
-                _ = try await rejoin(log: log, servers: servers, shard: shard)
+                _ = try await retrying(until: deadline) { () throws(ReplicationError) in
+                    try await rejoin(log: log, servers: servers, shard: shard)
+                }
                 return
             } catch where error.code == .diverged {
-                if try await holdsOnlyUnshippedCommits(log: log, servers: servers, shard: shard) { return }
+                if try await retrying(until: deadline, { () throws(ReplicationError) in
+                    try await holdsOnlyUnshippedCommits(log: log, servers: servers, shard: shard)
+                }) { return }
                 do {
                     try LedgerRole.deposed(shard: shard.shard, term: term, newerTerm: nil).write(at: path)
                 } catch {
@@ -146,6 +155,21 @@ public enum Failover {
             try LedgerRole.replica(shard: shard.shard).write(at: path)
         } catch {
             throw ReplicationError(error, while: "recording the ledger's role")
+        }
+    }
+
+    /// Runs `body` again after NATS errors (``ReplicationError/Code/unavailable``,
+    /// ``ReplicationError/Code/timedOut``) until `deadline`, backing off between attempts.
+    public static func retrying<T>(
+        until deadline: ContinuousClock.Instant, _ body: () async throws(ReplicationError) -> T
+    ) async throws(ReplicationError) -> T {
+        var backoff = Backoff(initial: .milliseconds(100), cap: .seconds(2))
+        while true {
+            do {
+                return try await body()
+            } catch where (error.code == .unavailable || error.code == .timedOut) && backoff.endsBefore(deadline) && !Task.isCancelled {
+                await backoff.wait()
+            }
         }
     }
 
@@ -171,15 +195,38 @@ public enum Failover {
         return remote == local.bytes
     }
 
-    /// Steps 3 to 5; returns the marker's position.
+    /// Steps 3 to 5; returns the takeover (the lease as last renewed, the marker's position).
+    ///
+    /// The lease is renewed (one compare-and-set on the revision this instance wrote) whenever less
+    /// than half of it is left: a catch-up or a stream's creation on a loaded machine may take longer
+    /// than the lease, and a takeover that let its lease run out would fail, release it, and leave the
+    /// shard without a writer while every standby did the same in turn. A renewal that finds the
+    /// lease taken by another holder ends the takeover (``ReplicationError/Code/leaseHeld``); one made
+    /// after it expired but before anybody took it holds it under the next term, which the marker then names.
     private static func startTerm(
-        grant: WriterLease.Grant, lease: WriterLease, follower: LedgerFollower, heldUntil: UInt64, margin: UInt64,
-        deadline: ContinuousClock.Instant, streamReplicas: Int, monotonic: @Sendable () -> UInt64
-    ) async throws(ReplicationError) -> LogPosition {
+        grant initialGrant: WriterLease.Grant, lease: WriterLease, follower: LedgerFollower, heldUntil initialHeldUntil: UInt64,
+        margin: UInt64, deadline: ContinuousClock.Instant, streamReplicas: Int, monotonic: @Sendable () -> UInt64
+    ) async throws(ReplicationError) -> Takeover {
         let shard = lease.shard
         let ledger = follower.ledger
         let path = ledger.log.configuration.path
-        let marker = TermMarker(shard: shard.shard, term: grant.record.term, holder: grant.record.holder)
+        var grant = initialGrant
+        var heldUntil = initialHeldUntil
+        let leaseNanos = WriterLeaseKeeper.nanoseconds(lease.duration)
+        /// Renews the lease when less than half of it is left.
+        func keepLease() async throws(ReplicationError) {
+            let now = monotonic()
+            guard now >= heldUntil || heldUntil - now < leaseNanos / 2 else { return }
+            let renewedAt = monotonic()
+            let renewed = try await lease.acquire()
+            guard renewed.held else {
+                throw ReplicationError(
+                    .leaseHeld, "the writer lease of shard \(shard.shard) was taken by \(renewed.record.holder) (term "
+                        + "\(renewed.record.term)) before this takeover finished; this ledger stays a replica")
+            }
+            grant = renewed
+            heldUntil = renewedAt &+ leaseNanos
+        }
         var configuration = ShipperConfiguration(servers: follower.configuration.servers, shard: shard, logger: follower.configuration.logger)
         configuration.callTimeout = follower.configuration.callTimeout
         configuration.replicas = streamReplicas
@@ -193,6 +240,7 @@ public enum Failover {
                 throw ReplicationError(.timedOut, "the takeover of shard \(shard.shard) did not finish in time; run it again")
             }
             do throws(ReplicationError) {
+                try await keepLease()
                 // 3. Catch up; ship what only this ledger holds (a restarted writer's unshipped commits).
                 try await follower.catchUp(timeout: max(deadline - ContinuousClock.now, .seconds(1)))
                 var head: LogHead
@@ -219,6 +267,8 @@ public enum Failover {
                         throw ReplicationError(error, while: "reading the ledger's head")
                     }
                 }
+                try await keepLease()
+                let marker = TermMarker(shard: shard.shard, term: grant.record.term, holder: grant.record.holder)
                 // A marker of ours whose acknowledgement was lost arrived with the catch-up: it is
                 // in the stream and the ledger already.
                 let headEvent: StoredEvent?
@@ -229,7 +279,7 @@ public enum Failover {
                 }
                 if let headEvent, TermMarker.decode(headEvent) == marker {
                     try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
-                    return head.position
+                    return Takeover(grant: grant, markerPosition: head.position, heldUntilNanos: heldUntil)
                 }
                 // 4. The marker, with the lease's margin to spare.
                 let now = monotonic()
@@ -265,7 +315,7 @@ public enum Failover {
                     throw ReplicationError(error, while: "applying the term marker")
                 }
                 try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
-                return event.position
+                return Takeover(grant: grant, markerPosition: event.position, heldUntilNanos: heldUntil)
             } catch where (error.code == .unavailable || error.code == .timedOut) && ContinuousClock.now + backoff < deadline {
                 follower.configuration.logger.warning("taking over failed; retrying", metadata: ["error": "\(error)"])
                 try? await Task.sleep(for: backoff)

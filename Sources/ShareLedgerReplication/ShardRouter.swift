@@ -74,6 +74,16 @@ public final class ShardRouter: Sendable {
         return try await request(body, container: container, subject: shard(of: container).commandSubject)
     }
 
+    /// Sends a command about `container`, whose shard the caller looked up (``shard(of:)``), to
+    /// `shard`'s writer and returns the reply.
+    ///
+    /// - Throws: ``ReplicationError/Code/noWriter`` when no writer answers the shard;
+    ///   ``ReplicationError/Code/timedOut``; ``ReplicationError/Code/unavailable``.
+    public func command(_ body: [UInt8], container: String, shard: ShardNames) async throws(ReplicationError) -> [UInt8] {
+        try Self.check(container)
+        return try await request(body, container: container, subject: shard.commandSubject)
+    }
+
     /// Sends a read about `container` to one of its shard's replicas and returns the reply.
     public func read(_ body: [UInt8], container: String) async throws(ReplicationError) -> [UInt8] {
         try await request(body, container: container, subject: shard(of: container).readSubject)

@@ -77,6 +77,9 @@ public struct LedgerServer: Service {
     let replayGuard = SignatureReplayGuard()
     /// Where tests hold the server to make an interleaving happen (none by default).
     var testHooks = TestHooks()
+    /// Where the `/database/1/...` requests this server should not answer itself go (a member of a
+    /// shard sends writes to the shard's writer); nil (the default) answers every request here.
+    public var routing: (any RequestRouting)?
 
     /// Points where a test can hold the server, so that it waits on state instead of time.
     struct TestHooks: Sendable {
@@ -177,7 +180,12 @@ struct ServerResponder: HTTPResponder {
     func respond(to request: Request, context: ServerRequestContext) async throws -> Response {
         switch request.method {
         case .get, .post, .put, .delete, .patch:
-            if let path = DatabasePath(request.uri.path) { return await handler.handle(request, context: context, path: path) }
+            if let path = DatabasePath(request.uri.path) {
+                if let routing = handler.server.routing, let answer = await routed(request, path: path, routing: routing) {
+                    return answer
+                }
+                return await handler.handle(request, context: context, path: path)
+            }
         default: break
         }
         return try await others.respond(to: request, context: context)

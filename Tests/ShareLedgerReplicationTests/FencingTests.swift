@@ -43,12 +43,25 @@ extension ReplicationTests {
             in: directory)
     }
 
+    /// Waits until the `failover` writing `output` took over: a state, however long a loaded machine
+    /// makes it take. A process that exits instead fails the wait at once, with what it printed.
+    func untilTookOver(_ process: ChildProcess, _ output: URL, _ who: String) async throws {
+        try await until("\(who) took over", seconds: 300) {
+            if jsonLines(output).contains(where: { $0["event"] as? String == "tookOver" }) { return true }
+            guard process.isRunning else {
+                throw ClusterError(
+                    text: "\(who)'s failover exited before taking over: \((try? String(contentsOf: output, encoding: .utf8)) ?? "")")
+            }
+            return false
+        }
+    }
+
     /// A's `failover` once it took over, and one write on A acknowledged as replicated.
     func writerWithOneWrite(_ path: String, shard: String, _ urls: String, in directory: TemporaryDirectory) async throws
         -> (process: ChildProcess, output: URL)
     {
         let (process, output) = try launchFailover(path, "A", shard: shard, urls, in: directory)
-        try await until("A took over") { jsonLines(output).contains { $0["event"] as? String == "tookOver" } }
+        try await untilTookOver(process, output, "A")
         let first = try await write(path, urls, shard: shard, replicated: true, in: directory)
         #expect(first.status == 0, "\(first.json)")
         return (process, output)
@@ -81,7 +94,7 @@ extension ReplicationTests {
         await processA.exit()
 
         let (processB, outputB) = try failover(pathB, "B")
-        try await until("B took over") { jsonLines(outputB).contains { $0["event"] as? String == "tookOver" } }
+        try await untilTookOver(processB, outputB, "B")
         let tookOver = jsonLines(outputB)[0]
         #expect(tookOver["term"] as? Int == 2)
         let marker = try #require(tookOver["tookOverAt"] as? Int)
@@ -123,7 +136,7 @@ extension ReplicationTests {
         let commandA = try commandProcess(of: processA.pid)
         kill(commandA, SIGSTOP)
         let (processB, outputB) = try failover(pathB, "B")
-        try await until("B took over") { jsonLines(outputB).contains { $0["event"] as? String == "tookOver" } }
+        try await untilTookOver(processB, outputB, "B")
         let marker = try #require(jsonLines(outputB)[0]["tookOverAt"] as? Int)
 
         let local = try await write(pathA, urls, shard: "Y", replicated: false, in: cluster.directory)
@@ -157,6 +170,33 @@ extension ReplicationTests {
 }
 
 extension ReplicationTests {
+    /// A takeover whose catch-up takes most of the lease (a loaded machine: 1.8 s of a 2 s lease
+    /// pass between taking the lease and the term marker, on an injected monotonic clock) renews the
+    /// lease and publishes its marker, instead of giving up with `leaseHeld` and leaving the shard
+    /// without a writer while every standby does the same in turn.
+    @Test func slowTakeoverRenewsItsLeaseAndBecomesTheWriter() async throws {
+        let cluster = try await Cluster()
+        let shard = try ShardNames(shard: "slow")
+        let lease = try await WriterLease.open(servers: cluster.servers, shard: shard, holder: "n1", duration: .seconds(2))
+        let path = cluster.directory.makeChild("n1")
+        let ledger = try Ledgers.open(path)
+        let follower = try follower(ledger, cluster, shard: "slow")
+        let calls = Atomic<Int>(0)
+        let start = LedgerRole.monotonicNanos()
+        // The first reading is the one taken just before the lease; every later one is 1.8 s on.
+        let takeover = try await Failover.takeOver(
+            lease: lease, follower: follower, timeout: .seconds(120), streamReplicas: 3,
+            monotonic: { calls.add(1, ordering: .relaxed).newValue == 1 ? start : start + 1_800_000_000 })
+        #expect(takeover.grant.record.term == 1)
+        #expect(try LedgerRole.read(at: path) == .writer(shard: "slow", term: 1))
+        #expect(takeover.heldUntilNanos > start + 1_800_000_000 + 500_000_000)
+        #expect(try await streamLast(cluster, "LEDGER_slow").last == takeover.markerPosition.rawValue)
+        follower.close()
+        _ = try? await lease.release()
+        lease.close()
+        await ledger.close()
+    }
+
     /// A second lease instance with the same holder name (a restarted process, or one started beside
     /// a paused one) is another holder: it cannot take the live lease as a renewal, and takes it
     /// after it expired under a new term.
