@@ -33,8 +33,8 @@ extension Endpoints {
     }
 
     static func requesters(_ request: DatabaseRequest) throws(WireError) -> [Share.AccessRequester] {
-        try identities(request).map { identity in
-            Share.AccessRequester(userIdentity: identity, participantLookupInfo: identity.lookupInfo ?? LookupInfo(userRecordID: identity.userRecordID!))
+        try identities(request).compactMap { identity in
+            identity.lookupInfo.map { Share.AccessRequester(userIdentity: identity, participantLookupInfo: $0) }
         }
     }
 
