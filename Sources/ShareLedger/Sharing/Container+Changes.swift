@@ -120,7 +120,7 @@ extension Container {
     /// - Throws: ``EventLog/LedgerError/Code/zoneNotFound`` when the zone is not in the user's
     ///   private database (own zones) or shared database (others'),
     ///   ``EventLog/LedgerError/Code/changeTokenExpired`` for a token of another zone (or of this zone
-    ///   before it was deleted and made again), ``EventLog/LedgerError/Code/invalidArguments`` for a
+    ///   before it was deleted and made again), `LedgerError.Code.invalidArguments` for a
     ///   limit below 1, ``EventLog/LedgerError/Code/notAuthenticated``.
     public func recordZoneChanges(in zoneID: RecordZoneID, since token: SyncToken? = nil, limit: Int = 200) throws(LedgerError)
         -> RecordZoneChanges
@@ -203,7 +203,7 @@ extension Container {
     /// Reads one index entry per zone of the database and one per zone's changes, never the log.
     ///
     /// - Throws: ``EventLog/LedgerError/Code/changeTokenExpired`` for a token of another database
-    ///   or a position the ledger has not reached, ``EventLog/LedgerError/Code/invalidArguments`` for
+    ///   or a position the ledger has not reached, `LedgerError.Code.invalidArguments` for
     ///   a limit below 1, ``EventLog/LedgerError/Code/notAuthenticated``.
     public func databaseChanges(_ scope: DatabaseScope, since token: SyncToken? = nil, limit: Int = 200) throws(LedgerError)
         -> DatabaseChanges
