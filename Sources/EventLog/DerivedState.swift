@@ -227,14 +227,26 @@ package enum DerivedState {
     /// Opened for writing: moves the derived databases a version 3 ledger kept with the log into
     /// the companion (one transaction: their entries copied, the old databases dropped, the
     /// position set to the head), and marks the companion as possibly unflushed.
-    static func prepare(_ store: LogStore, existing: [String], derivedSpecs: [DatabaseSpec]) throws(LedgerError) {
+    ///
+    /// When this release derives a database the earlier one did not (`added`, missing from an
+    /// existing companion; or a derived database missing among those kept with the log), what is
+    /// there was derived without it, and a new database would start empty although the log holds
+    /// events it reflects: the position record is removed instead, so the derived state is derived
+    /// again from the start before the writer starts (``catchUpDerivedState(replay:logger:)``).
+    static func prepare(
+        _ store: LogStore, existing: [String], derivedSpecs: [DatabaseSpec], added: [String]
+    ) throws(LedgerError) {
         let environment = store.environment
         let path = environment.options.path
         let old = derivedSpecs.filter { existing.contains($0.name) }
+        let incomplete = !added.isEmpty || (!old.isEmpty && old.count < derivedSpecs.count)
         do {
             let oldDatabases = old.isEmpty ? [] : try environment.openDatabases(old.map { ($0.name, $0.flags) })
             try environment.write { txn in
-                if !oldDatabases.isEmpty {
+                if incomplete {
+                    for source in oldDatabases { try txn.dropDatabase(source) }
+                    if let derivedMeta = store.derivedMeta { try txn.delete(derivedMeta, key: DerivedState.positionKey) }
+                } else if !oldDatabases.isEmpty {
                     for source in oldDatabases {
                         guard let target = store.derivedDatabase(source.name) else { continue }
                         try txn.clear(target)
@@ -658,6 +670,27 @@ extension LogStore {
             try txn.clear(derivedMeta)
             if txn.usesTwins { try txn.put(derivedMeta, key: DerivedState.switchKey, value: [1]) }
             if commands.rowsChecksummed { try txn.put(derivedMeta, key: DerivedState.rowsKey, value: [1]) }
+        }
+    }
+
+    /// In the layout that keeps the derived databases with the log, when this open added one of them:
+    /// empties every derived database (`names`) and derives them from the whole log, in one write
+    /// transaction, before the writer starts.
+    func deriveAgainWithTheLog(_ names: Set<String>, replay: DerivedReplay?, logger: Logger) throws(LedgerError) {
+        guard let replay, derivedMeta == nil else { return }
+        logger.notice(
+            "this release derives databases the ledger did not have; deriving the derived state again from the log",
+            metadata: ["path": "\(environment.options.path)"])
+        do {
+            try environment.write { txn in
+                guard try readHead(txn).position.rawValue > 0 else { return }
+                for database in extensionDatabases.values where names.contains(database.name) { try txn.clear(database) }
+                try txn.clear(commands)
+                try txn.clear(streams)
+                try derive(txn, after: 0, replay(self))
+            }
+        } catch {
+            throw LedgerError.wrap(error, while: "deriving the derived state of \(environment.options.path) again")
         }
     }
 

@@ -216,6 +216,7 @@ package final class LogStore: Sendable {
         }
         let databases: [Database]
         var derivedMeta: Database? = nil
+        var addedDerived: [String] = []
         do {
             var opened = try environment.openDatabases(primarySpecs.map { ($0.name, $0.flags) })
             if split.separate {
@@ -230,6 +231,18 @@ package final class LogStore: Sendable {
                     DerivedState.discardFiles(in: path)
                     return try open(configuration, discardingDamagedCompanion: discardingDamagedCompanion)
                 }
+                // A derived database a later release added is missing from a companion an earlier one
+                // wrote: what is there was derived without it (see `DerivedState.prepare`).
+                let companionNames = try environment.databaseNames(inCompanion: true)
+                if derivedSpecs.contains(where: { companionNames.contains($0.name) }) {
+                    addedDerived = derivedSpecs.map(\.name).filter { !companionNames.contains($0) }
+                }
+                if configuration.readOnly && !addedDerived.isEmpty {
+                    throw LedgerError(
+                        .readOnly, "the derived state of the ledger at \(path) was written by an earlier ShareLedger and lacks "
+                            + "\(addedDerived.joined(separator: ", ")), which opening it read-only cannot derive; open it once for "
+                            + "writing (e.g. `share-ledger worker --drain`), or work on a writable copy")
+                }
                 let companion = try environment.openDatabases(
                     derivedSpecs.map { ($0.name, $0.flags) }, inCompanion: true,
                     checksummed: checksummed || !configuration.readOnly)
@@ -237,6 +250,9 @@ package final class LogStore: Sendable {
                 opened += try DerivedState.openTwins(environment, companion, specs: derivedSpecs, switchIn: meta)
             }
             databases = opened
+        } catch let error as LedgerError {
+            environment.close()
+            throw error
         } catch {
             environment.close()
             if discardingDamagedCompanion, let damage = error as? LMDBError, DerivedState.isDamage(damage),
@@ -256,7 +272,14 @@ package final class LogStore: Sendable {
         do {
             try store.checkFormat(initialize: !configuration.readOnly)
             if split.separate && !configuration.readOnly {
-                try DerivedState.prepare(store, existing: existing, derivedSpecs: derivedSpecs)
+                try DerivedState.prepare(store, existing: existing, derivedSpecs: derivedSpecs, added: addedDerived)
+            }
+            // Kept with the log: a derived database this open created in a ledger that holds events
+            // starts empty though the events it reflects are there, so everything derived is derived
+            // again (the companion layout does this through its position record, `DerivedState.prepare`).
+            let derivedNames = allSpecs.filter(\.derived).map(\.name)
+            if !split.separate && !configuration.readOnly && !existing.isEmpty && derivedNames.contains(where: { !existing.contains($0) }) {
+                try store.deriveAgainWithTheLog(Set(derivedNames), replay: configuration.derivedReplay, logger: configuration.logger)
             }
             if split.exclusive { directoryLock.shared() }
         } catch {

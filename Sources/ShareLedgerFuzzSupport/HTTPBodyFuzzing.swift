@@ -88,6 +88,12 @@ package final class HTTPBodyFuzzing: Sendable {
             out.append(("email-\(index)", input("users/lookup/email", #"{"users":[{"emailAddress":\#(number)},{"emailAddress":"bob@example.com"}]}"#)))
             out.append(("caller-\(index)", input("users/caller", #"{"n":\#(number)}"#)))
             out.append(("list-\(index)", input("zones/list", #"{"resultsLimit":\#(number)}"#)))
+            out.append(("changes-\(index)", input("records/changes", #"{"zoneID":{"zoneName":"Z"},"resultsLimit":\#(number),"syncToken":\#(number)}"#)))
+            out.append(("zonechanges-\(index)", input("zones/changes", #"{"resultsLimit":\#(number),"syncToken":\#(number)}"#)))
+            out.append(("phone-\(index)", input("users/lookup/phone", #"{"users":[{"phoneNumber":\#(number)},{"phoneNumber":"+15550100"}]}"#)))
+            out.append(("participants-\(index)", input("users/lookup/participants", #"{"lookupInfos":[{"phoneNumber":\#(number)},{"userRecordName":"_bob"}]}"#)))
+            out.append(("approve-\(index)", input("shares/accessRequests/approve", #"{"shortGUID":\#(number),"users":[{"userRecordName":"_bob"}]}"#)))
+            out.append(("onetime-\(index)", input("shares/oneTimeParticipants/add", #"{"shortGUID":"abc","permission":\#(number)}"#)))
         }
         return out
     }

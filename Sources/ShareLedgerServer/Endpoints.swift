@@ -84,13 +84,25 @@ enum Endpoints {
         "records/lookup": (["POST"], lookup),
         "records/modify": (["POST"], modify),
         "records/query": (["POST"], query),
+        "records/changes": (["POST"], recordChanges),
         "zones/list": (["GET", "POST"], listZones),
         "zones/modify": (["POST"], modifyZones),
         "zones/lookup": (["POST"], lookupZones),
+        "zones/changes": (["POST"], zoneChanges),
         "users/caller": (["GET", "POST"], caller),
         "users/current": (["GET"], currentUser),
         "users/lookup/email": (["POST"], lookupEmail),
         "users/discover": (["POST"], discover),
+        "users/lookup/phone": (["POST"], lookupPhone),
+        "users/lookup/id": (["POST"], lookupID),
+        "users/lookup/participants": (["POST"], lookupParticipants),
+        "shares/accessRequests/allow": (["POST"], allowAccessRequests),
+        "shares/accessRequests/request": (["POST"], requestAccess),
+        "shares/accessRequests/approve": (["POST"], approveRequesters),
+        "shares/accessRequests/deny": (["POST"], denyRequesters),
+        "shares/identities/block": (["POST"], blockIdentities),
+        "shares/identities/unblock": (["POST"], unblockIdentities),
+        "shares/oneTimeParticipants/add": (["POST"], addOneTimeParticipant),
     ]
 
     static func itemError(_ error: WireError, _ extra: [String: JSONValue]) -> JSONValue {
@@ -420,29 +432,7 @@ enum Endpoints {
     /// `users/lookup/email`: each lookup is recorded in the log like a participant lookup, and only a
     /// registered user may ask (`Container.discoverUserIdentities(for:)`).
     @Sendable static func lookupEmail(_ request: DatabaseRequest) async throws(WireError) -> JSONValue {
-        var emails: [String] = []
-        for (index, item) in try request.items("users").enumerated() {
-            let path = "users[\(index)]"
-            emails.append(try item.required("emailAddress", in: path).string(path + ".emailAddress"))
-        }
-        let answers: [LookupInfo: Result<UserIdentity, LedgerError>]
-        do {
-            answers = try await request.container.discoverUserIdentities(for: emails.map { LookupInfo(emailAddress: $0) })
-        } catch {
-            throw WireError(error)
-        }
-        var results: [JSONValue] = []
-        for email in emails {
-            switch answers[LookupInfo(emailAddress: email)] {
-            case .success(let identity)?:
-                results.append(Wire.identity(identity))
-            case .failure(let error)?:
-                results.append(itemError(WireError(error), ["emailAddress": .string(email)]))
-            case nil:
-                results.append(itemError(WireError(.notFound, "no user has this email address"), ["emailAddress": .string(email)]))
-            }
-        }
-        return ["users": .array(results)]
+        try await lookupUsers(request, key: "emailAddress") { LookupInfo(emailAddress: $0) }
     }
 
     /// `users/discover`: Apple's identity discovery for `lookupInfos` (each an `emailAddress`, a

@@ -27,8 +27,12 @@ info:
     answers ZONE_NOT_FOUND (per item in records/lookup, for the whole request in records/modify
     and records/query); others' zones are reached through the shared database.
 
+    Paths whose summary starts with "Extension" have no counterpart in Apple's Web Services:
+    the newer sharing features (access requests, blocked identities, one-time URL participants,
+    participant lookup), in the same style.
+
     Whole-request errors come with an HTTP status and an Error dictionary; per-item failures are
-    Error dictionaries inside a 200 response's `results`, `records`, `zones` or `users`.
+    Error dictionaries inside a 200 response's `results`, `records`, `zones`, `users` or `participants`.
     A request whose body breaks this document (a wrong type, a missing key, an unknown enum
     value) fails as a whole with 400 and changes nothing; an item the ledger refuses fails alone.
     Status codes: 400 BAD_REQUEST (malformed JSON or JSON nested deeper than 64 arrays and objects,
@@ -555,6 +559,378 @@ paths:
                       $ref: "#/components/schemas/UserIdentity"
         default:
           $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/records/changes:
+    parameters: *recordDatabase
+    post:
+      operationId: recordsChanges
+      summary: The changes of one zone since a sync token (private database - own zones; shared - others' zones shared with the caller).
+      description: |
+        Without `syncToken`, every record of the zone; with one, the records saved since (each once,
+        as it is now) and the records deleted since, as `{recordName, deleted: true}`. The zone's
+        shares are among its records (`cloudkit.share` record dictionaries), sent again whenever
+        their participants, permissions or requesters change. Keep the
+        answer's `syncToken` for the next call, and call again at once while `moreComing` is true.
+        In the shared database a participant sees the records of the shares they accepted, and
+        the deletions of records such a share covered; the zone must be in their shared database
+        (zones/list, after the residual task of the accept ran). A `syncToken` that this server did
+        not give, or that is of another zone (or of this zone before it was deleted and made again),
+        fails with 400 BAD_REQUEST and a reason starting `changeTokenExpired`: fetch without a token.
+        Tokens stay good across restarts and rebuilds of the ledger.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [zoneID]
+              properties:
+                zoneID:
+                  $ref: "#/components/schemas/ZoneID"
+                syncToken:
+                  type: [string, "null"]
+                resultsLimit:
+                  type: integer
+                  minimum: 1
+                  maximum: 400
+                desiredKeys:
+                  type: [array, "null"]
+                  items:
+                    type: string
+      responses:
+        "200":
+          description: The zone's changes, a token for the next call, and whether more follow.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [zoneID, records, syncToken, moreComing]
+                properties:
+                  zoneID:
+                    $ref: "#/components/schemas/ZoneID"
+                  records:
+                    type: array
+                    items:
+                      $ref: "#/components/schemas/Record"
+                  syncToken:
+                    type: string
+                  moreComing:
+                    type: boolean
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/zones/changes:
+    parameters: *recordDatabase
+    post:
+      operationId: zonesChanges
+      summary: The zones of the private or shared database that changed since a sync token.
+      description: |
+        Without `syncToken`, every zone of the database; with one, the zones that came into it or
+        whose records changed since (a zone can be named although none of its changes is one the
+        caller may see), and those that left it (deleted, or no longer shared with the caller) as
+        `{zoneID, deleted: true}`. `syncToken` and `moreComing` as in records/changes; a token that
+        is not one of this database fails with 400 BAD_REQUEST, reason `changeTokenExpired…`.
+      requestBody:
+        required: false
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                syncToken:
+                  type: [string, "null"]
+                resultsLimit:
+                  type: integer
+                  minimum: 1
+                  maximum: 400
+      responses:
+        "200":
+          description: The changed zones, a token for the next call, and whether more follow.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [zones, syncToken, moreComing]
+                properties:
+                  zones:
+                    type: array
+                    items:
+                      $ref: "#/components/schemas/Zone"
+                  syncToken:
+                    type: string
+                  moreComing:
+                    type: boolean
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/users/lookup/phone:
+    parameters: *anyDatabase
+    post:
+      operationId: usersLookupPhone
+      summary: User identities by phone number (recorded as participant lookups, like users/lookup/email).
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [users]
+              properties:
+                users:
+                  type: array
+                  maxItems: 400
+                  items:
+                    type: object
+                    required: [phoneNumber]
+                    properties:
+                      phoneNumber:
+                        type: string
+      responses:
+        "200":
+          $ref: "#/components/responses/Users"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/users/lookup/id:
+    parameters: *anyDatabase
+    post:
+      operationId: usersLookupID
+      summary: User identities by user record name (recorded as participant lookups, like users/lookup/email).
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [users]
+              properties:
+                users:
+                  type: array
+                  maxItems: 400
+                  items:
+                    type: object
+                    required: [userRecordName]
+                    properties:
+                      userRecordName:
+                        type: string
+      responses:
+        "200":
+          $ref: "#/components/responses/Users"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/users/lookup/participants:
+    parameters: *anyDatabase
+    post:
+      operationId: usersLookupParticipants
+      summary: "Extension: participants to invite, by email, phone or user record name (CloudKit's fetch share participants)."
+      description: >-
+        Apple's Web Services have no such call. One participant (role USER, status UNKNOWN, no
+        participantId) or Error dictionary per lookup info, in order; an email address or phone
+        number no account has still gives a participant, with `userIdentity.hasiCloudAccount`
+        false. Only a registered user may ask; each lookup is recorded in the log.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [lookupInfos]
+              properties:
+                lookupInfos:
+                  type: array
+                  maxItems: 400
+                  items:
+                    $ref: "#/components/schemas/LookupInfo"
+      responses:
+        "200":
+          description: One participant or Error dictionary per lookup info.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [participants]
+                properties:
+                  participants:
+                    type: array
+                    items:
+                      anyOf:
+                        - $ref: "#/components/schemas/Participant"
+                        - $ref: "#/components/schemas/Error"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/shares/accessRequests/allow:
+    parameters: *recordDatabase
+    post:
+      operationId: sharesAllowAccessRequests
+      summary: "Extension: let people with the share's URL but no invitation ask to join, or stop it (owner or administrator)."
+      description: >-
+        CloudKit's `CKShare.allowsAccessRequests` (off by default; while off, a request gets the
+        answer of an unknown share). Apple's Web Services have no access-request calls.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [shortGUID, allowsAccessRequests]
+              properties:
+                shortGUID:
+                  type: string
+                allowsAccessRequests:
+                  type: boolean
+                recordChangeTag:
+                  type: string
+      responses:
+        "200":
+          $ref: "#/components/responses/Share"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/shares/accessRequests/request:
+    parameters: *anyDatabase
+    post:
+      operationId: sharesRequestAccess
+      summary: "Extension: ask to join shares by shortGUID (CloudKit's CKShareRequestAccessOperation)."
+      description: >-
+        One result per shortGUID, in order: `{shortGUID, requested: true}` or an Error dictionary.
+        A share that does not take requests, one the caller is blocked from and a value no share
+        has all answer NOT_FOUND alike. Asking again while a request is pending changes nothing.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              $ref: "#/components/schemas/ShortGUIDRequest"
+      responses:
+        "200":
+          description: One result per shortGUID.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [results]
+                properties:
+                  results:
+                    type: array
+                    items:
+                      anyOf:
+                        - type: object
+                          required: [shortGUID, requested]
+                          properties:
+                            shortGUID: {}
+                            requested:
+                              type: boolean
+                        - $ref: "#/components/schemas/Error"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/shares/accessRequests/approve:
+    parameters: *recordDatabase
+    post:
+      operationId: sharesApproveRequesters
+      summary: "Extension: approve pending access requests; each requester becomes an invited participant (all or nothing)."
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              allOf:
+                - $ref: "#/components/schemas/ShareUsers"
+                - type: object
+                  properties:
+                    permission:
+                      $ref: "#/components/schemas/Permission"
+      responses:
+        "200":
+          $ref: "#/components/responses/Share"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/shares/accessRequests/deny:
+    parameters: *recordDatabase
+    post:
+      operationId: sharesDenyRequesters
+      summary: "Extension: deny pending access requests (CloudKit's denyRequesters; all or nothing)."
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              $ref: "#/components/schemas/ShareUsers"
+      responses:
+        "200":
+          $ref: "#/components/responses/Share"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/shares/identities/block:
+    parameters: *recordDatabase
+    post:
+      operationId: sharesBlockIdentities
+      summary: "Extension: block users from a share; a participant among them is removed (CloudKit's blockRequesters)."
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              $ref: "#/components/schemas/ShareUsers"
+      responses:
+        "200":
+          $ref: "#/components/responses/Share"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/shares/identities/unblock:
+    parameters: *recordDatabase
+    post:
+      operationId: sharesUnblockIdentities
+      summary: "Extension: unblock users (CloudKit's unblockIdentities; all or nothing)."
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              $ref: "#/components/schemas/ShareUsers"
+      responses:
+        "200":
+          $ref: "#/components/responses/Share"
+        default:
+          $ref: "#/components/responses/Error"
+  /database/1/{container}/{environment}/{database}/shares/oneTimeParticipants/add:
+    parameters: *recordDatabase
+    post:
+      operationId: sharesAddOneTimeParticipant
+      summary: "Extension: add a one-time URL participant (CloudKit's oneTimeURLParticipant and oneTimeURL(for:))."
+      description: >-
+        A participant with no email, phone or account, reached by its own URL: the first signed-in
+        user who accepts through `oneTimeShortGUID` (records/resolve, records/accept) becomes it.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [shortGUID]
+              properties:
+                shortGUID:
+                  type: string
+                permission:
+                  $ref: "#/components/schemas/Permission"
+                type:
+                  type: string
+                  enum: [USER, ADMINISTRATOR]
+                recordChangeTag:
+                  type: string
+      responses:
+        "200":
+          description: The share, and the new participant's id and one-time URL.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [share, participantId, oneTimeURL, oneTimeShortGUID]
+                properties:
+                  share:
+                    $ref: "#/components/schemas/Record"
+                  participantId:
+                    type: string
+                  oneTimeURL:
+                    type: string
+                  oneTimeShortGUID:
+                    type: string
+        default:
+          $ref: "#/components/responses/Error"
 components:
   parameters:
     container:
@@ -614,7 +990,47 @@ components:
                   anyOf:
                     - $ref: "#/components/schemas/Zone"
                     - $ref: "#/components/schemas/Error"
+    Users:
+      description: One user identity or Error dictionary per item, in order.
+      content:
+        application/json:
+          schema:
+            type: object
+            required: [users]
+            properties:
+              users:
+                type: array
+                items:
+                  anyOf:
+                    - $ref: "#/components/schemas/UserIdentity"
+                    - $ref: "#/components/schemas/Error"
+    Share:
+      description: The share record after the change.
+      content:
+        application/json:
+          schema:
+            type: object
+            required: [share]
+            properties:
+              share:
+                $ref: "#/components/schemas/Record"
   schemas:
+    ShareUsers:
+      type: object
+      required: [shortGUID, users]
+      properties:
+        shortGUID:
+          type: string
+          description: The share's token (a share record's `shortGUID`).
+        users:
+          type: array
+          maxItems: 400
+          items:
+            type: object
+            required: [userRecordName]
+            properties:
+              userRecordName:
+                type: string
     Status:
       type: object
       required: [status]
@@ -644,6 +1060,11 @@ components:
         shortGUID: {}
         emailAddress:
           type: string
+        phoneNumber:
+          type: string
+        userRecordName:
+          type: string
+        lookupInfo: {}
         zoneID: {}
     ZoneID:
       type: object
@@ -733,6 +1154,27 @@ components:
           $ref: "#/components/schemas/Participant"
         currentUserParticipant:
           $ref: "#/components/schemas/Participant"
+        allowsAccessRequests:
+          type: boolean
+          description: Extension, on a share the caller manages, when true.
+        requesters:
+          type: array
+          description: Extension, on a share the caller manages - the pending access requests.
+          items:
+            type: object
+            properties:
+              userIdentity:
+                $ref: "#/components/schemas/UserIdentity"
+              participantLookupInfo:
+                $ref: "#/components/schemas/LookupInfo"
+        blockedIdentities:
+          type: array
+          description: Extension, on a share the caller manages - the blocked users.
+          items:
+            type: object
+            properties:
+              userIdentity:
+                $ref: "#/components/schemas/UserIdentity"
         serverErrorCode:
           type: string
         reason:
@@ -821,6 +1263,9 @@ components:
           $ref: "#/components/schemas/LookupInfo"
         nameComponents:
           type: object
+        hasiCloudAccount:
+          type: boolean
+          description: In users/lookup/participants answers - whether an account has the lookup info.
     Participant:
       type: object
       required: [participantId, userIdentity, permission, type, acceptanceStatus]

@@ -294,6 +294,22 @@ enum Wire {
 
     static func writeShare(_ share: Share, into out: inout JSONWriter) {
         out.object { out in
+            // The access-request keys (an extension) only when set: the owner's and administrators' view.
+            if share.allowsAccessRequests {
+                out.key("allowsAccessRequests")
+                out.bool(true)
+            }
+            if !share.blockedIdentities.isEmpty {
+                out.key("blockedIdentities")
+                out.array { out in
+                    for blocked in share.blockedIdentities {
+                        out.object { out in
+                            out.key("userIdentity")
+                            writeIdentity(blocked.userIdentity, into: &out)
+                        }
+                    }
+                }
+            }
             out.key("created")
             writeStamp(share.creationDate, user: share.owner.userIdentity.userRecordID?.recordName ?? "", into: &out)
             if let current = share.currentUserParticipant {
@@ -321,6 +337,23 @@ enum Wire {
             out.member("recordChangeTag", share.recordChangeTag)
             out.member("recordName", share.recordID.recordName)
             out.member("recordType", Share.recordType)
+            if !share.requesters.isEmpty {
+                out.key("requesters")
+                out.array { out in
+                    for requester in share.requesters {
+                        out.object { out in
+                            out.key("participantLookupInfo")
+                            out.object { out in
+                                out.member("emailAddress", requester.participantLookupInfo.emailAddress)
+                                out.member("phoneNumber", requester.participantLookupInfo.phoneNumber)
+                                out.member("userRecordName", requester.participantLookupInfo.userRecordID?.recordName)
+                            }
+                            out.key("userIdentity")
+                            writeIdentity(requester.userIdentity, into: &out)
+                        }
+                    }
+                }
+            }
             if let root = share.hierarchicalRootRecordID {
                 out.key("share")
                 writeReference(root, into: &out)

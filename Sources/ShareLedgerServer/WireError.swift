@@ -72,7 +72,7 @@ struct WireError: Error, Sendable, Hashable {
         case .batchRequestFailed: code = .atomicError
         case .closed, .timedOut, .operationCancelled, .notWriter: code = .tryAgainLater
         case .invalidArguments, .limitExceeded, .tooManyParticipants, .badContainer, .badDatabase,
-            .serverRejectedRequest, .readOnly:
+            .serverRejectedRequest, .readOnly, .changeTokenExpired:
             code = .badRequest
         default: code = .internalError
         }

@@ -36,7 +36,11 @@ struct Projector {
     func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws -> [String] {
         // Who and what the event is about, read before it changes the read models.
         let (tokens, users) = try subjects(of: event, context, txn)
+        // A share record as sync sees it: the change index moves it on every event that changes it.
+        let shareChange = Projector.changesShareRecord(event) ? tokens.first : nil
+        let before = try shareChange.flatMap { try models.share(txn, $0) }
         try project(event, context, txn)
+        if let shareChange { try models.noteShareChange(txn, token: shareChange, before: before, position: context.position) }
         try models.journalHistory(
             txn, position: context.position, HistoryJournalEntry(container: context.container, tokens: tokens, users: users))
         return tokens
@@ -98,6 +102,19 @@ struct Projector {
             if let first = users.first, other < first { users.insert(other, at: 0) } else { users.append(other) }
         }
         return (token.map { [$0] } ?? [], users)
+    }
+
+    /// Whether `event` changes what a share's record shows (its fields, participants, requesters
+    /// or blocked identities), or deletes it.
+    static func changesShareRecord(_ event: DomainEvent) -> Bool {
+        switch event {
+        case .shareCreated, .shareDeleted, .shareTitleChanged, .publicPermissionChanged, .participantAdded, .participantUpdated,
+            .participantRemoved, .participantVerified, .shareAccepted, .accessRequestsAllowedChanged, .accessRequested,
+            .accessRequestDenied, .identityBlocked, .identityUnblocked:
+            return true
+        default:
+            return false
+        }
     }
 
     private func project(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws {
@@ -186,6 +203,9 @@ struct Projector {
             state.createdAtMicros = context.recordedAtMicros
             try m.put(txn, m.zones, ReadModels.zoneKey(context.container, owner: e.ownerName, zone: e.zoneName), state)
             try m.add(txn, .zones, 1)
+            try m.noteZoneChange(
+                txn, context.container, user: e.ownerName, .private,
+                ZoneChangeEntry(ownerName: e.ownerName, zoneName: e.zoneName, position: context.position, deleted: false, zoneID: context.position))
 
         case .zoneDeleted(let e):
             let key = ReadModels.zoneKey(context.container, owner: e.ownerName, zone: e.zoneName)
@@ -199,6 +219,10 @@ struct Projector {
             try m.deleteRow(txn, m.zones, key)
             try m.add(txn, .zones, -1)
             try m.add(txn, .records, -Int64(records.count))
+            try m.dropRecordChanges(txn, zoneID: zone.zoneID)
+            try m.noteZoneChange(
+                txn, context.container, user: e.ownerName, .private,
+                ZoneChangeEntry(ownerName: e.ownerName, zoneName: e.zoneName, position: context.position, deleted: true, zoneID: zone.zoneID))
 
         case .recordSaved(let e):
             guard let zone = try m.zone(txn, context.container, owner: e.ownerName, zone: e.zoneName) else { return }
@@ -229,11 +253,17 @@ struct Projector {
             state.lastModifiedBy = context.actor
             try m.put(txn, m.records, key, state)
             if existing == nil { try m.add(txn, .records, 1) }
+            try m.noteRecordChange(
+                txn, zoneID: zone.zoneID, RecordChangeEntry(position: context.position, recordName: e.recordName, deleted: false, shareToken: ""))
 
         case .recordDeleted(let e):
             guard let zone = try m.zone(txn, context.container, owner: e.ownerName, zone: e.zoneName) else { return }
             let key = ReadModels.recordKey(zoneID: zone.zoneID, e.recordName)
             guard let state = try m.message(RecordState.self, txn, m.records, key) else { return }
+            // The tombstone names the share that covered the record, so that its participants see the deletion.
+            let covering = try m.coveringShare(txn, zone: zone, from: e.recordName) ?? ""
+            try m.noteRecordChange(
+                txn, zoneID: zone.zoneID, RecordChangeEntry(position: context.position, recordName: e.recordName, deleted: true, shareToken: covering))
             if !state.parentRecordName.isEmpty {
                 try txn.delete(
                     m.recordChildren, key: ReadModels.recordKey(zoneID: zone.zoneID, state.parentRecordName),
@@ -524,6 +554,9 @@ struct Projector {
                 try m.put(txn, m.sharedZones, key, state)
                 try m.add(txn, .participantZones, 1)
             }
+            try m.noteZoneChange(
+                txn, task.container, user: task.userRecordName, .shared,
+                ZoneChangeEntry(ownerName: task.ownerName, zoneName: task.zoneName, position: context.position, deleted: false, zoneID: task.zoneID))
 
         case .participantZoneRemoved(let e):
             let taskKey = BigEndian.bytes(of: e.taskID)
@@ -533,6 +566,9 @@ struct Projector {
             let key = ReadModels.sharedZoneKey(task.container, user: task.userRecordName, zoneID: task.zoneID)
             if !e.zoneKept, try txn.delete(m.sharedZones, key: key) {
                 try m.add(txn, .participantZones, -1)
+                try m.noteZoneChange(
+                    txn, task.container, user: task.userRecordName, .shared,
+                    ZoneChangeEntry(ownerName: task.ownerName, zoneName: task.zoneName, position: context.position, deleted: true, zoneID: task.zoneID))
             }
         }
     }

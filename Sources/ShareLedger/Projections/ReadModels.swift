@@ -72,6 +72,12 @@ final class ReadModels: Sendable {
     /// Invitations to be indexed under their address in `rm_addresses`, by position
     /// (``ReadModels/journalAddress(_:position:entry:)``).
     let addressJournal: Database
+    /// Per zone: each record's latest change by position (a tombstone for a deleted record), and
+    /// where it is by record name (``ReadModels/noteRecordChange(_:zoneID:_:)``): what sync reads.
+    let recordChanges: Database
+    /// container ‖ 0 ‖ user ‖ 0 ‖ scope ‖ owner ‖ 0 ‖ zone → when the zone came into or left the
+    /// user's private or shared database (``ReadModels/noteZoneChange(_:_:user:_:_:)``).
+    let zoneChanges: Database
     /// task id → WorkerTaskState: the worker's bookkeeping (not a read model: not rebuilt or compared).
     let workerTasks: Database
     /// `worker_lease` → WorkerLease: which residual-task worker may take tasks, until when (not a read
@@ -134,6 +140,8 @@ final class ReadModels: Sendable {
         DatabaseSpec("idx_container_history", [.dupSort, .dupFixed], derived: true, twinned: true),
         DatabaseSpec("idx_history_journal", derived: true, twinned: true),
         DatabaseSpec("idx_address_journal", derived: true, twinned: true),
+        DatabaseSpec("idx_record_changes", derived: true, twinned: true),
+        DatabaseSpec("idx_zone_changes", derived: true, twinned: true),
         DatabaseSpec("worker_tasks"),
         DatabaseSpec("worker_state"),
     ]
@@ -177,6 +185,8 @@ final class ReadModels: Sendable {
         containerHistory = byName["idx_container_history"]!
         historyJournal = byName["idx_history_journal"]!
         addressJournal = byName["idx_address_journal"]!
+        recordChanges = byName["idx_record_changes"]!
+        zoneChanges = byName["idx_zone_changes"]!
         workerTasks = byName["worker_tasks"]!
         workerState = byName["worker_state"]!
     }
@@ -188,7 +198,7 @@ final class ReadModels: Sendable {
         [
             users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
             sharedZones, outbox, verifications, counters, access, oneTimeURLs, addresses, shareHistory, userHistory, containerHistory,
-            historyJournal, addressJournal,
+            historyJournal, addressJournal, recordChanges, zoneChanges,
         ]
     }
 
