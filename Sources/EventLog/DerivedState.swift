@@ -632,6 +632,10 @@ extension LogStore {
         logger.error(
             "derived/ holds a damaged row; emptying it and deriving it again from the log",
             metadata: ["path": "\(environment.options.path)"])
+        // Marked first, durably: emptying walks derived/'s pages, and when damage reaches its page
+        // structure LMDB may stop the process (an assertion); the next open for writing then
+        // discards the file instead of meeting the damage again.
+        markDerivedDamaged(logger: logger)
         do {
             try environment.write { txn in
                 try clearDamagedDerived(txn)
@@ -642,8 +646,11 @@ extension LogStore {
             }
             derivedDamageSeen.store(false, ordering: .releasing)
         } catch {
-            markDerivedDamaged(logger: logger)
-            throw LedgerError.wrap(error, while: "deriving the damaged derived/ of \(environment.options.path) again")
+            // Still marked: the next open for writing discards derived/ and derives it again.
+            throw LedgerError(
+                .corruptedData, "derived/ of the ledger at \(environment.options.path) is damaged beyond repair in place; "
+                    + "nothing was changed. It is marked, and the next open for writing discards it and derives it again "
+                    + "from the log: run the command again", underlying: "\(error)")
         }
     }
 

@@ -35,6 +35,7 @@ enum CommandSupervisor {
             // A fault dies quietly here (no runtime backtrace): the parent reports it as an error.
             _ = Glibc.signal(SIGSEGV, SIG_DFL)
             _ = Glibc.signal(SIGBUS, SIG_DFL)
+            _ = Glibc.signal(SIGABRT, SIG_DFL)
             return
         }
         // Without a child (spawning failed), the command runs in this process, as before.
@@ -112,7 +113,9 @@ enum CommandSupervisor {
             reportFull(freeBytes: free)
             return 1
         }
-        if signal == SIGSEGV || signal == SIGBUS {
+        // SIGABRT: liblmdb's assertions (`mdb_assert`) abort on pages that do not hold together,
+        // which only a damaged file makes; Swift's own traps are SIGILL and SIGTRAP, passed on below.
+        if signal == SIGSEGV || signal == SIGBUS || signal == SIGABRT {
             reportFault(signal: signal)
             return 2
         }
@@ -182,7 +185,7 @@ enum CommandSupervisor {
         let arguments = Array(CommandLine.arguments.dropFirst())
         let file = (ledgerPath as NSString).appendingPathComponent("data.mdb")
         let derived = ((ledgerPath as NSString).appendingPathComponent("derived") as NSString).appendingPathComponent("data.mdb")
-        let fault = signal == SIGBUS ? "SIGBUS" : "SIGSEGV"
+        let fault = signal == SIGBUS ? "SIGBUS" : signal == SIGABRT ? "SIGABRT: an LMDB assertion" : "SIGSEGV"
         let error: LedgerError
         if FileManager.default.fileExists(atPath: derived) {
             // Which of the two files faulted is not known here; derived/ is a cache, the log is not.
