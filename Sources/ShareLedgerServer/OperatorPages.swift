@@ -41,11 +41,17 @@ struct OperatorPages: Sendable {
         do {
             credentialID = try authenticate(request)
             let query = Self.form(request.uri.query)
-            switch page {
-            case .index: response = Self.html(Self.indexPage())
-            case .share: response = Self.html(try sharePage(query))
-            case .user: response = Self.html(try userPage(query))
-            case .accessReview: response = try accessReview(query)
+            response = await Self.offTheEventLoop { [self] in
+                do {
+                    switch page {
+                    case .index: return Self.html(Self.indexPage())
+                    case .share: return Self.html(try sharePage(query))
+                    case .user: return Self.html(try userPage(query))
+                    case .accessReview: return try accessReview(query)
+                    }
+                } catch {
+                    return Self.refusal(error)
+                }
             }
         } catch {
             response = Self.refusal(error)
@@ -56,6 +62,17 @@ struct OperatorPages: Sendable {
         if let credentialID { metadata["credential"] = "\(credentialID)" }
         context.logger.log(level: status >= 500 ? .error : .info, "report page", metadata: metadata)
         return response
+    }
+
+    /// Where the pages are read and drawn: one at a time, on a queue of their own. A page replays
+    /// histories and verifies the whole chain (time in proportion to the log), which must not hold
+    /// the event loop that answers the CloudKit requests, nor run many at once.
+    private static let queue = DispatchQueue(label: "share-ledger.report-pages")
+
+    static func offTheEventLoop(_ work: @escaping @Sendable () -> Response) async -> Response {
+        await withCheckedContinuation { continuation in
+            queue.async { continuation.resume(returning: work()) }
+        }
     }
 
     // MARK: - Credentials
