@@ -105,12 +105,15 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // The ledger as an HTTP service in CloudKit Web Services' shape (`share-ledger serve`). Uses the
-        // public API of ShareLedger only: no LMDB, no package access.
+        // The ledger as an HTTP service in CloudKit Web Services' shape (`share-ledger serve`), and the
+        // report pages for operators. Uses the public API of ShareLedger and ShareLedgerReports only: no
+        // LMDB, no package access.
         .target(
             name: "ShareLedgerServer",
             dependencies: [
                 "ShareLedger",
+                // The operators' report pages under `/reports`.
+                "ShareLedgerReports",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -8,7 +8,7 @@ import ShareLedgerServer
 struct TokenCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "token",
-        abstract: "Make, list and revoke the API tokens, web auth tokens and server-to-server keys `serve` accepts.",
+        abstract: "Make, list and revoke the API tokens, web auth tokens, server-to-server keys and operator tokens `serve` accepts.",
         discussion: """
             Kept in <path>/server-credentials.json (mode 0600) as SHA-256 hashes: a token is printed once, \
             when it is made. A running server picks up changes within a second.
@@ -18,12 +18,17 @@ struct TokenCommand: AsyncParsableCommand {
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "create",
-            abstract: "Make a container's API token, or with --user a web auth token naming that user.")
+            abstract: "Make a container's API token, with --user a web auth token naming that user, or with --operator an operator token for the report pages.")
 
         @OptionGroup var ledger: LedgerOptions
 
-        @Option(help: "The container, e.g. iCloud.com.example.notes.")
-        var container: String
+        @Option(help: "The container, e.g. iCloud.com.example.notes (not with --operator).")
+        var container: String?
+
+        @Option(
+            name: .customLong("operator"),
+            help: "Make an operator token for this operator (a name for `token list`): it opens the report pages under /reports, read-only, for every container.")
+        var operatorName: String?
 
         @Option(help: "The user record name a web auth token names (without it: an API token).")
         var user: String?
@@ -35,11 +40,21 @@ struct TokenCommand: AsyncParsableCommand {
 
         func validate() throws {
             if let expiresIn, expiresIn < 1 { throw ValidationError("--expires-in must be 1 or more seconds") }
+            if operatorName != nil {
+                guard container == nil, user == nil else { throw ValidationError("--operator takes neither --container nor --user") }
+            } else if container == nil {
+                throw ValidationError("give --container (an API or web auth token) or --operator NAME (an operator token)")
+            }
         }
 
         func run() async throws {
             let credentials = ServerCredentials(ledgerPath: ledger.path)
             let issued = try reporting(json: ledger.json) { () throws(ServerError) in
+                if let operatorName {
+                    return try credentials.createOperatorToken(
+                        name: operatorName, expiresAt: expiresIn.map { Date().addingTimeInterval(TimeInterval($0)) })
+                }
+                let container = container ?? ""
                 if let user {
                     return try credentials.createWebAuthToken(
                         container: container, userRecordName: user,
@@ -50,6 +65,9 @@ struct TokenCommand: AsyncParsableCommand {
             }
             if ledger.json {
                 Output.printJSON(issued)
+            } else if issued.entry.kind == .operatorToken {
+                print("operatorToken \(issued.entry.id) for the report pages (shown once, keep it):")
+                print(issued.token)
             } else {
                 print("\(issued.entry.kind.rawValue) \(issued.entry.id) for \(issued.entry.container) (shown once, keep it):")
                 print(issued.token)
@@ -140,8 +158,13 @@ struct TokenCommand: AsyncParsableCommand {
             if entries.isEmpty { print("no tokens or keys") }
             let formatter = ISO8601DateFormatter()
             for entry in entries {
-                var line = "\(entry.id)  \(entry.kind.rawValue)  \(entry.container)"
-                if let user = entry.userRecordName { line += "  user \(user)" }
+                var line = "\(entry.id)  \(entry.kind.rawValue)"
+                if entry.kind == .operatorToken {
+                    line += "  operator \(entry.userRecordName ?? "")"
+                } else {
+                    line += "  \(entry.container)"
+                    if let user = entry.userRecordName { line += "  user \(user)" }
+                }
                 line += "  expires " + (entry.expiresAt.map(formatter.string(from:)) ?? "never")
                 print(line)
             }

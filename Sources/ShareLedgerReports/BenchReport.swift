@@ -116,11 +116,13 @@ public struct BenchReport: Sendable {
         var title: String
         var unit: String
         var bars: [Bar]
+        /// Whether the bars are a latency triple (series `p50`, `p99`, `max`), drawn as histograms.
+        var isLatency = false
     }
 
     /// Groups the figures: `X.perSecond` with `X.rawPerSecond` (raw LMDB) and
     /// `X.rawSameWritesPerSecond`; `peer.X.shareLedgerPerSecond` with `peer.X.sqlitePerSecond`;
-    /// latency triples (p50, p99, max) together; every other throughput alone.
+    /// latency triples (p50, p99, max) together (drawn as histograms); every other throughput alone.
     func panels() -> [Panel] {
         var names = Set<String>()
         for run in runs { names.formUnion(run.figures.keys) }
@@ -161,6 +163,7 @@ public struct BenchReport: Sendable {
                         key, title: (stem.hasSuffix(".") ? String(stem.dropLast()) : stem) + " latency", unit: unit == "Micros" ? "µs" : "ms",
                         series: percentile, style: percentile, figure: figure)
                 }
+                panels[key]?.isLatency = true
             }
         }
         return order.compactMap { panels[$0] }.filter { !$0.bars.isEmpty }
@@ -210,7 +213,9 @@ public struct BenchReport: Sendable {
         body += "<span><i class=\"swatch\" style=\"background:#1e88e5\"></i>SQLite peer</span>"
         body += "<span><i class=\"swatch\" style=\"background:#81c784\"></i>p50</span><span><i class=\"swatch\" style=\"background:#ffb300\"></i>p99</span>"
         body += "<span><i class=\"swatch\" style=\"background:#e53935\"></i>max</span></p>\n"
-        for (index, panel) in panels().enumerated() { body += panelSVG(panel, index: index) }
+        for (index, panel) in panels().enumerated() {
+            body += (panel.isLatency ? histogramSVG(panel, index: index) : nil) ?? panelSVG(panel, index: index)
+        }
         body += "<h2>Every figure</h2>\n<table class=\"figures\"><thead><tr><th>figure</th>"
         for run in runs { body += "<th class=\"num\">\(HTML.escape(run.name))</th>" }
         body += "</tr></thead><tbody>\n"
@@ -250,6 +255,8 @@ public struct BenchReport: Sendable {
         .panel-title { font-size: 13px; font-weight: bold; } .value { font-size: 10px; fill: #333; } .series { font-size: 10.5px; fill: #333; }
         .axis-line { stroke: #bbb; } .curve { fill: none; stroke: #2e7d32; stroke-width: 2; } .point { fill: #2e7d32; }
         .tick { font-size: 10px; fill: #444; }
+        .bin.p50 { fill: #81c784; fill-opacity: 0.55; stroke: #43a047; stroke-dasharray: 3 2; } .bin.p99 { fill: #ffb300; } .bin.max { fill: #e53935; }
+        .marker { stroke: #212121; stroke-width: 1; }
         """
 
     func panelSVG(_ panel: Panel, index: Int) -> String {
@@ -275,6 +282,67 @@ public struct BenchReport: Sendable {
             }
             let end = labelWidth + max(width, bar.high / top * plotWidth) + 6
             out += "<text class=\"value\" x=\"\(HTML.n(end))\" y=\"\(HTML.n(y + 11))\">\(Self.format(bar.value))</text>\n"
+        }
+        return out + "</svg>\n"
+    }
+
+    /// The latency distribution of each run as a histogram over a logarithmic latency axis, from its
+    /// recorded quantiles: 50% of the requests at or below p50, 49% between p50 and p99, 1% between
+    /// p99 and the maximum. Each bin's area is its share of the requests (height: share per decade);
+    /// the first bin starts at the axis' left end, since the fastest request is not recorded (drawn
+    /// open, dashed). Nil when a run lacks one of the three or they are not in order.
+    func histogramSVG(_ panel: Panel, index: Int) -> String? {
+        var quantiles: [(run: String, p50: Double, p99: Double, max: Double)] = []
+        for run in runs {
+            let bars = panel.bars.filter { $0.run == run.name }
+            guard !bars.isEmpty else { continue }
+            guard let p50 = bars.first(where: { $0.series == "p50" })?.value, let p99 = bars.first(where: { $0.series == "p99" })?.value,
+                let max = bars.first(where: { $0.series == "max" })?.value, p50 > 0, p50 <= p99, p99 <= max
+            else { return nil }
+            quantiles.append((run.name, p50, p99, max))
+        }
+        guard !quantiles.isEmpty else { return nil }
+        let low = log10(quantiles.map(\.p50).min()! / 4)
+        let high = Swift.max(log10(quantiles.map(\.max).max()! * 1.25), low + 1)
+        let (labelWidth, plotLeft, plotRight) = (300.0, 300.0, 940.0)
+        func x(_ value: Double) -> Double { plotLeft + (log10(value) - low) / (high - low) * (plotRight - plotLeft) }
+        let shares = [("p50", 0.50), ("p99", 0.49), ("max", 0.01)]
+        func bins(_ q: (run: String, p50: Double, p99: Double, max: Double)) -> [(style: String, from: Double, to: Double, share: Double)] {
+            let edges = [pow(10, low), q.p50, q.p99, q.max]
+            return shares.enumerated().map { i, share in (share.0, edges[i], edges[i + 1], share.1) }
+        }
+        // Share per decade; a bin narrower than a hundredth of a decade counts as that wide.
+        func density(_ bin: (style: String, from: Double, to: Double, share: Double)) -> Double {
+            bin.share / Swift.max(log10(bin.to) - log10(bin.from), 0.01)
+        }
+        let tallest = quantiles.flatMap { bins($0).map(density) }.max() ?? 1
+        let (plotHeight, rowHeight) = (56.0, 104.0)
+        let height = 30 + Double(quantiles.count) * rowHeight + 22
+        var out = "<svg class=\"panel histogram\" id=\"panel-\(index)\" xmlns=\"http://www.w3.org/2000/svg\" width=\"980\" height=\"\(HTML.n(height))\" viewBox=\"0 0 980 \(HTML.n(height))\">"
+        out += "<style>\(Self.barStyle)</style>\n"
+        out += "<text class=\"panel-title\" x=\"4\" y=\"18\">\(HTML.escape(panel.title)) <tspan class=\"value\">(\(HTML.escape(panel.unit)), logarithmic; "
+        out += "each bin's area is its share of the requests)</tspan></text>\n"
+        for (row, q) in quantiles.enumerated() {
+            let base = 30 + Double(row) * rowHeight + plotHeight
+            out += "<text class=\"series\" x=\"\(HTML.n(labelWidth - 6))\" y=\"\(HTML.n(base - 4))\" text-anchor=\"end\">\(HTML.escape(LaneChart.truncate(q.run, to: 48)))</text>"
+            out += "<path class=\"axis-line\" d=\"M\(HTML.n(plotLeft)) \(HTML.n(base))H\(HTML.n(plotRight))\"/>\n"
+            for bin in bins(q) {
+                let barHeight = Swift.max(density(bin) / tallest * plotHeight, 1)
+                let (x0, x1) = (x(bin.from), x(bin.to))
+                out += "<rect class=\"bin \(bin.style)\" x=\"\(HTML.n(x0))\" y=\"\(HTML.n(base - barHeight))\" width=\"\(HTML.n(Swift.max(x1 - x0, 1)))\" height=\"\(HTML.n(barHeight))\">"
+                out += "<title>\(Int(bin.share * 100))% of requests: \(bin.style == "p50" ? "at or below" : "up to") \(Self.format(bin.to)) \(HTML.escape(panel.unit))</title></rect>\n"
+            }
+            // The quantiles as markers, their labels on three lines below the axis so that close ones do not overlap.
+            for (line, (name, value)) in [("p50", q.p50), ("p99", q.p99), ("max", q.max)].enumerated() {
+                out += "<path class=\"marker\" d=\"M\(HTML.n(x(value))) \(HTML.n(base - plotHeight))V\(HTML.n(base + 4 + Double(line) * 12))\"/>"
+                out += "<text class=\"value\" x=\"\(HTML.n(x(value) + 3))\" y=\"\(HTML.n(base + 12 + Double(line) * 12))\">\(name) \(Self.format(value))</text>\n"
+            }
+        }
+        let axis = 30 + Double(quantiles.count) * rowHeight + 10
+        var decade = ceil(low)
+        while decade <= high {
+            out += "<text class=\"tick\" x=\"\(HTML.n(x(pow(10, decade))))\" y=\"\(HTML.n(axis))\" text-anchor=\"middle\">\(Self.format(pow(10, decade)))</text>"
+            decade += 1
         }
         return out + "</svg>\n"
     }

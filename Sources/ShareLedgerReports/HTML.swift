@@ -34,8 +34,8 @@ public enum HTML {
         return scaled == scaled.rounded() ? String(Int(scaled)) : String(scaled)
     }
 
-    /// A whole page around `body`.
-    static func page(title: String, body: String) -> String {
+    /// A whole page around `body` (already HTML), with the reports' style sheet and no script.
+    public static func page(title: String, body: String) -> String {
         """
         <!DOCTYPE html>
         <html lang="en">

@@ -14,8 +14,9 @@ import Synchronization
 ///
 /// Endpoints under `/database/1/{container}/{environment}/{database}/`: `records/resolve`,
 /// `records/accept`, `records/lookup`, `records/query`, `records/modify`, `zones/list`, `zones/lookup`, `zones/modify`,
-/// `users/caller`, `users/current`, `users/lookup/email`; plus `/healthz`, `/readyz`, `/metrics` (Prometheus) and
-/// `/openapi.yaml` (the OpenAPI 3.1 document of all of them). Credentials are checked against
+/// `users/caller`, `users/current`, `users/lookup/email`; plus `/healthz`, `/readyz`, `/metrics` (Prometheus),
+/// `/openapi.yaml` (the OpenAPI 3.1 document of all of them) and the operators' report pages under `/reports`
+/// (an operator token only). Credentials are checked against
 /// ``ServerCredentials``. Each request acts through the ledger's public API as the caller's user, so
 /// the log records and audits it exactly as an in-process call.
 ///
@@ -131,6 +132,10 @@ public struct LedgerServer: Service {
         router.get("/healthz") { _, _ in Self.json(200, ["status": "ok"]) }
         router.get("/readyz") { _, _ in handler.readiness() }
         router.get("/metrics") { _, _ in handler.metricsPage() }
+        let pages = OperatorPages(server: self)
+        for (path, page) in OperatorPages.paths {
+            router.get(RouterPath(path)) { request, context in await pages.respond(request, page: page, context: context) }
+        }
         router.get("/openapi.yaml") { _, _ in
             var headers = HTTPFields()
             headers[.contentType] = "application/yaml"

@@ -40,6 +40,13 @@ info:
     database or endpoint), 405 (wrong method), 413 (body over the limit, 2 MiB by default),
     421 AUTHENTICATION_REQUIRED (with `redirectURL`), 403 ACCESS_DENIED (a server key outside the
     public database), 429 THROTTLED (too many signed requests within the signature window).
+
+    The paths tagged `reports` are not CloudKit's API: they are this server's extension, the
+    operators' report pages, opened only with an operator token (`share-ledger token create
+    --operator NAME`) as `Authorization: Bearer` or as the password of HTTP Basic authentication.
+tags:
+  - name: reports
+    description: "Extension (not CloudKit's API): the operators' report pages, HTML and CSV, behind an operator token."
 servers:
   - url: http://127.0.0.1:8080
 paths:
@@ -104,6 +111,107 @@ paths:
               schema:
                 type: object
                 description: This document.
+  /reports:
+    get:
+      operationId: reportsIndex
+      tags: [reports]
+      summary: "Extension: the operators' index page: lookup forms for a share, a person and an access review (HTML, no script)."
+      security: &operatorOnly
+        - operatorToken: []
+        - operatorBasic: []
+      responses:
+        "200":
+          description: The page.
+          content:
+            text/html:
+              schema:
+                type: string
+        "401": &operatorUnauthorized
+          description: No operator token, or an unknown, revoked or expired one (with `WWW-Authenticate` Basic); nothing of the ledger.
+          content:
+            text/plain:
+              schema:
+                type: string
+        "403": &operatorForbidden
+          description: Another kind of credential (an API token, a web auth token, a server-to-server key).
+          content:
+            text/plain:
+              schema:
+                type: string
+  /reports/share:
+    get:
+      operationId: reportsShare
+      tags: [reports]
+      summary: "Extension: a share's access timeline (HTML with inline SVG, as `share-ledger report share`)."
+      security: *operatorOnly
+      parameters:
+        - {name: url, in: query, required: true, description: "The share URL or the share's token (shortGUID).", schema: {type: string}}
+        - &asOf {name: as-of, in: query, description: "The report's end, a log position or an ISO 8601 time (default the head).", schema: {type: string}}
+        - &from {name: from, in: query, description: "Draw from this log position or ISO 8601 time.", schema: {type: string}}
+        - &to {name: to, in: query, description: "Draw up to this log position or ISO 8601 time.", schema: {type: string}}
+        - {name: contact, in: query, description: "1 shows each person's email or phone while their key exists (personal data: only when asked).", schema: {type: string, enum: ["0", "1"]}}
+      responses:
+        "200": &operatorPage
+          description: The page.
+          content:
+            text/html:
+              schema:
+                type: string
+        "400": &operatorBadRequest
+          description: A missing or malformed parameter (the message names it).
+          content:
+            text/plain:
+              schema:
+                type: string
+        "401": *operatorUnauthorized
+        "403": *operatorForbidden
+        "404":
+          description: No share with this URL has events up to the report's end.
+          content:
+            text/plain:
+              schema:
+                type: string
+  /reports/user:
+    get:
+      operationId: reportsUser
+      tags: [reports]
+      summary: "Extension: a person's access over time, a lane per share (HTML, as `share-ledger report user`)."
+      security: *operatorOnly
+      parameters:
+        - {name: name, in: query, required: true, description: "The user record name.", schema: {type: string}}
+        - {name: container, in: query, required: true, description: "The container.", schema: {type: string}}
+        - *asOf
+        - *from
+        - *to
+      responses:
+        "200": *operatorPage
+        "400": *operatorBadRequest
+        "401": *operatorUnauthorized
+        "403": *operatorForbidden
+  /reports/access-review:
+    get:
+      operationId: reportsAccessReview
+      tags: [reports]
+      summary: "Extension: who had access to anything in a container within a window (HTML or CSV, as `share-ledger report access-review`)."
+      security: *operatorOnly
+      parameters:
+        - {name: container, in: query, required: true, description: "The container.", schema: {type: string}}
+        - {name: from, in: query, description: "The window's start, a log position or an ISO 8601 time (default the first event).", schema: {type: string}}
+        - {name: to, in: query, description: "The window's end (default the head).", schema: {type: string}}
+        - {name: format, in: query, schema: {type: string, enum: [html, csv], default: html}}
+      responses:
+        "200":
+          description: The review.
+          content:
+            text/html:
+              schema:
+                type: string
+            text/csv:
+              schema:
+                type: string
+        "400": *operatorBadRequest
+        "401": *operatorUnauthorized
+        "403": *operatorForbidden
   /database/1/{container}/{environment}/{database}/records/resolve:
     parameters: &anyDatabase
       - $ref: "#/components/parameters/container"
@@ -1355,6 +1463,14 @@ components:
       in: query
       name: ckWebAuthToken
       description: The user's web auth token (`share-ledger token create --container C --user U`).
+    operatorToken:
+      type: http
+      scheme: bearer
+      description: An operator token (`share-ledger token create --operator NAME`); the report pages only.
+    operatorBasic:
+      type: http
+      scheme: basic
+      description: The operator token as the password of HTTP Basic authentication (any user name), as a browser sends it.
 security:
   - apiToken: []
     webAuthToken: []

@@ -13,6 +13,8 @@ import Synchronization
 ///   container, until they expire.
 /// - **Server-to-server keys**: an ECDSA P-256 public key under a key id, for back-end callers that
 ///   sign each request; each key acts as one user of one container.
+/// - **Operator tokens**: open the report pages under `/reports` (read-only, every container);
+///   they name an operator, not a user, and reach nothing under `/database/1/`.
 ///
 /// The file holds only the SHA-256 of each token, never the token: the token is shown once, when it
 /// is made. The server reads the file again when it changes (checked at most once a second), so a
@@ -29,6 +31,9 @@ public final class ServerCredentials: Sendable {
         case webAuthToken
         /// A server-to-server key (`X-Apple-CloudKit-Request-KeyID`).
         case serverKey
+        /// An operator's token for the report pages (`Authorization: Bearer`, or the password of
+        /// HTTP Basic authentication); never a user's credential.
+        case operatorToken
     }
 
     /// One credential as the file stores it (no secret: a token's SHA-256, a key's public half).
@@ -37,9 +42,9 @@ public final class ServerCredentials: Sendable {
         public var id: String
         /// What kind of credential.
         public var kind: Kind
-        /// The container it is for.
+        /// The container it is for (empty for an operator token, which reads every container).
         public var container: String
-        /// The user it acts as (web auth tokens and server keys).
+        /// The user it acts as (web auth tokens and server keys); for an operator token, the operator's name.
         public var userRecordName: String?
         /// The SHA-256 (hex) of the token (API and web auth tokens).
         public var tokenSHA256: String?
@@ -105,6 +110,22 @@ public final class ServerCredentials: Sendable {
         -> IssuedToken
     {
         try issue(kind: .webAuthToken, container: container, user: userRecordName, expiresAt: expiresAt)
+    }
+
+    /// Makes an operator token named `name` (who holds it, for `token list`): it opens the report
+    /// pages under `/reports` for every container, read-only, and nothing else.
+    ///
+    /// - Throws: ``ServerError/Code/invalidArguments`` when `name` is empty or longer than 255 bytes.
+    public func createOperatorToken(name: String, expiresAt: Date? = nil) throws(ServerError) -> IssuedToken {
+        guard !name.isEmpty, name.utf8.count <= 255 else {
+            throw ServerError(.invalidArguments, "the operator's name must be 1 to 255 bytes")
+        }
+        let token = "slo_" + Self.randomHex(bytes: 32)
+        let entry = Entry(
+            id: Self.randomHex(bytes: 8), kind: .operatorToken, container: "", userRecordName: name,
+            tokenSHA256: Self.sha256Hex(token), publicKeyPEM: nil, createdAt: Date(), expiresAt: expiresAt)
+        try update { $0.credentials.append(entry) }
+        return IssuedToken(entry: entry, token: token)
     }
 
     /// The environments of CloudKit Web Services' URLs.
@@ -280,7 +301,8 @@ public final class ServerCredentials: Sendable {
         }
         var loaded = Loaded(modified: modified, size: size, checkedAt: now, entries: contents.credentials)
         for entry in contents.credentials {
-            loaded.containers.insert(entry.container)
+            // An operator token names no container: it makes none known to `/database/1/`.
+            if entry.kind != .operatorToken { loaded.containers.insert(entry.container) }
             if let hash = entry.tokenSHA256 { loaded.byTokenHash[hash] = entry }
             if let pem = entry.publicKeyPEM, let key = try? P256.Signing.PublicKey(pemRepresentation: pem) {
                 loaded.serverKeys[entry.id] = (entry, key)

@@ -34,6 +34,44 @@ struct BenchReportTests {
         #expect(!html.lowercased().contains("<script"))
     }
 
+    /// A latency triple is a histogram over a logarithmic axis: three bins that meet at p50 and p99
+    /// and end at the maximum, whose areas are 50%, 49% and 1% of the requests; a panel without the
+    /// whole triple keeps its bars.
+    @Test func latencyHistograms() throws {
+        let json = #"{"figures": {"http.resolve.p50Micros": 100, "http.resolve.p99Micros": 1000, "http.resolve.maxMicros": 10000, "query.metadata.p50Micros": 7}}"#
+        let html = BenchReport(runs: [try BenchRun.decode(Data(json.utf8), name: "run")]).html()
+        let svgs = html.components(separatedBy: "<svg ").filter { $0.hasPrefix("class=\"panel histogram\"") }
+        #expect(svgs.count == 1, "one histogram: query.metadata has p50 alone")
+        let svg = try #require(svgs.first)
+        #expect(svg.contains("http.resolve latency"))
+        let pattern = #"<rect class="bin (p50|p99|max)" x="([0-9.]+)" y="([0-9.]+)" width="([0-9.]+)" height="([0-9.]+)""#
+        let regex = try NSRegularExpression(pattern: pattern)
+        let bins = regex.matches(in: svg, range: NSRange(svg.startIndex..., in: svg)).map { match in
+            (1...5).map { String(svg[Range(match.range(at: $0), in: svg)!]) }
+        }
+        #expect(bins.map { $0[0] } == ["p50", "p99", "max"])
+        let boxes = bins.map { $0.dropFirst().map { Double($0)! } }  // x, y, width, height
+        try #require(boxes.count == 3)
+        // The bins meet: p50's right edge is p99's left edge, and p99's is max's.
+        #expect(abs(boxes[0][0] + boxes[0][2] - boxes[1][0]) < 0.2)
+        #expect(abs(boxes[1][0] + boxes[1][2] - boxes[2][0]) < 0.2)
+        // A logarithmic axis: p50 to p99 and p99 to max are one decade each, as wide as each other.
+        #expect(abs(boxes[1][2] - boxes[2][2]) < 0.2)
+        // Areas as the shares: 49% against 50%; the 1% bin the lowest. The bins stand on one axis.
+        let area = boxes.map { $0[2] * $0[3] }
+        #expect(abs(area[1] / area[0] - 0.98) < 0.02, "areas \(area)")
+        #expect(boxes[2][3] < boxes[1][3] && boxes[1][3] < boxes[0][3])
+        #expect(Set(boxes.map { ($0[1] + $0[3]) * 10 }.map { $0.rounded() }).count == 1)
+        // Markers with the figures at p50, p99 and max, at the bins' right edges.
+        for (name, value, box) in [("p50", "100", boxes[0]), ("p99", "1,000", boxes[1]), ("max", "10,000", boxes[2])] {
+            let x = box[0] + box[2]
+            #expect(svg.contains(">\(name) \(value)</text>"))
+            let markers = matches(of: #"<path class="marker" d="M([0-9.]+) "#, in: svg).compactMap(Double.init)
+            #expect(markers.contains { abs($0 - x) < 0.2 }, "\(name) marker at \(x): \(markers)")
+        }
+        #expect(html.contains("query.metadata latency") && html.contains("<rect class=\"bar p50\""))
+    }
+
     /// Machine facts come from /proc/cpuinfo's flags (x86) and Features (ARM).
     @Test func machineFactsFromCpuinfo() {
         let x86 = MachineFacts(

@@ -16,14 +16,14 @@ struct ServeCommandTests {
         try await capture(builtProduct("share-ledger"), arguments)
     }
 
-    static func get(_ url: String, query: String = "") async throws -> (status: Int, body: String) {
+    static func get(_ url: String, query: String = "", bearer: String = "") async throws -> (status: Int, body: String) {
         // curl is not on every machine; Python's urllib is what the other client test uses.
         let text = try await capture(
             URL(fileURLWithPath: "/usr/bin/env"),
             [
                 "python3", "-c",
-                "import sys,urllib.request,urllib.error\ntry:\n r=urllib.request.urlopen(sys.argv[1]);print(r.status);print(r.read().decode())\nexcept urllib.error.HTTPError as e:\n print(e.code);print(e.read().decode())",
-                url + query,
+                "import sys,urllib.request,urllib.error\nq=urllib.request.Request(sys.argv[1])\nif sys.argv[2]: q.add_header('Authorization','Bearer '+sys.argv[2])\ntry:\n r=urllib.request.urlopen(q);print(r.status);print(r.read().decode())\nexcept urllib.error.HTTPError as e:\n print(e.code);print(e.read().decode())",
+                url + query, bearer,
             ]
         ).output
         let lines = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
@@ -43,6 +43,11 @@ struct ServeCommandTests {
         let listed = try await Self.run(["token", "list", "--path", path, "--json"])
         #expect(listed.status == 0 && !listed.output.contains(token(api.output)) && !listed.output.contains("tokenSHA256"))
 
+        let operatorToken = try await Self.run(["token", "create", "--operator", "on call", "--path", path, "--json"])
+        #expect(operatorToken.status == 0 && token(operatorToken.output).hasPrefix("slo_"), "\(operatorToken.output)")
+        let listedAgain = try await Self.run(["token", "list", "--path", path])
+        #expect(listedAgain.output.contains("operatorToken  operator on call") && !listedAgain.output.contains(token(operatorToken.output)))
+
         let outputPath = directory.child("serve.out")
         let server = try ChildProcess(builtProduct("share-ledger"), ["serve", "--path", path, "--port", "0", "--json"], stdout: outputPath)
         defer { server.send(SIGKILL) }  // if the test gives up before its end
@@ -60,6 +65,10 @@ struct ServeCommandTests {
             base + "/database/1/iCloud.t/production/public/users/caller",
             query: "?ckAPIToken=\(token(api.output))&ckWebAuthToken=\(token(web.output))")
         #expect(caller.status == 200 && caller.body.contains("_alice"), "\(caller)")
+        // The report pages: an operator token made with `token create --operator` opens them; none gets 401.
+        #expect(try await Self.get(base + "/reports").status == 401)
+        let index = try await Self.get(base + "/reports", bearer: token(operatorToken.output))
+        #expect(index.status == 200 && index.body.contains("action=\"/reports/share\""), "\(index)")
         let metrics = try await Self.get(base + "/metrics")
         #expect(metrics.status == 200)
         #expect(metrics.body.contains("shareledger_http_requests_total") && metrics.body.contains("shareledger_ledger_events"))
