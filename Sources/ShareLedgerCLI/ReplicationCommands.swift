@@ -341,7 +341,12 @@ struct ShardCommand: AsyncParsableCommand {
         func run() async throws {
             let report = try await runReportingReplicationErrors(json: common.json) { () async throws -> Report in
                 let shard = try ShardNames(shard: to)
-                let router = try await ShardRouter.open(servers: try common.servers())
+                let servers = try common.servers()
+                // Opening the bucket is retried through a leader election (a cluster just started,
+                // or a node restarting), as failover does.
+                let router = try await Failover.retrying(until: ContinuousClock.now + .seconds(30)) { () throws(ReplicationError) in
+                    try await ShardRouter.open(servers: servers)
+                }
                 defer { router.close() }
                 try await router.assign(common.container, to: shard)
                 return Report(container: common.container, shard: shard.shard)
@@ -358,7 +363,12 @@ struct ShardCommand: AsyncParsableCommand {
 
         func run() async throws {
             let report = try await runReportingReplicationErrors(json: common.json) { () async throws -> Report in
-                let router = try await ShardRouter.open(servers: try common.servers())
+                let servers = try common.servers()
+                // Opening the bucket is retried through a leader election (a cluster just started,
+                // or a node restarting), as failover does.
+                let router = try await Failover.retrying(until: ContinuousClock.now + .seconds(30)) { () throws(ReplicationError) in
+                    try await ShardRouter.open(servers: servers)
+                }
                 defer { router.close() }
                 return Report(container: common.container, shard: try await router.shard(of: common.container).shard)
             }

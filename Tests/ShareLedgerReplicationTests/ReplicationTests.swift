@@ -285,6 +285,23 @@ struct ReplicationTests {
         await writer.close()
     }
 
+    /// `shard assign` started while no node of the cluster answers (a cluster just started, or
+    /// electing a leader) waits for it, as failover does, instead of failing at once.
+    @Test func shardAssignWaitsForTheCluster() async throws {
+        let cluster = try await Cluster()
+        for node in 1...3 { cluster.kill9(node) }
+        let urls = cluster.servers.joined(separator: ",")
+        let (process, output) = try launch(
+            ["shard", "assign", "iCloud.com.example.waits", "--to", "s1", "--nats", urls, "--json"], in: cluster.directory)
+        // The command is running before any node is back: it cannot have assigned anything yet.
+        for node in 1...3 { try await cluster.start(node) }
+        let ended = await process.exit()
+        let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
+        #expect(ended.status == 0, "\(text)")
+        let shown = try await run(["shard", "show", "iCloud.com.example.waits", "--nats", urls, "--json"], in: cluster.directory)
+        #expect(shown.status == 0 && shown.json["shard"] as? String == "s1", "\(shown.json)")
+    }
+
     /// The router sends a container's commands to its shard's writer (the one responder in the
     /// `writer` queue group) and its reads to a replica; it refuses cross-container commands before
     /// sending anything, and says "no writer" when nobody answers a shard.
