@@ -265,6 +265,13 @@ package final class LogStore: Sendable {
                 DerivedState.discardFiles(in: path)
                 return try open(configuration, discardingDamagedCompanion: false)
             }
+            if configuration.readOnly, let damage = error as? LMDBError, damage.code == .notFound,
+                DerivedState.isCompanionPath(damage.path)
+            {
+                // A derived database missing from derived/'s own catalog (a damaged catalog page):
+                // derived/ is the cache, rebuilt by an open for writing, not the log.
+                throw DerivedState.damagedCompanion(path, damage)
+            }
             throw LedgerError.wrap(error, while: "opening the ledger's databases at \(path)")
         }
         let store = LogStore(
