@@ -32,13 +32,15 @@ struct PersonalDataTests {
         }
     }
 
-    /// Whether `text` holds `word` with no letter right before or after it.
+    /// Whether `text` holds `word` with no letter or digit right before or after it (a name inside a random
+    /// token such as `7Ben3` is not the name).
     static func containsWord(_ text: String, _ word: String) -> Bool {
         var rest = text[...]
         while let range = rest.range(of: word) {
             let before = range.lowerBound == text.startIndex ? nil : text[text.index(before: range.lowerBound)]
             let after = range.upperBound == text.endIndex ? nil : text[range.upperBound]
-            if !(before?.isLetter ?? false) && !(after?.isLetter ?? false) { return true }
+            let isWordCharacter = { (c: Character?) in c.map { $0.isLetter || $0.isNumber } ?? false }
+            if !isWordCharacter(before) && !isWordCharacter(after) { return true }
             rest = text[range.upperBound...]
         }
         return false
