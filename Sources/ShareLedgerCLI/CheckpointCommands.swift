@@ -259,3 +259,20 @@ struct ImportCommand: AsyncParsableCommand {
         }
     }
 }
+
+extension CheckpointPublicKey {
+    /// The public keys in the files at `paths` (`--trusted-key`); exits 2 with a clear message when
+    /// one cannot be read.
+    static func read(_ paths: [String], json: Bool) throws -> [CheckpointPublicKey] {
+        var keys: [CheckpointPublicKey] = []
+        for path in paths {
+            do {
+                keys.append(try CheckpointPublicKey(contentsOfFile: path))
+            } catch {
+                Output.failure(error, json: json)
+                throw ExitCode(2)
+            }
+        }
+        return keys
+    }
+}

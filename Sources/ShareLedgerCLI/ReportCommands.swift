@@ -37,17 +37,10 @@ enum ReportOutput {
         return bound
     }
 
-    static func keys(_ paths: [String], json: Bool) throws -> [CheckpointPublicKey] {
-        var keys: [CheckpointPublicKey] = []
-        for path in paths {
-            do {
-                keys.append(try CheckpointPublicKey(contentsOfFile: path))
-            } catch {
-                Output.failure(error, json: json)
-                throw ExitCode(2)
-            }
-        }
-        return keys
+    /// `--as-of`, `--from` and `--to`, each refused with a clear message when it is neither a position
+    /// nor an ISO 8601 time.
+    static func bounds(asOf: String?, from: String?, to: String?) throws -> (asOf: HistoryBound?, from: HistoryBound?, to: HistoryBound?) {
+        (try bound(asOf, "--as-of"), try bound(from, "--from"), try bound(to, "--to"))
     }
 
     struct Written: Encodable {
@@ -59,6 +52,17 @@ enum ReportOutput {
         var checkpoint: UInt64?
         var readMillis: Double
         var renderMillis: Double
+    }
+}
+
+/// `--trusted-key`, as every report takes it: the keys whose checkpoints count in the header.
+struct TrustedKeyOptions: ParsableArguments {
+    @Option(name: .customLong("trusted-key"), help: "A public key file: only a checkpoint signed by a trusted key counts in the header. Repeatable.")
+    var trustedKeys: [String] = []
+
+    /// The keys read from the files; exits 2 with a clear message when one cannot be read.
+    func keys(json: Bool) throws -> [CheckpointPublicKey] {
+        try CheckpointPublicKey.read(trustedKeys, json: json)
     }
 }
 
@@ -88,8 +92,7 @@ struct ReportShareCommand: AsyncParsableCommand {
     @Flag(name: .customLong("show-contact"), help: "Show each person's email or phone while their key exists (personal data: only when asked).")
     var showContact = false
 
-    @Option(name: .customLong("trusted-key"), help: "A public key file: only a checkpoint signed by a trusted key counts in the header. Repeatable.")
-    var trustedKeys: [String] = []
+    @OptionGroup var trusted: TrustedKeyOptions
 
     @Option(name: .customLong("max-lanes"), help: "Lanes drawn one by one; the rest collapse into one lane (2...1000).")
     var maxLanes = ShareReport.defaultMaxLanes
@@ -97,26 +100,19 @@ struct ReportShareCommand: AsyncParsableCommand {
     func validate() throws {
         guard URL(string: url) != nil else { throw ValidationError("\(url) is not a URL") }
         guard (2...1_000).contains(maxLanes) else { throw ValidationError("--max-lanes must be 2...1000") }
-        for (text, option) in [(asOf, "--as-of"), (from, "--from"), (to, "--to")] { _ = try ReportOutput.bound(text, option) }
+        _ = try ReportOutput.bounds(asOf: asOf, from: from, to: to)
     }
 
     func run() async throws {
+        let bounds = try ReportOutput.bounds(asOf: asOf, from: from, to: to)
         var options = ShareReport.Options(
-            asOf: try ReportOutput.bound(asOf, "--as-of"), from: try ReportOutput.bound(from, "--from"),
-            to: try ReportOutput.bound(to, "--to"), showContact: showContact,
-            trustedKeys: try ReportOutput.keys(trustedKeys, json: ledger.json))
+            asOf: bounds.asOf, from: bounds.from, to: bounds.to, showContact: showContact,
+            trustedKeys: try trusted.keys(json: ledger.json))
         options.now = Date()
-        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
-        let started = ContinuousClock.now
-        let report = try await runReportingErrors(json: ledger.json) {
-            do {
-                return try ShareReport.make(ledger: shareLedger, url: URL(string: url)!, options: options)
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+        let (report, started) = try await ledger.withLedger(readOnly: true) { shareLedger in
+            let started = ContinuousClock.now
+            return (try ShareReport.make(ledger: shareLedger, url: URL(string: url)!, options: options), started)
         }
-        await shareLedger.close()
         let read = ContinuousClock.now
         let page = report.html(maxLanes: maxLanes)
         let rendered = ContinuousClock.now
@@ -163,27 +159,19 @@ struct ReportUserCommand: AsyncParsableCommand {
     @Option(help: "Draw up to this position or time.")
     var to: String?
 
-    @Option(name: .customLong("trusted-key"), help: "A public key file: only a checkpoint signed by a trusted key counts in the header. Repeatable.")
-    var trustedKeys: [String] = []
+    @OptionGroup var trusted: TrustedKeyOptions
 
     func validate() throws {
-        for (text, option) in [(asOf, "--as-of"), (from, "--from"), (to, "--to")] { _ = try ReportOutput.bound(text, option) }
+        _ = try ReportOutput.bounds(asOf: asOf, from: from, to: to)
     }
 
     func run() async throws {
+        let bounds = try ReportOutput.bounds(asOf: asOf, from: from, to: to)
         let options = ShareReport.Options(
-            asOf: try ReportOutput.bound(asOf, "--as-of"), from: try ReportOutput.bound(from, "--from"),
-            to: try ReportOutput.bound(to, "--to"), trustedKeys: try ReportOutput.keys(trustedKeys, json: ledger.json))
-        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
-        let report = try await runReportingErrors(json: ledger.json) {
-            do {
-                return try UserReport.make(ledger: shareLedger, user: user, container: container, options: options)
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+            asOf: bounds.asOf, from: bounds.from, to: bounds.to, trustedKeys: try trusted.keys(json: ledger.json))
+        let report = try await ledger.withLedger(readOnly: true) { shareLedger in
+            try UserReport.make(ledger: shareLedger, user: user, container: container, options: options)
         }
-        await shareLedger.close()
         try ReportOutput.write(report.html(), to: html, json: ledger.json)
         if ledger.json {
             Output.printJSON(["file": html, "shares": "\(report.shares.count)", "events": "\(report.axis.count)"])
@@ -216,8 +204,7 @@ struct ReportAccessReviewCommand: AsyncParsableCommand {
     @Option(help: "Write the review as CSV to this file.")
     var csv: String?
 
-    @Option(name: .customLong("trusted-key"), help: "A public key file: only a checkpoint signed by a trusted key counts in the header. Repeatable.")
-    var trustedKeys: [String] = []
+    @OptionGroup var trusted: TrustedKeyOptions
 
     func validate() throws {
         guard html != nil || csv != nil else { throw ValidationError("give --html FILE, --csv FILE or both") }
@@ -226,19 +213,12 @@ struct ReportAccessReviewCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let keys = try ReportOutput.keys(trustedKeys, json: ledger.json)
+        let keys = try trusted.keys(json: ledger.json)
         let from = try ReportOutput.bound(from, "--from")!
         let to = try ReportOutput.bound(to, "--to")!
-        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
-        let review = try await runReportingErrors(json: ledger.json) {
-            do {
-                return try AccessReview.make(ledger: shareLedger, container: container, from: from, to: to, trustedKeys: keys)
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+        let review = try await ledger.withLedger(readOnly: true) { shareLedger in
+            try AccessReview.make(ledger: shareLedger, container: container, from: from, to: to, trustedKeys: keys)
         }
-        await shareLedger.close()
         if let html { try ReportOutput.write(review.html(), to: html, json: ledger.json) }
         if let csv { try ReportOutput.write(review.csv(), to: csv, json: ledger.json) }
         let files = [html, csv].compactMap { $0 }.joined(separator: " and ")

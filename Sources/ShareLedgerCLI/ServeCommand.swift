@@ -130,9 +130,7 @@ struct ServeCommand: AsyncParsableCommand {
                 case .deposed: line.shardMember = "deposed"
                 case .stopped: line.shardMember = "stopped"
                 }
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-                FileHandle.standardOutput.write(((try? encoder.encode(line)) ?? Data()) + Data("\n".utf8))
+                Output.writeLine(Output.compactJSON(line) ?? "")
             })
         let routing = ShardRouting(servers: names.1, shard: names.0, logger: logger) { [member] in
             if case .writer = member.state { return true }
@@ -177,12 +175,7 @@ struct ServeCommand: AsyncParsableCommand {
             onServerRunning: { [answerer = membership?.answerer] port in
                 answerer?.listening(host: host, port: port)
                 if json {
-                    // Written unbuffered: whoever started the server reads this line through a pipe.
-                    let encoder = JSONEncoder()
-                    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-                    let line =
-                        (try? encoder.encode(Listening(listening: "http://\(host):\(port)", port: port, pid: getpid()))) ?? Data()
-                    FileHandle.standardOutput.write(line + Data("\n".utf8))
+                    Output.writeLine(Output.compactJSON(Listening(listening: "http://\(host):\(port)", port: port, pid: getpid())) ?? "")
                 }
             })
         server.routing = membership?.routing
