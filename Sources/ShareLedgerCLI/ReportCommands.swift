@@ -37,12 +37,6 @@ enum ReportOutput {
         return bound
     }
 
-    /// `--as-of`, `--from` and `--to`, each refused with a clear message when it is neither a position
-    /// nor an ISO 8601 time.
-    static func bounds(asOf: String?, from: String?, to: String?) throws -> (asOf: HistoryBound?, from: HistoryBound?, to: HistoryBound?) {
-        (try bound(asOf, "--as-of"), try bound(from, "--from"), try bound(to, "--to"))
-    }
-
     struct Written: Encodable {
         var file: String
         var lanes: Int
@@ -52,6 +46,34 @@ enum ReportOutput {
         var checkpoint: UInt64?
         var readMillis: Double
         var renderMillis: Double
+    }
+}
+
+/// How a drawn report words its `--from`.
+protocol ReportWindowWording {
+    /// The help of `--from`.
+    static var fromHelp: String { get }
+}
+
+/// `--html`, `--as-of`, `--from` and `--to`, as the drawn reports take them: the file to write and
+/// the window drawn.
+struct ReportWindowOptions<Wording: ReportWindowWording>: ParsableArguments {
+    @Option(help: "The HTML file to write.")
+    var html: String
+
+    @Option(name: .customLong("as-of"), help: "The report's end: a position or an ISO 8601 time (default: the head).")
+    var asOf: String?
+
+    @Option(help: ArgumentHelp(Wording.fromHelp))
+    var from: String?
+
+    @Option(help: "Draw up to this position or time.")
+    var to: String?
+
+    /// The bounds, each refused with a clear message when it is neither a position nor an ISO 8601
+    /// time.
+    func bounds() throws -> (asOf: HistoryBound?, from: HistoryBound?, to: HistoryBound?) {
+        (try ReportOutput.bound(asOf, "--as-of"), try ReportOutput.bound(from, "--from"), try ReportOutput.bound(to, "--to"))
     }
 }
 
@@ -77,17 +99,12 @@ struct ReportShareCommand: AsyncParsableCommand {
     @Argument(help: "The share URL.")
     var url: String
 
-    @Option(help: "The HTML file to write.")
-    var html: String
+    @OptionGroup var window: ReportWindowOptions<Wording>
 
-    @Option(name: .customLong("as-of"), help: "The report's end: a position or an ISO 8601 time (default: the head).")
-    var asOf: String?
-
-    @Option(help: "Draw from this position or time (earlier events still count for who stood where).")
-    var from: String?
-
-    @Option(help: "Draw up to this position or time.")
-    var to: String?
+    /// The share report's `--from`: events before it still decide who stood where.
+    enum Wording: ReportWindowWording {
+        static let fromHelp = "Draw from this position or time (earlier events still count for who stood where)."
+    }
 
     @Flag(name: .customLong("show-contact"), help: "Show each person's email or phone while their key exists (personal data: only when asked).")
     var showContact = false
@@ -100,11 +117,11 @@ struct ReportShareCommand: AsyncParsableCommand {
     func validate() throws {
         guard URL(string: url) != nil else { throw ValidationError("\(url) is not a URL") }
         guard (2...1_000).contains(maxLanes) else { throw ValidationError("--max-lanes must be 2...1000") }
-        _ = try ReportOutput.bounds(asOf: asOf, from: from, to: to)
+        _ = try window.bounds()
     }
 
     func run() async throws {
-        let bounds = try ReportOutput.bounds(asOf: asOf, from: from, to: to)
+        let bounds = try window.bounds()
         var options = ShareReport.Options(
             asOf: bounds.asOf, from: bounds.from, to: bounds.to, showContact: showContact,
             trustedKeys: try trusted.keys(json: ledger.json))
@@ -116,16 +133,16 @@ struct ReportShareCommand: AsyncParsableCommand {
         let read = ContinuousClock.now
         let page = report.html(maxLanes: maxLanes)
         let rendered = ContinuousClock.now
-        try ReportOutput.write(page, to: html, json: ledger.json)
+        try ReportOutput.write(page, to: window.html, json: ledger.json)
         let written = ReportOutput.Written(
-            file: html, lanes: report.timeline.lanes.count, events: report.timeline.window.count, chainHolds: report.chain.holds,
+            file: window.html, lanes: report.timeline.lanes.count, events: report.timeline.window.count, chainHolds: report.chain.holds,
             verifiedThrough: report.chain.verifiedThrough, checkpoint: report.chain.checkpoint?.position,
             readMillis: (read - started).seconds * 1_000, renderMillis: (rendered - read).seconds * 1_000)
         if ledger.json {
             Output.printJSON(written)
         } else {
             print(
-                "wrote \(html): \(written.lanes) lanes, \(written.events) events drawn; "
+                "wrote \(window.html): \(written.lanes) lanes, \(written.events) events drawn; "
                     + (written.chainHolds ? "chain verified to \(written.verifiedThrough)" : "chain BROKEN after \(written.verifiedThrough)")
                     + (written.checkpoint.map { ", checkpoint at \($0)" } ?? ", no checkpoint")
                     + String(format: " (read %.0f ms, render %.0f ms)", written.readMillis, written.renderMillis))
@@ -147,36 +164,31 @@ struct ReportUserCommand: AsyncParsableCommand {
     @Option(help: "The container.")
     var container: String
 
-    @Option(help: "The HTML file to write.")
-    var html: String
+    @OptionGroup var window: ReportWindowOptions<Wording>
 
-    @Option(name: .customLong("as-of"), help: "The report's end: a position or an ISO 8601 time (default: the head).")
-    var asOf: String?
-
-    @Option(help: "Draw from this position or time.")
-    var from: String?
-
-    @Option(help: "Draw up to this position or time.")
-    var to: String?
+    /// The user report's `--from`.
+    enum Wording: ReportWindowWording {
+        static let fromHelp = "Draw from this position or time."
+    }
 
     @OptionGroup var trusted: TrustedKeyOptions
 
     func validate() throws {
-        _ = try ReportOutput.bounds(asOf: asOf, from: from, to: to)
+        _ = try window.bounds()
     }
 
     func run() async throws {
-        let bounds = try ReportOutput.bounds(asOf: asOf, from: from, to: to)
+        let bounds = try window.bounds()
         let options = ShareReport.Options(
             asOf: bounds.asOf, from: bounds.from, to: bounds.to, trustedKeys: try trusted.keys(json: ledger.json))
         let report = try await ledger.withLedger(readOnly: true) { shareLedger in
             try UserReport.make(ledger: shareLedger, user: user, container: container, options: options)
         }
-        try ReportOutput.write(report.html(), to: html, json: ledger.json)
+        try ReportOutput.write(report.html(), to: window.html, json: ledger.json)
         if ledger.json {
-            Output.printJSON(["file": html, "shares": "\(report.shares.count)", "events": "\(report.axis.count)"])
+            Output.printJSON(["file": window.html, "shares": "\(report.shares.count)", "events": "\(report.axis.count)"])
         } else {
-            print("wrote \(html): \(report.shares.count) shares, \(report.axis.count) events drawn")
+            print("wrote \(window.html): \(report.shares.count) shares, \(report.axis.count) events drawn")
         }
     }
 }
