@@ -89,16 +89,7 @@ struct CheckpointCommand: AsyncParsableCommand {
             Output.failure(error, json: ledger.json)
             throw ExitCode(1)
         }
-        let shareLedger = try ledger.openWithoutWorker()
-        let checkpoint: Checkpoint
-        do {
-            checkpoint = try await shareLedger.checkpoint(signingKey: key)
-        } catch {
-            await shareLedger.close()
-            Output.failure(error, json: ledger.json)
-            throw ExitCode(1)
-        }
-        await shareLedger.close()
+        let checkpoint = try await ledger.withLedger { shareLedger in try await shareLedger.checkpoint(signingKey: key) }
         let summary = Summary(
             position: checkpoint.position.rawValue, hash: checkpoint.hash.hex,
             headRecordedAtMicros: checkpoint.headRecordedAtMicros, signedAtMicros: checkpoint.signedAtMicros,

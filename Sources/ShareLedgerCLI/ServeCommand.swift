@@ -183,19 +183,20 @@ struct ServeCommand: AsyncParsableCommand {
         if let membership { services.append(.init(service: membership.member)) }
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        func stop() async {
+            membership?.routing.close()
+            await membership?.answerer.shutdown()
+            await shareLedger.close()
+        }
         do {
             try await group.run()
         } catch {
             logger.error(
                 "share-ledger serve stopped on an error", metadata: ["error": "\(String(describing: error).prefix(200))"])
-            membership?.routing.close()
-            await membership?.answerer.shutdown()
-            await shareLedger.close()
+            await stop()
             throw ExitCode(1)
         }
-        membership?.routing.close()
-        await membership?.answerer.shutdown()
-        await shareLedger.close()
+        await stop()
         logger.info("share-ledger serve: stopped; the ledger is closed")
     }
 }

@@ -27,8 +27,8 @@ extension LedgerOptions {
     /// Opens the ledger as ``openWithoutWorker(create:readOnly:)`` does, runs `body` with it, and
     /// closes it again, also when `body` throws; a ``LedgerError`` from `body` becomes exit 1 with its
     /// message (JSON with `--json`).
-    func withLedger<R>(readOnly: Bool = false, _ body: (ShareLedger) async throws -> R) async throws -> R {
-        let shareLedger = try openWithoutWorker(readOnly: readOnly)
+    func withLedger<R>(create: Bool = false, readOnly: Bool = false, _ body: (ShareLedger) async throws -> R) async throws -> R {
+        let shareLedger = try openWithoutWorker(create: create, readOnly: readOnly)
         let result: Result<R, any Error>
         do {
             result = .success(try await body(shareLedger))
