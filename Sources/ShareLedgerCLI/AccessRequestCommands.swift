@@ -16,13 +16,7 @@ extension ShareCommand {
         }
 
         /// The users as identities.
-        var identities: [UserIdentity] {
-            users.map { name in
-                UserIdentity(
-                    userRecordID: RecordID(userRecordName: name), lookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: name)),
-                    nameComponents: nil, hasiCloudAccount: true)
-            }
-        }
+        var identities: [UserIdentity] { users.map(UserIdentity.account) }
 
         /// The users as requesters.
         var requesters: [Share.AccessRequester] {

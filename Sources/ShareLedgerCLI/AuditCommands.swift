@@ -41,14 +41,7 @@ struct AuditCommand: AsyncParsableCommand {
 
     func run() async throws {
         var options = AuditOptions(expectedHeads: expectHeads.compactMap(ExpectedHead.init), fromCheckpoint: fromCheckpoint)
-        for path in trustedKeys {
-            do {
-                options.trustedKeys.append(try CheckpointPublicKey(contentsOfFile: path))
-            } catch {
-                Output.failure(error, json: ledger.json)
-                throw ExitCode(2)
-            }
-        }
+        options.trustedKeys = try CheckpointPublicKey.read(trustedKeys, json: ledger.json)
         let shareLedger = try ledger.openWithoutWorker(readOnly: true)
         let scratch = FileManager.default.temporaryDirectory
             .appendingPathComponent("share-ledger-audit-\(ProcessInfo.processInfo.processIdentifier)").path
@@ -121,20 +114,14 @@ struct RebuildCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let shareLedger = try ledger.openWithoutWorker()
-        let started = ContinuousClock.now
-        let outcome = try await runReportingErrors(json: ledger.json) {
-            do {
-                return try await shareLedger.rebuildReadModels(rewritingEverything: rewriteAll) { done, total in
-                    Output.progress("rebuild: \(done) of \(total) events")
-                }
-            } catch {
-                await shareLedger.close()
-                throw error
+        let (outcome, started) = try await ledger.withLedger { shareLedger in
+            let started = ContinuousClock.now
+            let outcome = try await shareLedger.rebuildReadModels(rewritingEverything: rewriteAll) { done, total in
+                Output.progress("rebuild: \(done) of \(total) events")
             }
+            Output.endProgress()
+            return (outcome, started)
         }
-        Output.endProgress()
-        await shareLedger.close()
         let seconds = (ContinuousClock.now - started).seconds
         let summary = Summary(
             events: outcome.events, seconds: seconds, eventsPerSecond: Double(outcome.events) / max(seconds, 1e-6),
@@ -213,18 +200,11 @@ struct HistoryCommand: AsyncParsableCommand {
         } else {
             subject = .container(container ?? "")
         }
-        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
-        let entries = try await runReportingErrors(json: ledger.json) {
-            do {
-                return try shareLedger.history(
-                    of: subject, since: since.flatMap(HistoryCommand.bound), until: until.flatMap(HistoryCommand.bound),
-                    limit: limit)
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+        let entries = try await ledger.withLedger(readOnly: true) { shareLedger in
+            try shareLedger.history(
+                of: subject, since: since.flatMap(HistoryCommand.bound), until: until.flatMap(HistoryCommand.bound),
+                limit: limit)
         }
-        await shareLedger.close()
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         if ledger.json {
@@ -266,16 +246,9 @@ struct AccessCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
-        let access = try await runReportingErrors(json: ledger.json) {
-            do {
-                return try shareLedger.access(to: URL(string: share)!, at: HistoryCommand.bound(at)!)
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+        let access = try await ledger.withLedger(readOnly: true) { shareLedger in
+            try shareLedger.access(to: URL(string: share)!, at: HistoryCommand.bound(at)!)
         }
-        await shareLedger.close()
         if ledger.json {
             Output.printJSON(AccessJSON(access))
             return
@@ -314,18 +287,11 @@ struct SnapshotCommand: AsyncParsableCommand {
     var list = false
 
     func run() async throws {
-        let shareLedger = try ledger.openWithoutWorker(readOnly: list)
-        let started = ContinuousClock.now
-        let result: [ReadModelSnapshotInfo] = try await runReportingErrors(json: ledger.json) {
-            do {
-                if list { return shareLedger.readModelSnapshots() }
-                return [try shareLedger.saveReadModelSnapshot()]
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+        let (result, started) = try await ledger.withLedger(readOnly: list) { shareLedger in
+            let started = ContinuousClock.now
+            let result = try list ? shareLedger.readModelSnapshots() : [shareLedger.saveReadModelSnapshot()]
+            return (result, started)
         }
-        await shareLedger.close()
         let seconds = (ContinuousClock.now - started).seconds
         if ledger.json {
             if list { Output.printJSON(result) } else if let info = result.first { Output.printJSON(info) }

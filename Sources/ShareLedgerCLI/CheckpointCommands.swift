@@ -89,16 +89,7 @@ struct CheckpointCommand: AsyncParsableCommand {
             Output.failure(error, json: ledger.json)
             throw ExitCode(1)
         }
-        let shareLedger = try ledger.openWithoutWorker()
-        let checkpoint: Checkpoint
-        do {
-            checkpoint = try await shareLedger.checkpoint(signingKey: key)
-        } catch {
-            await shareLedger.close()
-            Output.failure(error, json: ledger.json)
-            throw ExitCode(1)
-        }
-        await shareLedger.close()
+        let checkpoint = try await ledger.withLedger { shareLedger in try await shareLedger.checkpoint(signingKey: key) }
         let summary = Summary(
             position: checkpoint.position.rawValue, hash: checkpoint.hash.hex,
             headRecordedAtMicros: checkpoint.headRecordedAtMicros, signedAtMicros: checkpoint.signedAtMicros,
@@ -257,5 +248,22 @@ struct ImportCommand: AsyncParsableCommand {
                     + "\(summary.unopenedBoxes) sealed fields the source could not open stay unreadable); new head "
                     + "\(summary.headPosition) \(summary.headHash)")
         }
+    }
+}
+
+extension CheckpointPublicKey {
+    /// The public keys in the files at `paths` (`--trusted-key`); exits 2 with a clear message when
+    /// one cannot be read.
+    static func read(_ paths: [String], json: Bool) throws -> [CheckpointPublicKey] {
+        var keys: [CheckpointPublicKey] = []
+        for path in paths {
+            do {
+                keys.append(try CheckpointPublicKey(contentsOfFile: path))
+            } catch {
+                Output.failure(error, json: json)
+                throw ExitCode(2)
+            }
+        }
+        return keys
     }
 }

@@ -162,12 +162,10 @@ struct FailoverCommand: AsyncParsableCommand {
     /// Writes a line straight to standard output (unbuffered: a caller watching the output of this
     /// long-running command sees "tookOver" when it happens).
     private func print(report: Report) {
-        var line: String
+        let line: String
         if ledger.json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            guard let data = try? encoder.encode(report) else { return }
-            line = String(decoding: data, as: UTF8.self)
+            guard let json = Output.compactJSON(report) else { return }
+            line = json
         } else if report.event == "tookOver" {
             line = "took over shard \(report.shard) as \(report.holder) (term \(report.term)) at position \(report.tookOverAt); shipping"
         } else {
@@ -176,7 +174,6 @@ struct FailoverCommand: AsyncParsableCommand {
                 "stopped writing shard \(report.shard): shipped through \(shipped?.shippedPosition ?? 0) "
                 + "(\(shipped?.eventsShipped ?? 0) events), lease released"
         }
-        line += "\n"
-        FileHandle.standardOutput.write(Data(line.utf8))
+        Output.writeLine(line)
     }
 }

@@ -58,20 +58,13 @@ struct ForgetCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let shareLedger = try ledger.openWithoutWorker()
         // The address itself is never printed or logged: it is the personal data being erased.
         let address = email.map { LookupInfo(emailAddress: $0) } ?? phone.map { LookupInfo(phoneNumber: $0) }
-        let held: Bool? = try await runReportingErrors(json: ledger.json) {
-            do {
-                if let address { return try await shareLedger.forget(address: address, in: container, requestedBy: requestedBy) }
-                try await shareLedger.forget(user: user ?? "", in: container, requestedBy: requestedBy)
-                return nil
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+        let held: Bool? = try await ledger.withLedger { shareLedger in
+            if let address { return try await shareLedger.forget(address: address, in: container, requestedBy: requestedBy) }
+            try await shareLedger.forget(user: user ?? "", in: container, requestedBy: requestedBy)
+            return nil
         }
-        await shareLedger.close()
         if ledger.json {
             Output.printJSON(Summary(userRecordName: user, container: container, personalDataErased: true, addressHeldData: held))
         } else if let user {

@@ -82,6 +82,19 @@ enum Output {
         print(String(decoding: data, as: UTF8.self))
     }
 
+    /// `value` as one line of compact JSON (keys sorted), or nil when it cannot be encoded.
+    static func compactJSON(_ value: some Encodable) -> String? {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Writes `line` and a newline straight to standard output, unbuffered: whoever started a
+    /// long-running command and reads its output through a pipe sees the line when it happens.
+    static func writeLine(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+
     struct ErrorBody: Encodable {
         struct Detail: Encodable {
             var code: Int

@@ -37,19 +37,6 @@ enum ReportOutput {
         return bound
     }
 
-    static func keys(_ paths: [String], json: Bool) throws -> [CheckpointPublicKey] {
-        var keys: [CheckpointPublicKey] = []
-        for path in paths {
-            do {
-                keys.append(try CheckpointPublicKey(contentsOfFile: path))
-            } catch {
-                Output.failure(error, json: json)
-                throw ExitCode(2)
-            }
-        }
-        return keys
-    }
-
     struct Written: Encodable {
         var file: String
         var lanes: Int
@@ -59,6 +46,45 @@ enum ReportOutput {
         var checkpoint: UInt64?
         var readMillis: Double
         var renderMillis: Double
+    }
+}
+
+/// How a drawn report words its `--from`.
+protocol ReportWindowWording {
+    /// The help of `--from`.
+    static var fromHelp: String { get }
+}
+
+/// `--html`, `--as-of`, `--from` and `--to`, as the drawn reports take them: the file to write and
+/// the window drawn.
+struct ReportWindowOptions<Wording: ReportWindowWording>: ParsableArguments {
+    @Option(help: "The HTML file to write.")
+    var html: String
+
+    @Option(name: .customLong("as-of"), help: "The report's end: a position or an ISO 8601 time (default: the head).")
+    var asOf: String?
+
+    @Option(help: ArgumentHelp(Wording.fromHelp))
+    var from: String?
+
+    @Option(help: "Draw up to this position or time.")
+    var to: String?
+
+    /// The bounds, each refused with a clear message when it is neither a position nor an ISO 8601
+    /// time.
+    func bounds() throws -> (asOf: HistoryBound?, from: HistoryBound?, to: HistoryBound?) {
+        (try ReportOutput.bound(asOf, "--as-of"), try ReportOutput.bound(from, "--from"), try ReportOutput.bound(to, "--to"))
+    }
+}
+
+/// `--trusted-key`, as every report takes it: the keys whose checkpoints count in the header.
+struct TrustedKeyOptions: ParsableArguments {
+    @Option(name: .customLong("trusted-key"), help: "A public key file: only a checkpoint signed by a trusted key counts in the header. Repeatable.")
+    var trustedKeys: [String] = []
+
+    /// The keys read from the files; exits 2 with a clear message when one cannot be read.
+    func keys(json: Bool) throws -> [CheckpointPublicKey] {
+        try CheckpointPublicKey.read(trustedKeys, json: json)
     }
 }
 
@@ -73,23 +99,17 @@ struct ReportShareCommand: AsyncParsableCommand {
     @Argument(help: "The share URL.")
     var url: String
 
-    @Option(help: "The HTML file to write.")
-    var html: String
+    @OptionGroup var window: ReportWindowOptions<Wording>
 
-    @Option(name: .customLong("as-of"), help: "The report's end: a position or an ISO 8601 time (default: the head).")
-    var asOf: String?
-
-    @Option(help: "Draw from this position or time (earlier events still count for who stood where).")
-    var from: String?
-
-    @Option(help: "Draw up to this position or time.")
-    var to: String?
+    /// The share report's `--from`: events before it still decide who stood where.
+    enum Wording: ReportWindowWording {
+        static let fromHelp = "Draw from this position or time (earlier events still count for who stood where)."
+    }
 
     @Flag(name: .customLong("show-contact"), help: "Show each person's email or phone while their key exists (personal data: only when asked).")
     var showContact = false
 
-    @Option(name: .customLong("trusted-key"), help: "A public key file: only a checkpoint signed by a trusted key counts in the header. Repeatable.")
-    var trustedKeys: [String] = []
+    @OptionGroup var trusted: TrustedKeyOptions
 
     @Option(name: .customLong("max-lanes"), help: "Lanes drawn one by one; the rest collapse into one lane (2...1000).")
     var maxLanes = ShareReport.defaultMaxLanes
@@ -97,39 +117,32 @@ struct ReportShareCommand: AsyncParsableCommand {
     func validate() throws {
         guard URL(string: url) != nil else { throw ValidationError("\(url) is not a URL") }
         guard (2...1_000).contains(maxLanes) else { throw ValidationError("--max-lanes must be 2...1000") }
-        for (text, option) in [(asOf, "--as-of"), (from, "--from"), (to, "--to")] { _ = try ReportOutput.bound(text, option) }
+        _ = try window.bounds()
     }
 
     func run() async throws {
+        let bounds = try window.bounds()
         var options = ShareReport.Options(
-            asOf: try ReportOutput.bound(asOf, "--as-of"), from: try ReportOutput.bound(from, "--from"),
-            to: try ReportOutput.bound(to, "--to"), showContact: showContact,
-            trustedKeys: try ReportOutput.keys(trustedKeys, json: ledger.json))
+            asOf: bounds.asOf, from: bounds.from, to: bounds.to, showContact: showContact,
+            trustedKeys: try trusted.keys(json: ledger.json))
         options.now = Date()
-        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
-        let started = ContinuousClock.now
-        let report = try await runReportingErrors(json: ledger.json) {
-            do {
-                return try ShareReport.make(ledger: shareLedger, url: URL(string: url)!, options: options)
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+        let (report, started) = try await ledger.withLedger(readOnly: true) { shareLedger in
+            let started = ContinuousClock.now
+            return (try ShareReport.make(ledger: shareLedger, url: URL(string: url)!, options: options), started)
         }
-        await shareLedger.close()
         let read = ContinuousClock.now
         let page = report.html(maxLanes: maxLanes)
         let rendered = ContinuousClock.now
-        try ReportOutput.write(page, to: html, json: ledger.json)
+        try ReportOutput.write(page, to: window.html, json: ledger.json)
         let written = ReportOutput.Written(
-            file: html, lanes: report.timeline.lanes.count, events: report.timeline.window.count, chainHolds: report.chain.holds,
+            file: window.html, lanes: report.timeline.lanes.count, events: report.timeline.window.count, chainHolds: report.chain.holds,
             verifiedThrough: report.chain.verifiedThrough, checkpoint: report.chain.checkpoint?.position,
             readMillis: (read - started).seconds * 1_000, renderMillis: (rendered - read).seconds * 1_000)
         if ledger.json {
             Output.printJSON(written)
         } else {
             print(
-                "wrote \(html): \(written.lanes) lanes, \(written.events) events drawn; "
+                "wrote \(window.html): \(written.lanes) lanes, \(written.events) events drawn; "
                     + (written.chainHolds ? "chain verified to \(written.verifiedThrough)" : "chain BROKEN after \(written.verifiedThrough)")
                     + (written.checkpoint.map { ", checkpoint at \($0)" } ?? ", no checkpoint")
                     + String(format: " (read %.0f ms, render %.0f ms)", written.readMillis, written.renderMillis))
@@ -151,44 +164,31 @@ struct ReportUserCommand: AsyncParsableCommand {
     @Option(help: "The container.")
     var container: String
 
-    @Option(help: "The HTML file to write.")
-    var html: String
+    @OptionGroup var window: ReportWindowOptions<Wording>
 
-    @Option(name: .customLong("as-of"), help: "The report's end: a position or an ISO 8601 time (default: the head).")
-    var asOf: String?
+    /// The user report's `--from`.
+    enum Wording: ReportWindowWording {
+        static let fromHelp = "Draw from this position or time."
+    }
 
-    @Option(help: "Draw from this position or time.")
-    var from: String?
-
-    @Option(help: "Draw up to this position or time.")
-    var to: String?
-
-    @Option(name: .customLong("trusted-key"), help: "A public key file: only a checkpoint signed by a trusted key counts in the header. Repeatable.")
-    var trustedKeys: [String] = []
+    @OptionGroup var trusted: TrustedKeyOptions
 
     func validate() throws {
-        for (text, option) in [(asOf, "--as-of"), (from, "--from"), (to, "--to")] { _ = try ReportOutput.bound(text, option) }
+        _ = try window.bounds()
     }
 
     func run() async throws {
+        let bounds = try window.bounds()
         let options = ShareReport.Options(
-            asOf: try ReportOutput.bound(asOf, "--as-of"), from: try ReportOutput.bound(from, "--from"),
-            to: try ReportOutput.bound(to, "--to"), trustedKeys: try ReportOutput.keys(trustedKeys, json: ledger.json))
-        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
-        let report = try await runReportingErrors(json: ledger.json) {
-            do {
-                return try UserReport.make(ledger: shareLedger, user: user, container: container, options: options)
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+            asOf: bounds.asOf, from: bounds.from, to: bounds.to, trustedKeys: try trusted.keys(json: ledger.json))
+        let report = try await ledger.withLedger(readOnly: true) { shareLedger in
+            try UserReport.make(ledger: shareLedger, user: user, container: container, options: options)
         }
-        await shareLedger.close()
-        try ReportOutput.write(report.html(), to: html, json: ledger.json)
+        try ReportOutput.write(report.html(), to: window.html, json: ledger.json)
         if ledger.json {
-            Output.printJSON(["file": html, "shares": "\(report.shares.count)", "events": "\(report.axis.count)"])
+            Output.printJSON(["file": window.html, "shares": "\(report.shares.count)", "events": "\(report.axis.count)"])
         } else {
-            print("wrote \(html): \(report.shares.count) shares, \(report.axis.count) events drawn")
+            print("wrote \(window.html): \(report.shares.count) shares, \(report.axis.count) events drawn")
         }
     }
 }
@@ -216,8 +216,7 @@ struct ReportAccessReviewCommand: AsyncParsableCommand {
     @Option(help: "Write the review as CSV to this file.")
     var csv: String?
 
-    @Option(name: .customLong("trusted-key"), help: "A public key file: only a checkpoint signed by a trusted key counts in the header. Repeatable.")
-    var trustedKeys: [String] = []
+    @OptionGroup var trusted: TrustedKeyOptions
 
     func validate() throws {
         guard html != nil || csv != nil else { throw ValidationError("give --html FILE, --csv FILE or both") }
@@ -226,19 +225,12 @@ struct ReportAccessReviewCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let keys = try ReportOutput.keys(trustedKeys, json: ledger.json)
+        let keys = try trusted.keys(json: ledger.json)
         let from = try ReportOutput.bound(from, "--from")!
         let to = try ReportOutput.bound(to, "--to")!
-        let shareLedger = try ledger.openWithoutWorker(readOnly: true)
-        let review = try await runReportingErrors(json: ledger.json) {
-            do {
-                return try AccessReview.make(ledger: shareLedger, container: container, from: from, to: to, trustedKeys: keys)
-            } catch {
-                await shareLedger.close()
-                throw error
-            }
+        let review = try await ledger.withLedger(readOnly: true) { shareLedger in
+            try AccessReview.make(ledger: shareLedger, container: container, from: from, to: to, trustedKeys: keys)
         }
-        await shareLedger.close()
         if let html { try ReportOutput.write(review.html(), to: html, json: ledger.json) }
         if let csv { try ReportOutput.write(review.csv(), to: csv, json: ledger.json) }
         let files = [html, csv].compactMap { $0 }.joined(separator: " and ")

@@ -130,9 +130,7 @@ struct ServeCommand: AsyncParsableCommand {
                 case .deposed: line.shardMember = "deposed"
                 case .stopped: line.shardMember = "stopped"
                 }
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-                FileHandle.standardOutput.write(((try? encoder.encode(line)) ?? Data()) + Data("\n".utf8))
+                Output.writeLine(Output.compactJSON(line) ?? "")
             })
         let routing = ShardRouting(servers: names.1, shard: names.0, logger: logger) { [member] in
             if case .writer = member.state { return true }
@@ -177,12 +175,7 @@ struct ServeCommand: AsyncParsableCommand {
             onServerRunning: { [answerer = membership?.answerer] port in
                 answerer?.listening(host: host, port: port)
                 if json {
-                    // Written unbuffered: whoever started the server reads this line through a pipe.
-                    let encoder = JSONEncoder()
-                    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-                    let line =
-                        (try? encoder.encode(Listening(listening: "http://\(host):\(port)", port: port, pid: getpid()))) ?? Data()
-                    FileHandle.standardOutput.write(line + Data("\n".utf8))
+                    Output.writeLine(Output.compactJSON(Listening(listening: "http://\(host):\(port)", port: port, pid: getpid())) ?? "")
                 }
             })
         server.routing = membership?.routing
@@ -190,19 +183,20 @@ struct ServeCommand: AsyncParsableCommand {
         if let membership { services.append(.init(service: membership.member)) }
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        func stop() async {
+            membership?.routing.close()
+            await membership?.answerer.shutdown()
+            await shareLedger.close()
+        }
         do {
             try await group.run()
         } catch {
             logger.error(
                 "share-ledger serve stopped on an error", metadata: ["error": "\(String(describing: error).prefix(200))"])
-            membership?.routing.close()
-            await membership?.answerer.shutdown()
-            await shareLedger.close()
+            await stop()
             throw ExitCode(1)
         }
-        membership?.routing.close()
-        await membership?.answerer.shutdown()
-        await shareLedger.close()
+        await stop()
         logger.info("share-ledger serve: stopped; the ledger is closed")
     }
 }

@@ -7,11 +7,13 @@ struct ShareActorOptions: ParsableArguments {
     @Argument(help: "The share URL (https://HOST/share/TOKEN#Title).")
     var url: String
 
-    @Option(name: .customLong("as"), help: "The user record name to act as.")
-    var user: String
+    @OptionGroup var actor: ActorOptions
 
-    @Option(help: "The container the user acts in, e.g. iCloud.com.example.notes.")
-    var container: String
+    /// The user record name to act as.
+    var user: String { actor.user }
+
+    /// The container the user acts in.
+    var container: String { actor.container }
 
     /// The URL, or `invalidArguments` when the text is not one.
     func shareURL() throws(LedgerError) -> URL {
@@ -47,33 +49,20 @@ struct FetchCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let sharing = try ledger.openSharing(create: false)
-        let (user, container) = (share.user, share.container)
         let desired = keys.map { text in
             text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         }
         let fetchRoot = rootRecord
         let options = share
-        let result: Result<Share.Metadata, LedgerError>
-        do throws(LedgerError) {
+        let metadata = try await ledger.acting(as: share.user, in: share.container) { handle, _ throws(LedgerError) in
             let url = try options.shareURL()
-            let handle = sharing.container(container, userRecordName: user)
             guard let answer = try await handle.shareMetadatas(
                 for: [url], shouldFetchRootRecord: fetchRoot, rootRecordDesiredKeys: desired)[url]
             else { throw LedgerError(.unknownItem, Output.shareNotFound) }
-            result = answer
-        } catch {
-            result = .failure(error)
+            return try answer.get()
         }
-        await sharing.close()
-        switch result {
-        case .success(let metadata):
-            let report = MetadataReport(metadata)
-            if ledger.json { Output.printJSON(report) } else { report.printText() }
-        case .failure(let error):
-            Output.failure(error, json: ledger.json)
-            throw ExitCode(1)
-        }
+        let report = MetadataReport(metadata)
+        if ledger.json { Output.printJSON(report) } else { report.printText() }
     }
 }
 

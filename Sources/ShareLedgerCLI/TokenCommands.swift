@@ -215,16 +215,9 @@ struct UserCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let shareLedger = try ledger.openWithoutWorker(create: true)
-            try await runReportingErrors(json: ledger.json) {
-                do {
-                    try await shareLedger.registerUser(name, in: container, emailAddress: email, phoneNumber: phone)
-                } catch {
-                    await shareLedger.close()
-                    throw error
-                }
+            _ = try await ledger.withLedger(create: true) { shareLedger in
+                try await shareLedger.registerUser(name, in: container, emailAddress: email, phoneNumber: phone)
             }
-            await shareLedger.close()
             if ledger.json {
                 Output.printJSON(Summary(userRecordName: name, container: container))
             } else {

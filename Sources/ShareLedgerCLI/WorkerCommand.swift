@@ -23,6 +23,21 @@ extension LedgerOptions {
             throw Output.exitCode(unreadable: error)
         }
     }
+
+    /// Opens the ledger as ``openWithoutWorker(create:readOnly:)`` does, runs `body` with it, and
+    /// closes it again, also when `body` throws; a ``LedgerError`` from `body` becomes exit 1 with its
+    /// message (JSON with `--json`).
+    func withLedger<R>(create: Bool = false, readOnly: Bool = false, _ body: (ShareLedger) async throws -> R) async throws -> R {
+        let shareLedger = try openWithoutWorker(create: create, readOnly: readOnly)
+        let result: Result<R, any Error>
+        do {
+            result = .success(try await body(shareLedger))
+        } catch {
+            result = .failure(error)
+        }
+        await shareLedger.close()
+        return try await runReportingErrors(json: json) { try result.get() }
+    }
 }
 
 /// `share-ledger worker`: runs the residual-task worker until SIGTERM/SIGINT, or with `--drain`
@@ -132,9 +147,7 @@ struct TasksCommand: AsyncParsableCommand {
         var parked = false
 
         func run() async throws {
-            let shareLedger = try ledger.openWithoutWorker(readOnly: true)
-            let tasks = try await runReportingErrors(json: ledger.json) { try shareLedger.residualTasks(parkedOnly: parked) }
-            await shareLedger.close()
+            let tasks = try await ledger.withLedger(readOnly: true) { shareLedger in try shareLedger.residualTasks(parkedOnly: parked) }
             if ledger.json {
                 Output.printJSON(tasks)
                 return
@@ -170,16 +183,9 @@ struct TasksCommand: AsyncParsableCommand {
         struct Summary: Encodable { var retried: Int }
 
         func run() async throws {
-            let shareLedger = try ledger.openWithoutWorker()
-            let retried = try await runReportingErrors(json: ledger.json) {
-                do {
-                    return try await shareLedger.retryParkedTasks(ids: all ? nil : ids)
-                } catch {
-                    await shareLedger.close()
-                    throw error
-                }
+            let retried = try await ledger.withLedger { shareLedger in
+                try await shareLedger.retryParkedTasks(ids: all ? nil : ids)
             }
-            await shareLedger.close()
             if ledger.json {
                 Output.printJSON(Summary(retried: retried))
             } else {

@@ -148,7 +148,7 @@ public struct ShareTimeline: Sendable {
     /// The last position the report includes (`--as-of`, or the head).
     public var asOf: UInt64
     /// Share-level state changes: (position, event index, existed, public permission, allows requests).
-    var shareStates: [(position: UInt64, eventIndex: Int, existed: Bool, publicPermission: Share.Participant.Permission, allowsRequests: Bool)]
+    var shareStates: [TimelineFold.ShareState]
 
     /// Builds the timeline from `events` (a share's history, oldest first), drawing `window`.
     public init(url: String, token: String, events: [ReportEvent], window: Range<Int>? = nil, asOf: UInt64? = nil) {
@@ -158,179 +158,11 @@ public struct ShareTimeline: Sendable {
         self.window = window ?? 0..<events.count
         self.asOf = asOf ?? events.last?.position ?? 0
         container = events.first?.container ?? ""
-        owner = ""
-        lanes = []
-        shareMarks = []
-        shareStates = []
-        fold()
-    }
-
-    private mutating func fold() {
-        // Which lane a user's requests and blocks go to: the first participant they ever were.
-        var participantOfUser: [String: String] = [:]
-        for event in events {
-            switch event.change {
-            case .added(let id, let user?, _, _, _, _), .verified(let id, let user), .accepted(let id, let user):
-                if participantOfUser[user] == nil { participantOfUser[user] = id }
-            default: break
-            }
-        }
-        var index: [String: Int] = [:]
-        var existed = false
-        var publicPermission = Share.Participant.Permission.none
-        var allowsRequests = false
-        var current: [String: ParticipantStanding] = [:]
-        var requests: [String: RequestStanding] = [:]
-        func laneIndex(_ id: String, kind: TimelineLane.Kind, user: String?) -> Int {
-            if let found = index[id] { return found }
-            lanes.append(
-                TimelineLane(
-                    id: id, kind: kind, userRecordName: user, route: kind == .owner ? .owner : .none, standings: [], requests: [],
-                    marks: [], requestUser: nil))
-            index[id] = lanes.count - 1
-            return lanes.count - 1
-        }
-        func userLane(_ user: String) -> Int {
-            let lane =
-                participantOfUser[user].map { laneIndex($0, kind: .participant, user: user) }
-                ?? laneIndex("user:" + user, kind: .requester, user: user)
-            lanes[lane].requestUser = user
-            return lane
-        }
-        func shareState(_ position: UInt64, _ eventIndex: Int) {
-            shareStates.append((position, eventIndex, existed, publicPermission, allowsRequests))
-        }
-        func setRequest(_ user: String, _ standing: RequestStanding, _ position: UInt64, _ eventIndex: Int) {
-            guard (requests[user] ?? .none) != standing else { return }
-            requests[user] = standing
-            lanes[userLane(user)].requests.append((position, eventIndex, standing))
-        }
-        func set(_ id: String, _ position: UInt64, _ eventIndex: Int, _ standing: ParticipantStanding?) {
-            guard let lane = index[id] else { return }
-            if standing == nil && current[id] == nil { return }
-            current[id] = standing
-            lanes[lane].standings.append((position, eventIndex, standing))
-            if let user = standing?.userRecordName { lanes[lane].userRecordName = user }
-        }
-        func mark(_ lane: Int, _ event: ReportEvent, _ eventIndex: Int, _ kind: TimelineMark.Kind, _ text: String) {
-            lanes[lane].marks.append(TimelineMark(position: event.position, eventIndex: eventIndex, kind: kind, text: text))
-        }
-        func shareMark(_ event: ReportEvent, _ eventIndex: Int, _ kind: TimelineMark.Kind, _ text: String) {
-            shareMarks.append(TimelineMark(position: event.position, eventIndex: eventIndex, kind: kind, text: text))
-        }
-        func endEverything(_ position: UInt64, _ eventIndex: Int) {
-            for id in current.keys.sorted() { set(id, position, eventIndex, nil) }
-            for user in requests.keys.sorted() { setRequest(user, .none, position, eventIndex) }
-            current = [:]
-            requests = [:]
-        }
-        for (i, event) in events.enumerated() {
-            let position = event.position
-            switch event.change {
-            case .created(let ownerName, let ownerID, let permission):
-                endEverything(position, i)
-                existed = true
-                publicPermission = permission
-                allowsRequests = false
-                owner = ownerName
-                let lane = laneIndex(ownerID, kind: .owner, user: ownerName)
-                set(
-                    ownerID, position, i,
-                    ParticipantStanding(
-                        status: .accepted, role: .owner, permission: .readWrite, userRecordName: ownerName, isApprovedRequester: false))
-                mark(lane, event, i, .created, "created the share (public permission \(permission))")
-                shareMark(event, i, .created, "share created, public permission \(permission)")
-                shareState(position, i)
-            case .deleted:
-                endEverything(position, i)
-                existed = false
-                allowsRequests = false
-                shareMark(event, i, .deleted, "share deleted")
-                shareState(position, i)
-            case .publicPermission(let old, let new):
-                guard existed else { continue }
-                publicPermission = new
-                shareMark(event, i, .publicPermission, "public permission \(old) → \(new)")
-                shareState(position, i)
-            case .requestsAllowed(let allowed):
-                guard existed else { continue }
-                allowsRequests = allowed
-                shareMark(event, i, .requestsAllowed, allowed ? "access requests allowed" : "access requests not allowed")
-                shareState(position, i)
-            case .added(let id, let user, let role, let permission, let approved, let oneTime):
-                guard existed else { continue }
-                let lane = laneIndex(id, kind: .participant, user: user)
-                lanes[lane].route =
-                    approved ? .approvedRequest : oneTime ? .oneTimeURL : role == .publicUser ? .publicLink : .invited
-                set(
-                    id, position, i,
-                    ParticipantStanding(
-                        status: .pending, role: role, permission: permission, userRecordName: user, isApprovedRequester: approved))
-                mark(
-                    lane, event, i, approved ? .approved : .invited,
-                    (approved ? "request approved: " : role == .publicUser ? "joined by the public link: " : "invited: ")
-                        + "\(role), \(permission)")
-                if let user { setRequest(user, requests[user] == .blocked ? .blocked : .none, position, i) }
-            case .updated(let id, let role, let permission):
-                guard existed, let lane = index[id], var standing = current[id] else { continue }
-                let before = standing
-                standing.role = role
-                standing.permission = permission
-                set(id, position, i, standing)
-                if before.role != role { mark(lane, event, i, .role, "role \(before.role) → \(role)") }
-                if before.permission != permission || before.role == role {
-                    mark(lane, event, i, .permission, "permission \(before.permission) → \(permission)")
-                }
-            case .removed(let id, let reason):
-                guard existed, let lane = index[id], var standing = current[id] else { continue }
-                standing.status = .removed
-                standing.removal = reason
-                set(id, position, i, standing)
-                switch reason {
-                case .left: mark(lane, event, i, .left, "left")
-                case .removed: mark(lane, event, i, .removed, "removed")
-                case .publicPermissionChanged: mark(lane, event, i, .dropped, "dropped by the public permission change")
-                case .blocked: mark(lane, event, i, .removed, "removed (blocked)")
-                }
-            case .verified(let id, let user):
-                guard existed else { continue }
-                if let lane = index[id], var standing = current[id] {
-                    standing.userRecordName = user
-                    set(id, position, i, standing)
-                    mark(lane, event, i, .verified, "verified as \(user)")
-                }
-                setRequest(user, requests[user] == .blocked ? .blocked : .none, position, i)
-            case .accepted(let id, let user):
-                guard existed, let lane = index[id], var standing = current[id] else { continue }
-                standing.status = .accepted
-                standing.userRecordName = user
-                set(id, position, i, standing)
-                mark(lane, event, i, .accepted, "accepted (\(standing.permission))")
-            case .requested(let user):
-                guard existed else { continue }
-                setRequest(user, .requesting, position, i)
-                mark(userLane(user), event, i, .requested, "requested access")
-            case .denied(let user):
-                guard existed else { continue }
-                setRequest(user, requests[user] == .blocked ? .blocked : .none, position, i)
-                mark(userLane(user), event, i, .denied, "request denied")
-            case .blocked(let user):
-                guard existed else { continue }
-                setRequest(user, .blocked, position, i)
-                mark(userLane(user), event, i, .blocked, "blocked")
-            case .unblocked(let user):
-                guard existed else { continue }
-                setRequest(user, .none, position, i)
-                mark(userLane(user), event, i, .unblocked, "unblocked")
-            case .other:
-                break
-            }
-        }
-        // Lanes in the order of their first mark; the owner's first.
-        lanes.sort { a, b in
-            if (a.kind == .owner) != (b.kind == .owner) { return a.kind == .owner }
-            return (a.marks.first?.position ?? .max, a.id) < (b.marks.first?.position ?? .max, b.id)
-        }
+        let fold = TimelineFold(events)
+        owner = fold.owner
+        lanes = fold.lanes
+        shareMarks = fold.shareMarks
+        shareStates = fold.shareStates
     }
 
     /// The share as the timeline has it right after `position`.

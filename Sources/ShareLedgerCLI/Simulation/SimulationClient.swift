@@ -286,6 +286,20 @@ struct SimulationClient {
         return candidates.randomElement(using: &rng)
     }
 
+    /// A share and a person of one of its entries meeting `condition`, chosen at random among the
+    /// live shares meeting `share`.
+    mutating func pickEntry(
+        inShares share: (SimShare) -> Bool = { _ in true }, _ condition: (SimEntry) -> Bool
+    ) -> (share: Int, person: Int)? {
+        var candidates: [(share: Int, person: Int)] = []
+        for shareIndex in model.liveShares where share(model.shares[shareIndex]) {
+            for entry in model.shares[shareIndex].entries where condition(entry) {
+                candidates.append((shareIndex, entry.person))
+            }
+        }
+        return candidates.randomElement(using: &rng)
+    }
+
     /// The manager who will change a share's participants: the owner, or sometimes an accepted administrator.
     mutating func manager(of shareIndex: Int) -> Int {
         let share = model.shares[shareIndex]
