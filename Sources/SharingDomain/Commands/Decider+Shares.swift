@@ -43,9 +43,7 @@ extension Decider {
         guard publicPermission == .none || Decider.isPublic(publicPermission) else {
             throw LedgerError(.invalidArguments, "the public permission must be none, readOnly or readWrite")
         }
-        guard title.utf8.count <= Limits.maxTitleBytes else {
-            throw LedgerError(.invalidArguments, "the title is longer than \(Limits.maxTitleBytes) bytes")
-        }
+        try Decider.checkTitle(title)
         guard let zone = try models.zone(txn, container, owner: actor, zone: zoneName) else {
             throw LedgerError(.zoneNotFound, "zone \(zoneName) does not exist; save the zone first")
         }
@@ -104,13 +102,8 @@ extension Decider {
         permission: Share.Participant.Permission, newID: String, tag: String?
     ) throws -> Decision {
         let share = try invitableShare(txn, token, tag: tag)
-        guard role == .privateUser || role == .administrator else {
-            throw LedgerError(
-                .invalidArguments, "an invited participant's role is privateUser or administrator (public users join by URL)")
-        }
-        guard permission == .readOnly || permission == .readWrite else {
-            throw LedgerError(.invalidArguments, "an invited participant's permission is readOnly or readWrite")
-        }
+        try Decider.checkInvitedRole(PBRole(role))
+        try Decider.checkInvitedPermission(PBPermission(permission))
         let user = try account(txn, for: lookup)
         guard user != share.ownerName else {
             throw LedgerError(.invalidArguments, "the owner is a participant already")
@@ -318,9 +311,7 @@ extension Decider {
         let share = try liveShare(txn, token)
         try requireManager(txn, share, token)
         try checkTag(share, tag)
-        guard title.utf8.count <= Limits.maxTitleBytes else {
-            throw LedgerError(.invalidArguments, "the title is longer than \(Limits.maxTitleBytes) bytes")
-        }
+        try Decider.checkTitle(title)
         guard title != models.title(of: share).title else { return .output(shareOutput(token)) }
         var e = Shareledger_Events_V1_ShareTitleChanged()
         e.token = token

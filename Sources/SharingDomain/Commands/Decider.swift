@@ -202,6 +202,29 @@ package struct Decider {
         }
     }
 
+    /// A share's title fits the limit (a new share's, or a changed one).
+    package static func checkTitle(_ title: String) throws(LedgerError) {
+        guard title.utf8.count <= Limits.maxTitleBytes else {
+            throw LedgerError(.invalidArguments, "the title is longer than \(Limits.maxTitleBytes) bytes")
+        }
+    }
+
+    /// An invited participant's role: privateUser or administrator (public users join by URL, the
+    /// owner is there from the start).
+    package static func checkInvitedRole(_ role: PBRole) throws(LedgerError) {
+        guard role == .privateUser || role == .administrator else {
+            throw LedgerError(
+                .invalidArguments, "an invited participant's role is privateUser or administrator (public users join by URL)")
+        }
+    }
+
+    /// An invited participant's permission: readOnly or readWrite.
+    package static func checkInvitedPermission(_ permission: PBPermission) throws(LedgerError) {
+        guard permission == .readOnly || permission == .readWrite else {
+            throw LedgerError(.invalidArguments, "an invited participant's permission is readOnly or readWrite")
+        }
+    }
+
     /// Whether anyone with the URL may join: only for the two permissions that grant something. An
     /// unknown value in a stored share (a damaged row, a forged import) keeps the share private.
     package static func isPublic(_ permission: PBPermission) -> Bool {

@@ -27,8 +27,8 @@ extension EventValidator {
             guard share.publicPermission == .none else {
                 throw Self.refuse("participants are invited only to a private share")
             }
-            guard e.role == .privateUser || e.role == .administrator, e.permission == .readOnly || e.permission == .readWrite
-            else { throw Self.refuse("an invited participant is a privateUser or administrator, readOnly or readWrite") }
+            try Decider.checkInvitedRole(e.role)
+            try Decider.checkInvitedPermission(e.permission)
             guard e.userRecordName != share.ownerName, previous?.role != .owner else {
                 throw Self.refuse("the owner is a participant already")
             }
@@ -78,8 +78,8 @@ extension EventValidator {
             }
         } else {
             try d.requireManager(txn, share, e.token)
-            guard e.role == .privateUser || e.role == .administrator, e.permission == .readOnly || e.permission == .readWrite
-            else { throw Self.refuse("a participant is a privateUser or administrator, readOnly or readWrite") }
+            try Decider.checkInvitedRole(e.role)
+            try Decider.checkInvitedPermission(e.permission)
         }
     }
 

@@ -39,7 +39,7 @@ extension EventValidator {
         try d.requireSignedIn(txn)
         let share = try d.liveShare(txn, e.token)
         try d.requireManager(txn, share, e.token)
-        guard e.title.utf8.count <= Decider.Limits.maxTitleBytes else { throw Self.refuse("the title is too long") }
+        try Decider.checkTitle(e.title)
     }
 
     func checkPublicPermissionChanged(
