@@ -68,12 +68,26 @@ let package = Package(
             exclude: ["Generated/README.md"],
             swiftSettings: strictSettings
         ),
-        // The sharing domain, its projections and read models, the worker and the audit tools, on
-        // the event log.
+        // The pure sharing domain: values, commands and the decider, the projector, the event
+        // validator, the read models over the `ReadModelStore` protocol and its in-memory store.
+        // Imports neither LMDB nor ShareLedger.
+        .target(
+            name: "SharingDomain",
+            dependencies: [
+                "EventLog",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            exclude: ["Generated/README.md"],
+            swiftSettings: strictSettings
+        ),
+        // The facade over the domain: the store glue that runs it in the writer's commit step,
+        // containers and operations, presentation, the worker and the audit tools, on the event log.
         .target(
             name: "ShareLedger",
             dependencies: [
                 "EventLog",
+                "SharingDomain",
                 "LMDB",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -82,7 +96,6 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
-            exclude: ["Generated/README.md"],
             swiftSettings: strictSettings
         ),
         // The NATS C client from the system (Debian: libnats-dev), found through pkg-config "libnats".
@@ -234,6 +247,16 @@ let package = Package(
             ],
             // Saved `bench --json` runs the benchmark report is drawn from.
             exclude: ["Fixtures"],
+            swiftSettings: strictSettings
+        ),
+        // The pure sharing domain, without LMDB or a ledger: fast.
+        .testTarget(
+            name: "SharingDomainTests",
+            dependencies: [
+                "SharingDomain",
+                "TestSupport",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

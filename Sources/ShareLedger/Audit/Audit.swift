@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import SharingDomain
 import SwiftProtobuf
 import Synchronization
 

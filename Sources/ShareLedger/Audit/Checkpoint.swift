@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import LMDB
+import SharingDomain
 
 /// An Ed25519 private key that signs checkpoints (``ShareLedger/checkpoint(signingKey:)``).
 ///

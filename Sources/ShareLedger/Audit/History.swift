@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import SharingDomain
 import SwiftProtobuf
 
 /// Whose history to read.
@@ -44,7 +45,7 @@ extension ShareLedger {
     public func history(
         of subject: HistorySubject, since: HistoryBound? = nil, until: HistoryBound? = nil, limit: Int = 10_000
     ) throws(LedgerError) -> [HistoryEntry] {
-        let db: Database
+        let db: ReadModelTable
         let key: [UInt8]
         switch subject {
         case .share(let url):

@@ -1,4 +1,5 @@
 import Foundation
+import SharingDomain
 
 extension LogNDJSON {
     /// The longest line a valid event can make: its payload (at most

@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import LMDB
+import SharingDomain
 
 /// What ``ShareLedger/importResealingPersonalData(from:progress:)`` wrote.
 public struct ResealSummary: Sendable, Hashable, Codable {

@@ -2,6 +2,7 @@ import Crypto
 import Dispatch
 import Foundation
 import LMDB
+import SharingDomain
 
 /// Rebuilding the read models from the log, and comparing two sets of read models.
 enum ReadModelRebuild {
@@ -230,7 +231,7 @@ enum ReadModelRebuild {
         into models: ReadModels, in txn: borrowing Transaction, from rebuiltModels: ReadModels, in built: borrowing Transaction,
         rewriteAll: Bool = false, limit: Int = changeLimit, rewriteBeyondLimit: Bool = true
     ) throws -> SwapOutcome? {
-        let (targets, sources) = (models.all, rebuiltModels.all)
+        let (targets, sources) = (models.allDatabases, rebuiltModels.allDatabases)
         guard
             let plan = try plan(
                 targets, in: txn, from: sources, in: built, limit: limit, rewriteAll: rewriteAll, rewriteBeyondLimit: rewriteBeyondLimit)
@@ -355,7 +356,7 @@ enum ReadModelRebuild {
         limit: Int = changeLimit, force: Bool
     ) throws -> SwapOutcome? {
         let models = store.models
-        let (targets, sources) = (models.all.map { txn.unused($0) }, rebuiltModels.all)
+        let (targets, sources) = (models.all.map { txn.unused($0) }, rebuiltModels.allDatabases)
         guard let plan = try plan(targets, in: txn, from: sources, in: built, limit: limit, rewriteBeyondLimit: force) else {
             return nil
         }

@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import SharingDomain
 
 extension Container {
     /// The records of a zone that the user may read and `isIncluded` accepts, of `recordType` when
@@ -60,7 +61,7 @@ extension ReadModels {
     /// The key suffixes (after `prefix`) of the entries of `db` that follow the suffix `after`, in
     /// key order, at most `limit`.
     func keySuffixes(
-        _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, prefix: [UInt8], after: [UInt8]?, limit: Int
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, prefix: [UInt8], after: [UInt8]?, limit: Int
     ) throws -> [[UInt8]] {
         // The smallest key after `prefix ‖ after` is `prefix ‖ after ‖ 0`.
         let start = prefix + (after.map { $0 + [0] } ?? [])

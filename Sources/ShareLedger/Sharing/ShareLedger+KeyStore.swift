@@ -1,5 +1,7 @@
 import EventLog
 import Foundation
+import LMDB
+import SharingDomain
 
 extension ShareLedger {
     /// Gives the ledger at `path` a new key store when its own is lost for good: missing, emptied,

@@ -1,3 +1,5 @@
+import SharingDomain
+
 // What a server built on the public API needs to monitor the ledger (`share-ledger serve`'s /metrics).
 extension ShareLedger {
     /// Commands waiting for the writer thread (queued, not yet taken into a batch) at this moment:

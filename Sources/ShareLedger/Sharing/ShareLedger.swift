@@ -2,6 +2,7 @@ import Crypto
 import EventLog
 import Foundation
 import LMDB
+import SharingDomain
 import SwiftProtobuf
 import Synchronization
 
@@ -366,7 +367,7 @@ public final class ShareLedger: Sendable {
             // The rules and projections reach the read models only through `ReadModelStore`, which
             // works through the writer's overlay: their derived state may be written behind.
             return try await log.writer.submit(
-                bytes: command.bytes, behindCommit: true, command.commitStep(models: writerModels, presenter: presenter))
+                bytes: command.bytes, behindCommit: true, command.commitStep(models: writerModels))
                 .get().get()
         } catch {
             throw log.namingTheFile(error)
