@@ -29,11 +29,13 @@ extension EventLog {
     ///
     /// - Parameter chunkSize: the events read in one read transaction (default 8,192).
     ///
-    /// - Parameter parallelism: how many threads share the work (default: one per core, at most 4).
-    ///   Each thread checks a contiguous range of positions; a range's first event is linked to the
-    ///   stored hash of the event before it, and every event's stored hash is recomputed, so the
-    ///   ranges together check exactly what one pass from the start does. By default logs under
-    ///   65,536 events are checked by one thread.
+    /// - Parameter parallelism: how many threads hash (default: one per active core). With more than
+    ///   one, the threads take the chunks in position order, each the next one not yet taken, and
+    ///   check it in a read transaction of its own: a chunk's first event is linked to the stored hash
+    ///   of the event before it, whose own hash the chunk before recomputes, so the chunks together
+    ///   check exactly what one pass from the start does, and the answer (the first bad position and
+    ///   its problem, the events checked before it) is the same. No chunk after the first one found
+    ///   bad is started. 1 checks the whole log in one pass on the calling thread.
     ///
     /// - Parameter start: check only the events after this position, linking the first of them to the
     ///   hash stored at `start` (which something else must vouch for, e.g. a signed checkpoint:
@@ -43,36 +45,20 @@ extension EventLog {
     {
         let head = try head()
         let last = head.position.rawValue
-        let threads =
-            parallelism.map { max(1, min($0, Int(min(last - min(start, last), 64)))) }
-            ?? max(1, min(4, ProcessInfo.processInfo.activeProcessorCount, Int((last - min(start, last)) / 32_768)))
-        var ranges: [ClosedRange<UInt64>] = []
-        if last > start {
-            let step = (last - start + UInt64(threads) - 1) / UInt64(threads)
-            var lower: UInt64 = start + 1
-            while lower <= last {
-                let upper = min(last, lower + step - 1)
-                ranges.append(lower...upper)
-                lower = upper + 1
+        let first = min(start, last)
+        let chunk = UInt64(max(1, chunkSize))
+        let span = last - first
+        let chunkCount = span / chunk + (span % chunk == 0 ? 0 : 1)
+        let threads = max(1, min(parallelism ?? ProcessInfo.processInfo.activeProcessorCount, 64, Int(min(chunkCount, 64))))
+        // One thread: one range, read chunk by chunk. More: one range per chunk, made as taken (a
+        // damaged last key can put the head at 2^40 and more; only the chunks started exist).
+        let outcomes =
+            threads == 1
+            ? checkRanges(count: span == 0 ? 0 : 1, chunkSize: Int(chunk), threads: 1) { _ in (first + 1)...last }
+            : checkRanges(count: chunkCount, chunkSize: Int(chunk), threads: threads) { index in
+                let before = first + index * chunk
+                return (before + 1)...(before + min(chunk, last - before))
             }
-        }
-        let outcomes = RangeOutcomes()
-        if ranges.isEmpty {
-            // Nothing to check (an empty log, or `start` at the head): no range, no outcome.
-        } else if ranges.count == 1 {
-            let outcome = Result { () throws(LedgerError) -> RangeOutcome in
-                try verifyRange(ranges[0], chunkSize: chunkSize)
-            }
-            outcomes.withLock { $0[0] = outcome }
-        } else {
-            let work = ranges
-            DispatchQueue.concurrentPerform(iterations: work.count) { index in
-                let outcome = Result { () throws(LedgerError) -> RangeOutcome in
-                    try verifyRange(work[index], chunkSize: chunkSize)
-                }
-                outcomes.withLock { $0[index] = outcome }
-            }
-        }
         var result = ChainVerification(
             eventsChecked: 0, headPosition: 0, headHash: EventHash.zero.hex, firstBadPosition: nil, problem: nil)
         var lastHash = EventHash.zero.bytes
@@ -80,8 +66,9 @@ extension EventLog {
             result.headPosition = start
             lastHash = try storedHash(at: start)?.bytes ?? EventHash.zero.bytes
         }
-        for index in ranges.indices.isEmpty ? [0] : Array(ranges.indices) {
-            guard let outcome = outcomes.withLock({ $0[index] }) else { continue }
+        // In position order: the ranges after the first bad one (or the first that failed to read)
+        // count for nothing, whether they ran or not.
+        for outcome in outcomes {
             let range = try outcome.get()
             result.eventsChecked += range.checked
             if range.checked > 0 {
@@ -108,6 +95,29 @@ extension EventLog {
                 + "\(result.headPosition): the events after it were removed (a cut tail)"
         }
         return result
+    }
+
+    /// Checks ranges `0..<count` (consecutive, in position order; `range` gives each) on `threads`
+    /// threads, each taking the next range not yet taken; returns the outcomes of the ranges started,
+    /// by index: the ones after the first found bad or unreadable are not started.
+    private func checkRanges(
+        count: UInt64, chunkSize: Int, threads: Int, range: @escaping @Sendable (UInt64) -> ClosedRange<UInt64>
+    ) -> [Result<RangeOutcome, LedgerError>] {
+        let schedule = RangeSchedule(count: count)
+        let work: @Sendable () -> Void = { [self] in
+            while let index = schedule.take() {
+                let outcome = Result { () throws(LedgerError) -> RangeOutcome in
+                    try verifyRange(range(index), chunkSize: chunkSize)
+                }
+                schedule.record(outcome, at: index)
+            }
+        }
+        if threads == 1 {
+            work()
+        } else {
+            DispatchQueue.concurrentPerform(iterations: threads) { _ in work() }
+        }
+        return schedule.outcomes()
     }
 
     /// The hash stored with the event at `position` (its last 32 bytes), or nil when there is none
@@ -175,7 +185,10 @@ extension EventLog {
                         outcome.lastGood = expectedPosition
                         expectedPosition += 1
                         checked += 1
-                        if checked == chunkSize { return }
+                        if checked == chunkSize {
+                            done = expectedPosition > range.upperBound
+                            return
+                        }
                         entry = try cursor.next()
                     }
                     if expectedPosition <= range.upperBound {
@@ -218,13 +231,52 @@ extension EventLog {
     }
 }
 
-/// The outcomes of the ranges of a parallel verification, by range index.
-private final class RangeOutcomes: @unchecked Sendable {
-    // @unchecked: `values` is only touched under `lock`.
+/// The ranges of a verification and their outcomes: which range a thread takes next, and from
+/// which range on nothing more is started (the one after the first found bad or unreadable).
+private final class RangeSchedule: @unchecked Sendable {
+    // @unchecked: `next`, `end` and `values` are only touched under `lock`.
     private let lock = NSLock()
-    private var values: [Int: Result<EventLog.RangeOutcome, LedgerError>] = [:]
+    private var next: UInt64 = 0
+    private var end: UInt64
+    /// The outcomes of the ranges started, by index (ranges are started in index order).
+    private var values: [UInt64: Result<EventLog.RangeOutcome, LedgerError>] = [:]
 
-    package func withLock<R>(_ body: (inout [Int: Result<EventLog.RangeOutcome, LedgerError>]) -> R) -> R {
-        lock.withLock { body(&values) }
+    init(count: UInt64) { end = count }
+
+    /// The index of the next range to check, or nil when none is left to start.
+    func take() -> UInt64? {
+        lock.withLock {
+            guard next < end else { return nil }
+            defer { next += 1 }
+            return next
+        }
+    }
+
+    /// Records the outcome of range `index`; a bad or unreadable range stops the ranges after it.
+    func record(_ outcome: Result<EventLog.RangeOutcome, LedgerError>, at index: UInt64) {
+        let stops: Bool
+        switch outcome {
+        case .success(let range): stops = range.firstBad != nil
+        case .failure: stops = true
+        }
+        lock.withLock {
+            values[index] = outcome
+            if stops { end = min(end, index + 1) }
+        }
+    }
+
+    /// The outcomes in index order, up to the first range not recorded (none is missing once every
+    /// thread has returned: every range before a stop was taken, and every one taken is recorded).
+    func outcomes() -> [Result<EventLog.RangeOutcome, LedgerError>] {
+        lock.withLock {
+            var ordered: [Result<EventLog.RangeOutcome, LedgerError>] = []
+            ordered.reserveCapacity(values.count)
+            var index: UInt64 = 0
+            while let outcome = values[index] {
+                ordered.append(outcome)
+                index += 1
+            }
+            return ordered
+        }
     }
 }

@@ -19,7 +19,9 @@ struct BenchCommand: AsyncParsableCommand {
             Parts (--only): append (share actions: 64 callers and one), events (bare event appends), \
             fetch (logged metadata fetches), residual (accept to zone latency), scale (metadata \
             queries at growing ledger sizes, raw scan, chain verification, rebuild, snapshot, memory). \
-            Only when asked: replicate (the share workload while shipping to NATS JetStream and following \
+            Beside each rate: the whole process's CPU time per action (or per event), every thread counted. \
+            Only when asked: verify (the chain verification of the scale part alone, on one core and on every \
+            core, on a ledger of 250,000 events; --quick: 50,000), replicate (the share workload while shipping to NATS JetStream and following \
             into a replica; needs --nats), http (`serve` on loopback driven by wrk with 64 keep-alive \
             connections: resolves per second and accept p99, next to the same work in-process; needs wrk).
             """)
@@ -53,7 +55,8 @@ struct BenchCommand: AsyncParsableCommand {
         help: "Run nothing: draw these saved `bench --json` (or PeerComparison --json) files side by side into --html. Repeatable.")
     var fromJSON: [String] = []
 
-    @Option(help: "Run only these parts, comma-separated: append, events, fetch, residual, scale, http, replicate (default: all but http and replicate).")
+    @Option(
+        help: "Run only these parts, comma-separated: append, events, fetch, residual, scale, verify, http, replicate (default: all but verify, http and replicate).")
     var only: String?
 
     @Option(
@@ -101,7 +104,7 @@ struct BenchCommand: AsyncParsableCommand {
         }
     }
 
-    static let allParts = ["append", "events", "fetch", "residual", "scale", "http"]
+    static let allParts = ["append", "events", "fetch", "residual", "scale", "verify", "http"]
     /// The parts run without --only (http needs wrk and a free port).
     static let defaultParts = ["append", "events", "fetch", "residual", "scale"]
 
@@ -125,193 +128,10 @@ struct BenchCommand: AsyncParsableCommand {
         }
         let root = URL(fileURLWithPath: path)
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        let perCaller = quick ? 200 : 1_000
-        let singleAppends = quick ? 2_000 : 10_000
         var samples: [String: [Double]] = [:]
         for round in 1...repeats {
             let bench = AppendBench(root: root, round: round, durability: durability, writerPoll: writerPoll)
-            var figures: [String: Double] = [:]
-            if parts.contains("append") {
-                let actions = ShareActionBench(
-                    directory: bench.directory, durability: durability, writerPoll: writerPoll,
-                    sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail,
-                    writesDerivedStateBehind: derivedBehind)
-                // The same number of actions whatever the callers: 64 × 16 cycles in all.
-                let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
-                let concurrent = try await actions.mixed(name: "actions-concurrent", callers: callers, cycles: cycles) {
-                    Output.progress("round \(round)/\(repeats): share actions, \(callers) concurrent callers, segment \($0)/\($1)")
-                }
-                let single = try await actions.mixed(name: "actions-single", callers: 1, cycles: quick ? 60 : 300) {
-                    Output.progress("round \(round)/\(repeats): share actions, one caller, segment \($0)/\($1)")
-                }
-                Output.endProgress()
-                let name = "append.concurrent\(callers)"
-                figures.merge([
-                    "\(name).perSecond": concurrent.perSecond,
-                    "\(name).rawPerSecond": concurrent.rawPerSecond,
-                    "\(name).ratio": concurrent.perSecond / concurrent.rawPerSecond,
-                    "\(name).meanCommitSize": concurrent.meanCommitSize,
-                    "append.single.perSecond": single.perSecond,
-                    "append.single.rawPerSecond": single.rawPerSecond,
-                    "append.single.ratio": single.perSecond / single.rawPerSecond,
-                    "append.storedBytesPerEvent": Double(concurrent.valueSize),
-                    "append.writerCpuMicrosPerAction": concurrent.writerCPUMicrosPerAction,
-                    "append.writerUserCpuMicrosPerAction": concurrent.writerUserMicrosPerAction,
-                    "append.pagesPerAction": concurrent.pagesPerAction,
-                    "append.single.writerCpuMicrosPerAction": single.writerCPUMicrosPerAction,
-                    "append.single.writerUserCpuMicrosPerAction": single.writerUserMicrosPerAction,
-                    "append.single.pagesPerAction": single.pagesPerAction,
-                ]) { $1 }
-            }
-            if parts.contains("events") {
-                let concurrent = try await bench.interleaved(name: "concurrent", callers: 64, perCaller: perCaller) {
-                    Output.progress("round \(round)/\(repeats): bare events, 64 concurrent callers, segment \($0)/\($1)")
-                }
-                let single = try await bench.interleaved(name: "single", callers: 1, perCaller: singleAppends) {
-                    Output.progress("round \(round)/\(repeats): bare events, one caller, segment \($0)/\($1)")
-                }
-                Output.endProgress()
-                figures.merge([
-                    "appendEvent.concurrent64.perSecond": concurrent.perSecond,
-                    "appendEvent.concurrent64.rawPerSecond": concurrent.rawPerSecond,
-                    "appendEvent.concurrent64.rawSameWritesPerSecond": concurrent.rawSameWritesPerSecond,
-                    "appendEvent.concurrent64.ratio": concurrent.perSecond / concurrent.rawPerSecond,
-                    "appendEvent.concurrent64.ratioToSameWrites": concurrent.perSecond / concurrent.rawSameWritesPerSecond,
-                    "appendEvent.concurrent64.meanCommitSize": concurrent.meanCommitSize,
-                    "appendEvent.single.perSecond": single.perSecond,
-                    "appendEvent.single.rawPerSecond": single.rawPerSecond,
-                    "appendEvent.single.rawSameWritesPerSecond": single.rawSameWritesPerSecond,
-                    "appendEvent.single.ratio": single.perSecond / single.rawPerSecond,
-                    "appendEvent.single.ratioToSameWrites": single.perSecond / single.rawSameWritesPerSecond,
-                    "appendEvent.storedBytesPerEvent": Double(concurrent.valueSize),
-                ]) { $1 }
-            }
-            if parts.contains("fetch") {
-                let actions = ShareActionBench(
-                    directory: bench.directory, durability: durability, writerPoll: writerPoll,
-                    sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail,
-                    writesDerivedStateBehind: derivedBehind)
-                let fetch = try await actions.fetches(callers: 64, perCaller: quick ? 60 : 300) {
-                    Output.progress("round \(round)/\(repeats): logged fetches, 64 callers, segment \($0)/\($1)")
-                }
-                Output.endProgress()
-                figures["fetch.logged.perSecond"] = fetch.perSecond
-                figures["fetch.logged.rawPerSecond"] = fetch.rawPerSecond
-                figures["fetch.logged.ratio"] = fetch.perSecond / fetch.rawPerSecond
-                figures["fetch.logged.meanCommitSize"] = fetch.meanCommitSize
-            }
-            if parts.contains("scale") {
-                let sizes: [UInt64] = quick ? [10_000, 100_000] : [10_000, 100_000, 1_000_000]
-                let scale = try await ScaleBench(directory: bench.directory).run(
-                    sizes: sizes, queries: quick ? 5_000 : 20_000, snapshotInterval: quick ? 25_000 : 100_000
-                ) {
-                    Output.progress("round \(round)/\(repeats): \($0)")
-                }
-                Output.endProgress()
-                for point in scale.points {
-                    let size = point.events >= 1_000_000 ? "1M" : point.events >= 100_000 ? "100k" : "10k"
-                    figures["scale.\(size).events"] = Double(point.events)
-                    figures["scale.\(size).metadataP50Micros"] = point.metadataP50Micros
-                    figures["scale.\(size).metadataP99Micros"] = point.metadataP99Micros
-                    figures["scale.\(size).metadataUncachedP50Micros"] = point.uncachedP50Micros
-                    figures["scale.\(size).rawPointReadP50Micros"] = point.rawPointReadP50Micros
-                }
-                if let small = scale.points.first, let large = scale.points.last {
-                    figures["query.metadata.p50Micros"] = small.metadataP50Micros
-                    figures["query.rawPointRead.p50Micros"] = small.rawPointReadP50Micros
-                    figures["query.metadata.uncachedP50Micros"] = small.uncachedP50Micros
-                    figures["scale.metadataQueryRatio"] = large.metadataP50Micros / small.metadataP50Micros
-                    figures["scale.metadataUncachedQueryRatio"] = large.uncachedP50Micros / small.uncachedP50Micros
-                }
-                figures["scale.participants10.metadataP50Micros"] = scale.participants10P50Micros
-                figures["scale.participants100.metadataP50Micros"] = scale.participants100P50Micros
-                figures["scan.rawPerSecond"] = scale.scanPerSecond
-                figures["verify.perSecond"] = scale.verifyPerSecond
-                figures["verify.ratioToScan"] = scale.verifyPerSecond / scale.scanPerSecond
-                figures["rebuild.perSecond"] = scale.rebuildPerSecond
-                figures["rebuild.ratioToScan"] = scale.rebuildPerSecond / scale.scanPerSecond
-                figures["rebuild.events"] = Double(scale.events)
-                figures["snapshot.atHeadSeconds"] = scale.snapshotSeconds
-                figures["snapshot.worstSeconds"] = scale.snapshotWorstSeconds
-                figures["snapshot.saveSeconds"] = scale.snapshotSaveSeconds
-                figures["snapshot.intervalEvents"] = Double(scale.snapshotInterval)
-                figures["memory.rebuildPeakAnonMB"] = scale.rebuildPeakAnonMB
-                figures["memory.rebuildAnonGrowthMB"] = scale.rebuildAnonGrowthMB
-                figures["rebuild.changedEntries"] = Double(scale.rebuildChangedEntries)
-                figures["rebuild.rewriteAll.perSecond"] = scale.rewriteRebuildPerSecond
-                figures["memory.rebuildRewriteAllPeakAnonMB"] = scale.rewriteRebuildPeakAnonMB
-                figures["memory.rebuildProcessPeakAnonMB"] = scale.processRebuildPeakAnonMB
-                figures["memory.rebuildRewriteAllProcessPeakAnonMB"] = scale.processRewriteRebuildPeakAnonMB
-            }
-            if parts.contains("replicate"), let nats, let replicateSeconds {
-                let servers = try NATSOptions.parse(["--nats", nats]).servers()
-                let windows = try await ReplicationBench(
-                    directory: bench.directory, durability: durability, servers: servers, logger: Logger(label: "bench") { _ in SwiftLogNoOpLogHandler() }
-                ).long(callers: callers, seconds: replicateSeconds, window: replicateWindow) { Output.progress("round \(round)/\(repeats): \($0)") }
-                Output.endProgress()
-                for (index, window) in windows.enumerated() {
-                    let name = String(format: "replicate.long.w%02d.", index + 1) + (window.replicating ? "replicating." : "alone.")
-                    figures[name + "actionsPerSecond"] = window.actionsPerSecond
-                    if window.replicating {
-                        figures[name + "lagP99Positions"] = window.lagP99Positions
-                        figures[name + "lagMaxPositions"] = window.lagMaxPositions
-                        figures[name + "lagP99Millis"] = window.lagP99Millis
-                    }
-                }
-                let alone = windows.filter { !$0.replicating }.map(\.actionsPerSecond)
-                let replicating = windows.filter(\.replicating).map(\.actionsPerSecond)
-                let aloneMean = alone.reduce(0, +) / Double(max(1, alone.count))
-                let replicatingMean = replicating.reduce(0, +) / Double(max(1, replicating.count))
-                figures["replicate.long.alone.actionsPerSecond"] = aloneMean
-                figures["replicate.long.replicating.actionsPerSecond"] = replicatingMean
-                figures["replicate.long.shippingOverheadPercent"] = aloneMean > 0 ? (1 - replicatingMean / aloneMean) * 100 : 0
-            } else if parts.contains("replicate"), let nats {
-                let servers = try NATSOptions.parse(["--nats", nats]).servers()
-                let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
-                let replicate = try await ReplicationBench(
-                    directory: bench.directory, durability: durability, servers: servers, logger: Logger(label: "bench") { _ in SwiftLogNoOpLogHandler() }
-                ).run(callers: callers, cycles: cycles) { Output.progress("round \(round)/\(repeats): \($0)") }
-                Output.endProgress()
-                figures["replicate.primary.actionsPerSecond"] = replicate.actionsPerSecond
-                figures["replicate.events"] = Double(replicate.events)
-                figures["replicate.live.shippedPerSecond"] = replicate.liveShippedPerSecond
-                figures["replicate.live.appliedPerSecond"] = replicate.liveAppliedPerSecond
-                figures["replicate.lag.p99Positions"] = replicate.lagP99Positions
-                figures["replicate.lag.maxPositions"] = replicate.lagMaxPositions
-                figures["replicate.lag.p99Millis"] = replicate.lagP99Millis
-                figures["replicate.drainMillis"] = replicate.drainMillis
-                figures["replicate.backlog.shippedPerSecond"] = replicate.backlogShippedPerSecond
-                figures["replicate.backlog.appliedPerSecond"] = replicate.backlogAppliedPerSecond
-            }
-            if parts.contains("residual") {
-                let residual = try await AcceptResidualBench(
-                    directory: bench.directory, durability: durability, rate: acceptRate, seconds: quick ? 1 : 3
-                ).run { Output.progress("round \(round)/\(repeats): \($0)") }
-                Output.endProgress()
-                figures["accept.residual.p50Millis"] = residual.p50Millis
-                figures["accept.residual.p99Millis"] = residual.p99Millis
-                figures["accept.residual.maxMillis"] = residual.maxMillis
-                figures["accept.residual.acceptsPerSecond"] = residual.acceptsPerSecond
-                figures["accept.residual.commitsPerSecond"] = residual.commitsPerSecond
-                figures["accept.residual.meanCommitEvents"] = residual.meanCommitEvents
-            }
-            if parts.contains("http") {
-                let http = try await HTTPBench(directory: bench.directory, durability: durability, seconds: quick ? 2 : 5)
-                    .run { Output.progress("round \(round)/\(repeats): \($0)") }
-                Output.endProgress()
-                figures["http.resolve.perSecond"] = http.httpResolvePerSecond
-                figures["http.resolve.inProcessPerSecond"] = http.inProcessResolvePerSecond
-                figures["http.resolve.ratio"] = http.httpResolvePerSecond / http.inProcessResolvePerSecond
-                figures["http.accept.p99Millis"] = http.httpAcceptP99Millis
-                figures["http.accept.p50Millis"] = http.httpAcceptP50Millis
-                figures["http.accept.perSecond"] = http.httpAcceptPerSecond
-                figures["http.accept.inProcessP99Millis"] = http.inProcessAcceptP99Millis
-                figures["http.accept.inProcessP50Millis"] = http.inProcessAcceptP50Millis
-                figures["http.accept.inProcessPerSecond"] = http.inProcessAcceptPerSecond
-                figures["http.errors"] = Double(http.httpErrors)
-                figures["http.resolve.commandsPerCommit"] = http.httpResolveCommandsPerCommit
-                figures["http.resolve.inProcessCommandsPerCommit"] = http.inProcessResolveCommandsPerCommit
-            }
+            let figures = try await roundFigures(bench) { Output.progress("round \(round)/\(repeats): \($0)") }
             for (name, value) in figures { samples[name, default: []].append(value) }
             try? FileManager.default.removeItem(at: bench.directory)
         }
@@ -326,14 +146,280 @@ struct BenchCommand: AsyncParsableCommand {
         if json {
             Output.printJSON(report)
         } else {
-            print("figure".rightPad(44) + "median".leftPad(12) + "min".leftPad(13) + "max".leftPad(13))
-            for name in report.figures.keys.sorted() {
-                let cells = [report.figures[name]!, report.minimum[name]!, report.maximum[name]!].map {
-                    Output.grouped($0).leftPad(12)
-                }
-                print(name.rightPad(44) + cells.joined(separator: " "))
+            printTable(report)
+        }
+    }
+
+    /// The figures of one round: each part asked for, in order; `say` shows progress.
+    private func roundFigures(_ bench: AppendBench, say: (String) -> Void) async throws -> [String: Double] {
+        var figures: [String: Double] = [:]
+        func add(_ part: [String: Double]) {
+            figures.merge(part) { $1 }
+            Output.endProgress()
+        }
+        if parts.contains("append") { add(try await shareActionFigures(bench, say: say)) }
+        if parts.contains("events") { add(try await eventFigures(bench, say: say)) }
+        if parts.contains("fetch") { add(try await fetchFigures(bench, say: say)) }
+        if parts.contains("scale") { add(try await scaleFigures(bench, say: say)) }
+        if parts.contains("verify") && !parts.contains("scale") { add(try await verifyFigures(bench, say: say)) }
+        if parts.contains("replicate"), let nats {
+            let servers = try NATSOptions.parse(["--nats", nats]).servers()
+            if let replicateSeconds {
+                add(try await longReplicationFigures(bench, servers: servers, seconds: replicateSeconds, say: say))
+            } else {
+                add(try await replicationFigures(bench, servers: servers, say: say))
             }
         }
+        if parts.contains("residual") { add(try await residualFigures(bench, say: say)) }
+        if parts.contains("http") { add(try await httpFigures(bench, say: say)) }
+        return figures
+    }
+
+    private func shareActionBench(_ bench: AppendBench) -> ShareActionBench {
+        ShareActionBench(
+            directory: bench.directory, durability: durability, writerPoll: writerPoll,
+            sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail,
+            writesDerivedStateBehind: derivedBehind)
+    }
+
+    /// `append.*`: the share workload with `callers` callers (the same number of actions whatever
+    /// the callers: 64 × 16 cycles in all) and with one.
+    private func shareActionFigures(_ bench: AppendBench, say: (String) -> Void) async throws -> [String: Double] {
+        let actions = shareActionBench(bench)
+        let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
+        let concurrent = try await actions.mixed(name: "actions-concurrent", callers: callers, cycles: cycles) {
+            say("share actions, \(callers) concurrent callers, segment \($0)/\($1)")
+        }
+        let single = try await actions.mixed(name: "actions-single", callers: 1, cycles: quick ? 60 : 300) {
+            say("share actions, one caller, segment \($0)/\($1)")
+        }
+        let name = "append.concurrent\(callers)"
+        var figures = [
+            "\(name).perSecond": concurrent.perSecond,
+            "\(name).rawPerSecond": concurrent.rawPerSecond,
+            "\(name).ratio": concurrent.perSecond / concurrent.rawPerSecond,
+            "\(name).meanCommitSize": concurrent.meanCommitSize,
+            "append.single.perSecond": single.perSecond,
+            "append.single.rawPerSecond": single.rawPerSecond,
+            "append.single.ratio": single.perSecond / single.rawPerSecond,
+            "append.storedBytesPerEvent": Double(concurrent.valueSize),
+            "append.writerCpuMicrosPerAction": concurrent.writerCPUMicrosPerAction,
+            "append.writerUserCpuMicrosPerAction": concurrent.writerUserMicrosPerAction,
+            "append.pagesPerAction": concurrent.pagesPerAction,
+            "append.single.writerCpuMicrosPerAction": single.writerCPUMicrosPerAction,
+            "append.single.writerUserCpuMicrosPerAction": single.writerUserMicrosPerAction,
+            "append.single.pagesPerAction": single.pagesPerAction,
+        ]
+        figures.merge(concurrent.processCPU.figures("append", per: "Action")) { $1 }
+        figures.merge(single.processCPU.figures("append.single", per: "Action")) { $1 }
+        return figures
+    }
+
+    /// `appendEvent.*`: bare event appends, 64 callers and one.
+    private func eventFigures(_ bench: AppendBench, say: (String) -> Void) async throws -> [String: Double] {
+        let concurrent = try await bench.interleaved(name: "concurrent", callers: 64, perCaller: quick ? 200 : 1_000) {
+            say("bare events, 64 concurrent callers, segment \($0)/\($1)")
+        }
+        let single = try await bench.interleaved(name: "single", callers: 1, perCaller: quick ? 2_000 : 10_000) {
+            say("bare events, one caller, segment \($0)/\($1)")
+        }
+        var figures: [String: Double] = [:]
+        for (name, run) in [("appendEvent.concurrent64", concurrent), ("appendEvent.single", single)] {
+            figures["\(name).perSecond"] = run.perSecond
+            figures["\(name).rawPerSecond"] = run.rawPerSecond
+            figures["\(name).rawSameWritesPerSecond"] = run.rawSameWritesPerSecond
+            figures["\(name).ratio"] = run.perSecond / run.rawPerSecond
+            figures["\(name).ratioToSameWrites"] = run.perSecond / run.rawSameWritesPerSecond
+            figures.merge(run.processCPU.figures(name, per: "Action")) { $1 }
+        }
+        figures["appendEvent.concurrent64.meanCommitSize"] = concurrent.meanCommitSize
+        figures["appendEvent.storedBytesPerEvent"] = Double(concurrent.valueSize)
+        return figures
+    }
+
+    /// `fetch.logged.*`: 64 callers fetching metadata, every fetch logged.
+    private func fetchFigures(_ bench: AppendBench, say: (String) -> Void) async throws -> [String: Double] {
+        let fetch = try await shareActionBench(bench).fetches(callers: 64, perCaller: quick ? 60 : 300) {
+            say("logged fetches, 64 callers, segment \($0)/\($1)")
+        }
+        var figures = [
+            "fetch.logged.perSecond": fetch.perSecond,
+            "fetch.logged.rawPerSecond": fetch.rawPerSecond,
+            "fetch.logged.ratio": fetch.perSecond / fetch.rawPerSecond,
+            "fetch.logged.meanCommitSize": fetch.meanCommitSize,
+        ]
+        figures.merge(fetch.processCPU.figures("fetch.logged", per: "Action")) { $1 }
+        return figures
+    }
+
+    /// `scale.*`, `query.*`, `scan.*`, `verify.*`, `rebuild.*`, `snapshot.*`, `memory.*`.
+    private func scaleFigures(_ bench: AppendBench, say: (String) -> Void) async throws -> [String: Double] {
+        let sizes: [UInt64] = quick ? [10_000, 100_000] : [10_000, 100_000, 1_000_000]
+        let scale = try await ScaleBench(directory: bench.directory).run(
+            sizes: sizes, queries: quick ? 5_000 : 20_000, snapshotInterval: quick ? 25_000 : 100_000, progress: say)
+        var figures: [String: Double] = [:]
+        for point in scale.points {
+            let size = point.events >= 1_000_000 ? "1M" : point.events >= 100_000 ? "100k" : "10k"
+            figures["scale.\(size).events"] = Double(point.events)
+            figures["scale.\(size).metadataP50Micros"] = point.metadataP50Micros
+            figures["scale.\(size).metadataP99Micros"] = point.metadataP99Micros
+            figures["scale.\(size).metadataUncachedP50Micros"] = point.uncachedP50Micros
+            figures["scale.\(size).rawPointReadP50Micros"] = point.rawPointReadP50Micros
+        }
+        if let small = scale.points.first, let large = scale.points.last {
+            figures["query.metadata.p50Micros"] = small.metadataP50Micros
+            figures["query.rawPointRead.p50Micros"] = small.rawPointReadP50Micros
+            figures["query.metadata.uncachedP50Micros"] = small.uncachedP50Micros
+            figures["scale.metadataQueryRatio"] = large.metadataP50Micros / small.metadataP50Micros
+            figures["scale.metadataUncachedQueryRatio"] = large.uncachedP50Micros / small.uncachedP50Micros
+        }
+        figures["scale.participants10.metadataP50Micros"] = scale.participants10P50Micros
+        figures["scale.participants100.metadataP50Micros"] = scale.participants100P50Micros
+        figures["snapshot.atHeadSeconds"] = scale.snapshotSeconds
+        figures["snapshot.worstSeconds"] = scale.snapshotWorstSeconds
+        figures["snapshot.saveSeconds"] = scale.snapshotSaveSeconds
+        figures["snapshot.intervalEvents"] = Double(scale.snapshotInterval)
+        figures["memory.rebuildProcessPeakAnonMB"] = scale.processRebuildPeakAnonMB
+        figures["memory.rebuildRewriteAllProcessPeakAnonMB"] = scale.processRewriteRebuildPeakAnonMB
+        return figures.merging(Self.replayFigures(scale.replays)) { $1 }
+    }
+
+    /// The figures of the scale part's replays: scan, verify, rebuild.
+    private static func replayFigures(_ replays: ScaleBench.Replays) -> [String: Double] {
+        var figures = verifyFigures(replays.verify)
+        figures["scan.rawPerSecond"] = replays.scanPerSecond
+        figures["verify.ratioToScan"] = replays.verify.perSecond / replays.scanPerSecond
+        figures["rebuild.perSecond"] = replays.rebuildPerSecond
+        figures["rebuild.ratioToScan"] = replays.rebuildPerSecond / replays.scanPerSecond
+        figures["rebuild.events"] = Double(replays.events)
+        figures["memory.rebuildPeakAnonMB"] = replays.rebuildPeakAnonMB
+        figures["memory.rebuildAnonGrowthMB"] = replays.rebuildAnonGrowthMB
+        figures["rebuild.changedEntries"] = Double(replays.rebuildChangedEntries)
+        figures["rebuild.rewriteAll.perSecond"] = replays.rewriteRebuildPerSecond
+        figures["memory.rebuildRewriteAllPeakAnonMB"] = replays.rewriteRebuildPeakAnonMB
+        figures.merge(replays.scanCPU.figures("scan", per: "Event")) { $1 }
+        figures.merge(replays.rebuildCPU.figures("rebuild", per: "Event")) { $1 }
+        figures.merge(replays.rewriteRebuildCPU.figures("rebuild.rewriteAll", per: "Event")) { $1 }
+        return figures
+    }
+
+    /// `verify.*`: the chain verification on one core and on every core, side by side.
+    private static func verifyFigures(_ verify: ScaleBench.VerifyFigures) -> [String: Double] {
+        var figures = [
+            "verify.perSecond": verify.perSecond,
+            "verify.perSecond.oneCore": verify.oneCorePerSecond,
+            "verify.speedup": verify.speedup,
+            "verify.threads": Double(verify.threads),
+            "verify.events": Double(verify.events),
+        ]
+        figures.merge(verify.cpu.figures("verify", per: "Event")) { $1 }
+        figures.merge(verify.oneCoreCPU.figures("verify.oneCore", per: "Event")) { $1 }
+        return figures
+    }
+
+    /// `--only verify` (without scale): the verification alone, on a ledger of its own.
+    private func verifyFigures(_ bench: AppendBench, say: (String) -> Void) async throws -> [String: Double] {
+        let figures = try await ScaleBench(directory: bench.directory).verifyOnly(
+            events: quick ? 50_000 : 250_000, progress: say)
+        return Self.verifyFigures(figures)
+    }
+
+    /// `replicate.long.*`: windows alternately without and with shipping and following.
+    private func longReplicationFigures(
+        _ bench: AppendBench, servers: [String], seconds: Int, say: (String) -> Void
+    ) async throws -> [String: Double] {
+        let windows = try await ReplicationBench(
+            directory: bench.directory, durability: durability, servers: servers, logger: Logger(label: "bench") { _ in SwiftLogNoOpLogHandler() }
+        ).long(callers: callers, seconds: seconds, window: replicateWindow, progress: say)
+        var figures: [String: Double] = [:]
+        for (index, window) in windows.enumerated() {
+            let name = String(format: "replicate.long.w%02d.", index + 1) + (window.replicating ? "replicating." : "alone.")
+            figures[name + "actionsPerSecond"] = window.actionsPerSecond
+            if window.replicating {
+                figures[name + "lagP99Positions"] = window.lagP99Positions
+                figures[name + "lagMaxPositions"] = window.lagMaxPositions
+                figures[name + "lagP99Millis"] = window.lagP99Millis
+            }
+        }
+        let alone = windows.filter { !$0.replicating }.map(\.actionsPerSecond)
+        let replicating = windows.filter(\.replicating).map(\.actionsPerSecond)
+        let aloneMean = alone.reduce(0, +) / Double(max(1, alone.count))
+        let replicatingMean = replicating.reduce(0, +) / Double(max(1, replicating.count))
+        figures["replicate.long.alone.actionsPerSecond"] = aloneMean
+        figures["replicate.long.replicating.actionsPerSecond"] = replicatingMean
+        figures["replicate.long.shippingOverheadPercent"] = aloneMean > 0 ? (1 - replicatingMean / aloneMean) * 100 : 0
+        return figures
+    }
+
+    /// `replicate.*`: the share workload while shipping to JetStream and following into a replica.
+    private func replicationFigures(_ bench: AppendBench, servers: [String], say: (String) -> Void) async throws -> [String: Double] {
+        let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
+        let replicate = try await ReplicationBench(
+            directory: bench.directory, durability: durability, servers: servers, logger: Logger(label: "bench") { _ in SwiftLogNoOpLogHandler() }
+        ).run(callers: callers, cycles: cycles, progress: say)
+        return [
+            "replicate.primary.actionsPerSecond": replicate.actionsPerSecond,
+            "replicate.events": Double(replicate.events),
+            "replicate.live.shippedPerSecond": replicate.liveShippedPerSecond,
+            "replicate.live.appliedPerSecond": replicate.liveAppliedPerSecond,
+            "replicate.lag.p99Positions": replicate.lagP99Positions,
+            "replicate.lag.maxPositions": replicate.lagMaxPositions,
+            "replicate.lag.p99Millis": replicate.lagP99Millis,
+            "replicate.drainMillis": replicate.drainMillis,
+            "replicate.backlog.shippedPerSecond": replicate.backlogShippedPerSecond,
+            "replicate.backlog.appliedPerSecond": replicate.backlogAppliedPerSecond,
+        ]
+    }
+
+    /// `accept.residual.*`: accept to zone latency at the offered rate.
+    private func residualFigures(_ bench: AppendBench, say: (String) -> Void) async throws -> [String: Double] {
+        let residual = try await AcceptResidualBench(
+            directory: bench.directory, durability: durability, rate: acceptRate, seconds: quick ? 1 : 3
+        ).run(progress: say)
+        var figures = [
+            "accept.residual.p50Millis": residual.p50Millis,
+            "accept.residual.p99Millis": residual.p99Millis,
+            "accept.residual.maxMillis": residual.maxMillis,
+            "accept.residual.acceptsPerSecond": residual.acceptsPerSecond,
+            "accept.residual.commitsPerSecond": residual.commitsPerSecond,
+            "accept.residual.meanCommitEvents": residual.meanCommitEvents,
+        ]
+        figures.merge(residual.processCPU.figures("accept.residual", per: "Action")) { $1 }
+        return figures
+    }
+
+    /// `http.*`: the server on loopback under wrk, next to the same work in-process.
+    private func httpFigures(_ bench: AppendBench, say: (String) -> Void) async throws -> [String: Double] {
+        let http = try await HTTPBench(directory: bench.directory, durability: durability, seconds: quick ? 2 : 5).run(progress: say)
+        return [
+            "http.resolve.perSecond": http.httpResolvePerSecond,
+            "http.resolve.inProcessPerSecond": http.inProcessResolvePerSecond,
+            "http.resolve.ratio": http.httpResolvePerSecond / http.inProcessResolvePerSecond,
+            "http.accept.p99Millis": http.httpAcceptP99Millis,
+            "http.accept.p50Millis": http.httpAcceptP50Millis,
+            "http.accept.perSecond": http.httpAcceptPerSecond,
+            "http.accept.inProcessP99Millis": http.inProcessAcceptP99Millis,
+            "http.accept.inProcessP50Millis": http.inProcessAcceptP50Millis,
+            "http.accept.inProcessPerSecond": http.inProcessAcceptPerSecond,
+            "http.errors": Double(http.httpErrors),
+            "http.resolve.commandsPerCommit": http.httpResolveCommandsPerCommit,
+            "http.resolve.inProcessCommandsPerCommit": http.inProcessResolveCommandsPerCommit,
+        ]
+    }
+
+    /// The text output: every figure (median, min, max), then the machine's CPU.
+    private func printTable(_ report: Report) {
+        print("figure".rightPad(44) + "median".leftPad(12) + "min".leftPad(13) + "max".leftPad(13))
+        for name in report.figures.keys.sorted() {
+            let cells = [report.figures[name]!, report.minimum[name]!, report.maximum[name]!].map {
+                Output.grouped($0).leftPad(12)
+            }
+            print(name.rightPad(44) + cells.joined(separator: " "))
+        }
+        let machine = report.machine
+        print(
+            "CPU: \(machine.cpuModel ?? "unknown"), \(machine.cores) cores, features: "
+                + (machine.cpuFeatures.isEmpty ? "none of \(MachineFacts.interestingFeatures.joined(separator: ", "))" : machine.cpuFeatures.joined(separator: ", ")))
     }
 
     private func median(_ values: [Double]) -> Double {
@@ -365,6 +451,8 @@ struct AppendBench {
         var rawSameWritesPerSecond: Double
         var meanCommitSize: Double
         var valueSize: Int
+        /// The whole process's CPU time while the ledger appended, and the appends.
+        var processCPU: CPUCost
     }
 
     /// `callers` tasks, each awaiting `perCaller` appends of one 200-byte event to its own stream, in
@@ -404,7 +492,7 @@ struct AppendBench {
         rawSame.close()
         return Figures(
             perSecond: run.perSecond, rawPerSecond: run.rawPerSecond[0], rawSameWritesPerSecond: run.rawPerSecond[1],
-            meanCommitSize: run.meanCommitSize, valueSize: run.valueSize)
+            meanCommitSize: run.meanCommitSize, valueSize: run.valueSize, processCPU: run.processCPU)
     }
 }
 

@@ -118,6 +118,8 @@ struct ShareActionBench {
         var writerUserMicrosPerAction: Double
         /// 4 KiB pages the process wrote to storage per action while the ledger ran.
         var pagesPerAction: Double
+        /// The whole process's CPU time (every thread) while the ledger ran, and the actions done.
+        var processCPU: CPUCost
     }
 
     private func openLedger(_ name: String) throws -> ShareLedger {
@@ -184,23 +186,33 @@ struct ShareActionBench {
         return Figures(
             perSecond: run.perSecond, rawPerSecond: run.rawPerSecond[0], meanCommitSize: run.meanCommitSize,
             valueSize: run.valueSize, writerCPUMicrosPerAction: run.writerCPUMicrosPerAction,
-            writerUserMicrosPerAction: run.writerUserMicrosPerAction, pagesPerAction: run.pagesPerAction)
+            writerUserMicrosPerAction: run.writerUserMicrosPerAction, pagesPerAction: run.pagesPerAction,
+            processCPU: run.processCPU)
     }
+}
+
+/// What ``interleavedSegments(_:raws:rounds:progress:_:)`` measured: the ledger's rate, each
+/// baseline's rate, the mean commit size, the value size replayed, and (ledger segments only) the
+/// writer thread's CPU microseconds per action (all, and user space alone), the 4 KiB pages written
+/// to storage per action and the whole process's CPU time.
+struct SegmentedRun {
+    var perSecond: Double
+    var rawPerSecond: [Double]
+    var meanCommitSize: Double
+    var valueSize: Int
+    var writerCPUMicrosPerAction: Double
+    var writerUserMicrosPerAction: Double
+    var pagesPerAction: Double
+    var processCPU: CPUCost
 }
 
 /// Runs `rounds` rounds of `segment` (given the first round's index and the count; it returns the
 /// actions done) in ``AppendBench/segments`` segments on `log`; after each segment, replays its
-/// commits (their sizes, the events' mean stored size) on each raw baseline. Returns the ledger's
-/// rate, each baseline's rate, the mean commit size, the value size replayed, and (ledger segments
-/// only) the writer thread's CPU microseconds (all, and user space alone) and the 4 KiB pages written
-/// to storage per action.
+/// commits (their sizes, the events' mean stored size) on each raw baseline.
 func interleavedSegments(
     _ log: EventLog, raws: [RawReplayer], rounds: Int, progress: (Int, Int) -> Void,
     _ segment: (_ first: Int, _ count: Int) async throws -> Int
-) async throws -> (
-    perSecond: Double, rawPerSecond: [Double], meanCommitSize: Double, valueSize: Int, writerCPUMicrosPerAction: Double,
-    writerUserMicrosPerAction: Double, pagesPerAction: Double
-) {
+) async throws -> SegmentedRun {
     let segments = min(AppendBench.segments, rounds)
     var ledgerSeconds = 0.0
     var rawSeconds = [Double](repeating: 0, count: raws.count)
@@ -211,6 +223,7 @@ func interleavedSegments(
     var writerNanoseconds: UInt64 = 0
     var writerUserNanoseconds: UInt64 = 0
     var writtenBytes: UInt64 = 0
+    var processCPU = ProcessCPUTime.zero
     for index in 0..<segments {
         progress(index + 1, segments)
         let count = rounds / segments + (index < rounds % segments ? 1 : 0)
@@ -218,9 +231,11 @@ func interleavedSegments(
         let headBefore = try log.head().position.rawValue
         let cpuBefore = log.writerCPUNanoseconds
         let writtenBefore = processWrittenBytes()
+        let processBefore = ProcessCPUTime.now()
         let started = ContinuousClock.now
         actions += try await segment(next, count)
         ledgerSeconds += (ContinuousClock.now - started).seconds
+        processCPU = processCPU + (ProcessCPUTime.now() - processBefore)
         let cpuAfter = log.writerCPUNanoseconds
         writerNanoseconds += (cpuAfter.user &- cpuBefore.user) &+ (cpuAfter.system &- cpuBefore.system)
         writerUserNanoseconds += cpuAfter.user &- cpuBefore.user
@@ -232,12 +247,13 @@ func interleavedSegments(
         measuredSizes += sizes
         for (slot, raw) in raws.enumerated() { rawSeconds[slot] += try raw.replay(sizes, valueSize: valueSize) }
     }
-    return (
-        Double(actions) / ledgerSeconds, rawSeconds.map { Double(actions) / $0 },
-        Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize,
-        Double(writerNanoseconds) / 1_000 / Double(max(1, actions)),
-        Double(writerUserNanoseconds) / 1_000 / Double(max(1, actions)), Double(writtenBytes) / 4_096 / Double(max(1, actions))
-    )
+    return SegmentedRun(
+        perSecond: Double(actions) / ledgerSeconds, rawPerSecond: rawSeconds.map { Double(actions) / $0 },
+        meanCommitSize: Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize: valueSize,
+        writerCPUMicrosPerAction: Double(writerNanoseconds) / 1_000 / Double(max(1, actions)),
+        writerUserMicrosPerAction: Double(writerUserNanoseconds) / 1_000 / Double(max(1, actions)),
+        pagesPerAction: Double(writtenBytes) / 4_096 / Double(max(1, actions)),
+        processCPU: CPUCost(time: processCPU, units: actions))
 }
 
 /// Bytes this process has caused to be written to storage (`write_bytes` of `/proc/self/io`; 0 where
@@ -262,203 +278,6 @@ func latencyMicros(count: Int, _ body: (Int) throws -> Void) rethrows -> (p50: D
     }
     samples.sort()
     return (samples[samples.count / 2], samples[min(samples.count - 1, samples.count * 99 / 100)])
-}
-
-/// Metadata queries, replay speeds and how they scale with the ledger's size: a ledger is grown to
-/// each size with the share workload (no-sync: only its contents matter here), and measured at each.
-struct ScaleBench {
-    let directory: URL
-
-    struct Point {
-        var events: UInt64
-        var metadataP50Micros: Double
-        var metadataP99Micros: Double
-        var uncachedP50Micros: Double
-        var rawPointReadP50Micros: Double
-    }
-
-    struct Figures {
-        var points: [Point]
-        var rebuildPerSecond: Double
-        var snapshotSeconds: Double
-        var snapshotWorstSeconds: Double
-        var snapshotSaveSeconds: Double
-        var snapshotInterval: UInt64
-        var verifyPerSecond: Double
-        var scanPerSecond: Double
-        var rebuildPeakAnonMB: Double
-        var rebuildAnonGrowthMB: Double
-        /// Entries the rebuild's last transaction changed (0 for a ledger whose read models were right).
-        var rebuildChangedEntries: Int
-        /// The same rebuild rewriting every read model whole (what a rebuild that changes them all costs).
-        var rewriteRebuildPerSecond: Double
-        var rewriteRebuildPeakAnonMB: Double
-        /// The same rebuild run as `share-ledger rebuild` in a process of its own (what an operator
-        /// runs): its peak anonymous memory, without this process's heap from the parts before.
-        var processRebuildPeakAnonMB: Double
-        /// The same in a process of its own, rewriting every read model whole (`rebuild --rewrite-all`).
-        var processRewriteRebuildPeakAnonMB: Double
-        var participants10P50Micros: Double
-        var participants100P50Micros: Double
-        var events: UInt64
-    }
-
-    /// Grows one ledger through `sizes` (events), measuring the metadata query at each; at the last
-    /// size measures the raw scan, chain verification, rebuild (in place and into a scratch ledger)
-    /// and the rebuild's peak anonymous memory.
-    func run(sizes: [UInt64], queries: Int, snapshotInterval: UInt64, progress: (String) -> Void) async throws -> Figures {
-        let path = directory.appendingPathComponent("scale-ledger").path
-        var configuration = ShareLedger.Configuration(path: path, durability: .unsafeNoSync, initialMapSize: 1 << 30)
-        configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
-        var ledger = try ShareLedger.open(configuration)
-        let callers = 64
-        var workload = try await ShareWorkload.setUp(ledger, callers: callers, records: 0)
-        var owner = workload.owner(0)
-        var urls: [URL] = []
-        var points: [Point] = []
-        var nextRecord = 0
-        let rawPath = directory.appendingPathComponent("scale-raw").path
-        let raw = try RawReplayer(path: rawPath, durability: .unsafeNoSync)
-        defer { raw.close() }
-        var nextSnapshot = snapshotInterval
-        var saveSeconds: [Double] = []
-        for size in sizes {
-            // Grow: each round is one cycle per caller on a new root record; a read-model snapshot is
-            // saved every `snapshotInterval` events, as an operator's cron would.
-            while try ledger.log.head().position.rawValue < size {
-                if try ledger.log.head().position.rawValue >= nextSnapshot {
-                    let started = ContinuousClock.now
-                    try ledger.saveReadModelSnapshot()
-                    saveSeconds.append((ContinuousClock.now - started).seconds)
-                    nextSnapshot += snapshotInterval
-                }
-                progress("scale: growing the ledger to \(size) events (\(try ledger.log.head().position.rawValue))")
-                let record = nextRecord
-                nextRecord += 1
-                let made = try await withThrowingTaskGroup(of: URL.self) { [workload] group in
-                    for caller in 0..<callers {
-                        group.addTask {
-                            _ = try await workload.owner(caller).save(
-                                Record(recordType: "Doc", recordID: RecordID(recordName: "doc\(record)", zoneID: workload.zone)))
-                            return try await workload.cycle(caller: caller, record: record)
-                        }
-                    }
-                    var made: [URL] = []
-                    for try await url in group { made.append(url) }
-                    return made
-                }
-                urls += made.filter { _ in urls.count < 4_096 }
-            }
-            try await ledger.waitForResidualTasks(timeout: .seconds(120))
-            let events = try ledger.log.head().position.rawValue
-            progress("scale: metadata queries at \(events) events")
-            // The owner of caller 0 asks for the metadata of its shares (owner-relative metadata).
-            let ownerURLs = try owner.ownedShares().compactMap(\.url)
-            var generator = SeededGenerator(seed: events)
-            let query = try latencyMicros(count: queries) { _ in
-                _ = try owner.shareMetadataWithoutLogging(for: ownerURLs[Int(generator.next() % UInt64(ownerURLs.count))])
-            }
-            // The same queries with the metadata cache off (the ledger reopened without it).
-            await ledger.close()
-            var uncachedConfiguration = configuration
-            uncachedConfiguration.metadataCacheCapacity = 0
-            uncachedConfiguration.residualTaskWorker = nil
-            let uncachedLedger = try ShareLedger.open(uncachedConfiguration)
-            let uncachedOwner = uncachedLedger.container(ShareWorkload.container, userRecordName: workload.ownerName(0))
-            let uncached = try latencyMicros(count: queries) { _ in
-                _ = try uncachedOwner.shareMetadataWithoutLogging(for: ownerURLs[Int(generator.next() % UInt64(ownerURLs.count))])
-            }
-            await uncachedLedger.close()
-            ledger = try ShareLedger.open(configuration)
-            workload = ShareWorkload(ledger: ledger, callers: callers)
-            owner = workload.owner(0)
-            // The same number of raw point reads, of random keys of a raw log holding as many entries.
-            try raw.fill(upTo: events, valueSize: 64)
-            let point = try latencyMicros(count: queries) { _ in
-                try raw.pointRead(UInt64(generator.next() % events) + 1)
-            }
-            points.append(
-                Point(
-                    events: events, metadataP50Micros: query.p50, metadataP99Micros: query.p99,
-                    uncachedP50Micros: uncached.p50, rawPointReadP50Micros: point.p50))
-        }
-
-        // Participants per share: a share with 10 and one with 100 participants, owner-relative metadata.
-        progress("scale: shares with 10 and 100 participants")
-        var participantP50: [Int: Double] = [:]
-        for count in [10, 100] {
-            let name = "wide\(count)"
-            _ = try await owner.save(Record(recordType: "Doc", recordID: RecordID(recordName: name, zoneID: workload.zone)))
-            let url = try await owner.share(rootRecord: RecordID(recordName: name, zoneID: workload.zone)).url
-            for index in 0..<(count - 1) {
-                _ = try await owner.addParticipant(
-                    LookupInfo(emailAddress: "wide\(count)_\(index)@example.com"), permission: .readOnly, to: url)
-            }
-            participantP50[count] = try latencyMicros(count: queries) { [owner] _ in
-                _ = try owner.shareMetadataWithoutLogging(for: url)
-            }.p50
-        }
-
-        let events = try ledger.log.head().position.rawValue
-        progress("scale: raw scan of \(events) events")
-        var started = ContinuousClock.now
-        _ = try ledger.log.rawScan()
-        let scanSeconds = (ContinuousClock.now - started).seconds
-        progress("scale: verifying the chain of \(events) events")
-        started = ContinuousClock.now
-        let verification = try ledger.log.verifyChain()
-        let verifySeconds = (ContinuousClock.now - started).seconds
-        guard verification.isValid else { throw BenchFailure("the chain does not verify: \(verification.problem ?? "")") }
-
-        progress("scale: rebuilding the read models of \(events) events")
-        let memory = AnonymousMemorySampler()
-        memory.start()
-        started = ContinuousClock.now
-        let rebuilt = try await ledger.rebuildReadModels(rewritingEverything: false)
-        let rebuildSeconds = (ContinuousClock.now - started).seconds
-        let (peak, baseline) = memory.stop()
-
-        progress("scale: rebuilding the read models of \(events) events, rewriting every one whole")
-        let rewriteMemory = AnonymousMemorySampler()
-        rewriteMemory.start()
-        started = ContinuousClock.now
-        _ = try await ledger.rebuildReadModels(rewritingEverything: true)
-        let rewriteSeconds = (ContinuousClock.now - started).seconds
-        let (rewritePeak, _) = rewriteMemory.stop()
-
-        progress("scale: views of the read models as of the head and of the point before the last snapshot")
-        let snapshots = ledger.readModelSnapshots()
-        var snapshotSeconds = 0.0
-        var worst = 0.0
-        for (index, point) in [events, (snapshots.last?.position ?? events) - 1].enumerated() {
-            let scratch = directory.appendingPathComponent("scale-snapshot-\(index)").path
-            started = ContinuousClock.now
-            let view = try ledger.snapshot(at: .position(LogPosition(point)), path: scratch)
-            let seconds = (ContinuousClock.now - started).seconds
-            await view.close()
-            if index == 0 { snapshotSeconds = seconds }
-            worst = max(worst, seconds)
-        }
-        await ledger.close()
-        progress("scale: rebuilding the read models of \(events) events in a process of its own")
-        let processPeak = try Self.rebuildInOwnProcess(path: path)
-        progress("scale: rebuilding the read models of \(events) events in a process of its own, rewriting every one whole")
-        let processRewritePeak = try Self.rebuildInOwnProcess(path: path, rewriteAll: true)
-
-        return Figures(
-            points: points, rebuildPerSecond: Double(events) / rebuildSeconds,
-            snapshotSeconds: snapshotSeconds, snapshotWorstSeconds: worst,
-            snapshotSaveSeconds: saveSeconds.max() ?? 0, snapshotInterval: snapshotInterval,
-            verifyPerSecond: Double(verification.eventsChecked) / verifySeconds,
-            scanPerSecond: Double(events) / scanSeconds,
-            rebuildPeakAnonMB: Double(peak) / 1_048_576, rebuildAnonGrowthMB: Double(peak - baseline) / 1_048_576,
-            rebuildChangedEntries: rebuilt.changedEntries, rewriteRebuildPerSecond: Double(events) / rewriteSeconds,
-            rewriteRebuildPeakAnonMB: Double(rewritePeak) / 1_048_576,
-            processRebuildPeakAnonMB: Double(processPeak) / 1_048_576,
-            processRewriteRebuildPeakAnonMB: Double(processRewritePeak) / 1_048_576,
-            participants10P50Micros: participantP50[10] ?? 0, participants100P50Micros: participantP50[100] ?? 0,
-            events: events)
-    }
 }
 
 extension ScaleBench {

@@ -10,7 +10,7 @@ struct VerifyCommand: AsyncParsableCommand {
 
     @OptionGroup var ledger: LedgerOptions
 
-    @Option(help: "Threads that share the work (default: one per core, at most 4; logs under 65,536 events use one).")
+    @Option(help: "Threads that hash the events, chunk by chunk (default: one per core; 1 checks in one pass).")
     var threads: Int?
 
     /// What a chain cannot show without an anchor, said with every answer.

@@ -4,10 +4,12 @@ import Foundation
 public struct MachineFacts: Sendable, Hashable, Codable {
     /// Logical cores the process could use.
     public var cores: Int
-    /// The CPU's model name, from /proc/cpuinfo.
+    /// The CPU's model name, from /proc/cpuinfo ("unknown" where it names none; nil in JSON saved
+    /// before it was recorded).
     public var cpuModel: String?
     /// The CPU features that matter to the ledger (SHA-256 and AES instructions, vector units), from
-    /// /proc/cpuinfo's flags (x86) or Features (ARM).
+    /// /proc/cpuinfo's flags (x86) or Features (ARM); `["unknown"]` where there is no such list
+    /// (no /proc/cpuinfo, as on macOS).
     public var cpuFeatures: [String]
     /// Physical memory in GiB.
     public var memoryGiB: Double
@@ -30,18 +32,21 @@ public struct MachineFacts: Sendable, Hashable, Codable {
     public init(cpuinfo: String, cores: Int, memoryGiB: Double, system: String?) {
         var model: String?
         var flags = Set<String>()
+        var listsFlags = false
         for line in cpuinfo.split(separator: "\n") {
             let parts = line.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
             guard parts.count == 2 else { continue }
             switch parts[0] {
             case "model name", "Model", "cpu model": if model == nil { model = parts[1] }
-            case "flags", "Features": flags.formUnion(parts[1].split(separator: " ").map(String.init))
+            case "flags", "Features":
+                listsFlags = true
+                flags.formUnion(parts[1].split(separator: " ").map(String.init))
             default: break
             }
         }
         self.cores = cores
-        cpuModel = model
-        cpuFeatures = Self.interestingFeatures.filter(flags.contains)
+        cpuModel = model ?? "unknown"
+        cpuFeatures = listsFlags ? Self.interestingFeatures.filter(flags.contains) : ["unknown"]
         self.memoryGiB = memoryGiB
         self.system = system
     }
@@ -120,8 +125,8 @@ public struct BenchReport: Sendable {
         var isLatency = false
     }
 
-    /// Groups the figures: `X.perSecond` with `X.rawPerSecond` (raw LMDB) and
-    /// `X.rawSameWritesPerSecond`; `peer.X.shareLedgerPerSecond` with `peer.X.sqlitePerSecond`;
+    /// Groups the figures: `X.perSecond` with `X.rawPerSecond` (raw LMDB),
+    /// `X.rawSameWritesPerSecond` and `X.perSecond.oneCore` (the same work on one core); `peer.X.shareLedgerPerSecond` with `peer.X.sqlitePerSecond`;
     /// latency triples (p50, p99, max) together (drawn as histograms); every other throughput alone.
     func panels() -> [Panel] {
         var names = Set<String>()
@@ -152,6 +157,7 @@ public struct BenchReport: Sendable {
                 add(subject, title: subject, unit: "per second", series: "raw LMDB", style: "raw", figure: subject + ".rawPerSecond")
                 add(subject, title: subject, unit: "per second", series: "raw LMDB, same writes", style: "raw2", figure: subject + ".rawSameWritesPerSecond")
                 add(subject, title: subject, unit: "per second", series: "in-process", style: "raw", figure: subject + ".inProcessPerSecond")
+                add(subject, title: subject, unit: "per second", series: "one core", style: "raw", figure: name + ".oneCore")
             } else if let range = name.range(of: #"(p50|P50)(Micros|Millis)$"#, options: .regularExpression) {
                 let stem = String(name[..<range.lowerBound])
                 let unit = name.hasSuffix("Micros") ? "Micros" : "Millis"

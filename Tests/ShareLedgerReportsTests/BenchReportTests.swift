@@ -83,6 +83,30 @@ struct BenchReportTests {
         #expect(arm.cpuFeatures == ["aes", "sha1", "sha2", "pmull", "asimd"])
     }
 
+    /// Without a flags or Features list (no /proc/cpuinfo, as on macOS) the features and the model
+    /// are "unknown", not an empty list that reads as a CPU without any of them.
+    @Test func machineFactsUnknownWithoutCpuinfo() {
+        let none = MachineFacts(cpuinfo: "", cores: 8, memoryGiB: 16, system: nil)
+        #expect(none.cpuFeatures == ["unknown"])
+        #expect(none.cpuModel == "unknown")
+        let plain = MachineFacts(cpuinfo: "model name\t: Plain CPU\nflags\t: fpu sse2\n", cores: 2, memoryGiB: 4, system: nil)
+        #expect(plain.cpuFeatures.isEmpty, "a flags list without any feature looked for")
+        let html = BenchReport(runs: [BenchRun(name: "mac", figures: ["x.perSecond": 1], machine: none)]).html()
+        #expect(html.contains("<td>unknown</td>"))
+    }
+
+    /// The one-core verification stands beside the every-core one, in its panel.
+    @Test func oneCoreBesideEveryCore() {
+        let run = BenchRun(name: "run", figures: ["verify.perSecond": 1_500_000, "verify.perSecond.oneCore": 800_000])
+        let html = BenchReport(runs: [run]).html()
+        let panels = html.components(separatedBy: "<svg class=\"panel\"").dropFirst()
+        #expect(panels.count == 1)
+        let panel = panels.first ?? ""
+        #expect(panel.contains(">verify <tspan"))
+        #expect(panel.contains("one core: 800,000"))
+        #expect(panel.contains("ledger: 1,500,000"))
+    }
+
     /// Share actions against callers is a curve when the runs measured several numbers of callers.
     @Test func callerCurve() {
         let runs = [

@@ -30,12 +30,87 @@ struct ChainTests {
         configuration.createIfMissing = false
         let log = try EventLog.open(configuration.log)
         defer { Task { await log.close() } }
-        // One pass, and the parallel check split into 2, 3 and 4 ranges: the same answer every way.
+        // One pass, and chunks of 7 checked by 2, 3, 4 and 16 threads: the same answer every way.
         let single = try log.verifyChain(chunkSize: 7, parallelism: 1)
-        for threads in 2...4 {
+        for threads in [2, 3, 4, 16] {
             #expect(try log.verifyChain(chunkSize: 7, parallelism: threads) == single, "\(threads) threads")
         }
+        #expect(try log.verifyChain(chunkSize: 7) == single, "one thread per core")
         return single
+    }
+
+    /// Flips a byte of the payload of the event at `position` (made by ``makeLedger(_:count:)``).
+    private func alterPayload(_ path: String, at position: UInt64) throws {
+        try tamper(path) { env, log in
+            try env.write { txn in
+                var value = try #require(try txn.get(log, key: BigEndian.bytes(of: position)))
+                let payload = Array("event \(position)".utf8)
+                let start = try #require(value.firstRange(of: payload)).lowerBound
+                value[start + 6] ^= 0x01
+                try txn.put(log, key: BigEndian.bytes(of: position), value: value)
+            }
+        }
+    }
+
+    /// Chunks of 7 events: 1–7, 8–14, 15–21… Each thread takes whole chunks, so a break is found by
+    /// the thread holding its chunk, while other threads check chunks after it.
+    @Test(
+        "the parallel check finds a break inside a chunk and at either edge of one, as one pass does",
+        arguments: [17, 15, 14, 1, 50] as [UInt64])
+    func parallelBreakAtChunkEdges(position: UInt64) async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 50)
+        try alterPayload(dir.path, at: position)
+        let result = try verify(dir.path)
+        #expect(result.firstBadPosition == position)
+        #expect(result.problem?.contains("altered") == true)
+        #expect(result.eventsChecked == position - 1)
+        #expect(result.headPosition == position - 1)
+    }
+
+    @Test("of two breaks in different chunks, the parallel check reports the first, as one pass does")
+    func parallelTwoBreaks() async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 50)
+        try alterPayload(dir.path, at: 40)
+        try tamper(dir.path) { env, log in
+            try env.write { txn in _ = try txn.delete(log, key: BigEndian.bytes(of: UInt64(22))) }
+        }
+        let result = try verify(dir.path)
+        #expect(result.firstBadPosition == 22)
+        #expect(result.problem?.contains("missing") == true)
+        #expect(result.eventsChecked == 21)
+    }
+
+    @Test("a last key damaged into a far position: the parallel check reports the gap without walking to it")
+    func parallelFarLastKey() async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 20)
+        try tamper(dir.path) { env, log in
+            try env.write { txn in
+                let last = try #require(try txn.get(log, key: BigEndian.bytes(of: UInt64(20))))
+                _ = try txn.delete(log, key: BigEndian.bytes(of: UInt64(20)))
+                try txn.put(log, key: BigEndian.bytes(of: UInt64(1) << 40), value: last)
+            }
+        }
+        // 2^40 / 7 chunks: only the ones started may exist.
+        let result = try verify(dir.path)
+        #expect(result.firstBadPosition == 20)
+        #expect(result.problem?.contains("missing") == true)
+        #expect(result.eventsChecked == 19)
+    }
+
+    @Test("a deleted event at a chunk's first position is caught as a gap by the parallel check")
+    func parallelGapAtChunkStart() async throws {
+        let dir = TemporaryDirectory()
+        try await makeLedger(dir.path, count: 30)
+        try tamper(dir.path) { env, log in
+            try env.write { txn in _ = try txn.delete(log, key: BigEndian.bytes(of: UInt64(15))) }
+        }
+        let result = try verify(dir.path)
+        #expect(result.firstBadPosition == 15)
+        #expect(result.problem?.contains("missing") == true)
+        #expect(result.eventsChecked == 14)
     }
 
     @Test("an untouched chain verifies, across chunk boundaries")
@@ -52,15 +127,7 @@ struct ChainTests {
     func flippedByte() async throws {
         let dir = TemporaryDirectory()
         try await makeLedger(dir.path, count: 30)
-        try tamper(dir.path) { env, log in
-            try env.write { txn in
-                var value = try #require(try txn.get(log, key: BigEndian.bytes(of: UInt64(17))))
-                let payload = Array("event 17".utf8)
-                let start = try #require(value.firstRange(of: payload)).lowerBound
-                value[start + 6] ^= 0x01
-                try txn.put(log, key: BigEndian.bytes(of: UInt64(17)), value: value)
-            }
-        }
+        try alterPayload(dir.path, at: 17)
         let result = try verify(dir.path)
         #expect(result.firstBadPosition == 17)
         #expect(result.problem?.contains("altered") == true)
