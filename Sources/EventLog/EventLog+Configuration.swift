@@ -76,16 +76,6 @@ extension EventLog {
         /// crash by deriving it again from the log. Off by default; a ledger already laid out this
         /// way is opened this way whatever the setting.
         package var defersDerivedState = false
-        /// With ``defersDerivedState``: a batch commits the log alone, its steps writing the
-        /// derived databases through an overlay that a thread of its own writes to the companion
-        /// behind the commit, before the batch's callers are answered (`DerivedWriter`). The writer
-        /// decides the next batch meanwhile. Only steps submitted as able to
-        /// (``LogWriter/submit(bytes:alone:behindCommit:_:)``) run so; a batch of others, or one that
-        /// finds that another process wrote, waits for the derived state to be written and writes it
-        /// in its own commit, as without this. Off by default: on this project's two-core machine it
-        /// measured slower than writing the derived state in the commit (`docs/architecture.md`,
-        /// "Writing derived state behind the commit").
-        package var writesDerivedStateBehind = false
         /// How the layer that owns the derived databases applies one event to them, when the
         /// writer brings them up to the head. Without it, derived databases found behind the head
         /// are left as they are.

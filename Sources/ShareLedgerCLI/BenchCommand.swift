@@ -36,9 +36,6 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "How long the writer polls for work before it sleeps, in microseconds.")
     var writerPoll = 50
 
-    @Flag(help: "Share actions and fetches write their derived state behind the log's commit (see docs/architecture.md; off by default, to compare).")
-    var derivedBehind = false
-
     @Option(help: "Repeat every measurement this many times; figures are medians, with min and max.")
     var repeats = 1
 
@@ -134,8 +131,7 @@ struct BenchCommand: AsyncParsableCommand {
             if parts.contains("append") {
                 let actions = ShareActionBench(
                     directory: bench.directory, durability: durability, writerPoll: writerPoll,
-                    sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail,
-                    writesDerivedStateBehind: derivedBehind)
+                    sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail)
                 // The same number of actions whatever the callers: 64 × 16 cycles in all.
                 let cycles = max(1, (quick ? 4 : 16) * 64 / callers)
                 let concurrent = try await actions.mixed(name: "actions-concurrent", callers: callers, cycles: cycles) {
@@ -189,8 +185,7 @@ struct BenchCommand: AsyncParsableCommand {
             if parts.contains("fetch") {
                 let actions = ShareActionBench(
                     directory: bench.directory, durability: durability, writerPoll: writerPoll,
-                    sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail,
-                    writesDerivedStateBehind: derivedBehind)
+                    sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail)
                 let fetch = try await actions.fetches(callers: 64, perCaller: quick ? 60 : 300) {
                     Output.progress("round \(round)/\(repeats): logged fetches, 64 callers, segment \($0)/\($1)")
                 }

@@ -104,8 +104,6 @@ struct ShareActionBench {
     var sealsPersonalData = true
     /// Whether the share actions invite by email address (`bench --invite-by-email`).
     var invitesByEmail = false
-    /// Whether derived state is written behind the commit (`bench --derived-behind`).
-    var writesDerivedStateBehind = false
 
     struct Figures {
         var perSecond: Double
@@ -126,7 +124,6 @@ struct ShareActionBench {
         configuration.recordsCommitSizes = true
         configuration.writerPollMicroseconds = writerPoll
         configuration.sealsPersonalData = sealsPersonalData
-        configuration.writesDerivedStateBehind = writesDerivedStateBehind
         // The worker's zone creations are measured by the residual part; here only the actions.
         configuration.residualTaskWorker = nil
         return try ShareLedger.open(configuration)

@@ -34,8 +34,6 @@ public enum SoakDriver {
         /// Whether the child also rebuilds the read models over and over, rewriting them into their
         /// second copies and switching them in, while its clients write.
         public var rebuilding = false
-        /// Whether the child writes the derived state behind the log's commit.
-        public var writesBehind = false
         /// Called with a line per kill (for the soak's progress output).
         public var progress: (@Sendable (String) -> Void)?
 
@@ -100,7 +98,7 @@ public enum SoakDriver {
                 try await runAndKill(
                     options.childExecutable,
                     ["--mix", ledgerPath, ackPath, String(options.clients), mode.rawValue, "k\(kill)"]
-                        + (options.rebuilding ? ["rebuild"] : []) + (options.writesBehind ? ["behind"] : []), after: delay)
+                        + (options.rebuilding ? ["rebuild"] : []), after: delay)
             } catch {
                 problems.append("kill \(kill): \(error)")
             }

@@ -364,10 +364,8 @@ public final class ShareLedger: Sendable {
         // Its answers may open boxes: not with keys another process destroyed.
         try noticeKeyStoreChanges()
         do {
-            // The rules and projections reach the read models only through `ReadModelStore`, which
-            // works through the writer's overlay: their derived state may be written behind.
             return try await log.writer.submit(
-                bytes: command.bytes, behindCommit: true, command.commitStep(models: writerModels))
+                bytes: command.bytes, command.commitStep(models: writerModels))
                 .get().get()
         } catch {
             throw log.namingTheFile(error)
