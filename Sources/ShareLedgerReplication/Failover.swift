@@ -234,7 +234,7 @@ public enum Failover {
         let connection = try await NATSConnection.connect(
             servers: follower.configuration.servers, name: "share-ledger takeover \(shard.shard)", wait: follower.configuration.callTimeout)
         defer { connection.close() }
-        var backoff = Duration.milliseconds(50)
+        var backoff = Backoff(initial: .milliseconds(50), cap: .seconds(1))
         while true {
             guard ContinuousClock.now < deadline else {
                 throw ReplicationError(.timedOut, "the takeover of shard \(shard.shard) did not finish in time; run it again")
@@ -316,10 +316,9 @@ public enum Failover {
                 }
                 try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
                 return Takeover(grant: grant, markerPosition: event.position, heldUntilNanos: heldUntil)
-            } catch where (error.code == .unavailable || error.code == .timedOut) && ContinuousClock.now + backoff < deadline {
+            } catch where (error.code == .unavailable || error.code == .timedOut) && backoff.endsBefore(deadline) {
                 follower.configuration.logger.warning("taking over failed; retrying", metadata: ["error": "\(error)"])
-                try? await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(1))
+                await backoff.wait()
             }
         }
     }

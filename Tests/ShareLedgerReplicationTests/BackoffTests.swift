@@ -1,3 +1,4 @@
+import ShareLedger
 @testable import ShareLedgerReplication
 import Testing
 
