@@ -54,9 +54,10 @@ extension EventLog {
         public var monotonicClock: @Sendable () -> UInt64 = LedgerRole.monotonicNanos
         /// Where the ledger logs; it never prints.
         public var logger: Logger
-        /// Record the number of events of every group commit (for `share-ledger bench`, which replays
-        /// the same commit pattern against raw LMDB). Off by default.
-        package var recordsCommitSizes = false
+        /// Told by the writer thread before each batch and after each commit that appended
+        /// (``WriterProbe``): the hook of the tests' pause and of the benchmarks' commit-size
+        /// recorder, which live outside the product. None by default.
+        package var writerProbe: (any WriterProbe)?
         /// Named databases a layer built on the log keeps in the same environment (read models,
         /// outboxes), opened (and created when missing) with the log's, so that a ``CommitStep``
         /// writes them in the transaction that appends its events.

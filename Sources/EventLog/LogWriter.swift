@@ -252,9 +252,8 @@ package final class LogWriter: @unchecked Sendable {
     private var finishWaiters: [CheckedContinuation<Void, Never>] = []
     private var observer: (any CommitObserver)?
 
-    /// When set, the size (in events) of every committed group, for replaying the same commit pattern
-    /// in a baseline benchmark.
-    package let commitSizes: CommitSizeRecorder?
+    /// Told before each batch and after each commit that appended (``EventLog/Configuration/writerProbe``).
+    private let probe: (any WriterProbe)?
 
     /// Every commit's size in commands, counted into a histogram (for monitoring: always on, one
     /// short lock per commit).
@@ -275,8 +274,6 @@ package final class LogWriter: @unchecked Sendable {
     /// What brings the derived databases up to the head (``EventLog/Configuration/derivedReplay``).
     private let derivedReplay: DerivedReplay?
 
-    // Guarded by `lock`: a pause for tests that need to control which commands share a batch.
-    private var paused = false
     /// The last ``CommitScope/serial`` given; only the writer's thread touches it.
     private var transactionSerial: UInt64 = 0
     /// Resumes the callers of a committed batch of more than one command, off the writer's thread.
@@ -297,7 +294,7 @@ package final class LogWriter: @unchecked Sendable {
         self.maxBatchBytes = max(1, configuration.maxBatchBytes)
         self.spinBeforeSleep = .microseconds(max(0, configuration.writerPollMicroseconds))
         self.notifier = HeadNotifier(head: head.position.rawValue)
-        self.commitSizes = configuration.recordsCommitSizes ? CommitSizeRecorder() : nil
+        self.probe = configuration.writerProbe
         self.derivedReplay = configuration.derivedReplay
     }
 
@@ -379,15 +376,6 @@ package final class LogWriter: @unchecked Sendable {
         }
     }
 
-    /// Holds (`true`) or releases (`false`) the writer before its next batch, so that a test can queue
-    /// several commands and have them committed together.
-    package func setPaused(_ value: Bool) {
-        lock.withLock {
-            paused = value
-            lock.signal()
-        }
-    }
-
     /// Commands waiting for the writer.
     package var queuedCommands: Int { lock.withLock { queue.count } }
 
@@ -450,8 +438,17 @@ package final class LogWriter: @unchecked Sendable {
                 if spins & 63 == 0 && ContinuousClock.now >= deadline { break }
             }
         }
+        if let probe {
+            // Work is queued before the probe may hold the writer: what is submitted meanwhile joins
+            // the batch taken after it.
+            let hasWork = lock.withLock { () -> Bool in
+                while queue.isEmpty && !stopping { lock.wait() }
+                return !queue.isEmpty
+            }
+            if hasWork { probe.beforeBatch() }
+        }
         return lock.withLock { () -> [WriterJob]? in
-            while (queue.isEmpty || paused) && !stopping { lock.wait() }
+            while queue.isEmpty && !stopping { lock.wait() }
             guard !queue.isEmpty else { return nil }
             var batch: [WriterJob] = []
             batch.reserveCapacity(min(queue.count, maxBatchCommands))
@@ -503,7 +500,7 @@ package final class LogWriter: @unchecked Sendable {
                         invalidatedEverything: scope.invalidatedEverything, serial: scope.serial))
             }
             if newHead != startHead {
-                commitSizes?.record(Int(newHead.position.rawValue - startHead.position.rawValue))
+                probe?.committed(events: Int(newHead.position.rawValue - startHead.position.rawValue))
                 notifier.publish(newHead.position.rawValue)
             }
             if resumers.count == 1 {
@@ -605,14 +602,6 @@ package final class LogWriter: @unchecked Sendable {
         return .success(
             AppendResult(positions: LogPosition(first)...LogPosition(last), streamVersion: version, wasAlreadyApplied: false))
     }
-}
-
-/// The sizes of group commits, recorded for benchmarks.
-package final class CommitSizeRecorder: Sendable {
-    private let sizes = Mutex<[Int]>([])
-
-    package func record(_ size: Int) { sizes.withLock { $0.append(size) } }
-    package var all: [Int] { sizes.withLock { $0 } }
 }
 
 /// The writer's commits so far and their sizes in commands, as a cumulative histogram.

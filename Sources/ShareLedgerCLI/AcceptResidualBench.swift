@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerBaselines
 import Synchronization
 
 /// The residual-task latency benchmark: accepts arrive at a steady rate (open loop) on a durable
@@ -29,7 +30,7 @@ struct AcceptResidualBench {
         var configuration = ShareLedger.Configuration(
             path: directory.appendingPathComponent("accept-residual").path, durability: durability, initialMapSize: 1 << 30)
         configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
-        configuration.recordsCommitSizes = true
+        configuration.writerProbe = CommitSizeRecorder()
         let ledger = try ShareLedger.open(configuration)
 
         // Setup (not measured): an owner with enough public shares (a share holds 100 participants),

@@ -370,7 +370,7 @@ struct AppendBench {
         var configuration = EventLog.Configuration(
             path: directory.appendingPathComponent("\(name)-ledger").path, durability: durability,
             initialMapSize: 1 << 30)
-        configuration.recordsCommitSizes = true
+        configuration.writerProbe = CommitSizeRecorder()
         configuration.writerPollMicroseconds = writerPoll
         let log = try EventLog.open(configuration)
         let raw = try RawReplayer(path: directory.appendingPathComponent("\(name)-raw").path, durability: durability)

@@ -121,7 +121,7 @@ struct ShareActionBench {
     private func openLedger(_ name: String) throws -> ShareLedger {
         var configuration = ShareLedger.Configuration(
             path: directory.appendingPathComponent("\(name)-ledger").path, durability: durability, initialMapSize: 1 << 30)
-        configuration.recordsCommitSizes = true
+        configuration.writerProbe = CommitSizeRecorder()
         configuration.writerPollMicroseconds = writerPoll
         configuration.sealsPersonalData = sealsPersonalData
         // The worker's zone creations are measured by the residual part; here only the actions.

@@ -1,5 +1,5 @@
 import Foundation
-import TestSupport
+import ShareLedgerTestSupport
 import ShareLedger
 
 #if canImport(Glibc)
@@ -77,7 +77,7 @@ public enum SoakDriver {
 
     public static func run(_ options: Options) async -> Report {
         let started = ContinuousClock.now
-        // Seeded (TestSupport's SplitMix64): the same seed gives the same kill moments and modes.
+        // Seeded (ShareLedgerTestSupport's SplitMix64): the same seed gives the same kill moments and modes.
         var random = SplitMix64(state: options.seed)
         var report = Report()
         var ledgerAcks: [Ack] = []
