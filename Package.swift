@@ -20,6 +20,9 @@ let package = Package(
         .library(name: "ShareLedgerServer", targets: ["ShareLedgerServer"]),
         .library(name: "ShareLedgerReports", targets: ["ShareLedgerReports"]),
         .executable(name: "share-ledger", targets: ["ShareLedgerCLI"]),
+        // Support for the nested Benchmarks package (hot paths, peer comparison), like NIO's
+        // NIOTestUtils: not part of any library product, and not for applications.
+        .library(name: "ShareLedgerBenchmarkSupport", targets: ["ShareLedgerBenchmarkSupport"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
@@ -169,10 +172,26 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // The raw LMDB baselines `share-ledger bench` compares the ledger with. Not a product.
+        // The raw LMDB baselines `share-ledger bench` compares the ledger with, and the writer probe
+        // that records the commit sizes they replay. Not a product.
         .target(
             name: "ShareLedgerBaselines",
             dependencies: ["EventLog", "LMDB"],
+            swiftSettings: strictSettings
+        ),
+        // The hot paths the nested Benchmarks package measures, through `package` access to
+        // ShareLedger (its one hook: `ShareLedger.rehearse`).
+        .target(
+            name: "ShareLedgerBenchmarkSupport",
+            dependencies: ["ShareLedger", "EventLog", "ShareLedgerBaselines"],
+            swiftSettings: strictSettings
+        ),
+        // What the tests and the crash harness share: children started with posix_spawn (`Spawned`),
+        // the writer gate that holds the writer for batching tests, clocks and log fixtures. Not a
+        // product.
+        .target(
+            name: "ShareLedgerTestSupport",
+            dependencies: ["EventLog", "ShareLedgerBaselines"],
             swiftSettings: strictSettings
         ),
         // A child process for the crash tests: appends (or, with --mix, runs the mixed sharing workload)
@@ -187,8 +206,8 @@ let package = Package(
         // child runs, its acknowledgement side file, the checks after a kill and the kill loop.
         .target(
             name: "ShareLedgerCrashHarness",
-            // TestSupport for `Spawned` (children started with posix_spawn, not Foundation's Process).
-            dependencies: ["ShareLedger", "TestSupport"],
+            // ShareLedgerTestSupport for `Spawned` (children started with posix_spawn, not Foundation's Process).
+            dependencies: ["ShareLedger", "ShareLedgerTestSupport"],
             swiftSettings: strictSettings
         ),
         // The fuzz targets (envelope decoder, share-URL parser, NDJSON line parser, HTTP request bodies): scripts/fuzz builds
@@ -210,6 +229,7 @@ let package = Package(
         // Helpers the test targets share (a temporary directory per test).
         .target(
             name: "TestSupport",
+            dependencies: ["ShareLedgerTestSupport"],
             path: "Tests/TestSupport",
             swiftSettings: strictSettings
         ),
@@ -220,6 +240,7 @@ let package = Package(
                 "ShareLedger",
                 "ShareLedgerServer",
                 "TestSupport",
+                "ShareLedgerTestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -264,6 +285,21 @@ let package = Package(
             dependencies: ["LMDB", "CLMDB", "TestSupport"],
             swiftSettings: strictSettings
         ),
+        // The event log alone: appends, group commits, the chain's byte format, subscriptions,
+        // opening, the retry schedule. No sharing.
+        .testTarget(
+            name: "EventLogTests",
+            dependencies: [
+                "EventLog",
+                "LMDB",
+                "TestSupport",
+                "ShareLedgerTestSupport",
+                // `commitSizes()`, which the writer gate records.
+                "ShareLedgerBaselines",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "ShareLedgerTests",
             dependencies: [
@@ -271,6 +307,7 @@ let package = Package(
                 "ShareLedgerFuzzSupport",
                 "LMDB",
                 "TestSupport",
+                "ShareLedgerTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

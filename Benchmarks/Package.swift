@@ -38,6 +38,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Benchmark", package: "package-benchmark"),
                 .product(name: "ShareLedger", package: "ShareLedger"),
+                .product(name: "ShareLedgerBenchmarkSupport", package: "ShareLedger"),
             ],
             path: "Benchmarks/HotPaths",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "package-benchmark")]
@@ -48,6 +49,7 @@ let package = Package(
             name: "PeerComparison",
             dependencies: [
                 .product(name: "ShareLedger", package: "ShareLedger"),
+                .product(name: "ShareLedgerBenchmarkSupport", package: "ShareLedger"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

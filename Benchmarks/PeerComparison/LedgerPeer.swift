@@ -1,5 +1,6 @@
 import Foundation
-@_spi(Benchmarks) import ShareLedger
+import ShareLedger
+import ShareLedgerBenchmarkSupport
 
 /// The workload through ShareLedger's public API, on a durable ledger (fsync per group commit)
 /// unless `--durability` says otherwise.

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
-@_spi(Benchmarks) import ShareLedger
+import ShareLedger
+import ShareLedgerBenchmarkSupport
 import Synchronization
 
 /// The workload on SQLite through GRDB: a `DatabasePool` (WAL), with `PRAGMA synchronous = FULL` on

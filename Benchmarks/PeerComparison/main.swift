@@ -1,5 +1,6 @@
 import Foundation
-@_spi(Benchmarks) import ShareLedger
+import ShareLedger
+import ShareLedgerBenchmarkSupport
 
 // PeerComparison: the same share workload (see Workload.swift) against ShareLedger (durable) and
 // SQLite through GRDB (WAL, synchronous=FULL), in one run, interleaved in segments so that drift in

@@ -356,11 +356,6 @@ extension LogStore {
     /// after ``consistentReadAttempts`` (the derived state is behind for good: a crash before any
     /// writer caught up, or a damaged event it cannot be brought past), `body` runs on what there
     /// is; the audit then reports the difference.
-    ///
-    /// In the process whose writer writes the derived state behind its commits, the derived
-    /// databases may be behind the log by the batches not yet written, but never behind anything
-    /// this process answered (a caller is answered once its batch's derived state is committed): its
-    /// readers take them as they are.
     package func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
         do {
             return try readConsistently(body)
@@ -371,7 +366,7 @@ extension LogStore {
     }
 
     private func readConsistently<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
-        guard derivedMeta != nil, !writesBehind.load(ordering: .acquiring) else { return try environment.read(body) }
+        guard derivedMeta != nil else { return try environment.read(body) }
         if let readOnly = readOnlyDerived.withLock({ $0 }), !LogStore.readsAsStored {
             switch readOnly {
             case .unusable(let error): throw error
@@ -464,7 +459,7 @@ extension LogStore {
                         : "derived/ does not match the log; deriving it in memory (read-only)",
                     metadata: ["derivedPosition": "\(derived.position)", "head": "\(head.position)"])
                 // Every database, so that nothing a projection writes can reach a read-only LMDB.
-                let overlay = Overlay(scope: .all)
+                let overlay = Overlay()
                 try txn.withOverlay(overlay) { view in
                     if !matches { try clearDerived(view) }
                     try derive(view, after: after, replay(self))

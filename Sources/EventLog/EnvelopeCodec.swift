@@ -198,9 +198,49 @@ package enum EnvelopeCodec {
         guard endsWithHashField(stored) else {
             throw LedgerError(.corruptedData, "the event at position \(key) does not end with its 32-byte hash field")
         }
-        func malformed(_ what: String) -> LedgerError {
-            LedgerError(.corruptedData, "the event at position \(key) does not decode: \(what)")
+        var fields = DecodedFields()
+        let count = stored.count
+        var offset = 0
+        while offset < count {
+            guard let tag = readVarint(stored, &offset, limit: count), tag >> 3 > 0, tag >> 3 <= 536_870_911 else {
+                throw malformed(key, "a field tag is malformed")
+            }
+            let field = tag >> 3
+            let wireType = tag & 7
+            let known = field <= 15
+            switch wireType {
+            case 0:
+                guard let value = readVarint(stored, &offset, limit: count) else { throw malformed(key, "a varint runs past the end") }
+                guard fields.setVarint(field, value) || !known else { throw malformed(key, "field \(field) has the wrong wire type") }
+            case 2:
+                guard let length = readVarint(stored, &offset, limit: count), length <= UInt64(count - offset) else {
+                    throw malformed(key, "a length-delimited field runs past the end")
+                }
+                let bytes = UnsafeRawBufferPointer(rebasing: stored[offset..<(offset + Int(length))])
+                offset += Int(length)
+                guard try fields.setBytes(field, bytes, key: key) || !known else {
+                    throw malformed(key, "field \(field) has the wrong wire type")
+                }
+            case 1, 5:
+                let size = wireType == 1 ? 8 : 4
+                guard !known else { throw malformed(key, "field \(field) has the wrong wire type") }
+                guard count - offset >= size else { throw malformed(key, "a fixed-size field runs past the end") }
+                offset += size
+            default:
+                throw malformed(key, "wire type \(wireType) is not one an event uses")
+            }
         }
+        return try fields.envelope(key: key)
+    }
+
+    /// The error of an event at `key` that does not decode.
+    private static func malformed(_ key: UInt64, _ what: String) -> LedgerError {
+        LedgerError(.corruptedData, "the event at position \(key) does not decode: \(what)")
+    }
+
+    /// The envelope's fields as ``decode(_:key:)`` reads them, the bytes ones still in the stored
+    /// buffer (copied only into the envelope).
+    private struct DecodedFields {
         var position: UInt64 = 0
         var recordedAtMicros: Int64 = 0
         var container = ""
@@ -216,85 +256,74 @@ package enum EnvelopeCodec {
         var payload: UnsafeRawBufferPointer?
         var previousHash: UnsafeRawBufferPointer?
         var hash: UnsafeRawBufferPointer?
-        let count = stored.count
-        var offset = 0
-        while offset < count {
-            guard let tag = readVarint(stored, &offset, limit: count), tag >> 3 > 0, tag >> 3 <= 536_870_911 else {
-                throw malformed("a field tag is malformed")
+
+        /// Sets varint field `field`; false when the envelope has no varint field by that number.
+        @inline(__always)
+        mutating func setVarint(_ field: UInt64, _ value: UInt64) -> Bool {
+            switch field {
+            case 1: position = value
+            case 2: recordedAtMicros = Int64(bitPattern: value)
+            case 8: schemaVersion = UInt32(truncatingIfNeeded: value)
+            case 10: streamVersion = value
+            case 11: streamPreviousPosition = value
+            default: return false
             }
-            let field = tag >> 3
-            let wireType = tag & 7
-            let known = field <= 15
-            switch wireType {
-            case 0:
-                guard let value = readVarint(stored, &offset, limit: count) else { throw malformed("a varint runs past the end") }
-                switch field {
-                case 1: position = value
-                case 2: recordedAtMicros = Int64(bitPattern: value)
-                case 8: schemaVersion = UInt32(truncatingIfNeeded: value)
-                case 10: streamVersion = value
-                case 11: streamPreviousPosition = value
-                default: guard !known else { throw malformed("field \(field) has the wrong wire type") }
-                }
-            case 2:
-                guard let length = readVarint(stored, &offset, limit: count), length <= UInt64(count - offset) else {
-                    throw malformed("a length-delimited field runs past the end")
-                }
-                let bytes = UnsafeRawBufferPointer(rebasing: stored[offset..<(offset + Int(length))])
-                offset += Int(length)
-                func text() throws(LedgerError) -> String {
-                    guard let value = validatedText(bytes) else {
-                        throw malformed("field \(field) is not valid UTF-8")
-                    }
-                    return value
-                }
-                switch field {
-                case 3: container = try text()
-                case 4: actor = try text()
-                case 5: commandID = bytes
-                case 6: correlationID = bytes
-                case 7: causationID = bytes
-                case 9: stream = try text()
-                case 12: eventType = try text()
-                case 13: payload = bytes
-                case 14: previousHash = bytes
-                case 15: hash = bytes
-                default: guard !known else { throw malformed("field \(field) has the wrong wire type") }
-                }
-            case 1, 5:
-                let size = wireType == 1 ? 8 : 4
-                guard !known else { throw malformed("field \(field) has the wrong wire type") }
-                guard count - offset >= size else { throw malformed("a fixed-size field runs past the end") }
-                offset += size
-            default:
-                throw malformed("wire type \(wireType) is not one an event uses")
+            return true
+        }
+
+        /// Sets length-delimited field `field` (a string checked as UTF-8); false when the envelope
+        /// has no such field by that number.
+        @inline(__always)
+        mutating func setBytes(_ field: UInt64, _ bytes: UnsafeRawBufferPointer, key: UInt64) throws(LedgerError) -> Bool {
+            func text() throws(LedgerError) -> String {
+                guard let value = validatedText(bytes) else { throw malformed(key, "field \(field) is not valid UTF-8") }
+                return value
             }
+            switch field {
+            case 3: container = try text()
+            case 4: actor = try text()
+            case 5: commandID = bytes
+            case 6: correlationID = bytes
+            case 7: causationID = bytes
+            case 9: stream = try text()
+            case 12: eventType = try text()
+            case 13: payload = bytes
+            case 14: previousHash = bytes
+            case 15: hash = bytes
+            default: return false
+            }
+            return true
         }
-        guard position == key else {
-            throw LedgerError(.corruptedData, "the event stored at position \(key) says it is at position \(position)")
+
+        /// The envelope, once its position is checked against the key it was stored under and its
+        /// id and hashes against their sizes.
+        func envelope(key: UInt64) throws(LedgerError) -> EventEnvelope {
+            guard position == key else {
+                throw LedgerError(.corruptedData, "the event stored at position \(key) says it is at position \(position)")
+            }
+            guard let commandID = commandID.flatMap(uuid(_:)),
+                let previous = EventHash(bytes: previousHash ?? UnsafeRawBufferPointer(start: nil, count: 0)),
+                let hash = hash.flatMap({ EventHash(bytes: $0) })
+            else {
+                throw LedgerError(.corruptedData, "the event at position \(key) has a malformed id or hash field")
+            }
+            return EventEnvelope(
+                position: LogPosition(position),
+                recordedAtMicros: recordedAtMicros,
+                container: container,
+                actor: actor,
+                commandID: commandID,
+                correlationID: correlationID.flatMap(uuid(_:)),
+                causationID: causationID.flatMap(uuid(_:)),
+                schemaVersion: schemaVersion,
+                stream: stream,
+                streamVersion: streamVersion,
+                streamPreviousPosition: LogPosition(streamPreviousPosition),
+                eventType: eventType,
+                payload: payload.map { Array($0) } ?? [],
+                previousHash: previous,
+                hash: hash)
         }
-        guard let commandID = commandID.flatMap(uuid(_:)),
-            let previous = EventHash(bytes: previousHash ?? UnsafeRawBufferPointer(start: nil, count: 0)),
-            let hash = hash.flatMap({ EventHash(bytes: $0) })
-        else {
-            throw LedgerError(.corruptedData, "the event at position \(key) has a malformed id or hash field")
-        }
-        return EventEnvelope(
-            position: LogPosition(position),
-            recordedAtMicros: recordedAtMicros,
-            container: container,
-            actor: actor,
-            commandID: commandID,
-            correlationID: correlationID.flatMap(uuid(_:)),
-            causationID: causationID.flatMap(uuid(_:)),
-            schemaVersion: schemaVersion,
-            stream: stream,
-            streamVersion: streamVersion,
-            streamPreviousPosition: LogPosition(streamPreviousPosition),
-            eventType: eventType,
-            payload: payload.map { Array($0) } ?? [],
-            previousHash: previous,
-            hash: hash)
     }
 
     /// A UUID from exactly 16 bytes.

@@ -54,9 +54,10 @@ extension EventLog {
         public var monotonicClock: @Sendable () -> UInt64 = LedgerRole.monotonicNanos
         /// Where the ledger logs; it never prints.
         public var logger: Logger
-        /// Record the number of events of every group commit (for `share-ledger bench`, which replays
-        /// the same commit pattern against raw LMDB). Off by default.
-        package var recordsCommitSizes = false
+        /// Told by the writer thread before each batch and after each commit that appended
+        /// (``WriterProbe``): the hook of the tests' pause and of the benchmarks' commit-size
+        /// recorder, which live outside the product. None by default.
+        package var writerProbe: (any WriterProbe)?
         /// Named databases a layer built on the log keeps in the same environment (read models,
         /// outboxes), opened (and created when missing) with the log's, so that a ``CommitStep``
         /// writes them in the transaction that appends its events.
@@ -76,16 +77,6 @@ extension EventLog {
         /// crash by deriving it again from the log. Off by default; a ledger already laid out this
         /// way is opened this way whatever the setting.
         package var defersDerivedState = false
-        /// With ``defersDerivedState``: a batch commits the log alone, its steps writing the
-        /// derived databases through an overlay that a thread of its own writes to the companion
-        /// behind the commit, before the batch's callers are answered (`DerivedWriter`). The writer
-        /// decides the next batch meanwhile. Only steps submitted as able to
-        /// (``LogWriter/submit(bytes:alone:behindCommit:_:)``) run so; a batch of others, or one that
-        /// finds that another process wrote, waits for the derived state to be written and writes it
-        /// in its own commit, as without this. Off by default: on this project's two-core machine it
-        /// measured slower than writing the derived state in the commit (`docs/architecture.md`,
-        /// "Writing derived state behind the commit").
-        package var writesDerivedStateBehind = false
         /// How the layer that owns the derived databases applies one event to them, when the
         /// writer brings them up to the head. Without it, derived databases found behind the head
         /// are left as they are.

@@ -422,21 +422,12 @@ public final class EventLog: Sendable {
     /// Whether the log was closed.
     package var isClosed: Bool { writer.notifier.isClosed }
 
-    /// Holds the writer before its next batch (`true`) or lets it go (`false`); for tests that need
-    /// several commands committed in one batch.
-    package func setWriterPaused(_ paused: Bool) { writer.setPaused(paused) }
-
     /// Commands submitted and not yet taken by the writer.
     package var queuedCommands: Int { writer.queuedCommands }
 
     /// The CPU time the writer thread has spent on batches since the log was opened, in nanoseconds,
     /// in user space and in the kernel (for `share-ledger bench`: writer CPU per action).
     package var writerCPUNanoseconds: (user: UInt64, system: UInt64) { writer.cpuNanoseconds }
-
-    /// The number of events of each group commit so far, when the configuration asked for them.
-    package func commitSizes() -> [Int] {
-        writer.commitSizes?.all ?? []
-    }
 
     /// The size in bytes of the stored entry at `position` (envelope and hash), for benchmarks that
     /// replay the same sizes against raw LMDB.

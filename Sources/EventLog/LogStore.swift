@@ -49,9 +49,6 @@ package final class LogStore: Sendable {
     /// The derived position at which ``read(_:)`` last gave up waiting for the derived state to
     /// reach the log (no writer is catching up); reads with the derived state there do not wait.
     let derivedStuckAt = Atomic<UInt64>(.max)
-    /// Whether this process's writer writes the derived state behind its commits (`DerivedWriter`):
-    /// its readers then take the derived databases as they find them (see ``read(_:)``).
-    package let writesBehind = Atomic<Bool>(false)
     /// Set when a read or a write met a row of `derived/` damaged at rest (``recordDerivedDamage(_:)``):
     /// this process's writer derives `derived/` again before its next batch; a close that finds it
     /// still set marks `derived/` for the next open for writing.
@@ -112,6 +109,55 @@ package final class LogStore: Sendable {
         _ configuration: EventLog.Configuration, discardingDamagedCompanion: Bool
     ) throws(LedgerError) -> LogStore {
         let path = configuration.path
+        try prepareDirectory(configuration)
+        let directoryLock = DirectoryLock(path: path)
+        let environment = try openEnvironment(configuration)
+        let existing = try existingDatabases(environment, configuration)
+
+        // Where the derived databases live: with the log, or in the companion `derived/`.
+        let split: DerivedState.Placement
+        do {
+            split = try DerivedState.placement(
+                environment, existing: existing, configuration: configuration, lock: directoryLock)
+        } catch {
+            environment.close()
+            throw error
+        }
+        let allSpecs = databaseSpecs + configuration.databases
+        let opened: OpenedDatabases
+        switch try openDatabases(
+            environment, configuration, existing: existing, split: split, specs: allSpecs,
+            discardingDamagedCompanion: discardingDamagedCompanion)
+        {
+        case .opened(let databases): opened = databases
+        case .reopen(let discarding): return try open(configuration, discardingDamagedCompanion: discarding)
+        }
+        let store = LogStore(
+            environment: environment, databases: opened.databases, derivedMeta: opened.derivedMeta, directoryLock: directoryLock)
+        do {
+            try store.checkFormat(initialize: !configuration.readOnly)
+            if split.separate && !configuration.readOnly {
+                try DerivedState.prepare(store, existing: existing, derivedSpecs: opened.derivedSpecs, added: opened.addedDerived)
+            }
+            // Kept with the log: a derived database this open created in a ledger that holds events
+            // starts empty though the events it reflects are there, so everything derived is derived
+            // again (the companion layout does this through its position record, `DerivedState.prepare`).
+            let derivedNames = allSpecs.filter(\.derived).map(\.name)
+            if !split.separate && !configuration.readOnly && !existing.isEmpty && derivedNames.contains(where: { !existing.contains($0) }) {
+                try store.deriveAgainWithTheLog(Set(derivedNames), replay: configuration.derivedReplay, logger: configuration.logger)
+            }
+            if split.exclusive { directoryLock.shared() }
+        } catch {
+            environment.close()
+            throw error
+        }
+        return store
+    }
+
+    /// Checks that the ledger directory exists (creating it when allowed) and that a directory
+    /// without `data.mdb` holds nothing but what a new ledger may be created beside.
+    private static func prepareDirectory(_ configuration: EventLog.Configuration) throws(LedgerError) {
+        let path = configuration.path
         let fileManager = FileManager.default
         var isDirectory: ObjCBool = false
         let create = configuration.createIfMissing && !configuration.readOnly
@@ -142,12 +188,14 @@ package final class LogStore: Sendable {
                         + (foreign.count > 3 ? ", ..." : "") + "); choose an empty or new directory")
             }
         }
+    }
 
-        let directoryLock = DirectoryLock(path: path)
-        // A directory LMDB cannot open as an environment is left as it was found: no lock.mdb behind.
+    /// Opens the LMDB environment of the ledger directory; a directory LMDB cannot open as an
+    /// environment is left as it was found (no `lock.mdb` behind) and named as not a ledger.
+    private static func openEnvironment(_ configuration: EventLog.Configuration) throws(LedgerError) -> Environment {
+        let path = configuration.path
         let lockFile = (path as NSString).appendingPathComponent("lock.mdb")
-        let lockExisted = fileManager.fileExists(atPath: lockFile)
-        let environment: Environment
+        let lockExisted = FileManager.default.fileExists(atPath: lockFile)
         do {
             var options = EnvironmentOptions(
                 path: path,
@@ -158,9 +206,9 @@ package final class LogStore: Sendable {
                 durability: configuration.durability.syncMode,
                 readOnly: configuration.readOnly)
             options.writeMap = configuration.scratch
-            environment = try Environment(options: options)
+            return try Environment(options: options)
         } catch {
-            if !lockExisted { try? fileManager.removeItem(atPath: lockFile) }
+            if !lockExisted { try? FileManager.default.removeItem(atPath: lockFile) }
             if error.code == .invalid || error.code == .versionMismatch {
                 throw LedgerError(
                     .notALedger, "\(path) holds a data.mdb that is not a readable LMDB file: \(error.message)",
@@ -171,7 +219,14 @@ package final class LogStore: Sendable {
             }
             throw LedgerError(error, while: "opening the ledger at \(path)")
         }
+    }
 
+    /// The names of the databases the environment holds, checked to be a ledger's (or none, for a
+    /// new ledger opened for writing) of a format this code reads.
+    private static func existingDatabases(
+        _ environment: Environment, _ configuration: EventLog.Configuration
+    ) throws(LedgerError) -> [String] {
+        let path = configuration.path
         let existing: [String]
         do {
             existing = try environment.databaseNames()
@@ -190,17 +245,32 @@ package final class LogStore: Sendable {
             // Before anything is created: a newer release's ledger is refused untouched.
             try refuseNewerFormat(environment, path: path)
         }
+        return existing
+    }
 
-        // Where the derived databases live: with the log, or in the companion `derived/`.
-        let split: DerivedState.Placement
-        do {
-            split = try DerivedState.placement(
-                environment, existing: existing, configuration: configuration, lock: directoryLock)
-        } catch {
-            environment.close()
-            throw error
-        }
-        let allSpecs = databaseSpecs + configuration.databases
+    /// The databases an open found or created: the log's and the layers', and, with the derived
+    /// state in `derived/`, its `derived_meta` and the derived databases a later release added.
+    private struct OpenedDatabases {
+        var databases: [Database]
+        var derivedMeta: Database?
+        var derivedSpecs: [DatabaseSpec]
+        var addedDerived: [String]
+    }
+
+    /// What opening the databases gave: the databases, or `derived/` discarded and the ledger to be
+    /// opened again (with or without discarding a damaged `derived/` once more).
+    private enum DatabasesOutcome {
+        case opened(OpenedDatabases)
+        case reopen(discardingDamagedCompanion: Bool)
+    }
+
+    /// Opens (creating them when writable) the databases of `specs`: the derived ones in the
+    /// companion when `split` says so. Closes the environment when it throws or asks to reopen.
+    private static func openDatabases(
+        _ environment: Environment, _ configuration: EventLog.Configuration, existing: [String],
+        split: DerivedState.Placement, specs allSpecs: [DatabaseSpec], discardingDamagedCompanion: Bool
+    ) throws(LedgerError) -> DatabasesOutcome {
+        let path = configuration.path
         let derivedSpecs = split.separate ? allSpecs.filter(\.derived) : []
         let primarySpecs = allSpecs.filter { !split.separate || !$0.derived }
 
@@ -214,7 +284,6 @@ package final class LogStore: Sendable {
                     + "\(missing.joined(separator: ", ")), which opening it read-only cannot add; open it once for "
                     + "writing (any command that writes, e.g. `share-ledger worker --drain`), or work on a writable copy")
         }
-        let databases: [Database]
         var derivedMeta: Database? = nil
         var addedDerived: [String] = []
         do {
@@ -229,7 +298,7 @@ package final class LogStore: Sendable {
                         "derived/ predates row checksums; deriving it again from the log", metadata: ["path": "\(path)"])
                     environment.close()
                     DerivedState.discardFiles(in: path)
-                    return try open(configuration, discardingDamagedCompanion: discardingDamagedCompanion)
+                    return .reopen(discardingDamagedCompanion: discardingDamagedCompanion)
                 }
                 // A derived database a later release added is missing from a companion an earlier one
                 // wrote: what is there was derived without it (see `DerivedState.prepare`).
@@ -249,7 +318,8 @@ package final class LogStore: Sendable {
                 derivedMeta = meta
                 opened += try DerivedState.openTwins(environment, companion, specs: derivedSpecs, switchIn: meta)
             }
-            databases = opened
+            return .opened(
+                OpenedDatabases(databases: opened, derivedMeta: derivedMeta, derivedSpecs: derivedSpecs, addedDerived: addedDerived))
         } catch let error as LedgerError {
             environment.close()
             throw error
@@ -263,7 +333,7 @@ package final class LogStore: Sendable {
                     "derived/ is damaged; discarding it and deriving it again from the log",
                     metadata: ["path": "\(path)", "error": "\(damage.code)"])
                 DerivedState.discardFiles(in: path)
-                return try open(configuration, discardingDamagedCompanion: false)
+                return .reopen(discardingDamagedCompanion: false)
             }
             if configuration.readOnly, let damage = error as? LMDBError, damage.code == .notFound,
                 DerivedState.isCompanionPath(damage.path)
@@ -274,26 +344,6 @@ package final class LogStore: Sendable {
             }
             throw LedgerError.wrap(error, while: "opening the ledger's databases at \(path)")
         }
-        let store = LogStore(
-            environment: environment, databases: databases, derivedMeta: derivedMeta, directoryLock: directoryLock)
-        do {
-            try store.checkFormat(initialize: !configuration.readOnly)
-            if split.separate && !configuration.readOnly {
-                try DerivedState.prepare(store, existing: existing, derivedSpecs: derivedSpecs, added: addedDerived)
-            }
-            // Kept with the log: a derived database this open created in a ledger that holds events
-            // starts empty though the events it reflects are there, so everything derived is derived
-            // again (the companion layout does this through its position record, `DerivedState.prepare`).
-            let derivedNames = allSpecs.filter(\.derived).map(\.name)
-            if !split.separate && !configuration.readOnly && !existing.isEmpty && derivedNames.contains(where: { !existing.contains($0) }) {
-                try store.deriveAgainWithTheLog(Set(derivedNames), replay: configuration.derivedReplay, logger: configuration.logger)
-            }
-            if split.exclusive { directoryLock.shared() }
-        } catch {
-            environment.close()
-            throw error
-        }
-        return store
     }
 
     /// Throws ``LedgerError/Code/formatTooNew`` when the ledger's format version is above this code's,

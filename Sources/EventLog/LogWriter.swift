@@ -31,10 +31,8 @@ private struct WriterJob: @unchecked Sendable {
     // the writer calls them on its own thread, and exactly one of the resumers they return or call
     // resumes the continuation, once.
     package var bytes: Int
-    /// Whether the step runs in a transaction of its own (``LogWriter/submit(bytes:alone:behindCommit:_:)``).
+    /// Whether the step runs in a transaction of its own (``LogWriter/submit(bytes:alone:replicating:_:)``).
     package var alone = false
-    /// Whether the step may write its derived state through an overlay, behind the commit.
-    package var behindCommit = false
     /// Whether the step applies events another ledger committed (a replica's apply): exempt from
     /// the directory's role check, which every other step that appends passes before the commit.
     package var replicating = false
@@ -69,19 +67,9 @@ package struct CommitNotice: Sendable {
 
 /// Told about every commit of the writer, on the writer's thread, after the commit and before any
 /// caller of that commit is resumed.
-///
-/// When the derived state is written behind the commit (``EventLog/Configuration/writesDerivedStateBehind``),
-/// a batch's commit is told in two halves instead of ``committed(_:)``: ``logCommitted(_:)`` on the
-/// writer's thread once the log has committed (the transaction id is then the log's, with the top bit
-/// set: see `Transaction.id`), and ``derivedCommitted(_:)`` on the derived-state writer's thread once
-/// the derived databases have (with the companion's transaction id), before the callers resume.
 package protocol CommitObserver: Sendable {
     /// Called once per committed write transaction.
     func committed(_ notice: CommitNotice)
-    /// The log of a batch written behind has committed (the writer's own view moves on).
-    func logCommitted(_ notice: CommitNotice)
-    /// Derived state written behind has committed: what readers see moved on.
-    func derivedCommitted(_ notice: CommitNotice)
     /// Called inside the write transaction after its last step, right before it commits (and
     /// again if the environment retries it): for state outside LMDB that must be durable before
     /// the commit is (the sharing layer's key store). Throwing aborts the transaction.
@@ -96,10 +84,6 @@ extension CommitObserver {
     package func willCommit() throws {}
     /// As ``willCommit()``.
     package func willCommit(_ txn: borrowing Transaction) throws { try willCommit() }
-    /// As ``committed(_:)``.
-    package func logCommitted(_ notice: CommitNotice) { committed(notice) }
-    /// Nothing more.
-    package func derivedCommitted(_ notice: CommitNotice) {}
 }
 
 /// The writer's state inside one write transaction, lent to each ``CommitStep`` of the batch.
@@ -268,9 +252,8 @@ package final class LogWriter: @unchecked Sendable {
     private var finishWaiters: [CheckedContinuation<Void, Never>] = []
     private var observer: (any CommitObserver)?
 
-    /// When set, the size (in events) of every committed group, for replaying the same commit pattern
-    /// in a baseline benchmark.
-    package let commitSizes: CommitSizeRecorder?
+    /// Told before each batch and after each commit that appended (``EventLog/Configuration/writerProbe``).
+    private let probe: (any WriterProbe)?
 
     /// Every commit's size in commands, counted into a histogram (for monitoring: always on, one
     /// short lock per commit).
@@ -280,9 +263,6 @@ package final class LogWriter: @unchecked Sendable {
     /// applying, encoding) and in the kernel on its behalf (mostly writing and flushing the commit's
     /// pages). `share-ledger bench` divides them by the actions.
     private let userNanoseconds = Atomic<UInt64>(0)
-    /// Batches whose derived state was written behind the commit (`DerivedWriter`), for tests and
-    /// `bench`.
-    package let batchesBehind = Atomic<Int>(0)
     private let systemNanoseconds = Atomic<UInt64>(0)
 
     /// Commands in `queue`, readable without the lock so the writer can poll briefly before it sleeps.
@@ -293,18 +273,7 @@ package final class LogWriter: @unchecked Sendable {
     private let spinBeforeSleep: Duration
     /// What brings the derived databases up to the head (``EventLog/Configuration/derivedReplay``).
     private let derivedReplay: DerivedReplay?
-    /// Writes the derived state behind the commit (``EventLog/Configuration/writesDerivedStateBehind``);
-    /// nil when the writer writes it in its own commits.
-    private var derivedWriter: DerivedWriter?
-    /// The derived state's writes not yet in the companion, the batch's own on top; only the
-    /// writer's thread touches it.
-    private let overlay = Overlay(scope: .companion)
-    /// The log environment's id the next write transaction has when no other process wrote since
-    /// this writer's last commit; nil when unknown (the batch then writes its derived state itself).
-    private var expectedLogID: UInt64?
 
-    // Guarded by `lock`: a pause for tests that need to control which commands share a batch.
-    private var paused = false
     /// The last ``CommitScope/serial`` given; only the writer's thread touches it.
     private var transactionSerial: UInt64 = 0
     /// Resumes the callers of a committed batch of more than one command, off the writer's thread.
@@ -325,18 +294,9 @@ package final class LogWriter: @unchecked Sendable {
         self.maxBatchBytes = max(1, configuration.maxBatchBytes)
         self.spinBeforeSleep = .microseconds(max(0, configuration.writerPollMicroseconds))
         self.notifier = HeadNotifier(head: head.position.rawValue)
-        self.commitSizes = configuration.recordsCommitSizes ? CommitSizeRecorder() : nil
+        self.probe = configuration.writerProbe
         self.derivedReplay = configuration.derivedReplay
-        if configuration.writesDerivedStateBehind && store.defersDerivedState && !configuration.readOnly {
-            derivedWriter = DerivedWriter(
-                store: store, notifier: notifier, logger: configuration.logger, replay: configuration.derivedReplay,
-                observer: { [weak self] in self?.currentObserver })
-            store.writesBehind.store(true, ordering: .releasing)
-        }
     }
-
-    /// The commit observer, read under the lock.
-    private var currentObserver: (any CommitObserver)? { lock.withLock { observer } }
 
     /// Starts the writer thread.
     package func start() {
@@ -354,7 +314,7 @@ package final class LogWriter: @unchecked Sendable {
     /// Queues `command` and returns its outcome once the commit that holds it is durable (per the
     /// ledger's durability mode).
     package func submit(_ command: AppendCommand) async -> Outcome {
-        switch await submit(bytes: command.bytes, behindCommit: true, { [store] txn, log, scope in try LogWriter.apply(command, store: store, txn: txn, log: log, scope: &scope) }) {
+        switch await submit(bytes: command.bytes, { [store] txn, log, scope in try LogWriter.apply(command, store: store, txn: txn, log: log, scope: &scope) }) {
         case .success(let outcome): return outcome
         case .failure(let error): return .failure(error)
         }
@@ -369,16 +329,11 @@ package final class LogWriter: @unchecked Sendable {
     /// another transaction sees all of it) and none after it (so a step may change what later steps
     /// would have written to, as a rebuild's switch of the read models' copies does).
     ///
-    /// With `behindCommit` (and ``EventLog/Configuration/writesDerivedStateBehind``), the step's
-    /// writes to the derived databases go through an overlay written behind the commit: the step
-    /// must reach them only through `Transaction`'s point reads, puts, deletes, clears, counts and
-    /// `visitEntries`/`visitValues` (a raw cursor on one fails with `throughOverlay`).
-    ///
     /// A step that appends (moves the head) commits only when the directory's role allows it
     /// (``LedgerRole/checkWritable(at:now:)``, checked in the transaction, before the commit); with
     /// `replicating` (a replica applying another ledger's events) the check is skipped.
     package func submit<Output: Sendable>(
-        bytes: Int, alone: Bool = false, behindCommit: Bool = false, replicating: Bool = false,
+        bytes: Int, alone: Bool = false, replicating: Bool = false,
         _ step: @escaping CommitStep<Output>
     ) async -> Result<Output, LedgerError> {
         // Unsafe (unchecked) continuation: each is resumed exactly once, by the writer after the commit
@@ -388,7 +343,6 @@ package final class LogWriter: @unchecked Sendable {
             let job = WriterJob(
                 bytes: bytes,
                 alone: alone,
-                behindCommit: behindCommit,
                 replicating: replicating,
                 run: { txn, log, scope in
                     let output = try step(txn, log, &scope)
@@ -419,15 +373,6 @@ package final class LogWriter: @unchecked Sendable {
                 return false
             }
             if done { continuation.resume() }
-        }
-    }
-
-    /// Holds (`true`) or releases (`false`) the writer before its next batch, so that a test can queue
-    /// several commands and have them committed together.
-    package func setPaused(_ value: Bool) {
-        lock.withLock {
-            paused = value
-            lock.signal()
         }
     }
 
@@ -473,7 +418,6 @@ package final class LogWriter: @unchecked Sendable {
             systemNanoseconds.add(ended.system &- started.system, ordering: .relaxed)
         }
         // Every caller of a committed batch has its answer before `stop()` returns.
-        derivedWriter?.stop()
         resumer.sync {}
         let waiters = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
             finished = true
@@ -494,8 +438,17 @@ package final class LogWriter: @unchecked Sendable {
                 if spins & 63 == 0 && ContinuousClock.now >= deadline { break }
             }
         }
+        if let probe {
+            // Work is queued before the probe may hold the writer: what is submitted meanwhile joins
+            // the batch taken after it.
+            let hasWork = lock.withLock { () -> Bool in
+                while queue.isEmpty && !stopping { lock.wait() }
+                return !queue.isEmpty
+            }
+            if hasWork { probe.beforeBatch() }
+        }
         return lock.withLock { () -> [WriterJob]? in
-            while (queue.isEmpty || paused) && !stopping { lock.wait() }
+            while queue.isEmpty && !stopping { lock.wait() }
             guard !queue.isEmpty else { return nil }
             var batch: [WriterJob] = []
             batch.reserveCapacity(min(queue.count, maxBatchCommands))
@@ -510,93 +463,17 @@ package final class LogWriter: @unchecked Sendable {
         }
     }
 
-    private func process(_ batch: [WriterJob]) {
-        if let derivedWriter {
-            let (written, failed) = derivedWriter.takeWritten()
-            overlay.dropOldest(written)
-            let damaged = store.derivedDamageSeen.load(ordering: .acquiring)
-            if !failed && !damaged && batch.allSatisfy(\.behindCommit) && processBehind(batch, derivedWriter) { return }
-            // This batch writes its derived state itself: everything before it must be written.
-            derivedWriter.drain()
-            overlay.dropOldest(derivedWriter.takeWritten().count)
-            if failed {
-                // Writing behind failed for good (see DerivedWriter): write derived state in the
-                // commits from now on.
-                store.writesBehind.store(false, ordering: .releasing)
-                self.derivedWriter = nil
-                expectedLogID = nil
-            }
-        }
-        processInCommit(batch)
-    }
-
-    /// Runs `batch` committing the log alone, its derived state through the overlay, and hands the
-    /// batch's layer and callers to the derived-state writer. Returns false, having written nothing,
-    /// when the batch must write its derived state itself: another process wrote since this writer's
-    /// last commit, or the derived state is not at the head.
-    private func processBehind(_ batch: [WriterJob], _ derivedWriter: DerivedWriter) -> Bool {
-        derivedWriter.waitForRoom()
-        do {
-            let outcome = try store.environment.writeBesideCompanion { base in
-                try base.withOverlay(overlay) { txn -> ([@Sendable () -> Void], LogHead, CommitScope, UInt64, UInt64)? in
-                    // An attempt the environment retries (after growing the map) starts over.
-                    overlay.discardCurrent()
-                    // Another process (or another writer of this one) committed since: what the
-                    // overlay and the kept rows say may be old. The batch writes its state itself.
-                    guard let expected = expectedLogID, txn.logID == expected, derivedWriter.onlyOurs(upTo: txn.companionID)
-                    else { return nil }
-                    let startHead = try store.readHead(txn)
-                    let derived = try store.derivedPosition(txn)
-                    guard derived.position == startHead.position.rawValue && derived.hash == startHead.hash else { return nil }
-                    try store.markDerivedUnflushed(txn)
-                    let (resumers, scope) = try runSteps(batch, txn, from: startHead)
-                    if scope.head != startHead { try store.writeDerivedPosition(txn, scope.head) }
-                    try currentObserver?.willCommit(txn)
-                    return (resumers, startHead, scope, txn.id, txn.logID)
-                }
-            }
-            guard let (resumers, startHead, scope, txnID, logID) = outcome else {
-                overlay.discardCurrent()
-                expectedLogID = nil
-                return false
-            }
-            let newHead = scope.head
-            let appended = newHead != startHead
-            expectedLogID = appended ? logID &+ 1 : logID
-            groupCommits.record(commands: batch.count)
-            batchesBehind.add(1, ordering: .relaxed)
-            let notice = CommitNotice(
-                transactionID: txnID, appended: appended, invalidatedKeys: scope.invalidatedKeys,
-                invalidatedEverything: scope.invalidatedEverything, serial: scope.serial)
-            currentObserver?.logCommitted(notice)
-            if appended { commitSizes?.record(Int(newHead.position.rawValue - startHead.position.rawValue)) }
-            derivedWriter.enqueue(
-                DerivedWriter.Batch(
-                    layer: overlay.seal(), position: newHead.position.rawValue, resumers: resumers, failers: batch.map(\.fail),
-                    notice: notice))
-            return true
-        } catch {
-            overlay.discardCurrent()
-            expectedLogID = nil
-            failed(batch, error)
-            return true
-        }
-    }
-
     /// Runs `batch` in one write transaction of both environments: the derived state in the commit.
-    private func processInCommit(_ batch: [WriterJob], retried: Bool = false) {
+    private func process(_ batch: [WriterJob], retried: Bool = false) {
         if store.derivedDamageSeen.load(ordering: .acquiring) {
-            // Nothing is pending behind the commits here (process drained it): derived/ is derived
-            // again from the log before the batch reads it.
+            // derived/ is derived again from the log before the batch reads it.
             do {
                 try store.rederiveDerivedState(replay: derivedReplay, logger: logger)
-                expectedLogID = nil
             } catch {
                 for job in batch { job.fail(error) }
                 return
             }
         }
-        var companionWritten: UInt64?
         do {
             let (resumers, startHead, scope, txnID) = try store.environment.write {
                 txn -> ([@Sendable () -> Void], LogHead, CommitScope, UInt64) in
@@ -611,13 +488,9 @@ package final class LogWriter: @unchecked Sendable {
                     try store.writeDerivedPosition(txn, scope.head)
                 }
                 try lock.withLock({ self.observer })?.willCommit(txn)
-                expectedLogID = txn.logID
-                companionWritten = scope.head != startHead || derivedCaughtUp ? txn.companionID : nil
                 return (resumers, startHead, scope, txn.id)
             }
-            derivedWriter?.writerCommitted(companion: companionWritten)
             let newHead = scope.head
-            if newHead != startHead, let logID = expectedLogID { expectedLogID = logID &+ 1 }
             groupCommits.record(commands: batch.count)
             // Before any caller hears of the commit (see CommitObserver).
             if let observer = lock.withLock({ self.observer }) {
@@ -627,7 +500,7 @@ package final class LogWriter: @unchecked Sendable {
                         invalidatedEverything: scope.invalidatedEverything, serial: scope.serial))
             }
             if newHead != startHead {
-                commitSizes?.record(Int(newHead.position.rawValue - startHead.position.rawValue))
+                probe?.committed(events: Int(newHead.position.rawValue - startHead.position.rawValue))
                 notifier.publish(newHead.position.rawValue)
             }
             if resumers.count == 1 {
@@ -636,7 +509,6 @@ package final class LogWriter: @unchecked Sendable {
                 resumer.async { for resume in resumers { resume() } }
             }
         } catch {
-            expectedLogID = nil
             failed(batch, error, retried: retried)
         }
     }
@@ -674,10 +546,10 @@ package final class LogWriter: @unchecked Sendable {
     /// A batch whose transaction failed: each of its commands again alone, or, alone, its error.
     private func failed(_ batch: [WriterJob], _ error: any Error, retried: Bool = false) {
         // A row of derived/ damaged at rest: derived/ is a cache of the log, derived again before
-        // the command runs once more (processInCommit), instead of failing it.
+        // the command runs once more (process), instead of failing it.
         let damaged = store.recordDerivedDamage(error)
         if damaged && !retried && batch.count == 1 {
-            processInCommit(batch, retried: true)
+            process(batch, retried: true)
             return
         }
         if batch.count > 1 {
@@ -730,14 +602,6 @@ package final class LogWriter: @unchecked Sendable {
         return .success(
             AppendResult(positions: LogPosition(first)...LogPosition(last), streamVersion: version, wasAlreadyApplied: false))
     }
-}
-
-/// The sizes of group commits, recorded for benchmarks.
-package final class CommitSizeRecorder: Sendable {
-    private let sizes = Mutex<[Int]>([])
-
-    package func record(_ size: Int) { sizes.withLock { $0.append(size) } }
-    package var all: [Int] { sizes.withLock { $0 } }
 }
 
 /// The writer's commits so far and their sizes in commands, as a cumulative histogram.

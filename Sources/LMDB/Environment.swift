@@ -438,62 +438,15 @@ package final class Environment: @unchecked Sendable {
         return try withTransaction(writable: true, flushCompanionFirst: true, body)
     }
 
-    /// Like ``write(_:)``, but the companion is only read: its transaction is read-only, and the
-    /// transaction lent to `body` must not write a companion database but through an overlay
-    /// (``Transaction/withOverlay(_:_:)``, scope ``Overlay/Scope/companion``), whose writes
-    /// ``writeCompanion(_:)`` stores later. Takes no lock of the companion: another thread may write
-    /// there meanwhile (this transaction keeps its snapshot).
-    package func writeBesideCompanion<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
-        precondition(!options.readOnly, "write transaction on an environment opened read-only")
-        return try withTransaction(writable: true, companionReadOnly: true, body)
-    }
-
-    /// Runs `body` in a write transaction of the companion alone (its databases; no other database
-    /// may be touched) and commits it. Growing the companion's map and a full disk are handled as by
-    /// ``write(_:)``.
-    package func writeCompanion<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
-        precondition(!options.readOnly, "write transaction on an environment opened read-only")
-        guard let companionEnv, let companionOptions else {
-            throw LMDBError(
-                code: .badPath, operation: "writeCompanion", path: options.path, message: "the environment has no companion")
-        }
-        while true {
-            try resizeLock.withShared { () throws(LMDBError) in try reserveCompanionSpace() }
-            let outcome: TransactionOutcome<R> = try resizeLock.withShared { () throws -> TransactionOutcome<R> in
-                guard !closed else {
-                    throw LMDBError(code: .closed, operation: "write", path: options.path, message: "the environment is closed")
-                }
-                var pointer: OpaquePointer?
-                let rc = mdb_txn_begin(companionEnv, nil, 0, &pointer)
-                if rc == MDB_MAP_RESIZED { return .mapResized(companion: true) }
-                try check(rc, "mdb_txn_begin", path: companionOptions.path)
-                guard let txn = pointer else {
-                    throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
-                }
-                let sizeAtStart = currentMapSizeUnlocked(companionEnv)
-                // The companion's transaction alone: its databases are reached through `companion`.
-                let ran = try run(
-                    body, txn: txn, companion: txn, writable: true, state: TransactionState(), abort: { mdb_txn_abort(txn) },
-                    full: { _ in .mapFull(companion: true, sizeAtFailure: sizeAtStart) })
-                guard case .done(let result) = ran else { return ran }
-                let committed = mdb_txn_commit(txn)
-                if committed == MDB_MAP_FULL { return .mapFull(companion: true, sizeAtFailure: sizeAtStart) }
-                try checkCompanionCommit(committed, path: companionOptions.path)
-                return .done(result)
-            }
-            if let result = try settle(outcome) { return result }
-        }
-    }
-
     /// The common transaction loop: begin (adopting a size another process set), run, end, and on
     /// `MDB_MAP_FULL` grow and run again. With a companion, its transaction begins first and, for a
     /// write, commits last (unless `flushCompanionFirst`).
     private func withTransaction<R>(
-        writable: Bool, commitReadOnly: Bool = false, flushCompanionFirst: Bool = false, companionReadOnly: Bool = false,
+        writable: Bool, commitReadOnly: Bool = false, flushCompanionFirst: Bool = false,
         _ body: (borrowing Transaction) throws -> R
     ) throws -> R {
         while true {
-            if writable && !companionReadOnly && companionEnv != nil {
+            if writable && companionEnv != nil {
                 try resizeLock.withShared { () throws(LMDBError) in try reserveCompanionSpace() }
                 try keepCompanionHeadroom()
             }
@@ -503,86 +456,120 @@ package final class Environment: @unchecked Sendable {
                         code: .closed, operation: writable ? "write" : "read", path: options.path,
                         message: "the environment is closed")
                 }
-                let beginFlags = writable ? UInt32(0) : UInt32(MDB_RDONLY)
-                var companionTxn: OpaquePointer?
-                if let companionEnv, let companionOptions {
-                    var pointer: OpaquePointer?
-                    let rc = mdb_txn_begin(companionEnv, nil, companionReadOnly ? UInt32(MDB_RDONLY) : beginFlags, &pointer)
-                    if rc == MDB_MAP_RESIZED { return .mapResized(companion: true) }
-                    try check(rc, "mdb_txn_begin", path: companionOptions.path)
-                    guard let pointer else {
-                        throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
-                    }
-                    companionTxn = pointer
+                let begun: BegunTransactions
+                switch try beginTransactions(writable: writable) {
+                case .resized(let companion): return .mapResized(companion: companion)
+                case .begun(let transactions): begun = transactions
                 }
-                var txnPointer: OpaquePointer?
-                let rc = mdb_txn_begin(env, nil, beginFlags, &txnPointer)
-                if rc != MDB_SUCCESS, let companionTxn { mdb_txn_abort(companionTxn) }
-                if rc == MDB_MAP_RESIZED { return .mapResized(companion: false) }
-                try check(rc, "mdb_txn_begin", path: options.path)
-                guard let txn = txnPointer else {
-                    if let companionTxn { mdb_txn_abort(companionTxn) }
-                    throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
-                }
-                func abortAll() {
-                    mdb_txn_abort(txn)
-                    if let companionTxn { mdb_txn_abort(companionTxn) }
-                }
-                let state = TransactionState()
-                let mapSizeAtStart = currentMapSizeUnlocked(env)
-                let companionSizeAtStart = companionEnv.map { currentMapSizeUnlocked($0) } ?? 0
-                func full(_ error: LMDBError) -> TransactionOutcome<R> {
-                    if let companionOptions, error.path == companionOptions.path {
-                        return .mapFull(companion: true, sizeAtFailure: companionSizeAtStart)
-                    }
-                    return .mapFull(companion: false, sizeAtFailure: mapSizeAtStart)
-                }
-                let ran = try run(body, txn: txn, companion: companionTxn, writable: writable, state: state, abort: abortAll, full: full)
+                let ran = try run(
+                    body, txn: begun.txn, companion: begun.companion, writable: writable, state: TransactionState(),
+                    abort: begun.abortAll, full: begun.mapFull)
                 guard case .done(let result) = ran else { return ran }
                 guard writable || commitReadOnly else {
-                    abortAll()
+                    begun.abortAll()
                     return .done(result)
                 }
-                if flushCompanionFirst, let companionTxn, let companionEnv, let companionOptions {
-                    let rc = mdb_txn_commit(companionTxn)
-                    if rc != MDB_SUCCESS { mdb_txn_abort(txn) }
-                    if rc == MDB_MAP_FULL { return .mapFull(companion: true, sizeAtFailure: companionSizeAtStart) }
-                    try check(rc, "mdb_txn_commit", path: companionOptions.path)
-                    let synced = mdb_env_sync(companionEnv, 1)
-                    if synced != MDB_SUCCESS { mdb_txn_abort(txn) }
-                    try check(synced, "mdb_env_sync", path: companionOptions.path)
-                    if let outcome: TransactionOutcome<R> = try commit(
-                        txn, writable: writable, sizeAtStart: mapSizeAtStart, companion: nil)
-                    {
-                        return outcome
-                    }
-                    return .done(result)
-                }
-                if companionReadOnly {
-                    // The companion was only read: its snapshot ends, whatever the commit does.
-                    if let companionTxn { mdb_txn_abort(companionTxn) }
-                    if let outcome: TransactionOutcome<R> = try commit(
-                        txn, writable: writable, sizeAtStart: mapSizeAtStart, companion: nil)
-                    {
-                        return outcome
-                    }
-                    return .done(result)
-                }
-                // mdb_txn_commit frees the transaction, success or not.
-                if let outcome: TransactionOutcome<R> = try commit(
-                    txn, writable: writable, sizeAtStart: mapSizeAtStart, companion: companionTxn)
+                if let outcome: TransactionOutcome<R> = try commitTransactions(
+                    begun, writable: writable, flushCompanionFirst: flushCompanionFirst)
                 {
                     return outcome
-                }
-                if let companionTxn, let companionOptions {
-                    // This environment has committed: a failure here leaves the companion behind it,
-                    // which its owner detects and repairs (the companion holds derived state).
-                    try checkCompanionCommit(mdb_txn_commit(companionTxn), path: companionOptions.path)
                 }
                 return .done(result)
             }
             if let result = try settle(outcome) { return result }
         }
+    }
+
+    /// A transaction of this environment and of its companion (nil without one), just begun, with
+    /// the map sizes they began with.
+    private struct BegunTransactions {
+        let txn: OpaquePointer
+        let companion: OpaquePointer?
+        let mapSizeAtStart: Int
+        let companionSizeAtStart: Int
+        /// The companion's directory (an error there is the companion's).
+        let companionPath: String?
+
+        func abortAll() {
+            mdb_txn_abort(txn)
+            if let companion { mdb_txn_abort(companion) }
+        }
+
+        /// The outcome for `error`, a full map: the companion's when it names its directory.
+        func mapFull<R>(_ error: LMDBError) -> TransactionOutcome<R> {
+            if let companionPath, error.path == companionPath {
+                return .mapFull(companion: true, sizeAtFailure: companionSizeAtStart)
+            }
+            return .mapFull(companion: false, sizeAtFailure: mapSizeAtStart)
+        }
+    }
+
+    /// What beginning the transactions gave: the transactions, or a map another process resized
+    /// (in the companion or not), whose new size must be adopted first.
+    private enum Beginning {
+        case begun(BegunTransactions)
+        case resized(companion: Bool)
+    }
+
+    /// Begins the companion's transaction (when there is a companion), then this environment's.
+    /// Called with the resize lock held shared.
+    private func beginTransactions(writable: Bool) throws -> Beginning {
+        let beginFlags = writable ? UInt32(0) : UInt32(MDB_RDONLY)
+        var companionTxn: OpaquePointer?
+        if let companionEnv, let companionOptions {
+            var pointer: OpaquePointer?
+            let rc = mdb_txn_begin(companionEnv, nil, beginFlags, &pointer)
+            if rc == MDB_MAP_RESIZED { return .resized(companion: true) }
+            try check(rc, "mdb_txn_begin", path: companionOptions.path)
+            guard let pointer else {
+                throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
+            }
+            companionTxn = pointer
+        }
+        var txnPointer: OpaquePointer?
+        let rc = mdb_txn_begin(env, nil, beginFlags, &txnPointer)
+        if rc != MDB_SUCCESS, let companionTxn { mdb_txn_abort(companionTxn) }
+        if rc == MDB_MAP_RESIZED { return .resized(companion: false) }
+        try check(rc, "mdb_txn_begin", path: options.path)
+        guard let txn = txnPointer else {
+            if let companionTxn { mdb_txn_abort(companionTxn) }
+            throw LMDBError(code: .unknown, operation: "mdb_txn_begin", message: "returned no transaction")
+        }
+        return .begun(
+            BegunTransactions(
+                txn: txn, companion: companionTxn, mapSizeAtStart: currentMapSizeUnlocked(env),
+                companionSizeAtStart: companionEnv.map { currentMapSizeUnlocked($0) } ?? 0, companionPath: companionOptions?.path))
+    }
+
+    /// Commits both transactions of `begun`: the companion last, or, with `flushCompanionFirst`,
+    /// first and flushed to disk before this environment commits. Returns the outcome to return
+    /// instead of the result (a full map), nil when committed.
+    private func commitTransactions<R>(
+        _ begun: BegunTransactions, writable: Bool, flushCompanionFirst: Bool
+    ) throws -> TransactionOutcome<R>? {
+        let txn = begun.txn
+        if flushCompanionFirst, let companionTxn = begun.companion, let companionEnv, let companionOptions {
+            let rc = mdb_txn_commit(companionTxn)
+            if rc != MDB_SUCCESS { mdb_txn_abort(txn) }
+            if rc == MDB_MAP_FULL { return .mapFull(companion: true, sizeAtFailure: begun.companionSizeAtStart) }
+            try check(rc, "mdb_txn_commit", path: companionOptions.path)
+            let synced = mdb_env_sync(companionEnv, 1)
+            if synced != MDB_SUCCESS { mdb_txn_abort(txn) }
+            try check(synced, "mdb_env_sync", path: companionOptions.path)
+            return try commit(txn, writable: writable, sizeAtStart: begun.mapSizeAtStart, companion: nil)
+        }
+        // mdb_txn_commit frees the transaction, success or not.
+        if let outcome: TransactionOutcome<R> = try commit(
+            txn, writable: writable, sizeAtStart: begun.mapSizeAtStart, companion: begun.companion)
+        {
+            return outcome
+        }
+        if let companionTxn = begun.companion, let companionOptions {
+            // This environment has committed: a failure here leaves the companion behind it,
+            // which its owner detects and repairs (the companion holds derived state).
+            try checkCompanionCommit(mdb_txn_commit(companionTxn), path: companionOptions.path)
+        }
+        return nil
     }
 
     /// Commits `txn` in this environment; on failure aborts `companion` too. Returns the outcome to

@@ -88,87 +88,55 @@ package struct LMDBError: Error, Sendable, Hashable, CustomStringConvertible {
         self.message = message
     }
 
-    /// Maps the return value of an LMDB call to an error.
+    /// Maps the return value of an LMDB call to an error: LMDB's own codes, the system's error
+    /// numbers, or ``Code/unknown``.
     package init(returnCode rc: Int32, operation: String, path: String? = nil) {
-        let code: Code
-        let advice: String
-        switch rc {
-        case MDB_KEYEXIST:
-            code = .keyExists
-            advice = "the key already exists (for an append: the key does not sort after the last key)"
-        case MDB_NOTFOUND:
-            code = .notFound
-            advice = "no such key"
-        case MDB_PAGE_NOTFOUND:
-            code = .pageNotFound
-            advice = "the data file is damaged (a page is missing); restore from a backup or export"
-        case MDB_CORRUPTED:
-            code = .corrupted
-            advice = "the data file is damaged; restore from a backup or export"
-        case MDB_PANIC:
-            code = .panic
-            advice = "a fatal error left the environment unusable; close it and open it again"
-        case MDB_VERSION_MISMATCH:
-            code = .versionMismatch
-            advice = "the environment was written by an incompatible LMDB version"
-        case MDB_INVALID:
-            code = .invalid
-            advice = "the file is not an LMDB data file; check the path"
-        case MDB_MAP_FULL:
-            code = .mapFull
-            advice = "the map size is reached; the environment grows it, or raise the maximum size"
-        case MDB_DBS_FULL:
-            code = .databasesFull
-            advice = "too many named databases; raise maxDatabases"
-        case MDB_READERS_FULL:
-            code = .readersFull
-            advice = "every reader slot is taken; raise maxReaders or look for stale readers (mdb_stat -r)"
-        case MDB_TLS_FULL:
-            code = .tlsFull
-            advice = "too many thread-local reader slots"
-        case MDB_TXN_FULL:
-            code = .transactionFull
-            advice = "the transaction is too large; use smaller batches"
-        case MDB_CURSOR_FULL:
-            code = .cursorFull
-            advice = "cursor stack too deep; the data file may be damaged"
-        case MDB_PAGE_FULL:
-            code = .pageFull
-            advice = "internal page full"
-        case MDB_MAP_RESIZED:
-            code = .mapResized
-            advice = "another process grew the map; the environment adopts the new size and retries"
-        case MDB_INCOMPATIBLE:
-            code = .incompatible
-            advice = "the database exists with other flags, or the operation does not fit its flags"
-        case MDB_BAD_RSLOT:
-            code = .badReaderSlot
-            advice = "a reader slot was used on the wrong thread (the environment must be opened with MDB_NOTLS)"
-        case MDB_BAD_TXN:
-            code = .badTransaction
-            advice = "the transaction failed earlier and can only be aborted"
-        case MDB_BAD_VALSIZE:
-            code = .badValueSize
-            advice = "a key is empty or longer than 511 bytes"
-        case MDB_BAD_DBI:
-            code = .badDatabaseHandle
-            advice = "the database handle is not valid in this environment"
-        case 1...Int32.max:
-            code = .system
-            let text = String(cString: strerror(rc))
-            switch rc {
-            case ENOENT: advice = "\(text): the directory does not exist; create it first"
-            case EACCES, EPERM, EROFS: advice = "\(text): the directory or its files are not writable"
-            case ENOSPC: advice = "\(text): the disk is full; free space and retry"
-            case ENOTDIR: advice = "\(text): the path is not a directory"
-            case EAGAIN: advice = "\(text): the environment is locked by another process"
-            default: advice = text
-            }
-        default:
-            code = .unknown
-            advice = String(cString: mdb_strerror(rc))
+        let (code, advice): (Code, String)
+        if let known = Self.lmdbCodes[rc] {
+            (code, advice) = known
+        } else if rc > 0 {
+            (code, advice) = (.system, Self.systemAdvice(rc))
+        } else {
+            (code, advice) = (.unknown, String(cString: mdb_strerror(rc)))
         }
         self.init(code: code, returnCode: rc, operation: operation, path: path, message: advice)
+    }
+
+    /// LMDB's own return codes: the code each maps to, and what to do.
+    private static let lmdbCodes: [Int32: (Code, String)] = [
+        MDB_KEYEXIST: (.keyExists, "the key already exists (for an append: the key does not sort after the last key)"),
+        MDB_NOTFOUND: (.notFound, "no such key"),
+        MDB_PAGE_NOTFOUND: (.pageNotFound, "the data file is damaged (a page is missing); restore from a backup or export"),
+        MDB_CORRUPTED: (.corrupted, "the data file is damaged; restore from a backup or export"),
+        MDB_PANIC: (.panic, "a fatal error left the environment unusable; close it and open it again"),
+        MDB_VERSION_MISMATCH: (.versionMismatch, "the environment was written by an incompatible LMDB version"),
+        MDB_INVALID: (.invalid, "the file is not an LMDB data file; check the path"),
+        MDB_MAP_FULL: (.mapFull, "the map size is reached; the environment grows it, or raise the maximum size"),
+        MDB_DBS_FULL: (.databasesFull, "too many named databases; raise maxDatabases"),
+        MDB_READERS_FULL: (.readersFull, "every reader slot is taken; raise maxReaders or look for stale readers (mdb_stat -r)"),
+        MDB_TLS_FULL: (.tlsFull, "too many thread-local reader slots"),
+        MDB_TXN_FULL: (.transactionFull, "the transaction is too large; use smaller batches"),
+        MDB_CURSOR_FULL: (.cursorFull, "cursor stack too deep; the data file may be damaged"),
+        MDB_PAGE_FULL: (.pageFull, "internal page full"),
+        MDB_MAP_RESIZED: (.mapResized, "another process grew the map; the environment adopts the new size and retries"),
+        MDB_INCOMPATIBLE: (.incompatible, "the database exists with other flags, or the operation does not fit its flags"),
+        MDB_BAD_RSLOT: (.badReaderSlot, "a reader slot was used on the wrong thread (the environment must be opened with MDB_NOTLS)"),
+        MDB_BAD_TXN: (.badTransaction, "the transaction failed earlier and can only be aborted"),
+        MDB_BAD_VALSIZE: (.badValueSize, "a key is empty or longer than 511 bytes"),
+        MDB_BAD_DBI: (.badDatabaseHandle, "the database handle is not valid in this environment"),
+    ]
+
+    /// The system's text for error number `rc`, with what to do for the ones an open meets.
+    private static func systemAdvice(_ rc: Int32) -> String {
+        let text = String(cString: strerror(rc))
+        switch rc {
+        case ENOENT: return "\(text): the directory does not exist; create it first"
+        case EACCES, EPERM, EROFS: return "\(text): the directory or its files are not writable"
+        case ENOSPC: return "\(text): the disk is full; free space and retry"
+        case ENOTDIR: return "\(text): the path is not a directory"
+        case EAGAIN: return "\(text): the environment is locked by another process"
+        default: return text
+        }
     }
 
     package var description: String {

@@ -1,11 +1,10 @@
 import CLMDB
 
-/// Writes to some databases of a transaction held in memory instead of LMDB, read back through the
-/// same transaction as if they had been written: the first part of keeping derived state off the
-/// commit path. A transaction given an overlay (``Transaction/withOverlay(_:_:)``)
-/// sends every put, delete and clear of a database the overlay covers to the overlay, and answers
-/// every read of one from the overlay's layers over what LMDB holds; ``OverlayLayer/write(to:)``
-/// later writes a layer's changes to LMDB in one pass.
+/// Writes of a transaction held in memory instead of LMDB, read back through the same transaction
+/// as if they had been written: a read-only open derives there what `derived/` lacks. A transaction
+/// given an overlay (``Transaction/withOverlay(_:_:)``) sends every put, delete and clear to the
+/// overlay, and answers every read from the overlay's layers over what LMDB holds;
+/// ``OverlayLayer/write(to:)`` writes a layer's changes to LMDB in one pass.
 ///
 /// An overlay is a stack of layers, oldest first. Only the newest takes writes; the older ones are
 /// sealed (``seal()``) and only read. Reads see the newest change of a key, over LMDB's value.
@@ -20,30 +19,13 @@ import CLMDB
 /// Not thread-safe: one thread writes it, inside its transactions. A sealed layer is a value and may
 /// be handed to another thread.
 package final class Overlay {
-    /// Which databases the overlay takes.
-    package enum Scope: Sendable {
-        /// Those in the environment's companion (``Database/inCompanion``).
-        case companion
-        /// Every database.
-        case all
-    }
-
-    package let scope: Scope
     /// Sealed layers, oldest first.
     package private(set) var sealed: [OverlayLayer] = []
     /// The layer that takes writes.
     package private(set) var current = OverlayLayer()
 
-    package init(scope: Scope) { self.scope = scope }
-
-    /// Whether `db`'s reads and writes go through the overlay.
-    @inline(__always)
-    package func covers(_ db: Database) -> Bool {
-        switch scope {
-        case .companion: db.inCompanion
-        case .all: true
-        }
-    }
+    /// An empty overlay, which takes every database of the transactions it is given to.
+    package init() {}
 
     /// Whether no layer holds a change.
     package var isEmpty: Bool { current.isEmpty && sealed.allSatisfy(\.isEmpty) }
@@ -76,8 +58,6 @@ package final class Overlay {
     /// Puts back the current layer of a ``checkpoint()`` (the writes since are undone).
     package func restore(_ layer: OverlayLayer) { current = layer }
 
-    /// Drops the current layer's writes (a transaction that aborted or starts over).
-    package func discardCurrent() { current = OverlayLayer() }
 
     // MARK: Reads (newest change first)
 
@@ -267,7 +247,7 @@ extension Transaction {
     /// The overlay's table of `db`, when `db` goes through one.
     @inline(__always)
     func overlayTable(_ db: Database) -> (Overlay, TableKey)? {
-        guard let overlay, overlay.covers(db) else { return nil }
+        guard let overlay else { return nil }
         return (overlay, TableKey(dbi: dbi(db), inCompanion: db.inCompanion))
     }
 

@@ -72,14 +72,6 @@ package struct Transaction: ~Copyable {
     /// twins, the database itself (``pinned(_:twin:)``).
     package func unused(_ db: Database) -> Database { pinned(db, twin: !usesTwins) }
 
-    /// The id of the transaction in this environment (not the companion's): for a write
-    /// transaction, the id it commits as when it writes anything.
-    package var logID: UInt64 { UInt64(mdb_txn_id(handle)) }
-
-    /// The id of the transaction in the companion (this environment's when there is none): for a
-    /// read transaction, the id of the last commit it sees.
-    package var companionID: UInt64 { UInt64(mdb_txn_id(companion)) }
-
     /// Whether the transaction spans an environment and its companion.
     package var spansCompanion: Bool { companion != handle }
 
@@ -88,9 +80,9 @@ package struct Transaction: ~Copyable {
     /// companion environment, the companion's: the databases derived from the others live there,
     /// and it is their changes that readers and caches follow.
     ///
-    /// Through an overlay of the companion (the writer writing its derived state behind the
-    /// commit), the companion is only read and its id says nothing of this transaction's writes:
-    /// then the id is this environment's, with the top bit set (so the two never compare equal).
+    /// Through an overlay (a read-only open's derived state caught up in memory), the companion's id
+    /// says nothing of what the overlay holds: then the id is this environment's, with the top bit
+    /// set (so the two never compare equal).
     package var id: UInt64 {
         overlay != nil ? UInt64(mdb_txn_id(handle)) | (1 << 63) : UInt64(mdb_txn_id(companion))
     }

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerBaselines
 import Synchronization
 
 /// The residual-task latency benchmark: accepts arrive at a steady rate (open loop) on a durable
@@ -33,7 +34,7 @@ struct AcceptResidualBench {
         var configuration = ShareLedger.Configuration(
             path: directory.appendingPathComponent("accept-residual").path, durability: durability, initialMapSize: 1 << 30)
         configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 512)
-        configuration.recordsCommitSizes = true
+        configuration.writerProbe = CommitSizeRecorder()
         let ledger = try ShareLedger.open(configuration)
         progress("accept.residual: setting up \(total) users")
         let metadatas = try await Self.setUp(ledger, users: total)

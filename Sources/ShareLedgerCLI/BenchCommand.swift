@@ -38,9 +38,6 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "How long the writer polls for work before it sleeps, in microseconds.")
     var writerPoll = 50
 
-    @Flag(help: "Share actions and fetches write their derived state behind the log's commit (see docs/architecture.md; off by default, to compare).")
-    var derivedBehind = false
-
     @Option(help: "Repeat every measurement this many times; figures are medians, with min and max.")
     var repeats = 1
 
@@ -178,8 +175,7 @@ struct BenchCommand: AsyncParsableCommand {
     private func shareActionBench(_ bench: AppendBench) -> ShareActionBench {
         ShareActionBench(
             directory: bench.directory, durability: durability, writerPoll: writerPoll,
-            sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail,
-            writesDerivedStateBehind: derivedBehind)
+            sealsPersonalData: !plaintextPersonalData, invitesByEmail: inviteByEmail)
     }
 
     /// `append.*`: the share workload with `callers` callers (the same number of actions whatever
@@ -463,7 +459,7 @@ struct AppendBench {
         var configuration = EventLog.Configuration(
             path: directory.appendingPathComponent("\(name)-ledger").path, durability: durability,
             initialMapSize: 1 << 30)
-        configuration.recordsCommitSizes = true
+        configuration.writerProbe = CommitSizeRecorder()
         configuration.writerPollMicroseconds = writerPoll
         let log = try EventLog.open(configuration)
         let raw = try RawReplayer(path: directory.appendingPathComponent("\(name)-raw").path, durability: durability)

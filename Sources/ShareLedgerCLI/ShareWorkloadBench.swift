@@ -104,8 +104,6 @@ struct ShareActionBench {
     var sealsPersonalData = true
     /// Whether the share actions invite by email address (`bench --invite-by-email`).
     var invitesByEmail = false
-    /// Whether derived state is written behind the commit (`bench --derived-behind`).
-    var writesDerivedStateBehind = false
 
     struct Figures {
         var perSecond: Double
@@ -125,10 +123,9 @@ struct ShareActionBench {
     private func openLedger(_ name: String) throws -> ShareLedger {
         var configuration = ShareLedger.Configuration(
             path: directory.appendingPathComponent("\(name)-ledger").path, durability: durability, initialMapSize: 1 << 30)
-        configuration.recordsCommitSizes = true
+        configuration.writerProbe = CommitSizeRecorder()
         configuration.writerPollMicroseconds = writerPoll
         configuration.sealsPersonalData = sealsPersonalData
-        configuration.writesDerivedStateBehind = writesDerivedStateBehind
         // The worker's zone creations are measured by the residual part; here only the actions.
         configuration.residualTaskWorker = nil
         return try ShareLedger.open(configuration)

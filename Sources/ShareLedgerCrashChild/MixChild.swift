@@ -20,7 +20,7 @@ func runMixChild(_ arguments: [String]) async -> Never {
     let flags = Set(arguments.dropFirst(5))
     await CrashWorkload.run(
         ledgerPath: arguments[0], ackPath: arguments[1], clients: clients, durability: durability, run: run,
-        rebuilding: flags.contains("rebuild"), writesBehind: flags.contains("behind"))
+        rebuilding: flags.contains("rebuild"))
 }
 
 /// `--soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet] [--rebuild]`: kills a --mix child KILLS

@@ -93,6 +93,30 @@ public enum CrashVerifier {
 
         // 2. Every acknowledged command exactly once; every command at most once.
         let counts = try Counts(ledger.log)
+        let accepted = try checkAcknowledged(ledger, acks: acks, counts: counts, into: &result)
+        let statistics = try checkAtMostOnce(ledger, counts: counts, into: &result)
+
+        // 3. The residual tasks: the killed worker's lease expires, a worker here completes the rest.
+        try await drainResidualTasks(ledger, into: &result)
+        result.tasksDrained = statistics.pendingResidualTasks
+        try checkAfterDrain(ledger, accepted: accepted, into: &result)
+        if auditAfterDrain {
+            let report = try ledger.audit(scratchPath: scratchPath)
+            if !report.ok { result.problems.append(contentsOf: report.problems.map { "audit after the drain: \($0)" }) }
+        }
+    }
+
+    /// The shares acknowledged (by URL, their owners) and the acceptances acknowledged, for the
+    /// checks after the drain.
+    private struct Accepted {
+        var ownerOfShare: [String: String] = [:]
+        var acceptedBy: [(url: String, user: String)] = []
+    }
+
+    /// Every acknowledged command is in the ledger exactly once, with its effect visible.
+    private static func checkAcknowledged(
+        _ ledger: ShareLedger, acks: [Ack], counts: Counts, into result: inout Result
+    ) throws -> Accepted {
         func once(_ name: String, in stream: String, for ack: Ack) {
             let n = counts.count(name, in: stream)
             if n == 0 { result.lost.append("\(ack): no \(name) in \(stream)") }
@@ -150,6 +174,13 @@ public enum CrashVerifier {
                 acceptedBy.append((url, user))
             }
         }
+        return Accepted(ownerOfShare: ownerOfShare, acceptedBy: acceptedBy)
+    }
+
+    /// Every command at most once, acknowledged or not; returns the ledger's statistics.
+    private static func checkAtMostOnce(
+        _ ledger: ShareLedger, counts: Counts, into result: inout Result
+    ) throws -> ShareLedger.Statistics {
         // At most once for everything, acknowledged or not: each of these happens once per entity.
         let oncePerStream = [
             "UserRegistered", "ZoneCreated", "ShareCreated", "ParticipantAdded", "ShareAccepted", "ShareMetadataFetched",
@@ -164,9 +195,11 @@ public enum CrashVerifier {
         if UInt64(counts.total["RecordSaved"] ?? 0) != statistics.records {
             result.duplicated.append("\(counts.total["RecordSaved"] ?? 0) RecordSaved events for \(statistics.records) records")
         }
+        return statistics
+    }
 
-        // 3. The residual tasks: the killed worker's lease expires, a worker here completes the rest.
-        let pendingAtStart = statistics.pendingResidualTasks
+    /// Waits until no residual task is pending (at most 20 s), naming parked or still pending ones.
+    private static func drainResidualTasks(_ ledger: ShareLedger, into result: inout Result) async throws {
         let deadline = ContinuousClock.now + .seconds(20)
         while true {
             try await ledger.waitForResidualTasks(timeout: .seconds(20))
@@ -183,7 +216,10 @@ public enum CrashVerifier {
             }
             try await Task.sleep(for: .milliseconds(10))
         }
-        result.tasksDrained = pendingAtStart
+    }
+
+    /// After the drain: one zone completion per accept, and each acceptor's shared zones.
+    private static func checkAfterDrain(_ ledger: ShareLedger, accepted: Accepted, into result: inout Result) throws {
         let drained = try Counts(ledger.log)
         let after = try ledger.statistics()
         result.events = after.events
@@ -198,18 +234,14 @@ public enum CrashVerifier {
         for (stream, names) in drained.byStream where (names["ParticipantZoneCreated"] ?? 0) > 1 {
             result.duplicated.append("\(names["ParticipantZoneCreated"]!) × ParticipantZoneCreated in \(stream)")
         }
-        for (url, user) in acceptedBy {
+        for (url, user) in accepted.acceptedBy {
             let n = drained.count("ParticipantZoneCreated", in: "user/\(user)")
             if n != 1 { result.problems.append("accept \(url) \(user): \(n) zone completions after the drain") }
             let zones = (try? ledger.container(CrashWorkload.container, userRecordName: user).sharedDatabaseZones()) ?? []
-            let expected = ownerOfShare[url].map { [RecordZoneID(zoneName: CrashWorkload.zoneName, ownerName: $0)] }
+            let expected = accepted.ownerOfShare[url].map { [RecordZoneID(zoneName: CrashWorkload.zoneName, ownerName: $0)] }
             if zones != expected {
                 result.problems.append("accept \(url) \(user): shared zones \(zones), expected \(expected ?? [])")
             }
-        }
-        if auditAfterDrain {
-            let report = try ledger.audit(scratchPath: scratchPath)
-            if !report.ok { result.problems.append(contentsOf: report.problems.map { "audit after the drain: \($0)" }) }
         }
     }
 }

@@ -28,11 +28,10 @@ public enum CrashWorkload {
     /// printing it: the driver reports a child that exits by itself as a failure. `run` makes this
     /// run's names unique in the ledger (the driver passes the kill number; default: the pid). With
     /// `rebuilding`, one more task rebuilds the read models over and over, rewriting them into their
-    /// second copies and switching them in, while the clients write. With `writesBehind`, the
-    /// derived state is written behind the log's commit (`writesDerivedStateBehind`).
+    /// second copies and switching them in, while the clients write.
     public static func run(
         ledgerPath: String, ackPath: String, clients: Int, durability: Durability, run: String? = nil,
-        rebuilding: Bool = false, writesBehind: Bool = false
+        rebuilding: Bool = false
     ) async -> Never {
         let acks: AckLog.Writer
         let ledger: ShareLedger
@@ -40,7 +39,6 @@ public enum CrashWorkload {
             acks = try AckLog.Writer(path: ackPath)
             var configuration = ShareLedger.Configuration(path: ledgerPath, durability: durability)
             configuration.residualTaskWorker = workerConfiguration
-            configuration.writesDerivedStateBehind = writesBehind
             ledger = try ShareLedger.open(configuration)
         } catch {
             fail("cannot open: \(error)")

@@ -1,5 +1,5 @@
 import Foundation
-import TestSupport
+import ShareLedgerTestSupport
 import ShareLedger
 
 #if canImport(Glibc)

@@ -1,5 +1,5 @@
 import Foundation
-import TestSupport
+import ShareLedgerTestSupport
 import ShareLedger
 
 #if canImport(Glibc)
@@ -34,8 +34,6 @@ public enum SoakDriver {
         /// Whether the child also rebuilds the read models over and over, rewriting them into their
         /// second copies and switching them in, while its clients write.
         public var rebuilding = false
-        /// Whether the child writes the derived state behind the log's commit.
-        public var writesBehind = false
         /// Called with a line per kill (for the soak's progress output).
         public var progress: (@Sendable (String) -> Void)?
 
@@ -79,7 +77,7 @@ public enum SoakDriver {
 
     public static func run(_ options: Options) async -> Report {
         let started = ContinuousClock.now
-        // Seeded (TestSupport's SplitMix64): the same seed gives the same kill moments and modes.
+        // Seeded (ShareLedgerTestSupport's SplitMix64): the same seed gives the same kill moments and modes.
         var random = SplitMix64(state: options.seed)
         var report = Report()
         var ledgerAcks: [Ack] = []
@@ -100,7 +98,7 @@ public enum SoakDriver {
                 try await runAndKill(
                     options.childExecutable,
                     ["--mix", ledgerPath, ackPath, String(options.clients), mode.rawValue, "k\(kill)"]
-                        + (options.rebuilding ? ["rebuild"] : []) + (options.writesBehind ? ["behind"] : []), after: delay)
+                        + (options.rebuilding ? ["rebuild"] : []), after: delay)
             } catch {
                 problems.append("kill \(kill): \(error)")
             }

@@ -84,6 +84,28 @@ enum Seeds {
     static func write(to directory: String) async throws {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("shareledger-seeds-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let history = try await makeHistory(scratch)
+        let seeds = SeedFolder(directory: directory)
+        try writeEnvelopes(history.envelopes, seeds)
+        let urls = try writeURLs(history.shares, seeds)
+        let lines = try writeNDJSON(history.export, seeds)
+
+        // HTTP: a body of every endpoint with numbers at and beyond every bound.
+        let bodies = HTTPBodyFuzzing.seeds
+        for (name, input) in bodies { try seeds.put("http", name, input) }
+        print("seeded \(history.envelopes.count) entries, \(urls) URLs, \(lines) lines, \(bodies.count) bodies into \(directory)")
+    }
+
+    /// What the seeds are drawn from: a ledger's every entry, its export, and its two shares.
+    struct History {
+        var envelopes: [EventEnvelope]
+        var export: Data
+        var shares: (hierarchy: Share, zone: Share)
+    }
+
+    /// Runs every kind of share action (and a raw append) on a new ledger at `scratch` and returns
+    /// its entries and export.
+    private static func makeHistory(_ scratch: String) async throws -> History {
         var configuration = ShareLedger.Configuration(path: scratch, durability: .unsafeNoSync, clock: Clock())
         configuration.randomSource = Random()
         configuration.residualTaskWorker = nil
@@ -146,13 +168,24 @@ enum Seeds {
         }
         let export = FileManager.default.contents(atPath: exportFile) ?? Data()
         await ledger.close()
+        return History(envelopes: envelopes, export: export, shares: (share, zoneShare))
+    }
 
+    /// The folder of each fuzz target's seeds.
+    struct SeedFolder {
+        let directory: String
+
+        /// Writes `bytes` as the seed `name` of `target`.
         func put(_ target: String, _ name: String, _ bytes: [UInt8]) throws {
             let folder = directory + "/" + target
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             try Data(bytes).write(to: URL(fileURLWithPath: folder + "/" + name))
         }
-        // Envelopes: every stored entry; every domain payload behind its type selector; edge cases.
+    }
+
+    /// Envelopes: every stored entry; every domain payload behind its type selector; edge cases.
+    private static func writeEnvelopes(_ envelopes: [EventEnvelope], _ seeds: SeedFolder) throws {
+        let put = seeds.put
         let types = FuzzingEntryPoints.domainEventTypes
         var payloadsSeen = Set<String>()
         for envelope in envelopes {
@@ -172,8 +205,11 @@ enum Seeds {
         try put("envelope", "edge-empty", [])
         try put("envelope", "edge-hash-only", [0x7A, 0x20] + [UInt8](repeating: 0, count: 32))
         try put("envelope", "edge-varint-overlong", [0x08] + [UInt8](repeating: 0xFF, count: 11) + [0x7A, 0x20] + [UInt8](repeating: 0, count: 32))
+    }
 
-        // URLs: every share URL the ledger made, and the forms a parser meets.
+    /// URLs: every share URL the ledger made, and the forms a parser meets. Returns how many.
+    private static func writeURLs(_ shares: (hierarchy: Share, zone: Share), _ seeds: SeedFolder) throws -> Int {
+        let (share, zoneShare) = shares
         let token = share.token.text
         let urls = [
             share.url.absoluteString, zoneShare.url.absoluteString, "http://share.localhost/share/\(token)",
@@ -184,19 +220,18 @@ enum Seeds {
             token, "0", "", "https://share.localhost/share/\(token)?" + String(repeating: "q", count: 2_100),
             "https://xn--nxasmq6b.example/share/\(token)", "https://share.localhost/share/0AAAAAAAAAAAAAAAAAAAAAAAA\u{301}",
         ]
-        for (index, url) in urls.enumerated() { try put("url", String(format: "url-%02d", index), Array(url.utf8)) }
+        for (index, url) in urls.enumerated() { try seeds.put("url", String(format: "url-%02d", index), Array(url.utf8)) }
+        return urls.count
+    }
 
-        // NDJSON: every line of the export, and edge cases.
+    /// NDJSON: every line of the export, and edge cases. Returns how many lines the export has.
+    private static func writeNDJSON(_ export: Data, _ seeds: SeedFolder) throws -> Int {
         let lines = export.split(separator: UInt8(ascii: "\n"))
-        for (index, line) in lines.enumerated() { try put("ndjson", String(format: "line-%03d", index + 1), Array(line)) }
-        try put("ndjson", "edge-empty", [])
-        try put("ndjson", "edge-null", Array("null".utf8))
-        try put("ndjson", "edge-object", Array("{}".utf8))
-
-        // HTTP: a body of every endpoint with numbers at and beyond every bound.
-        let bodies = HTTPBodyFuzzing.seeds
-        for (name, input) in bodies { try put("http", name, input) }
-        print("seeded \(envelopes.count) entries, \(urls.count) URLs, \(lines.count) lines, \(bodies.count) bodies into \(directory)")
+        for (index, line) in lines.enumerated() { try seeds.put("ndjson", String(format: "line-%03d", index + 1), Array(line)) }
+        try seeds.put("ndjson", "edge-empty", [])
+        try seeds.put("ndjson", "edge-null", Array("null".utf8))
+        try seeds.put("ndjson", "edge-object", Array("{}".utf8))
+        return lines.count
     }
 }
 #endif

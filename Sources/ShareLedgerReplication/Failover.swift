@@ -234,7 +234,7 @@ public enum Failover {
         let connection = try await NATSConnection.connect(
             servers: follower.configuration.servers, name: "share-ledger takeover \(shard.shard)", wait: follower.configuration.callTimeout)
         defer { connection.close() }
-        var backoff = Duration.milliseconds(50)
+        var backoff = Backoff(initial: .milliseconds(50), cap: .seconds(1))
         while true {
             guard ContinuousClock.now < deadline else {
                 throw ReplicationError(.timedOut, "the takeover of shard \(shard.shard) did not finish in time; run it again")
@@ -242,42 +242,15 @@ public enum Failover {
             do throws(ReplicationError) {
                 try await keepLease()
                 // 3. Catch up; ship what only this ledger holds (a restarted writer's unshipped commits).
-                try await follower.catchUp(timeout: max(deadline - ContinuousClock.now, .seconds(1)))
-                var head: LogHead
-                do {
-                    head = try ledger.log.head()
-                } catch {
-                    throw ReplicationError(error, while: "reading the ledger's head")
-                }
-                let stream = try await connection.call("reading stream \(shard.stream)") { connection throws(ReplicationError) in
-                    try connection.streamState(name: shard.stream)
-                }
-                let last = stream?.lastSequence ?? 0
-                // An older writer published after the catch-up: catch up again.
-                if last > head.position.rawValue { continue }
-                if stream == nil || last < head.position.rawValue {
-                    // The shipper creates a missing stream, checks the stream's last event against the
-                    // ledger's (diverged when they differ), then publishes only what the stream lacks.
-                    let shipper = LedgerShipper(log: ledger.log, configuration: configuration)
-                    defer { shipper.close() }
-                    try await shipper.shipAvailable()
-                    do {
-                        head = try ledger.log.head()
-                    } catch {
-                        throw ReplicationError(error, while: "reading the ledger's head")
-                    }
-                }
+                guard
+                    let head = try await catchUpAndShip(
+                        follower: follower, connection: connection, configuration: configuration, deadline: deadline)
+                else { continue }
                 try await keepLease()
                 let marker = TermMarker(shard: shard.shard, term: grant.record.term, holder: grant.record.holder)
                 // A marker of ours whose acknowledgement was lost arrived with the catch-up: it is
                 // in the stream and the ledger already.
-                let headEvent: StoredEvent?
-                do {
-                    headEvent = head.position == .start ? nil : try ledger.log.storedEvent(at: head.position)
-                } catch {
-                    throw ReplicationError(error, while: "reading the ledger's head")
-                }
-                if let headEvent, TermMarker.decode(headEvent) == marker {
+                if try holds(marker, at: head, in: ledger) {
                     try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
                     return Takeover(grant: grant, markerPosition: head.position, heldUntilNanos: heldUntil)
                 }
@@ -288,26 +261,10 @@ public enum Failover {
                         .leaseHeld, "the writer lease of shard \(shard.shard) has less than its safety margin left before the "
                             + "term marker could be published; run the takeover again")
                 }
-                let event = marker.event(after: head, nowMicros: Int64(Date().timeIntervalSince1970 * 1_000_000))
-                let expected = head.position.rawValue
-                let outcome = try await connection.call("publishing the term marker to \(shard.stream)") { connection throws(ReplicationError) in
-                    try connection.publish(
-                        subject: shard.subject, data: event.bytes, messageID: ShardNames.messageID(event.position, event.hash),
-                        expectedLastSequence: expected)
-                }
-                switch outcome {
-                case .wrongLastSequence:
-                    // An older writer published after the catch-up: catch up again, then retry.
-                    follower.configuration.logger.notice(
-                        "the stream moved before the term marker; catching up again", metadata: ["shard": "\(shard.shard)"])
-                    continue
-                case .stored(let sequence, _):
-                    guard sequence == event.position.rawValue else {
-                        throw ReplicationError(
-                            .diverged, "the term marker was stored at sequence \(sequence), not \(event.position); the stream "
-                                + "\(shard.stream) does not hold this ledger's history")
-                    }
-                }
+                guard
+                    let event = try await publish(
+                        marker, after: head, connection: connection, shard: shard, logger: follower.configuration.logger)
+                else { continue }
                 // 5. The marker into the ledger, then the token and the role.
                 do {
                     try await ledger.applyReplicated([event])
@@ -316,11 +273,85 @@ public enum Failover {
                 }
                 try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
                 return Takeover(grant: grant, markerPosition: event.position, heldUntilNanos: heldUntil)
-            } catch where (error.code == .unavailable || error.code == .timedOut) && ContinuousClock.now + backoff < deadline {
+            } catch where (error.code == .unavailable || error.code == .timedOut) && backoff.endsBefore(deadline) {
                 follower.configuration.logger.warning("taking over failed; retrying", metadata: ["error": "\(error)"])
-                try? await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(1))
+                await backoff.wait()
             }
+        }
+    }
+
+    /// Step 3: catches the follower's ledger up with the stream, then ships what only the ledger
+    /// holds (a restarted writer's unshipped commits). Returns the ledger's head, which is then the
+    /// stream's last event; nil when an older writer published after the catch-up (catch up again).
+    private static func catchUpAndShip(
+        follower: LedgerFollower, connection: NATSConnection, configuration: ShipperConfiguration,
+        deadline: ContinuousClock.Instant
+    ) async throws(ReplicationError) -> LogHead? {
+        let ledger = follower.ledger
+        let shard = configuration.shard
+        try await follower.catchUp(timeout: max(deadline - ContinuousClock.now, .seconds(1)))
+        var head = try readHead(ledger)
+        let stream = try await connection.call("reading stream \(shard.stream)") { connection throws(ReplicationError) in
+            try connection.streamState(name: shard.stream)
+        }
+        let last = stream?.lastSequence ?? 0
+        if last > head.position.rawValue { return nil }
+        if stream == nil || last < head.position.rawValue {
+            // The shipper creates a missing stream, checks the stream's last event against the
+            // ledger's (diverged when they differ), then publishes only what the stream lacks.
+            let shipper = LedgerShipper(log: ledger.log, configuration: configuration)
+            defer { shipper.close() }
+            try await shipper.shipAvailable()
+            head = try readHead(ledger)
+        }
+        return head
+    }
+
+    /// The ledger's head.
+    private static func readHead(_ ledger: ShareLedger) throws(ReplicationError) -> LogHead {
+        do {
+            return try ledger.log.head()
+        } catch {
+            throw ReplicationError(error, while: "reading the ledger's head")
+        }
+    }
+
+    /// Whether the event at `head` is `marker` (one of this takeover's, whose acknowledgement was lost).
+    private static func holds(_ marker: TermMarker, at head: LogHead, in ledger: ShareLedger) throws(ReplicationError) -> Bool {
+        let headEvent: StoredEvent?
+        do {
+            headEvent = head.position == .start ? nil : try ledger.log.storedEvent(at: head.position)
+        } catch {
+            throw ReplicationError(error, while: "reading the ledger's head")
+        }
+        guard let headEvent else { return false }
+        return TermMarker.decode(headEvent) == marker
+    }
+
+    /// Step 4: publishes `marker` as the event after `head`, expecting the stream's last sequence to
+    /// be the head's. Returns the event published; nil when the stream moved first (an older writer
+    /// published after the catch-up: catch up again, then retry).
+    private static func publish(
+        _ marker: TermMarker, after head: LogHead, connection: NATSConnection, shard: ShardNames, logger: Logger
+    ) async throws(ReplicationError) -> StoredEvent? {
+        let event = marker.event(after: head, nowMicros: Int64(Date().timeIntervalSince1970 * 1_000_000))
+        let expected = head.position.rawValue
+        let outcome = try await connection.call("publishing the term marker to \(shard.stream)") { connection throws(ReplicationError) in
+            try connection.publish(
+                subject: shard.subject, data: event.bytes, messageID: ShardNames.messageID(event.position, event.hash),
+                expectedLastSequence: expected)
+        }
+        switch outcome {
+        case .wrongLastSequence:
+            logger.notice("the stream moved before the term marker; catching up again", metadata: ["shard": "\(shard.shard)"])
+            return nil
+        case .stored(let sequence, _):
+            guard sequence == event.position.rawValue else {
+                throw ReplicationError(
+                    .diverged, "the term marker was stored at sequence \(sequence), not \(event.position); the stream "
+                        + "\(shard.stream) does not hold this ledger's history")
+            }
+            return event
         }
     }
 

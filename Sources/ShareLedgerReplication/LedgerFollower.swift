@@ -197,59 +197,78 @@ public final class LedgerFollower: Service, Sendable {
             let messages = try await connection.call("waiting for events of \(names.stream)") { _ throws(ReplicationError) in
                 try subscription.nextBatch(limit: limit, timeoutMilliseconds: max(1, wait))
             }
-            var batch: [StoredEvent] = []
-            batch.reserveCapacity(messages.count)
-            for message in messages {
-                let expected = head.position.rawValue + UInt64(batch.count) + 1
-                if message.sequence < expected { continue }  // redelivered after a consumer reset
-                guard message.sequence == expected else {
-                    throw ReplicationError(
-                        .diverged, "stream \(names.stream) jumps from \(expected - 1) to \(message.sequence): it lost events "
-                            + "(was it purged or recreated?); this replica cannot continue from it")
-                }
-                guard let event = StoredEvent(position: LogPosition(message.sequence), bytes: message.data) else {
-                    throw ReplicationError(
-                        .diverged, "message \(message.sequence) of stream \(names.stream) is not a stored ledger event; the "
-                            + "stream holds something else")
-                }
-                batch.append(event)
-            }
-            if !batch.isEmpty {
-                do {
-                    head = try await ledger.applyReplicated(batch)
-                } catch {
-                    if error.code == .corruptedData || error.code == .serverRecordChanged {
-                        throw ReplicationError(
-                            .diverged, "the replica refused events of stream \(names.stream): \(error.message)")
-                    }
-                    throw ReplicationError(error, while: "applying events to the replica")
-                }
-                let micros = head.recordedAtMicros
-                let count = UInt64(batch.count)
-                state.withLock { state in
-                    state.statistics.appliedPosition = head.position.rawValue
-                    state.statistics.eventsApplied += count
-                    state.statistics.lagSeconds = max(0, Date().timeIntervalSince1970 - Double(micros) / 1_000_000)
-                    state.statistics.streamPosition = max(state.statistics.streamPosition, head.position.rawValue)
-                    state.statistics.lagPositions = state.statistics.streamPosition - head.position.rawValue
-                    if state.statistics.lagPositions == 0 { state.statistics.lagSeconds = 0 }
-                }
-                applied.signal()
-            }
+            let batch = try events(of: messages, after: head)
+            if !batch.isEmpty { head = try await apply(batch) }
             if ContinuousClock.now - lastStreamLook > .seconds(1) || batch.isEmpty {
                 lastStreamLook = ContinuousClock.now
-                if let stream = try? await connection.call("reading stream \(names.stream)", { connection throws(ReplicationError) in
-                    try connection.streamState(name: names.stream)
-                }) {
-                    let position = head.position.rawValue
-                    state.withLock { state in
-                        state.statistics.streamPosition = stream.lastSequence
-                        state.statistics.lagPositions = stream.lastSequence &- min(stream.lastSequence, position)
-                        if stream.lastSequence <= position { state.statistics.lagSeconds = 0 }
-                    }
-                    lag.record(Int64(clamping: stream.lastSequence &- min(stream.lastSequence, position)))
-                }
+                await recordLag(connection, head: head)
             }
         }
+    }
+
+    /// The events of `messages` that follow `head`, in order: a message redelivered after a
+    /// consumer reset is skipped; a gap, or a message that is not a stored event, is a divergence.
+    private func events(of messages: [(data: [UInt8], sequence: UInt64)], after head: LogHead) throws(ReplicationError) -> [StoredEvent] {
+        let names = configuration.shard
+        var batch: [StoredEvent] = []
+        batch.reserveCapacity(messages.count)
+        for message in messages {
+            let expected = head.position.rawValue + UInt64(batch.count) + 1
+            if message.sequence < expected { continue }  // redelivered after a consumer reset
+            guard message.sequence == expected else {
+                throw ReplicationError(
+                    .diverged, "stream \(names.stream) jumps from \(expected - 1) to \(message.sequence): it lost events "
+                        + "(was it purged or recreated?); this replica cannot continue from it")
+            }
+            guard let event = StoredEvent(position: LogPosition(message.sequence), bytes: message.data) else {
+                throw ReplicationError(
+                    .diverged, "message \(message.sequence) of stream \(names.stream) is not a stored ledger event; the "
+                        + "stream holds something else")
+            }
+            batch.append(event)
+        }
+        return batch
+    }
+
+    /// Applies `batch` to the replica and records it in the statistics; returns the new head.
+    private func apply(_ batch: [StoredEvent]) async throws(ReplicationError) -> LogHead {
+        let head: LogHead
+        do {
+            head = try await ledger.applyReplicated(batch)
+        } catch {
+            if error.code == .corruptedData || error.code == .serverRecordChanged {
+                throw ReplicationError(
+                    .diverged, "the replica refused events of stream \(configuration.shard.stream): \(error.message)")
+            }
+            throw ReplicationError(error, while: "applying events to the replica")
+        }
+        let micros = head.recordedAtMicros
+        let count = UInt64(batch.count)
+        state.withLock { state in
+            state.statistics.appliedPosition = head.position.rawValue
+            state.statistics.eventsApplied += count
+            state.statistics.lagSeconds = max(0, Date().timeIntervalSince1970 - Double(micros) / 1_000_000)
+            state.statistics.streamPosition = max(state.statistics.streamPosition, head.position.rawValue)
+            state.statistics.lagPositions = state.statistics.streamPosition - head.position.rawValue
+            if state.statistics.lagPositions == 0 { state.statistics.lagSeconds = 0 }
+        }
+        applied.signal()
+        return head
+    }
+
+    /// Reads the stream's last sequence and records how far the replica at `head` is behind it (a
+    /// failed read records nothing).
+    private func recordLag(_ connection: NATSConnection, head: LogHead) async {
+        let names = configuration.shard
+        guard let stream = try? await connection.call("reading stream \(names.stream)", { connection throws(ReplicationError) in
+            try connection.streamState(name: names.stream)
+        }) else { return }
+        let position = head.position.rawValue
+        state.withLock { state in
+            state.statistics.streamPosition = stream.lastSequence
+            state.statistics.lagPositions = stream.lastSequence &- min(stream.lastSequence, position)
+            if stream.lastSequence <= position { state.statistics.lagSeconds = 0 }
+        }
+        lag.record(Int64(clamping: stream.lastSequence &- min(stream.lastSequence, position)))
     }
 }

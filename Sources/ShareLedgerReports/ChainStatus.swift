@@ -48,7 +48,7 @@ public struct ChainStatus: Sendable, Hashable {
                 let event = try ledger.log.event(at: checkpoint.position), event.hash == checkpoint.hash
             else { continue }
             status.checkpoint = CheckpointInfo(
-                position: checkpoint.position.rawValue, keyFingerprint: checkpoint.publicKey.prefix(8).map { String(format: "%02x", $0) }.joined(),
+                position: checkpoint.position.rawValue, keyFingerprint: Hex.encode(checkpoint.publicKey.prefix(8)),
                 signedAt: Date(timeIntervalSince1970: Double(checkpoint.signedAtMicros) / 1_000_000))
             break
         }

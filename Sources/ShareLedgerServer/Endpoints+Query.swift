@@ -73,44 +73,9 @@ extension Endpoints {
             desired = []
             for (index, key) in try keys.array("desiredKeys").enumerated() { desired?.insert(try key.string("desiredKeys[\(index)]")) }
         }
-        var filters: [QueryFilter] = []
-        if let given = query.nullable("filterBy") {
-            for (index, item) in try given.array("query.filterBy").enumerated() {
-                let path = "query.filterBy[\(index)]"
-                let text = try item.required("comparator", in: path).string(path + ".comparator")
-                guard let comparator = QueryFilter.Comparator(rawValue: text) else {
-                    throw WireError(
-                        .badRequest,
-                        "\(path).comparator must be EQUALS, NOT_EQUALS, IN, NOT_IN, LESS_THAN, LESS_THAN_OR_EQUALS, GREATER_THAN, "
-                            + "GREATER_THAN_OR_EQUALS or BEGINS_WITH")
-                }
-                let fieldName = try item.required("fieldName", in: path).string(path + ".fieldName")
-                let value = try Wire.parseField(try item.required("fieldValue", in: path), path: path + ".fieldValue")
-                var values = [value]
-                if comparator == .in || comparator == .notIn {
-                    guard case .list(let items) = value else { throw WireError.wrongType(path + ".fieldValue", "a list") }
-                    values = items
-                }
-                filters.append(QueryFilter(comparator: comparator, fieldName: fieldName, values: values))
-            }
-        }
-        var sorts: [(field: String, ascending: Bool)] = []
-        if let given = query.nullable("sortBy") {
-            for (index, item) in try given.array("query.sortBy").enumerated() {
-                let path = "query.sortBy[\(index)]"
-                let field = try item.required("fieldName", in: path).string(path + ".fieldName")
-                let ascending = try item["ascending"].map { flag throws(WireError) in try flag.bool(path + ".ascending") } ?? true
-                sorts.append((field, ascending))
-            }
-        }
-        var offset = 0
-        if let marker = body.nullable("continuationMarker") {
-            let text = try marker.string("continuationMarker")
-            guard let data = Data(base64Encoded: text), let decoded = Int(String(decoding: data, as: UTF8.self)), decoded >= 0 else {
-                throw WireError(.badRequest, "continuationMarker is not one this server gave")
-            }
-            offset = decoded
-        }
+        let filters = try queryFilters(query)
+        let sorts = try querySorts(query)
+        let offset = try continuationOffset(body)
         var matches: [Record]
         do {
             matches = try request.container.records(inZone: zone, recordType: recordType, limit: maxQueryMatches + 1) { record in
@@ -124,6 +89,65 @@ extension Endpoints {
         guard matches.count <= maxQueryMatches else {
             throw WireError(.badRequest, "the query matches more than \(maxQueryMatches) records; narrow it with filterBy")
         }
+        sortRecords(&matches, by: sorts)
+        let page = matches.dropFirst(offset).prefix(Int(limit))
+        var response: [String: JSONValue] = ["records": .array(page.map { Wire.record($0, desiredKeys: desired) })]
+        if offset + page.count < matches.count {
+            response["continuationMarker"] = .string(Data(String(offset + page.count).utf8).base64EncodedString())
+        }
+        return .object(response)
+    }
+
+    /// The query's `filterBy` list, each comparator, field and value checked.
+    private static func queryFilters(_ query: JSONValue) throws(WireError) -> [QueryFilter] {
+        var filters: [QueryFilter] = []
+        guard let given = query.nullable("filterBy") else { return filters }
+        for (index, item) in try given.array("query.filterBy").enumerated() {
+            let path = "query.filterBy[\(index)]"
+            let text = try item.required("comparator", in: path).string(path + ".comparator")
+            guard let comparator = QueryFilter.Comparator(rawValue: text) else {
+                throw WireError(
+                    .badRequest,
+                    "\(path).comparator must be EQUALS, NOT_EQUALS, IN, NOT_IN, LESS_THAN, LESS_THAN_OR_EQUALS, GREATER_THAN, "
+                        + "GREATER_THAN_OR_EQUALS or BEGINS_WITH")
+            }
+            let fieldName = try item.required("fieldName", in: path).string(path + ".fieldName")
+            let value = try Wire.parseField(try item.required("fieldValue", in: path), path: path + ".fieldValue")
+            var values = [value]
+            if comparator == .in || comparator == .notIn {
+                guard case .list(let items) = value else { throw WireError.wrongType(path + ".fieldValue", "a list") }
+                values = items
+            }
+            filters.append(QueryFilter(comparator: comparator, fieldName: fieldName, values: values))
+        }
+        return filters
+    }
+
+    /// The query's `sortBy` list: field names, ascending unless said otherwise.
+    private static func querySorts(_ query: JSONValue) throws(WireError) -> [(field: String, ascending: Bool)] {
+        var sorts: [(field: String, ascending: Bool)] = []
+        guard let given = query.nullable("sortBy") else { return sorts }
+        for (index, item) in try given.array("query.sortBy").enumerated() {
+            let path = "query.sortBy[\(index)]"
+            let field = try item.required("fieldName", in: path).string(path + ".fieldName")
+            let ascending = try item["ascending"].map { flag throws(WireError) in try flag.bool(path + ".ascending") } ?? true
+            sorts.append((field, ascending))
+        }
+        return sorts
+    }
+
+    /// Where a page starts: the offset a `continuationMarker` this server gave holds, or 0.
+    private static func continuationOffset(_ body: JSONValue) throws(WireError) -> Int {
+        guard let marker = body.nullable("continuationMarker") else { return 0 }
+        let text = try marker.string("continuationMarker")
+        guard let data = Data(base64Encoded: text), let decoded = Int(String(decoding: data, as: UTF8.self)), decoded >= 0 else {
+            throw WireError(.badRequest, "continuationMarker is not one this server gave")
+        }
+        return decoded
+    }
+
+    /// Sorts `matches` by `sorts` in order (records without a field last), then by record name.
+    private static func sortRecords(_ matches: inout [Record], by sorts: [(field: String, ascending: Bool)]) {
         if !sorts.isEmpty {
             matches.sort { lhs, rhs in
                 for sort in sorts {
@@ -141,11 +165,5 @@ extension Endpoints {
                 return lhs.recordID.recordName < rhs.recordID.recordName
             }
         }
-        let page = matches.dropFirst(offset).prefix(Int(limit))
-        var response: [String: JSONValue] = ["records": .array(page.map { Wire.record($0, desiredKeys: desired) })]
-        if offset + page.count < matches.count {
-            response["continuationMarker"] = .string(Data(String(offset + page.count).utf8).base64EncodedString())
-        }
-        return .object(response)
     }
 }

@@ -84,7 +84,7 @@ struct OverlayTests {
         let (direct, dPlain, dSorted) = try open(dir.child("direct"))
         let (overlaid, oPlain, oSorted) = try open(dir.child("overlaid"))
         var random = SplitMix64(state: seed)
-        let overlay = Overlay(scope: .all)
+        let overlay = Overlay()
         var written = 0
         for round in 0..<60 {
             // One transaction on each side, of a few operations; now and then one is nested and
@@ -137,7 +137,7 @@ struct OverlayTests {
     func refusedPutsFailTheTransaction(overlaid: Bool) throws {
         let dir = TemporaryDirectory()
         let (env, plain, sorted) = try open(dir.path)
-        let overlay = Overlay(scope: .all)
+        let overlay = Overlay()
         try env.write { base in
             try base.withOverlay(overlay) { txn in
                 try txn.put(plain, key: [1], value: [1])
@@ -148,7 +148,7 @@ struct OverlayTests {
         for (db, flags) in [(plain, PutFlags.noOverwrite), (sorted, .noDupData)] {
             let error = #expect(throws: LMDBError.self) {
                 try env.write { base in
-                    try base.withOverlay(overlaid ? overlay : Overlay(scope: .all)) { txn in
+                    try base.withOverlay(overlaid ? overlay : Overlay()) { txn in
                         try txn.put(db, key: [1], value: [1], flags: flags)
                     }
                 }
@@ -163,7 +163,7 @@ struct OverlayTests {
         let (env, plain, _) = try open(dir.path)
         let error = #expect(throws: LMDBError.self) {
             try env.write { base in
-                try base.withOverlay(Overlay(scope: .all)) { txn in
+                try base.withOverlay(Overlay()) { txn in
                     try txn.withCursor(plain) { _ in }
                 }
             }

@@ -59,6 +59,8 @@ final class ServerHarness: Sendable {
         var configuration = ShareLedger.Configuration(path: directory.path, createIfMissing: true)
         // The worker looks for due tasks often, so that accepted zones appear quickly.
         configuration.residualTaskWorker = ResidualTaskWorker.Configuration(pollInterval: .milliseconds(20))
+        // Open: tests that need several requests in one batch close it (`log.setWriterPaused`).
+        configuration.writerProbe = WriterGate()
         let ledger = try ShareLedger.open(configuration)
         try await ledger.registerUser("_alice", in: container, emailAddress: "alice@example.com")
         try await ledger.registerUser("_bob", in: container, emailAddress: "bob@example.com")

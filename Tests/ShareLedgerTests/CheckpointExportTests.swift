@@ -412,6 +412,7 @@ struct MaintenanceHeadTests {
 
         var configuration = ShareLedger.Configuration(path: f.dir.child("copy"), durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
+        configuration.writerProbe = WriterGate()
         let copy = try ShareLedger.open(configuration)
         let log = copy.log
         log.setWriterPaused(true)

@@ -130,13 +130,6 @@ struct MixedCrashTests {
         await Self.soak(kills: 8, seed: 0x7E1B, runMilliseconds: 100...400, acknowledgedPerKill: 10) { $0.rebuilding = true }
     }
 
-    @Test(
-        "SIGKILL while the derived state is written behind the log's commit: every acknowledged command exactly once, the audit clean",
-        .timeLimit(.minutes(5)))
-    func writingBehindSurvivesSIGKILL() async throws {
-        await Self.soak(kills: 8, seed: 0xBE41, runMilliseconds: 100...300, acknowledgedPerKill: 10) { $0.writesBehind = true }
-    }
-
     @Test("the verifier reports an acknowledged command the ledger does not hold, and a cut side-file line")
     func verifierCatchesLostCommands() async throws {
         let dir = TemporaryDirectory()

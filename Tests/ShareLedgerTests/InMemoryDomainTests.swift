@@ -88,14 +88,13 @@ struct InMemoryDomainTests {
         }
     }
 
-    static func makePair(_ dir: TemporaryDirectory, sealing: Bool = false, behind: Bool = false) async throws -> Pair {
+    static func makePair(_ dir: TemporaryDirectory, sealing: Bool = false) async throws -> Pair {
         var configuration = ShareLedger.Configuration(
             path: dir.child("ledger"), durability: .unsafeNoSync, clock: FixedClock(micros: now))
         // The in-memory domain has no key store: both sides write plaintext, as they did before
         // crypto-shredding (which CryptoShreddingTests covers), so their bytes can be compared.
         // With `sealing`, the LMDB side seals: only decisions and (opened) answers can be compared.
         configuration.sealsPersonalData = sealing
-        configuration.writesDerivedStateBehind = behind
         configuration.residualTaskWorker = nil
         return Pair(ledger: try ShareLedger.open(configuration))
     }
@@ -247,10 +246,10 @@ struct InMemoryDomainTests {
 
     /// One run of random commands on both sides; with `sealing`, the LMDB side seals personal data,
     /// so only decisions and answers (its opened values) are compared, not events or row bytes.
-    static func agree(_ numbers: [Int], sealing: Bool, behind: Bool = false, _ outcomes: Counts) async throws {
+    static func agree(_ numbers: [Int], sealing: Bool, _ outcomes: Counts) async throws {
         let dir = TemporaryDirectory()
         var seen: [String: Int] = [:]
-        let pair = try await Self.makePair(dir, sealing: sealing, behind: behind)
+        let pair = try await Self.makePair(dir, sealing: sealing)
         var random = SplitMix64(state: UInt64(numbers.count) &* 0x9E37_79B9_7F4A_7C15)
         _ = try await pair.run("_alice", [.registerUser(name: "_alice", email: "alice@example.com", phone: nil, names: nil)])
         _ = try await pair.run("_bob", [.registerUser(name: "_bob", email: "bob@example.com", phone: "+1 555 0100", names: nil)])
@@ -284,7 +283,6 @@ struct InMemoryDomainTests {
             index += 3
         }
         outcomes.add(seen)
-        if behind { outcomes.add(["behind": pair.ledger.log.writer.batchesBehind.load(ordering: .relaxed)]) }
         if !sealing { try pair.expectSameState() }
         // Every event the writer produced is one the rules could have produced (EventValidator).
         let comparison = try pair.ledger.verifyReadModels(scratchPath: dir.child("rebuilt"))

@@ -35,6 +35,8 @@ struct SharingFixture {
         var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync, clock: clock)
         configuration.randomSource = SeededRandom(seed: seed)
         configuration.residualTaskWorker = worker
+        // Open: tests that need several commands in one batch close it (`log.setWriterPaused`).
+        configuration.writerProbe = WriterGate()
         ledger = try ShareLedger.open(configuration)
         try await ledger.registerUser("_alice", in: Self.container, emailAddress: "alice@example.com")
         try await ledger.registerUser("_bob", in: Self.container, emailAddress: "bob@example.com", phoneNumber: "+1 555 0100")

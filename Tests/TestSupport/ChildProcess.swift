@@ -1,4 +1,5 @@
 import Foundation
+import ShareLedgerTestSupport
 import Synchronization
 
 /// How a child process ended.

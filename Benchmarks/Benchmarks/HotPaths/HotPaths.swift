@@ -1,6 +1,7 @@
 import Benchmark
 import Foundation
-@_spi(Benchmarks) import ShareLedger
+import ShareLedger
+import ShareLedgerBenchmarkSupport
 
 // The writer's and the reader's hot paths, one at a time, with allocation counts gated by committed
 // thresholds (Benchmarks/Thresholds/, see docs/benchmarks.md "Micro benchmarks and allocation gates").

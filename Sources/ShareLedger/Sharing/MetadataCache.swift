@@ -220,10 +220,4 @@ struct SharingCommitObserver: CommitObserver {
         rows.committed(notice)
         tags.committed(notice)
     }
-
-    /// Written behind: the writer's rows follow the log's commits, the share tags (which readers
-    /// remember from their snapshots) the derived databases'.
-    func logCommitted(_ notice: CommitNotice) { rows.committed(notice) }
-
-    func derivedCommitted(_ notice: CommitNotice) { tags.committed(notice) }
 }

@@ -322,7 +322,7 @@ public final class ShareLedger: Sendable {
     /// A new random participant id (a UUID in its text form).
     /// A random (version 4) UUID from the ledger's random source: two 64-bit draws (with the system
     /// source, two `getrandom` calls; one per byte made this a visible share of every accept).
-    func newParticipantID() -> String {
+    package func newParticipantID() -> String {
         let source = configuration.randomSource
         let high = source.next().bigEndian
         let low = source.next().bigEndian
@@ -332,7 +332,7 @@ public final class ShareLedger: Sendable {
         return UUID(uuid: uuid).uuidString
     }
 
-    func newToken() -> ShareToken {
+    package func newToken() -> ShareToken {
         var generator = RandomSourceGenerator(source: configuration.randomSource)
         return ShareToken.generate(using: &generator)
     }
@@ -364,10 +364,8 @@ public final class ShareLedger: Sendable {
         // Its answers may open boxes: not with keys another process destroyed.
         try noticeKeyStoreChanges()
         do {
-            // The rules and projections reach the read models only through `ReadModelStore`, which
-            // works through the writer's overlay: their derived state may be written behind.
             return try await log.writer.submit(
-                bytes: command.bytes, behindCommit: true, command.commitStep(models: writerModels))
+                bytes: command.bytes, command.commitStep(models: writerModels))
                 .get().get()
         } catch {
             throw log.namingTheFile(error)

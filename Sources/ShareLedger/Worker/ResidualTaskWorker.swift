@@ -357,13 +357,14 @@ public final class ResidualTaskWorker: Service, Sendable {
     }
 
     /// The delay before the next attempt, in microseconds: `initialBackoff × 2^(attempts-1)`,
-    /// capped at `maxBackoff`, times a random factor in [0.5, 1) (jitter).
+    /// capped at `maxBackoff`, times a random factor in [0.5, 1) from the ledger's random source
+    /// (``Backoff``).
     func backoff(afterAttempts attempts: Int) -> Int64 {
-        let base = Double(configuration.initialBackoff.microseconds) * pow(2, Double(max(0, attempts - 1)))
-        let capped = min(base, Double(configuration.maxBackoff.microseconds))
-        var generator = RandomSourceGenerator(source: ledger.configuration.randomSource)
-        let jitter = Double.random(in: 0.5..<1, using: &generator)
-        return CheckedConversion.int64(clamping: capped * jitter)
+        let source = ledger.configuration.randomSource
+        let delay = Backoff.delay(
+            afterAttempts: attempts, initial: configuration.initialBackoff, cap: configuration.maxBackoff,
+            jitter: { source.next() })
+        return delay.microseconds
     }
 
     /// The tasks due now in scheduling order (at most `limit`), skipping parked tasks, tasks waiting

@@ -1,6 +1,7 @@
+import EventLog
 import Foundation
 import LMDB
-import ShareLedger
+import ShareLedgerBaselines
 import Synchronization
 import TestSupport
 import Testing
@@ -33,12 +34,12 @@ struct EventLogTests {
     func appendAndRead() async throws {
         let dir = TemporaryDirectory()
         let clock = FixedClock(micros: 1_700_000_000_123_456)
-        let log = try EventLog.open(Fixtures.configuration(dir.path, clock: clock).log)
+        let log = try EventLog.open(LogFixtures.configuration(dir.path, clock: clock))
         let correlation = UUID()
         let metadata = CommandMetadata(
-            container: Fixtures.container, actor: "_alice", correlationID: correlation, causationID: nil)
+            container: LogFixtures.container, actor: "_alice", correlationID: correlation, causationID: nil)
         let result = try await log.append(
-            [Fixtures.draft("one"), Fixtures.draft("two", type: "shareledger.test.Other")], to: "share/a",
+            [LogFixtures.draft("one"), LogFixtures.draft("two", type: "shareledger.test.Other")], to: "share/a",
             expectedVersion: .noStream, metadata: metadata)
         #expect(result.positions == LogPosition(1)...LogPosition(2))
         #expect(result.streamVersion == 2)
@@ -47,7 +48,7 @@ struct EventLogTests {
         let first = try #require(try log.event(at: 1))
         #expect(first.position == 1)
         #expect(first.recordedAtMicros == 1_700_000_000_123_456)
-        #expect(first.container == Fixtures.container)
+        #expect(first.container == LogFixtures.container)
         #expect(first.actor == "_alice")
         #expect(first.commandID == metadata.commandID)
         #expect(first.correlationID == correlation)
@@ -65,9 +66,9 @@ struct EventLogTests {
         #expect(try log.event(at: 3) == nil)
         #expect(try log.head() == LogHead(position: 2, hash: second.hash, recordedAtMicros: 1_700_000_000_123_456))
         #expect(try log.events(after: .start, limit: 10).map(\.position) == [1, 2])
-        #expect(try log.streamVersion("share/a", container: Fixtures.container) == 2)
-        #expect(try log.streamPositions("share/a", container: Fixtures.container) == [1, 2])
-        #expect(try log.streamPositions("share/a", container: Fixtures.container, after: 1) == [2])
+        #expect(try log.streamVersion("share/a", container: LogFixtures.container) == 2)
+        #expect(try log.streamPositions("share/a", container: LogFixtures.container) == [1, 2])
+        #expect(try log.streamPositions("share/a", container: LogFixtures.container, after: 1) == [2])
         #expect(try log.streamVersion("share/a", container: "iCloud.other") == 0)
         await log.close()
     }
@@ -75,16 +76,16 @@ struct EventLogTests {
     @Test("64 concurrent appenders get gapless positions, each its own", .timeLimit(.minutes(5)))
     func concurrentAppendersGetGaplessPositions() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable).log)
+        let log = try EventLog.open(LogFixtures.configuration(dir.path, durability: .durable))
         let perCaller = 40
         let results = try await withThrowingTaskGroup(of: [(UUID, LogPosition)].self) { group in
             for caller in 0..<64 {
                 group.addTask {
                     var mine: [(UUID, LogPosition)] = []
                     for index in 0..<perCaller {
-                        let metadata = Fixtures.metadata("caller-\(caller)")
+                        let metadata = LogFixtures.metadata("caller-\(caller)")
                         let result = try await log.append(
-                            [Fixtures.draft("\(caller)/\(index)")], to: "stream-\(caller % 8)", metadata: metadata)
+                            [LogFixtures.draft("\(caller)/\(index)")], to: "stream-\(caller % 8)", metadata: metadata)
                         #expect(result.positions.count == 1)
                         mine.append((metadata.commandID, result.positions.lowerBound))
                     }
@@ -99,7 +100,7 @@ struct EventLogTests {
             #expect(try log.event(at: position)?.commandID == commandID)
         }
         for stream in 0..<8 {
-            #expect(try log.streamVersion("stream-\(stream)", container: Fixtures.container) == UInt64(8 * perCaller))
+            #expect(try log.streamVersion("stream-\(stream)", container: LogFixtures.container) == UInt64(8 * perCaller))
         }
         #expect(try log.verifyChain().isValid)
         await log.close()
@@ -108,13 +109,13 @@ struct EventLogTests {
     @Test("a retried command id appends nothing and returns the first outcome")
     func idempotentRetry() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
-        let metadata = Fixtures.metadata()
-        let first = try await log.append([Fixtures.draft("a"), Fixtures.draft("b")], to: "s", metadata: metadata)
-        try await log.append([Fixtures.draft("other")], to: "s", metadata: Fixtures.metadata())
+        let log = try EventLog.open(LogFixtures.configuration(dir.path))
+        let metadata = LogFixtures.metadata()
+        let first = try await log.append([LogFixtures.draft("a"), LogFixtures.draft("b")], to: "s", metadata: metadata)
+        try await log.append([LogFixtures.draft("other")], to: "s", metadata: LogFixtures.metadata())
         // Same id, even with other events and an expectation that no longer holds: the first outcome.
         let retry = try await log.append(
-            [Fixtures.draft("changed")], to: "s", expectedVersion: .noStream, metadata: metadata)
+            [LogFixtures.draft("changed")], to: "s", expectedVersion: .noStream, metadata: metadata)
         #expect(retry.wasAlreadyApplied)
         #expect(retry.positions == first.positions)
         #expect(retry.streamVersion == first.streamVersion)
@@ -122,7 +123,7 @@ struct EventLogTests {
         // The same id in another container is another command.
         var elsewhere = metadata
         elsewhere.container = "iCloud.com.example.elsewhere"
-        let other = try await log.append([Fixtures.draft("c")], to: "s", metadata: elsewhere)
+        let other = try await log.append([LogFixtures.draft("c")], to: "s", metadata: elsewhere)
         #expect(!other.wasAlreadyApplied)
         #expect(other.positions.lowerBound == 4)
         await log.close()
@@ -131,10 +132,10 @@ struct EventLogTests {
     @Test("duplicates of one command id inside one group commit are applied once")
     func duplicatesInOneBatch() async throws {
         let dir = TemporaryDirectory()
-        let log = try Fixtures.batchingLog(dir.path)
-        let metadata = Fixtures.metadata()
+        let log = try LogFixtures.batchingLog(dir.path)
+        let metadata = LogFixtures.metadata()
         let outcomes = await appendInOneBatch(log, count: 10) { _ throws(LedgerError) in
-            try await log.append([Fixtures.draft("x")], to: "s", metadata: metadata)
+            try await log.append([LogFixtures.draft("x")], to: "s", metadata: metadata)
         }
         let results = try outcomes.values.map { try $0.get() }
         #expect(log.commitSizes() == [1])
@@ -147,25 +148,25 @@ struct EventLogTests {
     @Test("expected versions: any, noStream, exists, exact; a conflict is a typed error that writes nothing")
     func expectedVersions() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
+        let log = try EventLog.open(LogFixtures.configuration(dir.path))
         let stream = "share/x"
         await #expect(throws: LedgerError.self) {
-            try await log.append([Fixtures.draft("a")], to: stream, expectedVersion: .exists, metadata: Fixtures.metadata())
+            try await log.append([LogFixtures.draft("a")], to: stream, expectedVersion: .exists, metadata: LogFixtures.metadata())
         }
-        try await log.append([Fixtures.draft("a")], to: stream, expectedVersion: .noStream, metadata: Fixtures.metadata())
+        try await log.append([LogFixtures.draft("a")], to: stream, expectedVersion: .noStream, metadata: LogFixtures.metadata())
         let second: Result<AppendResult, LedgerError> = await Result(catching: { () async throws(LedgerError) -> AppendResult in
-            try await log.append([Fixtures.draft("b")], to: stream, expectedVersion: .noStream, metadata: Fixtures.metadata())
+            try await log.append([LogFixtures.draft("b")], to: stream, expectedVersion: .noStream, metadata: LogFixtures.metadata())
         })
         #expect(matchesWrongExpectedVersion(second), "`catch LedgerError.Code.wrongExpectedVersion` matches the conflict")
         let conflict = await #expect(throws: LedgerError.self) {
-            try await log.append([Fixtures.draft("b")], to: stream, expectedVersion: .exact(5), metadata: Fixtures.metadata())
+            try await log.append([LogFixtures.draft("b")], to: stream, expectedVersion: .exact(5), metadata: LogFixtures.metadata())
         }
         #expect(conflict?.code == .wrongExpectedVersion)
         #expect(conflict?.message.contains("version 1") == true)
-        try await log.append([Fixtures.draft("b")], to: stream, expectedVersion: .exact(1), metadata: Fixtures.metadata())
-        try await log.append([Fixtures.draft("c")], to: stream, expectedVersion: .exists, metadata: Fixtures.metadata())
-        try await log.append([Fixtures.draft("d")], to: stream, expectedVersion: .any, metadata: Fixtures.metadata())
-        #expect(try log.streamVersion(stream, container: Fixtures.container) == 4)
+        try await log.append([LogFixtures.draft("b")], to: stream, expectedVersion: .exact(1), metadata: LogFixtures.metadata())
+        try await log.append([LogFixtures.draft("c")], to: stream, expectedVersion: .exists, metadata: LogFixtures.metadata())
+        try await log.append([LogFixtures.draft("d")], to: stream, expectedVersion: .any, metadata: LogFixtures.metadata())
+        #expect(try log.streamVersion(stream, container: LogFixtures.container) == 4)
         #expect(try log.head().position == 4)
         await log.close()
     }
@@ -173,13 +174,13 @@ struct EventLogTests {
     @Test("a refused command in a group commit leaves no trace and does not disturb the others")
     func failuresDoNotDisturbTheBatch() async throws {
         let dir = TemporaryDirectory()
-        let log = try Fixtures.batchingLog(dir.path)
+        let log = try LogFixtures.batchingLog(dir.path)
         let outcomes = await appendInOneBatch(log, count: 100) { index throws(LedgerError) in
             // Odd commands expect a version their new stream cannot have.
             let expected: ExpectedVersion = index.isMultiple(of: 2) ? .noStream : .exact(7)
             return try await log.append(
-                [Fixtures.draft("\(index)")], to: "stream-\(index)", expectedVersion: expected,
-                metadata: Fixtures.metadata())
+                [LogFixtures.draft("\(index)")], to: "stream-\(index)", expectedVersion: expected,
+                metadata: LogFixtures.metadata())
         }
         #expect(log.commitSizes() == [50], "all 100 commands were decided in one group commit")
         var positions: [UInt64] = []
@@ -191,7 +192,7 @@ struct EventLogTests {
             case .failure(let error):
                 #expect(!index.isMultiple(of: 2))
                 #expect(error.code == .wrongExpectedVersion)
-                #expect(try log.streamVersion("stream-\(index)", container: Fixtures.container) == 0)
+                #expect(try log.streamVersion("stream-\(index)", container: LogFixtures.container) == 0)
             }
         }
         #expect(positions.sorted() == Array(1...50))
@@ -203,20 +204,20 @@ struct EventLogTests {
     @Test("input outside the limits is refused with a typed error and changes nothing")
     func validation() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
+        let log = try EventLog.open(LogFixtures.configuration(dir.path))
         let cases: [([EventDraft], String, CommandMetadata, LedgerError.Code)] = [
-            ([], "s", Fixtures.metadata(), .invalidArguments),
-            ([Fixtures.draft("a")], "", Fixtures.metadata(), .invalidArguments),
-            ([Fixtures.draft("a")], String(repeating: "x", count: 201), Fixtures.metadata(), .invalidArguments),
-            ([Fixtures.draft("a")], "bad\u{0}name", Fixtures.metadata(), .invalidArguments),
-            ([Fixtures.draft("a")], "s", CommandMetadata(container: "", actor: "a"), .invalidArguments),
-            ([Fixtures.draft("a")], "s", CommandMetadata(container: "c", actor: ""), .invalidArguments),
-            ([Fixtures.draft("a", type: "")], "s", Fixtures.metadata(), .invalidArguments),
-            ([EventDraft(type: "t", schemaVersion: 0, payload: [])], "s", Fixtures.metadata(), .invalidArguments),
+            ([], "s", LogFixtures.metadata(), .invalidArguments),
+            ([LogFixtures.draft("a")], "", LogFixtures.metadata(), .invalidArguments),
+            ([LogFixtures.draft("a")], String(repeating: "x", count: 201), LogFixtures.metadata(), .invalidArguments),
+            ([LogFixtures.draft("a")], "bad\u{0}name", LogFixtures.metadata(), .invalidArguments),
+            ([LogFixtures.draft("a")], "s", CommandMetadata(container: "", actor: "a"), .invalidArguments),
+            ([LogFixtures.draft("a")], "s", CommandMetadata(container: "c", actor: ""), .invalidArguments),
+            ([LogFixtures.draft("a", type: "")], "s", LogFixtures.metadata(), .invalidArguments),
+            ([EventDraft(type: "t", schemaVersion: 0, payload: [])], "s", LogFixtures.metadata(), .invalidArguments),
             ([EventDraft(type: "t", payload: [UInt8](repeating: 0, count: EventLog.Limits.maxPayloadBytes + 1))],
-             "s", Fixtures.metadata(), .limitExceeded),
-            (Array(repeating: Fixtures.draft("a"), count: EventLog.Limits.maxEventsPerCommand + 1), "s",
-             Fixtures.metadata(), .limitExceeded),
+             "s", LogFixtures.metadata(), .limitExceeded),
+            (Array(repeating: LogFixtures.draft("a"), count: EventLog.Limits.maxEventsPerCommand + 1), "s",
+             LogFixtures.metadata(), .limitExceeded),
         ]
         for (events, stream, metadata, code) in cases {
             let error = await #expect(throws: LedgerError.self) {
@@ -233,24 +234,24 @@ struct EventLogTests {
     @Test("reopening keeps events, head, stream versions and command ids")
     func reopenKeepsEverything() async throws {
         let dir = TemporaryDirectory()
-        let metadata = Fixtures.metadata()
+        let metadata = LogFixtures.metadata()
         let head: LogHead
         do {
-            let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable).log)
-            try await log.append([Fixtures.draft("a"), Fixtures.draft("b")], to: "s", metadata: metadata)
-            try await log.append([Fixtures.draft("c")], to: "t", metadata: Fixtures.metadata())
+            let log = try EventLog.open(LogFixtures.configuration(dir.path, durability: .durable))
+            try await log.append([LogFixtures.draft("a"), LogFixtures.draft("b")], to: "s", metadata: metadata)
+            try await log.append([LogFixtures.draft("c")], to: "t", metadata: LogFixtures.metadata())
             head = try log.head()
             await log.close()
             await #expect(throws: LedgerError.self) {
-                try await log.append([Fixtures.draft("late")], to: "s", metadata: Fixtures.metadata())
+                try await log.append([LogFixtures.draft("late")], to: "s", metadata: LogFixtures.metadata())
             }
         }
-        let log = try EventLog.open(Fixtures.configuration(dir.path, durability: .durable).log)
+        let log = try EventLog.open(LogFixtures.configuration(dir.path, durability: .durable))
         #expect(try log.head() == head)
-        #expect(try log.streamVersion("s", container: Fixtures.container) == 2)
-        let retry = try await log.append([Fixtures.draft("a")], to: "s", metadata: metadata)
+        #expect(try log.streamVersion("s", container: LogFixtures.container) == 2)
+        let retry = try await log.append([LogFixtures.draft("a")], to: "s", metadata: metadata)
         #expect(retry.wasAlreadyApplied)
-        let next = try await log.append([Fixtures.draft("d")], to: "s", expectedVersion: .exact(2), metadata: Fixtures.metadata())
+        let next = try await log.append([LogFixtures.draft("d")], to: "s", expectedVersion: .exact(2), metadata: LogFixtures.metadata())
         #expect(next.positions.lowerBound == 4)
         #expect(try log.event(at: 4)?.previousHash == head.hash)
         #expect(try log.verifyChain().isValid)
@@ -261,12 +262,12 @@ struct EventLogTests {
     func recordedTimesAreMonotonic() async throws {
         let dir = TemporaryDirectory()
         do {
-            let log = try EventLog.open(Fixtures.configuration(dir.path, clock: FixedClock(micros: 2_000_000)).log)
-            try await log.append([Fixtures.draft("a")], to: "s", metadata: Fixtures.metadata())
+            let log = try EventLog.open(LogFixtures.configuration(dir.path, clock: FixedClock(micros: 2_000_000)))
+            try await log.append([LogFixtures.draft("a")], to: "s", metadata: LogFixtures.metadata())
             await log.close()
         }
-        let log = try EventLog.open(Fixtures.configuration(dir.path, clock: FixedClock(micros: 1_000_000)).log)
-        try await log.append([Fixtures.draft("b")], to: "s", metadata: Fixtures.metadata())
+        let log = try EventLog.open(LogFixtures.configuration(dir.path, clock: FixedClock(micros: 1_000_000)))
+        try await log.append([LogFixtures.draft("b")], to: "s", metadata: LogFixtures.metadata())
         #expect(try log.event(at: 2)?.recordedAtMicros == 2_000_000)
         await log.close()
     }
@@ -274,9 +275,9 @@ struct EventLogTests {
     @Test("a 64 KiB map grows while 200k events are appended")
     func growsFromTinyMap() async throws {
         let dir = TemporaryDirectory()
-        var configuration = Fixtures.configuration(dir.path)
+        var configuration = LogFixtures.configuration(dir.path)
         configuration.initialMapSize = 64 << 10
-        let log = try EventLog.open(configuration.log)
+        let log = try EventLog.open(configuration)
         let initial = try log.statistics().mapSizeBytes
         let payload = [UInt8](repeating: 0x5A, count: 200)
         let batch = Array(repeating: EventDraft(type: "shareledger.test.Bulk", payload: payload), count: 1_000)
@@ -284,7 +285,7 @@ struct EventLogTests {
             for writer in 0..<4 {
                 group.addTask {
                     for _ in 0..<50 {
-                        try await log.append(batch, to: "bulk-\(writer)", metadata: Fixtures.metadata())
+                        try await log.append(batch, to: "bulk-\(writer)", metadata: LogFixtures.metadata())
                     }
                 }
             }
@@ -304,17 +305,17 @@ struct EventLogTests {
     @Test("at the maximum size an append fails with storageFull, stores nothing, and resumes after the limit is raised")
     func storageFull() async throws {
         let dir = TemporaryDirectory()
-        var configuration = Fixtures.configuration(dir.path)
+        var configuration = LogFixtures.configuration(dir.path)
         configuration.initialMapSize = 64 << 10
         configuration.maximumMapSize = 512 << 10
         let big = EventDraft(type: "shareledger.test.Big", payload: [UInt8](repeating: 1, count: 64 << 10))
         do {
-            let log = try EventLog.open(configuration.log)
+            let log = try EventLog.open(configuration)
             var stored = 0
             var failure: LedgerError?
             while failure == nil && stored < 100 {
                 do {
-                    try await log.append([big], to: "s", metadata: Fixtures.metadata())
+                    try await log.append([big], to: "s", metadata: LogFixtures.metadata())
                     stored += 1
                 } catch {
                     failure = error
@@ -329,8 +330,8 @@ struct EventLogTests {
             await log.close()
         }
         configuration.maximumMapSize = 16 << 20
-        let log = try EventLog.open(configuration.log)
-        try await log.append([big], to: "s", metadata: Fixtures.metadata())
+        let log = try EventLog.open(configuration)
+        try await log.append([big], to: "s", metadata: LogFixtures.metadata())
         #expect(try log.verifyChain().isValid)
         await log.close()
     }
@@ -339,16 +340,16 @@ struct EventLogTests {
     func readOnly() async throws {
         let dir = TemporaryDirectory()
         do {
-            let log = try EventLog.open(Fixtures.configuration(dir.path).log)
-            try await log.append([Fixtures.draft("a")], to: "s", metadata: Fixtures.metadata())
+            let log = try EventLog.open(LogFixtures.configuration(dir.path))
+            try await log.append([LogFixtures.draft("a")], to: "s", metadata: LogFixtures.metadata())
             await log.close()
         }
-        var configuration = Fixtures.configuration(dir.path)
+        var configuration = LogFixtures.configuration(dir.path)
         configuration.readOnly = true
-        let log = try EventLog.open(configuration.log)
+        let log = try EventLog.open(configuration)
         #expect(try log.head().position == 1)
         let error = await #expect(throws: LedgerError.self) {
-            try await log.append([Fixtures.draft("b")], to: "s", metadata: Fixtures.metadata())
+            try await log.append([LogFixtures.draft("b")], to: "s", metadata: LogFixtures.metadata())
         }
         #expect(error?.code == .readOnly)
         await log.close()
@@ -357,17 +358,17 @@ struct EventLogTests {
     @Test("another process appending to the same ledger (and growing its map) does not break this one")
     func secondProcessWriter() async throws {
         let dir = TemporaryDirectory()
-        var configuration = Fixtures.configuration(dir.path)
+        var configuration = LogFixtures.configuration(dir.path)
         configuration.initialMapSize = 64 << 10
-        let log = try EventLog.open(configuration.log)
-        try await log.append([Fixtures.draft("before")], to: "s", metadata: Fixtures.metadata())
+        let log = try EventLog.open(configuration)
+        try await log.append([LogFixtures.draft("before")], to: "s", metadata: LogFixtures.metadata())
         // The CLI opens the same ledger with a 64 MiB map: LMDB records the larger size, and this
         // process's next transaction meets MDB_MAP_RESIZED.
         let child = try await runProduct("share-ledger", ["demo", "--path", dir.path, "--events", "3000", "--writers", "4"])
         #expect(child.status == 0, "\(child.stderr)")
-        let result = try await log.append([Fixtures.draft("after")], to: "s", metadata: Fixtures.metadata())
+        let result = try await log.append([LogFixtures.draft("after")], to: "s", metadata: LogFixtures.metadata())
         #expect(result.positions.lowerBound == 3_002)
-        #expect(try log.streamVersion("s", container: Fixtures.container) == 2)
+        #expect(try log.streamVersion("s", container: LogFixtures.container) == 2)
         let verification = try log.verifyChain()
         #expect(verification.isValid)
         #expect(verification.eventsChecked == 3_002)

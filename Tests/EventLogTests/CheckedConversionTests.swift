@@ -1,5 +1,5 @@
+import EventLog
 import Foundation
-import ShareLedger
 import Testing
 
 /// The one helper every conversion of an outside number goes through: never a trap, nil or a bound instead.

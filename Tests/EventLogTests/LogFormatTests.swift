@@ -1,7 +1,7 @@
 import Crypto
+import EventLog
 import Foundation
 import LMDB
-import ShareLedger
 import TestSupport
 import Testing
 

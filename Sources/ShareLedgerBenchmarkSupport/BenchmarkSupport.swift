@@ -1,18 +1,20 @@
+import EventLog
 import Foundation
-import LMDB
+import ShareLedger
+import ShareLedgerBaselines
 import SharingDomain
 
 // The surface the nested `Benchmarks/` package measures: thin wrappers around the internal hot
-// paths (envelope encoding and decoding, the chain hash, a command step's decide and apply), behind
-// `@_spi(Benchmarks)` so that they are not part of the public API. Nothing here changes what the
+// paths (envelope encoding and decoding, the chain hash, a command step's decide and apply). A
+// support product for the benchmarks, outside the library products: it reaches ShareLedger through
+// `package` access only (`ShareLedger.rehearse`, the writer probe). Nothing here changes what the
 // library does; each wrapper calls the function the writer or a reader calls.
 //
-//     @_spi(Benchmarks) import ShareLedger
+//     import ShareLedgerBenchmarkSupport
 
 /// One envelope as the writer encodes it for a domain event: the event's payload serialized, then
 /// the envelope's canonical bytes, the chain hash and the stored bytes (``encode()``), exactly as
 /// the writer does before its `MDB_APPEND` put.
-@_spi(Benchmarks)
 public struct BenchmarkEnvelope: Sendable {
     let event: DomainEvent
     let stream: String
@@ -69,7 +71,6 @@ public struct BenchmarkEnvelope: Sendable {
 
 /// One step of a share command, built ahead of time (with its random inputs drawn) so that a
 /// benchmark measures only ``ShareLedger/benchmarkDecideAndApply(_:container:actor:)``.
-@_spi(Benchmarks)
 public struct BenchmarkStep: Sendable {
     let action: DomainAction
 
@@ -110,63 +111,30 @@ public struct BenchmarkStep: Sendable {
     }
 }
 
-/// Thrown to abort the benchmark's write transaction after the step was decided and applied.
-private struct BenchmarkRollback: Error {
-    var events: Int
-}
-
-@_spi(Benchmarks)
 extension ShareLedger {
     /// Decides `step` as `actor` against the read models and applies its events to them, as the
-    /// writer does inside a group commit (`Decider.decide`, then `Projector.apply` per event), in a
-    /// write transaction that is then aborted: the ledger is left as it was, so the same step can be
-    /// measured again. Not the log append (see ``BenchmarkEnvelope``), not the commit.
+    /// writer does inside a group commit, in a write transaction that is then aborted: the ledger is
+    /// left as it was, so the same step can be measured again. Not the log append (see
+    /// ``BenchmarkEnvelope``), not the commit.
     ///
     /// Call it only while nothing else writes to the ledger (LMDB serializes write transactions: a
     /// concurrent command would wait). Returns the number of events the step produced; throws the
     /// step's ``LedgerError`` when it is refused.
     @discardableResult
     public func benchmarkDecideAndApply(_ step: BenchmarkStep, container: String, actor: String) throws -> Int {
-        guard !configuration.readOnly else {
-            throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
-        }
-        let models = self.models
-        let decider = Decider(
-            models: models, container: container, actor: actor, signedIn: true, now: configuration.clock.nowMicros())
-        let projector = Projector(models: models)
-        do {
-            _ = try log.store.environment.write { txn -> Int in
-                let decision = try decider.decide(step.action, txn)
-                var position = try log.store.readHead(txn).position.rawValue
-                for pending in decision.events {
-                    position += 1
-                    try projector.apply(
-                        pending.event,
-                        Projector.Context(
-                            position: position, recordedAtMicros: decider.now, container: container, actor: actor),
-                        txn)
-                }
-                if case .failed(let error) = decision.outcome { throw error }
-                throw BenchmarkRollback(events: decision.events.count)
-            }
-        } catch let rollback as BenchmarkRollback {
-            return rollback.events
-        }
-        preconditionFailure("the benchmark transaction was committed")
+        try rehearse(step.action, container: container, actor: actor)
     }
 }
 
-@_spi(Benchmarks)
 extension EventLog.Configuration {
     /// Whether the writer records the size (in events) of every group commit; see
-    /// ``EventLog/benchmarkCommitSizes()``.
+    /// ``EventLog/benchmarkCommitSizes()``. Setting it installs a recorder as the writer probe.
     public var benchmarkRecordsCommitSizes: Bool {
-        get { recordsCommitSizes }
-        set { recordsCommitSizes = newValue }
+        get { writerProbe is CommitSizeRecorder }
+        set { writerProbe = newValue ? CommitSizeRecorder() : nil }
     }
 }
 
-@_spi(Benchmarks)
 extension EventLog {
     /// The size (in events) of every group commit so far, when the configuration asked for them.
     public func benchmarkCommitSizes() -> [Int] { commitSizes() }

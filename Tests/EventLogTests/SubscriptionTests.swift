@@ -1,5 +1,5 @@
+import EventLog
 import Foundation
-import ShareLedger
 import TestSupport
 import Testing
 
@@ -9,9 +9,9 @@ struct SubscriptionTests {
           .timeLimit(.minutes(5)))
     func catchUpThenFollow() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
+        let log = try EventLog.open(LogFixtures.configuration(dir.path))
         for index in 1...100 {
-            try await log.append([Fixtures.draft("early \(index)")], to: "s", metadata: Fixtures.metadata())
+            try await log.append([LogFixtures.draft("early \(index)")], to: "s", metadata: LogFixtures.metadata())
         }
         let appender = Task {
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -19,8 +19,8 @@ struct SubscriptionTests {
                     group.addTask {
                         for index in 0..<50 {
                             try await log.append(
-                                [Fixtures.draft("late \(writer)/\(index)"), Fixtures.draft("pair")], to: "w\(writer)",
-                                metadata: Fixtures.metadata())
+                                [LogFixtures.draft("late \(writer)/\(index)"), LogFixtures.draft("pair")], to: "w\(writer)",
+                                metadata: LogFixtures.metadata())
                         }
                     }
                 }
@@ -45,8 +45,8 @@ struct SubscriptionTests {
     @Test("a waiting subscription ends when its task is cancelled or the log closes", .timeLimit(.minutes(5)))
     func endsOnCancelAndClose() async throws {
         let dir = TemporaryDirectory()
-        let log = try EventLog.open(Fixtures.configuration(dir.path).log)
-        try await log.append([Fixtures.draft("a")], to: "s", metadata: Fixtures.metadata())
+        let log = try EventLog.open(LogFixtures.configuration(dir.path))
+        try await log.append([LogFixtures.draft("a")], to: "s", metadata: LogFixtures.metadata())
         let cancelledSeen = Counter()
         let cancelled = Task {
             for try await _ in log.events(after: .start) { cancelledSeen.increment() }
