@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "ShareLedger", targets: ["ShareLedger"]),
         // The generic, hash-chained event log alone (ShareLedger re-exports it).
         .library(name: "EventLog", targets: ["EventLog"]),
+        .library(name: "ShareLedgerAudit", targets: ["ShareLedgerAudit"]),
         .library(name: "ShareLedgerReplication", targets: ["ShareLedgerReplication"]),
         .library(name: "ShareLedgerServer", targets: ["ShareLedgerServer"]),
         .library(name: "ShareLedgerReports", targets: ["ShareLedgerReports"]),
@@ -85,6 +86,20 @@ let package = Package(
             exclude: ["Generated/README.md"],
             swiftSettings: strictSettings
         ),
+        // Verify, rebuild and compare, history, state as of a position, checkpoints, export/import,
+        // re-encryption: a client of the facade (its public and package API), like the server.
+        .target(
+            name: "ShareLedgerAudit",
+            dependencies: [
+                "ShareLedger",
+                "EventLog",
+                "LMDB",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // The NATS C client from the system (Debian: libnats-dev), found through pkg-config "libnats".
         .systemLibrary(
             name: "CNATS",
@@ -112,6 +127,8 @@ let package = Package(
             name: "ShareLedgerServer",
             dependencies: [
                 "ShareLedger",
+                // History bounds of the report pages' queries.
+                "ShareLedgerAudit",
                 // The operators' report pages under `/reports`.
                 "ShareLedgerReports",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -130,13 +147,14 @@ let package = Package(
         // built from the public history API, and a pure HTML/SVG renderer (no script in any page).
         .target(
             name: "ShareLedgerReports",
-            dependencies: ["ShareLedger"],
+            dependencies: ["ShareLedger", "ShareLedgerAudit"],
             swiftSettings: strictSettings
         ),
         .executableTarget(
             name: "ShareLedgerCLI",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerReports",
                 "ShareLedgerBaselines",
                 "ShareLedgerReplication",
@@ -175,7 +193,7 @@ let package = Package(
         .target(
             name: "ShareLedgerCrashHarness",
             // TestSupport for `Spawned` (children started with posix_spawn, not Foundation's Process).
-            dependencies: ["ShareLedger", "TestSupport"],
+            dependencies: ["ShareLedger", "ShareLedgerAudit", "TestSupport"],
             swiftSettings: strictSettings
         ),
         // The fuzz targets (envelope decoder, share-URL parser, NDJSON line parser, HTTP request bodies): scripts/fuzz builds
@@ -183,7 +201,7 @@ let package = Package(
         // supplies `main`. A plain build makes a replayer that runs corpus files once. Not a product.
         .executableTarget(
             name: "ShareLedgerFuzz",
-            dependencies: ["ShareLedger", "ShareLedgerFuzzSupport"],
+            dependencies: ["ShareLedger", "ShareLedgerAudit", "ShareLedgerFuzzSupport"],
             swiftSettings: strictSettings
         ),
         // The fuzz entry points (decode, apply, parse, round-trip, request bodies through the server's
@@ -191,7 +209,7 @@ let package = Package(
         // into ShareLedger and ShareLedgerServer.
         .target(
             name: "ShareLedgerFuzzSupport",
-            dependencies: ["ShareLedger", "ShareLedgerServer", .product(name: "SwiftProtobuf", package: "swift-protobuf")],
+            dependencies: ["ShareLedger", "ShareLedgerAudit", "ShareLedgerServer", .product(name: "SwiftProtobuf", package: "swift-protobuf")],
             swiftSettings: strictSettings
         ),
         // Helpers the test targets share (a temporary directory per test).
@@ -205,6 +223,7 @@ let package = Package(
             name: "ShareLedgerServerTests",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerServer",
                 "TestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -227,6 +246,7 @@ let package = Package(
             name: "ShareLedgerReportsTests",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerReports",
                 "TestSupport",
                 // Depended on so that `swift test` builds the binary the tests run.
@@ -245,6 +265,7 @@ let package = Package(
             name: "ShareLedgerTests",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerFuzzSupport",
                 "LMDB",
                 "TestSupport",
@@ -268,6 +289,7 @@ let package = Package(
             name: "ShareLedgerReplicationTests",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerReplication",
                 "TestSupport",
                 .product(name: "Logging", package: "swift-log"),

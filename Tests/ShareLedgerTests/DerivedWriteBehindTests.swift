@@ -2,6 +2,7 @@ import Foundation
 import LMDB
 import Synchronization
 @testable import ShareLedger
+@testable import ShareLedgerAudit
 import TestSupport
 import Testing
 

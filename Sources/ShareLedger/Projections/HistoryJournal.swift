@@ -239,6 +239,16 @@ extension ReadModels {
         return moves.count
     }
 
+    /// ``journalPositions(_:_:key:from:)`` in a transaction of the ledger's environment.
+    package func journalPositions(in txn: borrowing Transaction, _ db: Database, key: [UInt8], from: UInt64) throws -> [UInt64] {
+        try journalPositions(txn, db, key: key, from: from)
+    }
+
+    /// ``logicalEntries(_:_:)`` in a transaction of the ledger's environment.
+    package func logicalEntries(in txn: borrowing Transaction, _ db: Database) throws -> [([UInt8], [UInt8])] {
+        try logicalEntries(txn, db)
+    }
+
     /// The positions in the journal of the entries about (`db`, `key`), from `from` on, in order.
     func journalPositions(
         _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, key: [UInt8], from: UInt64

@@ -203,12 +203,12 @@ struct Presenter: Sendable {
 // MARK: - Conversions between the public types and the protobuf messages
 
 extension PBRole {
-    var role: Share.Participant.Role { Share.Participant.Role(rawValue: rawValue) ?? .unknown }
+    package var role: Share.Participant.Role { Share.Participant.Role(rawValue: rawValue) ?? .unknown }
     init(_ role: Share.Participant.Role) { self = PBRole(rawValue: role.rawValue) ?? .unknown }
 }
 
 extension PBPermission {
-    var permission: Share.Participant.Permission { Share.Participant.Permission(rawValue: rawValue) ?? .unknown }
+    package var permission: Share.Participant.Permission { Share.Participant.Permission(rawValue: rawValue) ?? .unknown }
     init(_ permission: Share.Participant.Permission) { self = PBPermission(rawValue: permission.rawValue) ?? .unknown }
 }
 

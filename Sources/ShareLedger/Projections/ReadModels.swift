@@ -23,7 +23,7 @@ typealias AddressState = Shareledger_Readmodels_V1_AddressState
 /// and a decision builds them per command; copying two dozen ``Database`` values (each with its
 /// name) per command showed in the writer's profile, a reference is one retain. Immutable: the
 /// variants (``keepingRows(in:)``, ``sealing(with:)``, ``notSealingNewEvents()``) are new instances.
-final class ReadModels: Sendable {
+package final class ReadModels: Sendable {
     /// container ‖ 0 ‖ user record name → UserState.
     let users: Database
     /// container ‖ 0 ‖ `e` or `p` ‖ normalized email or phone → user record name.
@@ -60,15 +60,15 @@ final class ReadModels: Sendable {
     let addresses: Database
     /// (dupsort, 8-byte values) token → positions of the events about that share (fetches and
     /// residual-task completions included): the share's history.
-    let shareHistory: Database
+    package let shareHistory: Database
     /// (dupsort, 8-byte values) container ‖ 0 ‖ user → positions of the events the user did or was
     /// the subject of: the user's history.
-    let userHistory: Database
+    package let userHistory: Database
     /// (dupsort, 8-byte values) container → positions of the container's domain events.
-    let containerHistory: Database
+    package let containerHistory: Database
     /// position (8, big-endian) → ``HistoryJournalEntry``: history entries not yet folded into the
     /// three indexes above (``ReadModels/foldHistory(_:)``).
-    let historyJournal: Database
+    package let historyJournal: Database
     /// Invitations to be indexed under their address in `rm_addresses`, by position
     /// (``ReadModels/journalAddress(_:position:entry:)``).
     let addressJournal: Database
@@ -91,7 +91,7 @@ final class ReadModels: Sendable {
     /// them for answers, and hashes emails and phones for lookups. Nil for stores that are not a
     /// ledger opened in this process (in-memory domains, scratch copies before ``sealing(with:)``):
     /// events are then written and projected with plaintext personal fields, as before.
-    let vault: PersonalDataVault?
+    package let vault: PersonalDataVault?
 
     /// Whether new events' personal fields are sealed (``ShareLedger/Configuration/sealsPersonalData``).
     let sealsNewEvents: Bool
@@ -105,7 +105,7 @@ final class ReadModels: Sendable {
     }
 
     /// These read models, with `vault` as their key store.
-    func sealing(with vault: PersonalDataVault?) -> ReadModels {
+    package func sealing(with vault: PersonalDataVault?) -> ReadModels {
         ReadModels(byName: byName, rowCache: rowCache, vault: vault, sealsNewEvents: sealsNewEvents)
     }
 
@@ -194,7 +194,7 @@ final class ReadModels: Sendable {
     /// Every read-model database, in `specs` order: every database of `specs` but the worker's
     /// bookkeeping and lease, which are not derived from the log. Copies take them all; comparisons
     /// compare their ``logicalEntries(_:_:)`` (the history journal as part of the history indexes).
-    var all: [Database] {
+    package var all: [Database] {
         [
             users, userLookup, zones, records, recordChildren, shares, participants, sharesByOwner, sharesByUser,
             sharedZones, outbox, verifications, counters, access, oneTimeURLs, addresses, shareHistory, userHistory, containerHistory,
@@ -213,7 +213,7 @@ final class ReadModels: Sendable {
         return out
     }
 
-    static func userKey(_ container: String, _ user: String) -> [UInt8] { key(container, user) }
+    package static func userKey(_ container: String, _ user: String) -> [UInt8] { key(container, user) }
 
     static func lookupKey(_ container: String, email: String) -> [UInt8] {
         key(container, "e" + normalizeEmail(email))
@@ -294,7 +294,7 @@ final class ReadModels: Sendable {
     /// nothing; it must never reach LMDB, where the error would abort the whole transaction.
     static let maxKeyBytes = 511
 
-    static func isStorable(_ key: [UInt8]) -> Bool { !key.isEmpty && key.count <= maxKeyBytes }
+    package static func isStorable(_ key: [UInt8]) -> Bool { !key.isEmpty && key.count <= maxKeyBytes }
 
     func message<M: StoredRow>(
         _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: Database, _ key: [UInt8]
@@ -387,7 +387,7 @@ typealias WorkerLease = Shareledger_Readmodels_V1_WorkerLease
 extension LogStore {
     /// The read models of a store opened with their databases (``openLedger(_:)``, or a log opened by
     /// ``ShareLedger/open(_:)``).
-    var models: ReadModels { ReadModels(self) }
+    package var models: ReadModels { ReadModels(self) }
 
     /// Opens a ledger's databases, the read models' included, without a writer thread: scratch
     /// ledgers of rebuilds and snapshots, and copies read by the audit.
@@ -395,7 +395,7 @@ extension LogStore {
     /// Without a writer there is nothing to bring a derived state kept apart up to the log, so a
     /// new ledger opened this way keeps its read models with the log (one environment); a ledger
     /// already laid out with its derived state apart is opened as it is.
-    static func openLedger(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
+    package static func openLedger(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
         var configuration = ReadModels.ledgerConfiguration(configuration)
         configuration.defersDerivedState = false
         return try open(configuration)

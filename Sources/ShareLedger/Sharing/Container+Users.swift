@@ -74,16 +74,3 @@ extension Container {
         }
     }
 }
-
-extension ShareLedger {
-    /// Whether user `userRecordName` of `containerIdentifier` was forgotten
-    /// (``forget(user:in:requestedBy:)``): a server stops accepting credentials that name such a
-    /// user. `false` for a user who was never registered (or a name that cannot be one). One short
-    /// read, as current as the ledger's other reads.
-    public func isForgotten(user userRecordName: String, in containerIdentifier: String) throws(LedgerError) -> Bool {
-        guard (try? Decider.checkUserName(userRecordName)) != nil else { return false }
-        return try read("reading whether a user was forgotten") { txn in
-            (try models.user(txn, containerIdentifier, userRecordName)?.forgottenAtMicros ?? 0) != 0
-        }
-    }
-}

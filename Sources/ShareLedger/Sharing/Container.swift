@@ -77,7 +77,7 @@ public struct Container: Sendable {
     }
 
     /// The token of a share URL, or `unknownItem` (as CloudKit answers for a URL it does not know).
-    static func token(of url: URL) throws(LedgerError) -> String {
+    package static func token(of url: URL) throws(LedgerError) -> String {
         guard let token = ShareURL.token(in: url) else {
             throw LedgerError(.unknownItem, Decider.shareNotFound)
         }

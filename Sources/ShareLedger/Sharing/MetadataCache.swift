@@ -53,17 +53,6 @@ final class MetadataCache: @unchecked Sendable {
     func removeAll() { lock.withLock { entries.removeAll() } }
 }
 
-extension ReadModels {
-    /// The change tag of the share `token` (read from its stored `ShareState` row without decoding
-    /// the rest, in either layout: ``ShareState/storedChangeTag(_:)``), or nil when there is no such share.
-    func shareChangeTag(_ txn: borrowing Transaction, token: String) throws -> UInt64? {
-        var key = token
-        return try key.withUTF8 { bytes in
-            try txn.withValue(shares, key: UnsafeRawBufferPointer(bytes)) { ShareState.storedChangeTag($0) } ?? nil
-        }
-    }
-}
-
 /// Reading one field of a serialized protobuf message without decoding the message.
 enum ProtobufScan {
     /// The value of the top-level varint field `field` (the last one, as protobuf merges), 0 when

@@ -1,6 +1,7 @@
+import EventLog
 import Foundation
 import LMDB
-import SwiftProtobuf
+import ShareLedger
 
 /// Whose history to read.
 public enum HistorySubject: Sendable, Hashable {
@@ -98,7 +99,7 @@ extension ShareLedger {
                     }
                 }
                 guard out.count < 4_096 else { return (out, false) }
-                out.append(contentsOf: try models.journalPositions(txn, db, key: key, from: out.last.map { $0 + 1 } ?? from))
+                out.append(contentsOf: try models.journalPositions(in: txn, db, key: key, from: out.last.map { $0 + 1 } ?? from))
                 return (out, true)
             }
             let inWindow = chunk.filter { $0 <= endPosition }
@@ -132,9 +133,8 @@ extension HistoryEntry {
         default: sealed = nil
         }
         if let sealed { personalDataErased = models.vault?.open(sealed, container: envelope.container) == nil }
-        if let message = event?.message {
-            self.summary = message.textFormatString().split(separator: "\n").joined(separator: " ")
-            self.payloadJSON = (try? message.jsonString()) ?? "{}"
+        if let event {
+            (self.summary, self.payloadJSON) = ReplayedEvent.texts(of: event)
         } else {
             self.summary = "\(envelope.payload.count) bytes"
             self.payloadJSON = "{}"

@@ -1,6 +1,8 @@
 import Crypto
+import EventLog
 import Foundation
 import LMDB
+import ShareLedger
 
 /// An Ed25519 private key that signs checkpoints (``ShareLedger/checkpoint(signingKey:)``).
 ///

@@ -1,4 +1,6 @@
+import EventLog
 import Foundation
+import ShareLedger
 
 extension LogNDJSON {
     /// The longest line a valid event can make: its payload (at most

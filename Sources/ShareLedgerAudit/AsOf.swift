@@ -1,6 +1,8 @@
+import EventLog
 import Foundation
 import LMDB
 import Logging
+import ShareLedger
 
 /// Who could access a share at a past point, and how (``ShareLedger/access(to:at:)``).
 public struct ShareAccess: Sendable, Hashable, Codable {
@@ -161,7 +163,7 @@ extension ShareLedger {
             }
             var start: UInt64 = 0
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-            if let saved = try usableSnapshot(atOrBefore: last) {
+            if let saved = try snapshots.usable(atOrBefore: last) {
                 let copy = (path as NSString).appendingPathComponent("data.mdb")
                 do {
                     try FileManager.default.copyItem(
@@ -177,7 +179,7 @@ extension ShareLedger {
             }
             let target = try LogStore.openLedger(
                 EventLog.Configuration(path: path, durability: .unsafeNoSync, logger: configuration.logger))
-            try ReadModelRebuild.replay(from: log.store, into: target, after: start, through: last)
+            try LogReplay.replay(from: log.store, into: target, after: start, through: last)
             try target.environment.sync()
             target.environment.close()
         } catch {
