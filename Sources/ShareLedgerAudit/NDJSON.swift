@@ -281,7 +281,7 @@ extension ShareLedger {
             throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
         }
         let scratchPath = (configuration.path as NSString).appendingPathComponent(".import-check-\(UUID().uuidString)")
-        ShareLedger.removeAbandonedFolders(in: configuration.path, prefix: ".import-check-")
+        ReadModelSnapshotStore.removeAbandonedFolders(in: configuration.path, prefix: ".import-check-")
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
         let store = log.store
         do {

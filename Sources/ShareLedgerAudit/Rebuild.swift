@@ -60,7 +60,7 @@ extension ShareLedger {
         let scratchPath = (configuration.path as NSString).appendingPathComponent(".rebuild-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
         // Scratch folders a crashed rebuild left go first.
-        ShareLedger.removeAbandonedFolders(in: configuration.path, prefix: ".rebuild-")
+        ReadModelSnapshotStore.removeAbandonedFolders(in: configuration.path, prefix: ".rebuild-")
         let rebuild = try ScratchRebuild(of: log.store, at: scratchPath, logger: configuration.logger) { progress?($0, head) }
         defer { rebuild.scratch.environment.close() }
         // Few differences: changed in place, in one transaction (without twins, also the databases

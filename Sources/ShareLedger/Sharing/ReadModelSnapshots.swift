@@ -86,7 +86,7 @@ package struct ReadModelSnapshotStore: Sendable {
 
     /// ``ShareLedger/deleteReadModelSnapshots(keepingNewest:)``.
     func delete(keepingNewest count: Int) -> Int {
-        ShareLedger.removeAbandonedFolders(in: directory, prefix: ".tmp-")
+        Self.removeAbandonedFolders(in: directory, prefix: ".tmp-")
         var deleted = 0
         for info in list().dropLast(max(0, count)) where (try? FileManager.default.removeItem(atPath: info.path)) != nil {
             deleted += 1
@@ -103,37 +103,6 @@ package struct ReadModelSnapshotStore: Sendable {
         return nil
     }
 
-    static func folderName(_ position: UInt64) -> String {
-        let digits = String(position)
-        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits
-    }
-}
-
-extension ShareLedger {
-    /// Where ``saveReadModelSnapshot()`` keeps snapshots: `snapshots/` in the ledger's directory, one
-    /// folder per snapshot named by its zero-padded position.
-    public var readModelSnapshotsDirectory: String { snapshots.directory }
-
-    /// Saves a copy of every read model as of the current head, so that a state as of a past point
-    /// (`snapshot(at:path:)` of the audit module) can start from the nearest snapshot at or before the
-    /// point it is asked for and replay only the events after it.
-    ///
-    /// The copy is read in one read transaction (a consistent view at one head, like `mdb_copy`; it
-    /// lasts about a second per million read-model entries) and written to a new folder that is renamed
-    /// into place when complete, so a crash leaves no half snapshot. Call it periodically, e.g. every
-    /// 100,000 events (`share-ledger snapshot --path DIR` from cron): `docs/operations.md`.
-    @discardableResult
-    public func saveReadModelSnapshot() throws(LedgerError) -> ReadModelSnapshotInfo { try snapshots.save() }
-
-    /// The saved read-model snapshots, oldest first (folders without a readable `snapshot.json` are
-    /// skipped).
-    public func readModelSnapshots() -> [ReadModelSnapshotInfo] { snapshots.list() }
-
-    /// Deletes every saved read-model snapshot but the `count` newest (and folders a crashed save
-    /// left behind). Returns how many snapshots were deleted.
-    @discardableResult
-    public func deleteReadModelSnapshots(keepingNewest count: Int) -> Int { snapshots.delete(keepingNewest: count) }
-
     /// Removes the folders in `directory` whose names start with `prefix` and that were last modified
     /// over an hour ago: scratch folders of a rebuild or a snapshot save that crashed (one running
     /// now is younger).
@@ -147,5 +116,10 @@ extension ShareLedger {
                 try? fileManager.removeItem(atPath: path)
             }
         }
+    }
+
+    static func folderName(_ position: UInt64) -> String {
+        let digits = String(position)
+        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits
     }
 }

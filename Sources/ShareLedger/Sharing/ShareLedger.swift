@@ -200,6 +200,32 @@ public final class ShareLedger: Sendable {
         }
     }
 
+    // MARK: - Read-model snapshots
+
+    /// Where ``saveReadModelSnapshot()`` keeps snapshots: `snapshots/` in the ledger's directory, one
+    /// folder per snapshot named by its zero-padded position.
+    public var readModelSnapshotsDirectory: String { snapshots.directory }
+
+    /// Saves a copy of every read model as of the current head, so that a state as of a past point
+    /// (`snapshot(at:path:)` of the audit module) can start from the nearest snapshot at or before the
+    /// point it is asked for and replay only the events after it.
+    ///
+    /// The copy is read in one read transaction (a consistent view at one head, like `mdb_copy`; it
+    /// lasts about a second per million read-model entries) and written to a new folder that is renamed
+    /// into place when complete, so a crash leaves no half snapshot. Call it periodically, e.g. every
+    /// 100,000 events (`share-ledger snapshot --path DIR` from cron): `docs/operations.md`.
+    @discardableResult
+    public func saveReadModelSnapshot() throws(LedgerError) -> ReadModelSnapshotInfo { try snapshots.save() }
+
+    /// The saved read-model snapshots, oldest first (folders without a readable `snapshot.json` are
+    /// skipped).
+    public func readModelSnapshots() -> [ReadModelSnapshotInfo] { snapshots.list() }
+
+    /// Deletes every saved read-model snapshot but the `count` newest (and folders a crashed save
+    /// left behind). Returns how many snapshots were deleted.
+    @discardableResult
+    public func deleteReadModelSnapshots(keepingNewest count: Int) -> Int { snapshots.delete(keepingNewest: count) }
+
     // MARK: - Residual tasks
 
     /// Completes the residual tasks that are due now, here, and returns how many it completed (at
