@@ -2,7 +2,7 @@ import EventLog
 import Foundation
 import LMDB
 
-/// Opens the personal data of a source ledger's events for ``ShareLedger/importResealingPersonalData(from:progress:)``:
+/// Opens the personal data of a source ledger's events for `importResealingPersonalData(from:progress:)` (`ShareLedgerAudit`):
 /// each event's sealed fields opened with the source's key store (a box it cannot open is kept as it
 /// is), keyed hashes the target recomputes cleared, so that the target's sealing step seals them anew.
 /// It runs the domain (decoding, sealing, projecting), so it lives with the facade; the audit module

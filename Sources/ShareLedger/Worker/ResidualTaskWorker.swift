@@ -43,7 +43,7 @@ public final class ResidualTaskWorker: Service, Sendable {
         public var logger: Logger
         /// Save a read-model snapshot (``ShareLedger/saveReadModelSnapshot()``) whenever the head is
         /// this many events past the newest one, so that views as of any point
-        /// (``ShareLedger/snapshot(at:path:)``) replay at most this many events. `nil` (the default)
+        /// (`snapshot(at:path:)` of `ShareLedgerAudit`) replay at most this many events. `nil` (the default)
         /// saves none. Only the worker holding the lease saves them, between batches.
         public var snapshotInterval: UInt64?
         /// How many snapshots to keep when the worker saves one: the newest are kept, older ones are
