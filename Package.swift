@@ -16,6 +16,9 @@ let package = Package(
         .library(name: "ShareLedger", targets: ["ShareLedger"]),
         // The generic, hash-chained event log alone (ShareLedger re-exports it).
         .library(name: "EventLog", targets: ["EventLog"]),
+        // The pure sharing domain: values, commands and the decider, the projector, the read models over
+        // a store protocol (ShareLedger re-exports it).
+        .library(name: "SharingDomain", targets: ["SharingDomain"]),
         .library(name: "ShareLedgerAudit", targets: ["ShareLedgerAudit"]),
         .library(name: "ShareLedgerReplication", targets: ["ShareLedgerReplication"]),
         .library(name: "ShareLedgerServer", targets: ["ShareLedgerServer"]),
@@ -69,12 +72,26 @@ let package = Package(
             exclude: ["Generated/README.md"],
             swiftSettings: strictSettings
         ),
-        // The sharing domain, its projections and read models, the worker and the audit tools, on
-        // the event log.
+        // The pure sharing domain: values, commands and the decider, the projector, the event
+        // validator, the read models over the `ReadModelStore` protocol and its in-memory store.
+        // Imports neither LMDB nor ShareLedger.
+        .target(
+            name: "SharingDomain",
+            dependencies: [
+                "EventLog",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            exclude: ["Generated/README.md"],
+            swiftSettings: strictSettings
+        ),
+        // The facade over the domain: the store glue that runs it in the writer's commit step,
+        // containers and operations, presentation, the worker and the audit tools, on the event log.
         .target(
             name: "ShareLedger",
             dependencies: [
                 "EventLog",
+                "SharingDomain",
                 "LMDB",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -83,7 +100,6 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
-            exclude: ["Generated/README.md"],
             swiftSettings: strictSettings
         ),
         // Verify, rebuild and compare, history, state as of a position, checkpoints, export/import,
@@ -92,6 +108,7 @@ let package = Package(
             name: "ShareLedgerAudit",
             dependencies: [
                 "ShareLedger",
+                "SharingDomain",
                 "EventLog",
                 "LMDB",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
@@ -254,6 +271,16 @@ let package = Package(
             ],
             // Saved `bench --json` runs the benchmark report is drawn from.
             exclude: ["Fixtures"],
+            swiftSettings: strictSettings
+        ),
+        // The pure sharing domain, without LMDB or a ledger: fast.
+        .testTarget(
+            name: "SharingDomainTests",
+            dependencies: [
+                "SharingDomain",
+                "TestSupport",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

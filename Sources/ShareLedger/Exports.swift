@@ -1,2 +1,4 @@
-// `import ShareLedger` brings the event log's public API (EventLog, LogPosition, LedgerError, ...) too.
+// `import ShareLedger` brings the event log's public API (EventLog, LogPosition, LedgerError, ...) and the
+// sharing domain's public values (Record, Share, RecordID, ...) too.
 @_exported import EventLog
+@_exported import SharingDomain

@@ -3,6 +3,7 @@ import Foundation
 import LMDB
 import Logging
 import ShareLedger
+import SharingDomain
 
 /// Who could access a share at a past point, and how (``ShareLedger/access(to:at:)``).
 public struct ShareAccess: Sendable, Hashable, Codable {

@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import LMDB
 import ShareLedger
+import SharingDomain
 
 /// What ``ShareLedger/audit(scratchPath:options:progress:)`` found.
 public struct AuditReport: Sendable, Hashable, Codable {

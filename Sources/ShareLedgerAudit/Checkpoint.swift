@@ -3,6 +3,7 @@ import EventLog
 import Foundation
 import LMDB
 import ShareLedger
+import SharingDomain
 
 /// An Ed25519 private key that signs checkpoints (``ShareLedger/checkpoint(signingKey:)``).
 ///

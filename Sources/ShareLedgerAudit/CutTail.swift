@@ -1,6 +1,7 @@
 import EventLog
 import LMDB
 import ShareLedger
+import SharingDomain
 
 /// A log whose tail was removed: the chain alone cannot see it (what is left still links up), but
 /// the ledger's own records can, when they name events the log no longer holds.

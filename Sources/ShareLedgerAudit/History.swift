@@ -2,6 +2,8 @@ import EventLog
 import Foundation
 import LMDB
 import ShareLedger
+import SharingDomain
+import SwiftProtobuf
 
 /// Whose history to read.
 public enum HistorySubject: Sendable, Hashable {
@@ -45,7 +47,7 @@ extension ShareLedger {
     public func history(
         of subject: HistorySubject, since: HistoryBound? = nil, until: HistoryBound? = nil, limit: Int = 10_000
     ) throws(LedgerError) -> [HistoryEntry] {
-        let db: Database
+        let db: ReadModelTable
         let key: [UInt8]
         switch subject {
         case .share(let url):

@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import ShareLedger
+import SharingDomain
 
 extension LogNDJSON {
     /// The longest line a valid event can make: its payload (at most

@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import LMDB
 import ShareLedger
+import SharingDomain
 
 /// Checking an import line by line before anything is written (``ShareLedger/importLog(from:progress:)``).
 extension ShareLedger {

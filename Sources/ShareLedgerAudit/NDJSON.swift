@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import LMDB
 import ShareLedger
+import SharingDomain
 
 /// The NDJSON form of the log (`docs/log-format.md`, "Export and import as NDJSON"): one event per
 /// line, every envelope field, keys in a fixed order, no spaces, so the same log always exports to

@@ -3,6 +3,7 @@ import EventLog
 import Foundation
 import LMDB
 import ShareLedger
+import SharingDomain
 
 /// Rebuilding the read models from the log, and comparing two sets of read models.
 enum ReadModelRebuild {
@@ -84,7 +85,7 @@ enum ReadModelRebuild {
         into models: ReadModels, in txn: borrowing Transaction, from rebuiltModels: ReadModels, in built: borrowing Transaction,
         rewriteAll: Bool = false, limit: Int = changeLimit, rewriteBeyondLimit: Bool = true
     ) throws -> SwapOutcome? {
-        let (targets, sources) = (models.all, rebuiltModels.all)
+        let (targets, sources) = (models.allDatabases, rebuiltModels.allDatabases)
         guard
             let plan = try plan(
                 targets, in: txn, from: sources, in: built, limit: limit, rewriteAll: rewriteAll, rewriteBeyondLimit: rewriteBeyondLimit)
@@ -209,7 +210,7 @@ enum ReadModelRebuild {
         limit: Int = changeLimit, force: Bool
     ) throws -> SwapOutcome? {
         let models = store.models
-        let (targets, sources) = (models.all.map { txn.unused($0) }, rebuiltModels.all)
+        let (targets, sources) = (models.all.map { txn.unused($0) }, rebuiltModels.allDatabases)
         guard let plan = try plan(targets, in: txn, from: sources, in: built, limit: limit, rewriteBeyondLimit: force) else {
             return nil
         }
@@ -286,6 +287,11 @@ enum ReadModelRebuild {
                 return out
             }
         }
+    }
+
+    /// ``dump(_:_:)`` of a read-model table's database.
+    static func dump(_ environment: Environment, _ table: ReadModelTable) throws -> [([UInt8], [UInt8])] {
+        try dump(environment, table.database)
     }
 }
 

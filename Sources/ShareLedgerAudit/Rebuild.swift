@@ -3,6 +3,7 @@ import Foundation
 import LMDB
 import Logging
 import ShareLedger
+import SharingDomain
 import Synchronization
 
 extension ShareLedger {

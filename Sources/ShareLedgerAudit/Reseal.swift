@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import LMDB
 import ShareLedger
+import SharingDomain
 
 /// What ``ShareLedger/importResealingPersonalData(from:progress:)`` wrote.
 public struct ResealSummary: Sendable, Hashable, Codable {

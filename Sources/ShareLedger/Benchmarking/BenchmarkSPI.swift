@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import SharingDomain
 
 // The surface the nested `Benchmarks/` package measures: thin wrappers around the internal hot
 // paths (envelope encoding and decoding, the chain hash, a command step's decide and apply), behind
@@ -131,8 +132,7 @@ extension ShareLedger {
         }
         let models = self.models
         let decider = Decider(
-            models: models, presenter: presenter, container: container, actor: actor, signedIn: true,
-            now: configuration.clock.nowMicros())
+            models: models, container: container, actor: actor, signedIn: true, now: configuration.clock.nowMicros())
         let projector = Projector(models: models)
         do {
             _ = try log.store.environment.write { txn -> Int in

@@ -1,12 +1,13 @@
 import EventLog
 import LMDB
+import SharingDomain
 
 extension DomainCommand {
     /// This command as a step of the log's writer: refuses a command id seen before, then decides
     /// and applies each step against the read models of the writer's transaction, appending each
     /// step's events to the log. Refused steps write nothing; the step throws only for storage
     /// errors, which abort the whole transaction.
-    func commitStep(models: ReadModels, presenter: Presenter) -> CommitStep<Result<DomainOutcome, LedgerError>> {
+    func commitStep(models: ReadModels) -> CommitStep<Result<DomainOutcome, LedgerError>> {
         { txn, log, scope in
             models.rowCache?.begin(serial: scope.serial, transactionID: txn.id)
             if let record = try scope.commandRecord(txn, metadata) {
@@ -21,7 +22,7 @@ extension DomainCommand {
                 // In a nested transaction, kept only when every step succeeded.
                 var attempted: [Result<StepAnswer, LedgerError>] = []
                 let kept = try scope.allOrNothing(txn) { txn, log, scope in
-                    attempted = try decideAndAppend(txn, log, &scope, models: models, presenter: presenter)
+                    attempted = try decideAndAppend(txn, log, &scope, models: models)
                     return attempted.allSatisfy { (try? $0.get()) != nil }
                 }
                 if !kept {
@@ -35,7 +36,7 @@ extension DomainCommand {
                             .batchRequestFailed, "another change of this atomic batch failed, so none of them was made"))
                 }
             } else {
-                results = try decideAndAppend(txn, log, &scope, models: models, presenter: presenter)
+                results = try decideAndAppend(txn, log, &scope, models: models)
             }
             let last = scope.head.position.rawValue
             guard last >= first else { return .success(DomainOutcome(results: results, positions: nil)) }
@@ -44,14 +45,13 @@ extension DomainCommand {
         }
     }
 
-    /// ``decideAndApply(_:models:presenter:recordedAt:append:changed:)`` in the writer's
+    /// ``decideAndApply(_:models:recordedAt:append:changed:)`` in the writer's
     /// transaction: each event appended to the log through `scope`.
     private func decideAndAppend(
-        _ txn: borrowing Transaction, _ log: borrowing Cursor, _ scope: inout CommitScope, models: ReadModels,
-        presenter: Presenter
+        _ txn: borrowing Transaction, _ log: borrowing Cursor, _ scope: inout CommitScope, models: ReadModels
     ) throws -> [Result<StepAnswer, LedgerError>] {
         try decideAndApply(
-            txn, models: models, presenter: presenter, recordedAt: scope.recordedAt,
+            txn, models: models, recordedAt: scope.recordedAt,
             append: { pending in
                 let eventType = pending.event.typeName
                 return try scope.append(
@@ -62,38 +62,5 @@ extension DomainCommand {
                     txn: txn, log: log)
             },
             changed: { token in scope.invalidate(token) })
-    }
-
-    /// Decides each step in turn against `state` and applies its events to `state` before the next
-    /// (a step sees the steps before it): the sharing domain's whole write path, on any
-    /// ``ReadModelStore``. `append` records an event and returns its position; `changed` hears the
-    /// token of every share an event was about.
-    func decideAndApply(
-        _ state: borrowing some ReadModelStore & ~Copyable, models: ReadModels, presenter: Presenter, recordedAt: Int64,
-        append: (PendingEvent) throws -> UInt64, changed: (String) -> Void
-    ) throws -> [Result<StepAnswer, LedgerError>] {
-        let decider = Decider(
-            models: models, presenter: presenter, container: metadata.container, actor: metadata.actor,
-            signedIn: signedIn, now: recordedAt)
-        let projector = Projector(models: models)
-        var results: [Result<StepAnswer, LedgerError>] = []
-        results.reserveCapacity(steps.count)
-        for step in steps {
-            let decision = try decider.decide(step, state)
-            for pending in decision.events {
-                // Personal fields are sealed before the event is appended, so the log and the read
-                // models only ever see the ciphertext.
-                let pending = try models.sealingPersonalData(of: pending, container: metadata.container, state)
-                let position = try append(pending)
-                let context = Projector.Context(
-                    position: position, recordedAtMicros: recordedAt, container: metadata.container, actor: metadata.actor)
-                for token in try projector.apply(pending.event, context, state) { changed(token) }
-            }
-            switch decision.outcome {
-            case .failed(let error): results.append(.failure(error))
-            case .answer(let answer): results.append(.success(answer))
-            }
-        }
-        return results
     }
 }

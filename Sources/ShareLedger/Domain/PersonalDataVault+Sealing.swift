@@ -2,6 +2,7 @@ import Crypto
 import EventLog
 import Foundation
 import LMDB
+import SharingDomain
 import Synchronization
 
 #if canImport(Glibc)
@@ -20,7 +21,7 @@ extension PersonalDataVault {
     }
 
     /// `fields` sealed under the key of (container, subject), made first if there is none.
-    func seal(_ fields: Shareledger_Events_V1_PersonalFields, container: String, subject: String) throws(LedgerError)
+    package func seal(_ fields: Shareledger_Events_V1_PersonalFields, container: String, subject: String) throws(LedgerError)
         -> Shareledger_Events_V1_SealedPersonalData
     {
         var sealed = Shareledger_Events_V1_SealedPersonalData()
@@ -88,7 +89,7 @@ extension PersonalDataVault {
     /// HMAC-SHA256 under the lookup key of `kind` (`e` or `p`), the container and the normalized
     /// value: the key of an `rm_user_lookup` entry. Nil without a lookup key (a read-only ledger
     /// whose key store was never made).
-    func lookupHash(_ kind: Character, container: String, normalized: String) -> [UInt8]? {
+    package func lookupHash(_ kind: Character, container: String, normalized: String) -> [UInt8]? {
         var message: [UInt8] = []
         message.reserveCapacity(2 + container.utf8.count + normalized.utf8.count)
         message += String(kind).utf8

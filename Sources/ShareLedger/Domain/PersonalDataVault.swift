@@ -2,6 +2,7 @@ import Crypto
 import EventLog
 import Foundation
 import LMDB
+import SharingDomain
 import Synchronization
 
 #if canImport(Glibc)

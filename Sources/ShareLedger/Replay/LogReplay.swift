@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import LMDB
+import SharingDomain
 
 /// Replaying the log into a set of read models: the domain's projection (and, when asked, its rules)
 /// run over the events of one ledger into the read models of another. Rebuilds, audits, imports and
@@ -156,4 +157,15 @@ package enum LogReplay {
         return (copied, bytes)
     }
 
+}
+
+extension LogReplay {
+    /// ``copy(_:with:into:in:limit:byteLimit:)`` into the table's database.
+    @discardableResult
+    package static func copy(
+        _ entry: inout Entry?, with cursor: borrowing Cursor, into table: ReadModelTable, in txn: borrowing Transaction,
+        limit: Int = .max, byteLimit: Int = .max
+    ) throws -> (entries: Int, bytes: Int) {
+        try copy(&entry, with: cursor, into: table.database, in: txn, limit: limit, byteLimit: byteLimit)
+    }
 }

@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import LMDB
+import SharingDomain
 import SwiftProtobuf
 
 /// A sharing-domain event read from the log or from an import, with the envelope fields its

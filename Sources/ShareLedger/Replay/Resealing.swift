@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import LMDB
+import SharingDomain
 
 /// Opens the personal data of a source ledger's events for `importResealingPersonalData(from:progress:)` (`ShareLedgerAudit`):
 /// each event's sealed fields opened with the source's key store (a box it cannot open is kept as it

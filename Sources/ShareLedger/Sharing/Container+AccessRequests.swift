@@ -1,4 +1,5 @@
 import Foundation
+import SharingDomain
 import Synchronization
 
 // Access requests and blocked identities: CloudKit's `CKShare.allowsAccessRequests`, `requesters`,

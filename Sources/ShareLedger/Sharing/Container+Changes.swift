@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import LMDB
+import SharingDomain
 
 /// A point in the change history of a zone or of a user's database (CloudKit's sync token,
 /// `CKServerChangeToken`): opaque text a client keeps and hands back to get what changed since.

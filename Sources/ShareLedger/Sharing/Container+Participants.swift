@@ -1,4 +1,5 @@
 import Foundation
+import SharingDomain
 import Synchronization
 
 // Participant lookup: CloudKit's `CKContainer.shareParticipants(for:)` and

@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import SharingDomain
 
 extension Container {
     /// The records of a zone that the user may read and `isIncluded` accepts, of `recordType` when
@@ -55,4 +56,3 @@ extension Container {
         return out
     }
 }
-

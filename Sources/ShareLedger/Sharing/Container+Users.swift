@@ -1,4 +1,5 @@
 import Foundation
+import SharingDomain
 
 // User identities for callers outside the process — the HTTP server's `users/caller` and
 // `users/lookup/email` (CloudKit's `fetchUserRecordID`/`userIdentity(forUserRecordID:)` and

@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import SharingDomain
 import SwiftProtobuf
 import Synchronization
 
@@ -572,7 +573,7 @@ public struct Container: Sendable {
 
     /// The metadata of share `token` for `viewer` in `txn`: a kept answer while the share's change tag
     /// is the one it was built at (and no swap happened since `generation` was read, before `txn`
-    /// began), else built (``Decider/presentMetadata(_:tokenText:fetchRoot:keys:)``) and kept.
+    /// began), else built (``Presenter/metadata(_:tokenText:container:viewer:fetchRoot:keys:)``) and kept.
     static func metadata(
         _ txn: borrowing Transaction, ledger: ShareLedger, token: String, container: String, viewer: String,
         cache: MetadataCache?, generation: UInt64
@@ -583,9 +584,8 @@ public struct Container: Sendable {
         if let cache, let validator, let hit = cache.entry(key), hit.validator == validator, hit.generation == generation {
             return hit.metadata
         }
-        let decider = Decider(
-            models: ledger.models, presenter: ledger.presenter, container: container, actor: viewer, signedIn: true, now: 0)
-        let metadata = try decider.presentMetadata(txn, tokenText: token, fetchRoot: false, keys: nil)
+        let metadata = try ledger.presenter.metadata(
+            txn, tokenText: token, container: container, viewer: viewer, fetchRoot: false, keys: nil)
         if let cache, let validator {
             cache.store(key, MetadataCache.Entry(validator: validator, generation: generation, metadata: metadata))
         }

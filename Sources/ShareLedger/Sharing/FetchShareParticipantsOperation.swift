@@ -1,4 +1,5 @@
 import Foundation
+import SharingDomain
 import Synchronization
 
 /// Looks up the people to invite (CloudKit's `CKFetchShareParticipantsOperation`): each lookup info

@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import LMDB
+import SharingDomain
 import Synchronization
 
 /// The store and writer glue of a ledger: the log and its read models, and the three ways in — a
@@ -78,7 +79,7 @@ package final class LedgerStore: Sendable {
             // The rules and projections reach the read models only through `ReadModelStore`, which
             // works through the writer's overlay: their derived state may be written behind.
             return try await log.writer.submit(
-                bytes: command.bytes, behindCommit: true, command.commitStep(models: writerModels, presenter: presenter))
+                bytes: command.bytes, behindCommit: true, command.commitStep(models: writerModels))
                 .get().get()
         } catch {
             throw log.namingTheFile(error)

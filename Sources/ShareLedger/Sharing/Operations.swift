@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Logging
+import SharingDomain
 import Synchronization
 
 /// The base of the operation-style API, for code ported from CloudKit's `CKOperation`s: configure

@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import LMDB
 import Logging
+import SharingDomain
 
 /// A saved copy of every read model as of one log position (``ShareLedger/saveReadModelSnapshot()``).
 public struct ReadModelSnapshotInfo: Sendable, Hashable, Codable {

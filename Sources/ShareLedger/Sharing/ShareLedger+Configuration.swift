@@ -1,30 +1,7 @@
 import EventLog
 import Foundation
 import Logging
-
-/// Where the ledger's randomness comes from. Production code keeps the default, the system's
-/// cryptographically secure generator; tests inject a seeded source for repeatable runs.
-public protocol LedgerRandomSource: Sendable {
-    /// 64 random bits.
-    func next() -> UInt64
-}
-
-/// The system's cryptographically secure random generator (`getrandom` on Linux).
-public struct SystemRandomSource: LedgerRandomSource {
-    /// Makes the source.
-    public init() {}
-    /// 64 random bits from the system CSPRNG.
-    public func next() -> UInt64 {
-        var generator = SystemRandomNumberGenerator()
-        return generator.next()
-    }
-}
-
-/// Adapts a ``LedgerRandomSource`` to `RandomNumberGenerator`.
-struct RandomSourceGenerator: RandomNumberGenerator {
-    let source: any LedgerRandomSource
-    mutating func next() -> UInt64 { source.next() }
-}
+import SharingDomain
 
 extension ShareLedger {
     /// How to open a ``ShareLedger``: the event log's settings (``log``) and the sharing layer's own.

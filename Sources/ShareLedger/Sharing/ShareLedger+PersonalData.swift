@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import LMDB
+import SharingDomain
 
 extension ShareLedger {
     /// The key store's file in the ledger directory (`docs/log-format.md`, "Key store"): the keys

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import LMDB
+import SharingDomain
 
 extension ShareLedger {
     /// Appends events another ledger committed, as their stored bytes, to this ledger (a read

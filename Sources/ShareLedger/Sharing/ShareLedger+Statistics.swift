@@ -1,4 +1,5 @@
 import EventLog
+import SharingDomain
 
 extension ShareLedger {
     /// Counters of the ledger: the log's (``log``, also readable directly on this value, e.g.

@@ -1,4 +1,5 @@
 import Foundation
+import SharingDomain
 import Synchronization
 
 /// Asks to join shares by their URLs (CloudKit's `CKShareRequestAccessOperation`), with the rules of

@@ -1,4 +1,5 @@
 import Foundation
+import SharingDomain
 import SwiftProtobuf
 
 /// Work an acceptance or a removal leaves behind (CloudKit's "residual work"): the owner's zone

@@ -5,6 +5,7 @@ import LMDB
 import Logging
 import Metrics
 import ServiceLifecycle
+import SharingDomain
 import SwiftProtobuf
 import Synchronization
 

@@ -1,0 +1,223 @@
+import EventLog
+import Foundation
+import LMDB
+import SharingDomain
+
+/// Builds the public values (``Share``, ``Share/Metadata``, ``Record``, ``UserIdentity``) from the
+/// read models, as one viewer may see them.
+struct Presenter: Sendable {
+    let models: ReadModels
+    /// The host of share URLs.
+    let urlHost: String
+
+    static func date(_ micros: Int64) -> Date { Date(micros: micros) }
+
+    /// Builds a step's answer (``StepAnswer``) from the read models as `txn` sees them, for the
+    /// caller `viewer` in `container`. A row the step wrote but a later command of the same commit
+    /// deleted answers with the error of a missing item.
+    func present(
+        _ answer: StepAnswer, container: String, viewer: String, _ txn: borrowing some ReadModelStore & ~Copyable
+    ) throws -> StepOutput {
+        switch answer {
+        case .output(let output):
+            return output
+        case .user(let name):
+            return .user(try identity(txn, container, user: name))
+        case .zone(let owner, let zoneName):
+            guard let state = try models.zone(txn, container, owner: owner, zone: zoneName) else {
+                throw LedgerError(.zoneNotFound, "the zone was saved, but deleted right after")
+            }
+            return .zone(zone(state, id: RecordZoneID(zoneName: zoneName, ownerName: owner)))
+        case .record(let zoneKey, let name, let id):
+            guard let state = try models.record(txn, zoneID: zoneKey, name) else {
+                throw LedgerError(.unknownItem, "record \(name) was saved, but deleted right after")
+            }
+            return .record(try record(txn, state, id: id))
+        case .share(let token):
+            guard let share = try share(txn, token: token, viewer: viewer) else {
+                throw LedgerError(.unknownItem, "your change was committed, but the share was deleted right after it")
+            }
+            return .share(share)
+        case .metadata(let token, let fetchRoot, let keys):
+            return .metadata(try metadata(txn, tokenText: token, container: container, viewer: viewer, fetchRoot: fetchRoot, keys: keys))
+        case .lookedUpParticipant(let user, let lookup):
+            var identity = try identity(txn, container, user: user)
+            identity.lookupInfo = lookup
+            return .participant(Share.Participant(lookedUp: identity))
+        }
+    }
+
+    /// The metadata of the share at `tokenText` as `viewer`, a signed-in user of `container`, sees
+    /// it in `txn` (the same rules and errors as a fetch, nothing logged: ``Decider/metadataStanding(_:tokenText:)``):
+    /// the answer of a logged fetch, built after its commit, and of ``Container/shareMetadataWithoutLogging(for:)``.
+    func metadata(
+        _ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, container: String, viewer: String, fetchRoot: Bool,
+        keys: [String]?
+    ) throws -> Share.Metadata {
+        let decider = Decider(models: models, container: container, actor: viewer, signedIn: true, now: 0)
+        let standing = try decider.metadataStanding(txn, tokenText: tokenText)
+        let share = standing.share
+        let shareValue = try self.share(txn, token: standing.token, state: share, viewer: standing.viewer)
+        let zoneID = RecordZoneID(zoneName: share.zoneName, ownerName: share.ownerName)
+        var rootRecord: Record?
+        let rootID = share.rootRecordName.isEmpty ? nil : RecordID(recordName: share.rootRecordName, zoneID: zoneID)
+        if fetchRoot, let rootID, let state = try models.record(txn, zoneID: share.zoneID, share.rootRecordName) {
+            rootRecord = try record(txn, state, id: rootID, desiredKeys: keys)
+        }
+        return Share.Metadata(
+            share: shareValue, containerIdentifier: share.container,
+            ownerIdentity: try identity(txn, share.container, user: share.ownerName),
+            hierarchicalRootRecordID: rootID, rootRecord: rootRecord, participantRole: standing.role,
+            participantStatus: standing.status, participantPermission: standing.permission, oneTimeToken: standing.oneTimeToken)
+    }
+
+    /// The identity of account `user`: its name components, when it gave any; with `withAddress`,
+    /// the email address it registered (else its phone number) as the lookup info, otherwise its
+    /// user record id. A forgotten user shows erased, with neither.
+    func identity(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, withAddress: Bool = false)
+        throws -> UserIdentity
+    {
+        var names: PersonNameComponents?
+        var erased = false
+        var lookup = LookupInfo(userRecordID: RecordID(userRecordName: user))
+        if let state = try models.user(txn, container, user) {
+            // Sealed rows are opened here, at answer time: the row itself holds only ciphertext.
+            let personal = models.personalFields(of: state, container: container)
+            erased = personal.erased
+            if withAddress, let fields = personal.fields {
+                if !fields.emailAddress.isEmpty {
+                    lookup = LookupInfo(emailAddress: fields.emailAddress)
+                } else if !fields.phoneNumber.isEmpty {
+                    lookup = LookupInfo(phoneNumber: fields.phoneNumber)
+                }
+            }
+            if let name = personal.fields?.name,
+                !(name.givenName.isEmpty && name.familyName.isEmpty && name.middleName.isEmpty && name.nickname.isEmpty)
+            {
+                var components = PersonNameComponents()
+                if !name.givenName.isEmpty { components.givenName = name.givenName }
+                if !name.familyName.isEmpty { components.familyName = name.familyName }
+                if !name.middleName.isEmpty { components.middleName = name.middleName }
+                if !name.nickname.isEmpty { components.nickname = name.nickname }
+                names = components
+            }
+        }
+        var identity = UserIdentity(
+            userRecordID: RecordID(userRecordName: user), lookupInfo: lookup, nameComponents: names, hasiCloudAccount: true)
+        identity.personalDataErased = erased ? true : nil
+        return identity
+    }
+
+    func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, id: String, _ state: ParticipantState) throws
+        -> Share.Participant
+    {
+        var identity: UserIdentity
+        // A sealed invitation's address is opened here, at answer time; erased once it was forgotten.
+        let (lookup, erased) = models.lookup(of: state, container: container)
+        if state.userRecordName.isEmpty {
+            identity = UserIdentity(userRecordID: nil, lookupInfo: lookup.lookupInfo, nameComponents: nil, hasiCloudAccount: false)
+        } else {
+            identity = try self.identity(txn, container, user: state.userRecordName)
+            if let lookup = lookup.lookupInfo { identity.lookupInfo = lookup }
+        }
+        if erased { identity.personalDataErased = true }
+        return Share.Participant(
+            participantID: id, userIdentity: identity, role: state.role.role, permission: state.permission.permission,
+            acceptanceStatus: state.status.status, dateAddedToShare: Presenter.date(state.addedAtMicros),
+            isApprovedRequester: state.approvedRequester)
+    }
+
+    /// The share as `viewer` may see it: the owner and accepted administrators see every participant;
+    /// everyone else sees the owner, the accepted participants and themselves.
+    func share(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, viewer: String?) throws -> Share? {
+        guard let state = try models.share(txn, token) else { return nil }
+        return try share(txn, token: token, state: state, viewer: viewer)
+    }
+
+    func share(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, state: ShareState, viewer: String?) throws -> Share {
+        let all = try models.participants(txn, token)
+        var viewerEntry: (id: String, state: ParticipantState)?
+        if let viewer { viewerEntry = try models.participant(txn, of: viewer, in: state, token: token) }
+        let seesAll =
+            viewerEntry.map {
+                $0.state.role == .owner || ($0.state.role == .administrator && $0.state.status == .statusAccepted)
+            } ?? false
+        var visible: [Share.Participant] = []
+        var owner: Share.Participant?
+        var current: Share.Participant?
+        for (id, participantState) in all {
+            let isViewer = viewerEntry?.id == id
+            let isOwner = id == state.ownerParticipantID
+            let shown = seesAll || isOwner || (isViewer && participantState.status != .statusRemoved)
+                || participantState.status == .statusAccepted
+            guard shown || isViewer else { continue }
+            let value = try participant(txn, state.container, id: id, participantState)
+            if isOwner { owner = value }
+            if isViewer { current = value }
+            if shown { visible.append(value) }
+        }
+        guard let owner, let parsed = ShareToken(token) else {
+            throw LedgerError(.corruptedData, "share \(token) has no owner participant; run `share-ledger audit`")
+        }
+        let zoneID = RecordZoneID(zoneName: state.zoneName, ownerName: state.ownerName)
+        let root = state.rootRecordName.isEmpty ? nil : RecordID(recordName: state.rootRecordName, zoneID: zoneID)
+        // Sealed since crypto-shredding: opened here; empty once the owner was forgotten.
+        let title = models.title(of: state).title
+        var share = Share(
+            recordID: RecordID(recordName: state.shareRecordName, zoneID: zoneID),
+            containerIdentifier: state.container,
+            url: ShareURL.make(host: urlHost, token: parsed, title: title)!,
+            token: parsed, title: title.isEmpty ? nil : title,
+            publicPermission: state.publicPermission.permission,
+            participants: visible, owner: owner, currentUserParticipant: current,
+            hierarchicalRootRecordID: root, recordChangeTag: String(state.changeTag),
+            creationDate: Presenter.date(state.createdAtMicros))
+        share.allowsAccessRequests = state.allowsAccessRequests
+        if seesAll {
+            // Requests and blocks are the managers' business: nobody else sees who asked or who is blocked.
+            // A requester comes with a way to reach them (CloudKit returns each "with name components and
+            // either an email or phone number"), opened from the sealed row for this answer only.
+            share.requesters = try models.accessEntries(txn, token, .request).map { entry in
+                Share.AccessRequester(
+                    userIdentity: try identity(txn, state.container, user: entry.user, withAddress: true),
+                    participantLookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: entry.user)))
+            }
+            share.blockedIdentities = try models.accessEntries(txn, token, .blocked).map { entry in
+                Share.BlockedIdentity(userIdentity: try identity(txn, state.container, user: entry.user))
+            }
+            for (id, participantState) in all where !participantState.oneTimeToken.isEmpty {
+                if let oneTime = ShareToken(participantState.oneTimeToken),
+                    let url = ShareURL.make(host: urlHost, token: oneTime, title: title)
+                {
+                    share.oneTimeURLs.append(Share.OneTimeURL(participantID: id, url: url))
+                }
+            }
+        }
+        return share
+    }
+
+    func record(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ state: RecordState, id: RecordID, desiredKeys: [String]? = nil
+    ) throws -> Record {
+        var record = Record(recordType: state.recordType, recordID: id)
+        let wanted = desiredKeys.map(Set.init)
+        for field in state.fields where wanted?.contains(field.key) ?? true {
+            record.fields[field.key] = FieldValue(field.value, zoneID: id.zoneID)
+        }
+        if !state.parentRecordName.isEmpty {
+            record.parent = RecordID(recordName: state.parentRecordName, zoneID: id.zoneID)
+        }
+        if !state.shareToken.isEmpty, let share = try models.share(txn, state.shareToken) {
+            record.share = RecordID(recordName: share.shareRecordName, zoneID: id.zoneID)
+        }
+        record.recordChangeTag = String(state.changeTag)
+        record.creationDate = Presenter.date(state.createdAtMicros)
+        record.modificationDate = Presenter.date(state.modifiedAtMicros)
+        record.lastModifiedUserRecordID = state.lastModifiedBy.isEmpty ? nil : RecordID(userRecordName: state.lastModifiedBy)
+        record.creatorUserRecordID = state.createdBy.isEmpty ? nil : RecordID(userRecordName: state.createdBy)
+        return record
+    }
+
+    func zone(_ state: ZoneState, id: RecordZoneID) -> RecordZone { RecordZone(state, id: id) }
+}
+

@@ -1,0 +1,293 @@
+import EventLog
+import Foundation
+
+/// The history indexes' journal: how an event's history entries are written without dirtying a
+/// random page of three B-trees per event.
+///
+/// The history of a share, a user or a container is a list of log positions. Written directly, each
+/// event would add a position under its share's token, under each of its users and under its
+/// container: three or four B-trees with random keys touched per event, and one of the largest
+/// costs of a commit. Instead, each event adds one entry to `idx_history_journal`, keyed by its
+/// position (so each commit appends to one page at the journal's right edge), holding the event's
+/// subjects. When the journal reaches ``foldThreshold`` entries, the event that filled it moves
+/// them all, sorted by key, into the three history indexes and empties the journal: one pass over
+/// each index's pages for many events, in the same transaction as that event.
+///
+/// A history is then the positions in its index followed by the journal's entries that name its
+/// subject: every folded position is below every journal position, and a fold moves the whole
+/// journal in one transaction, so any read transaction sees each position in exactly one of them.
+///
+/// The fold is decided by the journal's size alone, so the same events applied to the same read
+/// models (the writer, a rebuild, a replica, an import, a state as of a past point) leave the same
+/// bytes; comparisons of read models still compare the indexes and the journal as one logical set
+/// (``ReadModels/logicalEntries(_:_:)``), so read models written before the journal (all in the
+/// indexes) compare equal to their rebuild.
+package struct HistoryJournalEntry: Equatable {
+    /// The container of the event (its container history, and the scope of its users).
+    package var container: String
+    /// The shares (tokens) the event is about.
+    package var tokens: [String]
+    /// The users the event was done by or is about, sorted.
+    package var users: [String]
+
+    /// Version 1: `1`, then the container, the number of tokens (1 byte), the tokens, the number of
+    /// users (1 byte), the users; each string as a 2-byte big-endian length and its UTF-8 bytes.
+    package static let layoutVersion: UInt8 = 1
+
+    package func encoded() -> [UInt8] {
+        var out: [UInt8] = [HistoryJournalEntry.layoutVersion]
+        out.reserveCapacity(4 + container.utf8.count + tokens.reduce(0) { $0 + 2 + $1.utf8.count } + users.reduce(0) { $0 + 2 + $1.utf8.count })
+        func string(_ value: String) {
+            // The bytes in one copy (appending `utf8.prefix(count)` went element by element, a third
+            // of this function in a replay's profile).
+            var value = value
+            value.withUTF8 { utf8 in
+                let count = min(utf8.count, Int(UInt16.max))
+                out.append(UInt8(count >> 8))
+                out.append(UInt8(count & 0xFF))
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8.prefix(count)))
+            }
+        }
+        string(container)
+        out.append(UInt8(min(tokens.count, 255)))
+        for token in tokens.prefix(255) { string(token) }
+        out.append(UInt8(min(users.count, 255)))
+        for user in users.prefix(255) { string(user) }
+        return out
+    }
+
+    /// Decodes an entry; throws ``LedgerError/Code/corruptedData`` for bytes that are not one.
+    package init(decoding bytes: UnsafeRawBufferPointer) throws {
+        var reader = try Reader(bytes)
+        func string() throws -> String { String(decoding: try reader.string(), as: UTF8.self) }
+        container = try string()
+        tokens = try (0..<(try reader.byte())).map { _ in try string() }
+        users = try (0..<(try reader.byte())).map { _ in try string() }
+        try reader.finish()
+    }
+
+    /// Reads an encoded entry's parts in place, for the decoder, ``names(index:key:in:)`` and
+    /// ``appendMoves(of:position:keys:moves:)``: each step past the end (or a layout other than
+    /// ``layoutVersion``) throws ``LedgerError/Code/corruptedData``.
+    private struct Reader {
+        package let bytes: UnsafeRawBufferPointer
+        package var offset = 0
+
+        /// Starts after the layout byte, which must be ``layoutVersion``.
+        package init(_ bytes: UnsafeRawBufferPointer) throws {
+            self.bytes = bytes
+            guard try byte() == Int(HistoryJournalEntry.layoutVersion) else { throw Reader.fail() }
+        }
+
+        package static func fail() -> LedgerError {
+            LedgerError(.corruptedData, "an entry of the history journal does not decode; run `share-ledger rebuild`")
+        }
+
+        package mutating func byte() throws -> Int {
+            guard offset < bytes.count else { throw Reader.fail() }
+            defer { offset += 1 }
+            return Int(bytes[offset])
+        }
+
+        /// A 2-byte big-endian length and that many bytes.
+        package mutating func string() throws -> UnsafeRawBufferPointer {
+            let count = try byte() << 8 | byte()
+            guard offset + count <= bytes.count else { throw Reader.fail() }
+            defer { offset += count }
+            return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
+        }
+
+        /// Throws unless every byte was read.
+        package func finish() throws {
+            guard offset == bytes.count else { throw Reader.fail() }
+        }
+    }
+
+    package init(container: String, tokens: [String], users: [String]) {
+        self.container = container
+        self.tokens = tokens
+        self.users = users
+    }
+
+    /// Whether the encoded entry `bytes` stands for (`index`, `key`) (as ``indexKeys()`` would list
+    /// it), read in place without decoding its strings: a history query tests every journal entry.
+    package static func names(index: Int, key: [UInt8], in bytes: UnsafeRawBufferPointer) throws -> Bool {
+        var reader = try Reader(bytes)
+        let container = try reader.string()
+        return try key.withUnsafeBytes { key in
+            if index == 2 { return key.elementsEqual(container) }
+            let tokens = try reader.byte()
+            for _ in 0..<tokens where try reader.string().elementsEqual(key) && index == 0 { return true }
+            guard index == 1, key.count > container.count, key[container.count] == 0,
+                UnsafeRawBufferPointer(rebasing: key[0..<container.count]).elementsEqual(container)
+            else { return false }
+            let user = UnsafeRawBufferPointer(rebasing: key[(container.count + 1)...])
+            let users = try reader.byte()
+            for _ in 0..<users where try reader.string().elementsEqual(user) { return true }
+            return false
+        }
+    }
+
+    /// The (history index, key) pairs this entry stands for; the index as its place in
+    /// ``ReadModels/historyIndexes``.
+    package func indexKeys() -> [(index: Int, key: [UInt8])] {
+        var out: [(index: Int, key: [UInt8])] = tokens.map { (0, Array($0.utf8)) }
+        for user in users { out.append((1, ReadModels.userKey(container, user))) }
+        out.append((2, Array(container.utf8)))
+        return out
+    }
+
+    /// One history index entry a fold writes: the index (as in ``indexKeys()``), where its key lies
+    /// in the fold's key buffer, and the position.
+    package struct Move {
+        package var db: Int
+        package var start: Int
+        package var count: Int
+        package var position: UInt64
+    }
+
+    /// Appends the moves the encoded entry `bytes` stands for (exactly ``indexKeys()`` of the entry
+    /// it decodes to, at `position`), their keys to `keys`, without decoding its strings. A name
+    /// that is not valid UTF-8 goes through `String` as the decoder does, so the key bytes agree.
+    package static func appendMoves(
+        of bytes: UnsafeRawBufferPointer, position: UInt64, keys: inout [UInt8], moves: inout [Move]
+    ) throws {
+        func append(_ name: UnsafeRawBufferPointer) {
+            if name.allSatisfy({ $0 < 0x80 }) {
+                keys.append(contentsOf: name)
+            } else {
+                keys.append(contentsOf: String(decoding: name, as: UTF8.self).utf8)
+            }
+        }
+        var reader = try Reader(bytes)
+        let container = try reader.string()
+        for _ in 0..<(try reader.byte()) {
+            let start = keys.count
+            append(try reader.string())
+            moves.append(Move(db: 0, start: start, count: keys.count - start, position: position))
+        }
+        for _ in 0..<(try reader.byte()) {
+            let start = keys.count
+            append(container)
+            keys.append(0)
+            append(try reader.string())
+            moves.append(Move(db: 1, start: start, count: keys.count - start, position: position))
+        }
+        try reader.finish()
+        let start = keys.count
+        append(container)
+        moves.append(Move(db: 2, start: start, count: keys.count - start, position: position))
+    }
+}
+
+extension ReadModels {
+    /// The three history indexes, in the order ``HistoryJournalEntry/indexKeys()`` numbers them.
+    package var historyIndexes: [ReadModelTable] { [shareHistory, userHistory, containerHistory] }
+
+    /// Journal entries that make a fold: about 1,000 events' history moved at once keeps a fold to a
+    /// few milliseconds of one commit, while each index page it dirties takes many positions.
+    package static let historyFoldThreshold = 1_024
+
+    /// Adds the history entry of the event at `position`, folding the journal when it is full.
+    package func journalHistory(
+        _ txn: borrowing some ReadModelStore & ~Copyable, position: UInt64, _ entry: HistoryJournalEntry
+    ) throws {
+        try txn.put(historyJournal, key: BigEndianBytes.bytes(of: position), value: entry.encoded())
+        if try txn.entryCount(historyJournal) >= ReadModels.historyFoldThreshold {
+            try foldHistory(txn)
+        }
+    }
+
+    /// Moves every journal entry into the history indexes, sorted by index and key, and empties the
+    /// journal. Returns the number of index entries written.
+    ///
+    /// The index keys are copied straight from the entries' bytes into one buffer (no `String` per
+    /// name, no array per key), and the moves sorted are plain values that point into it: building
+    /// and sorting moves that each held an array was most of a fold's time.
+    @discardableResult
+    package func foldHistory(_ txn: borrowing some ReadModelStore & ~Copyable) throws -> Int {
+        var keys: [UInt8] = []
+        var moves: [HistoryJournalEntry.Move] = []
+        try txn.visit(historyJournal, from: nil) { key, value in
+            guard let position = BigEndianBytes.uint64(key) else {
+                throw LedgerError(.corruptedData, "a key of the history journal is \(key.count) bytes, expected 8; run `share-ledger rebuild`")
+            }
+            try HistoryJournalEntry.appendMoves(of: value, position: position, keys: &keys, moves: &moves)
+            return true
+        }
+        guard !moves.isEmpty else { return 0 }
+        let databases = historyIndexes
+        try keys.withUnsafeBytes { buffer in
+            func key(_ move: HistoryJournalEntry.Move) -> UnsafeRawBufferPointer {
+                UnsafeRawBufferPointer(rebasing: buffer[move.start..<move.start + move.count])
+            }
+            // Sorted by index, key and position (LMDB's order of a sorted-duplicates database): each
+            // index is walked once, left to right. Keys compare with memcmp.
+            moves.sort { a, b in
+                if a.db != b.db { return a.db < b.db }
+                let order = ByteKeyOrder.compare(key(a), key(b))
+                return order != 0 ? order < 0 : a.position < b.position
+            }
+            for move in moves where move.count > 0 && move.count <= ReadModels.maxKeyBytes {
+                try BigEndianBytes.withBytes(of: move.position) { value in
+                    try txn.put(databases[move.db], key: key(move), value: value, flags: [])
+                }
+            }
+        }
+        try txn.clear(historyJournal)
+        return moves.count
+    }
+
+    /// The positions in the journal of the entries about (`db`, `key`), from `from` on, in order.
+    package func journalPositions(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, key: [UInt8], from: UInt64
+    ) throws -> [UInt64] {
+        var out: [UInt64] = []
+        try BigEndianBytes.withBytes(of: from) { start in
+            guard let index = historyIndexes.firstIndex(where: { $0.name == db.name }) else { return }
+            try txn.visit(historyJournal, from: start) { positionBytes, value in
+                if try HistoryJournalEntry.names(index: index, key: key, in: value), let position = BigEndianBytes.uint64(positionBytes) {
+                    out.append(position)
+                }
+                return true
+            }
+        }
+        return out
+    }
+
+    /// The entries of a read model as a comparison must see them: for a history index, its own
+    /// entries and the journal's entries for it, in LMDB's order (key, then position); for the
+    /// journal, none (its entries are in the indexes' views); for a database of ``CompactRow``s, its
+    /// rows in the compact layout (rows an earlier release wrote as protobuf, re-encoded); for any
+    /// other database, its entries.
+    package func logicalEntries(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable) throws -> [([UInt8], [UInt8])] {
+        if db.name == historyJournal.name { return [] }
+        var out: [([UInt8], [UInt8])] = []
+        // Rows of the compact databases by content: a row an earlier release wrote (protobuf) is
+        // compared as the compact bytes it stands for.
+        let compact = ReadModels.compactRowTypes[db.name]
+        try txn.visit(db, from: nil) { key, value in
+            if let compact, value.first.map({ $0 < 0x80 }) ?? true {
+                out.append((Array(key), try compact.decodeStored(value, database: db.name).compactBytes()))
+            } else {
+                out.append((Array(key), Array(value)))
+            }
+            return true
+        }
+        guard [shareHistory.name, userHistory.name, containerHistory.name].contains(db.name) else { return out }
+        var journaled: [([UInt8], [UInt8])] = []
+        try txn.visit(historyJournal, from: nil) { position, value in
+            for (index, key) in try HistoryJournalEntry(decoding: value).indexKeys() where historyIndexes[index].name == db.name {
+                journaled.append((key, Array(position)))
+            }
+            return true
+        }
+        guard !journaled.isEmpty else { return out }
+        out.append(contentsOf: journaled)
+        out.sort { a, b in
+            let order = ByteKeyOrder.compare(a.0, b.0)
+            return order != 0 ? order < 0 : ByteKeyOrder.compare(a.1, b.1) < 0
+        }
+        return out
+    }
+}

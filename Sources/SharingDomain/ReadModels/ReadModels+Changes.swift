@@ -1,0 +1,184 @@
+import EventLog
+import Foundation
+
+// The change indexes behind sync (`records/changes`, `zones/changes`; CloudKit's
+// `CKFetchRecordZoneChangesOperation` and `CKFetchDatabaseChangesOperation`): read models like the
+// others, written with the events they reflect, rebuilt by `rebuild` and compared by `audit`.
+//
+// `idx_record_changes`, per zone (zone id = the position of the zone's creation):
+// - zone id (8) ‖ 0x00 ‖ position (8) → kind (`S` saved, `H` a share saved, `D` deleted) ‖ name
+//   length (2) ‖ record name ‖ a share token (the share's own for `H`; for `D`, the share that
+//   covered the record when it was deleted, or the deleted share's): the record's latest change,
+//   one entry per record (a tombstone for a deleted one). Shares (`cloudkit.share` records) are
+//   records of their zone here, changed by every event that changes what the share record shows.
+// - zone id (8) ‖ 0x01 ‖ record name → position (8): where the record's entry is, so a new change
+//   moves it instead of adding a second.
+//
+// `idx_zone_changes`, per user and database:
+// container ‖ 0 ‖ user ‖ 0 ‖ scope (`p` private, `s` shared) ‖ owner ‖ 0 ‖ zone name → position (8)
+// ‖ deleted (1) ‖ zone id (8): when the zone came into (or left) the user's database.
+
+/// A record's latest change in its zone, as `idx_record_changes` keeps it.
+package struct RecordChangeEntry: Equatable {
+    package var position: UInt64
+    package var recordName: String
+    package var deleted: Bool
+    /// Whether the record is a share (`cloudkit.share`) saved.
+    package var isShare = false
+    /// For a share saved: its token; for a deleted record: the share that covered it then, or the
+    /// deleted share's (empty: none).
+    package var shareToken: String
+
+    package static let saved: UInt8 = 0x53  // "S"
+    package static let shareSaved: UInt8 = 0x48  // "H"
+    package static let deletedKind: UInt8 = 0x44  // "D"
+
+    package var value: [UInt8] {
+        let name = Array(recordName.utf8)
+        let kind = deleted ? RecordChangeEntry.deletedKind : (isShare ? RecordChangeEntry.shareSaved : RecordChangeEntry.saved)
+        var out: [UInt8] = [kind]
+        out.append(UInt8(truncatingIfNeeded: name.count >> 8))
+        out.append(UInt8(truncatingIfNeeded: name.count))
+        out += name
+        if deleted || isShare { out += Array(shareToken.utf8) }
+        return out
+    }
+
+    /// Decodes an entry's value; throws ``LedgerError/Code/corruptedData`` for bytes no projection wrote.
+    package init(position: UInt64, value: some Collection<UInt8>) throws {
+        let bytes = Array(value)
+        guard bytes.count >= 3, [RecordChangeEntry.saved, RecordChangeEntry.shareSaved, RecordChangeEntry.deletedKind].contains(bytes[0])
+        else {
+            throw LedgerError(.corruptedData, "an entry of idx_record_changes is malformed; run `share-ledger rebuild`")
+        }
+        let length = Int(bytes[1]) << 8 | Int(bytes[2])
+        guard bytes.count >= 3 + length else {
+            throw LedgerError(.corruptedData, "an entry of idx_record_changes is cut short; run `share-ledger rebuild`")
+        }
+        self.position = position
+        self.deleted = bytes[0] == RecordChangeEntry.deletedKind
+        self.isShare = bytes[0] == RecordChangeEntry.shareSaved
+        self.recordName = String(decoding: bytes[3..<(3 + length)], as: UTF8.self)
+        self.shareToken = String(decoding: bytes[(3 + length)...], as: UTF8.self)
+    }
+
+    package init(position: UInt64, recordName: String, deleted: Bool, isShare: Bool = false, shareToken: String) {
+        (self.position, self.recordName, self.deleted, self.isShare, self.shareToken) = (position, recordName, deleted, isShare, shareToken)
+    }
+}
+
+/// A zone's entry in a user's database, as `idx_zone_changes` keeps it.
+package struct ZoneChangeEntry: Equatable {
+    package var ownerName: String
+    package var zoneName: String
+    package var position: UInt64
+    package var deleted: Bool
+    package var zoneID: UInt64
+
+    package var value: [UInt8] { BigEndianBytes.bytes(of: position) + [deleted ? 1 : 0] + BigEndianBytes.bytes(of: zoneID) }
+}
+
+/// Which database of a user a zone change is in.
+package enum ChangeScope: UInt8 {
+    case `private` = 0x70  // "p"
+    case shared = 0x73  // "s"
+}
+
+extension ReadModels {
+    package static func recordChangeKey(zoneID: UInt64, position: UInt64) -> [UInt8] {
+        BigEndianBytes.bytes(of: zoneID) + [0] + BigEndianBytes.bytes(of: position)
+    }
+
+    package static func recordChangePointerKey(zoneID: UInt64, _ record: String) -> [UInt8] {
+        BigEndianBytes.bytes(of: zoneID) + [1] + Array(record.utf8)
+    }
+
+    package static func zoneChangePrefix(_ container: String, user: String, _ scope: ChangeScope) -> [UInt8] {
+        key(container, user) + [0, scope.rawValue]
+    }
+
+    package static func zoneChangeKey(_ container: String, user: String, _ scope: ChangeScope, owner: String, zone: String) -> [UInt8] {
+        zoneChangePrefix(container, user: user, scope) + key(owner, zone)
+    }
+
+    /// Records the latest change of a record (its entry moves to `position`).
+    package func noteRecordChange(
+        _ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ entry: RecordChangeEntry
+    ) throws {
+        let pointer = ReadModels.recordChangePointerKey(zoneID: zoneID, entry.recordName)
+        if let previous = try txn.get(recordChanges, key: pointer).flatMap({ BigEndianBytes.uint64($0) }) {
+            try txn.delete(recordChanges, key: ReadModels.recordChangeKey(zoneID: zoneID, position: previous))
+        }
+        try txn.put(recordChanges, key: ReadModels.recordChangeKey(zoneID: zoneID, position: entry.position), value: entry.value)
+        try txn.put(recordChanges, key: pointer, value: BigEndianBytes.bytes(of: entry.position))
+    }
+
+    /// Records the change of a share record by the event at `position`: saved while the share
+    /// exists, a tombstone once it was deleted (`before`: the share as it was before the event).
+    package func noteShareChange(
+        _ txn: borrowing some ReadModelStore & ~Copyable, token: String, before: ShareState?, position: UInt64
+    ) throws {
+        if let after = try share(txn, token) {
+            try noteRecordChange(
+                txn, zoneID: after.zoneID,
+                RecordChangeEntry(position: position, recordName: after.shareRecordName, deleted: false, isShare: true, shareToken: token))
+        } else if let before {
+            try noteRecordChange(
+                txn, zoneID: before.zoneID,
+                RecordChangeEntry(position: position, recordName: before.shareRecordName, deleted: true, shareToken: token))
+        }
+    }
+
+    /// Forgets every change of a deleted zone (its id is never used again).
+    package func dropRecordChanges(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64) throws {
+        let prefix = BigEndianBytes.bytes(of: zoneID)
+        for entry in try scan(txn, recordChanges, prefix: prefix) { try txn.delete(recordChanges, key: prefix + entry.suffix) }
+    }
+
+    /// Records that a zone came into (or left) a user's database.
+    package func noteZoneChange(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, _ scope: ChangeScope,
+        _ entry: ZoneChangeEntry
+    ) throws {
+        let key = ReadModels.zoneChangeKey(container, user: user, scope, owner: entry.ownerName, zone: entry.zoneName)
+        guard ReadModels.isStorable(key) else { return }
+        try txn.put(zoneChanges, key: key, value: entry.value)
+    }
+
+    /// The changes of a zone after `position`, in position order, at most `limit`.
+    package func recordChanges(
+        _ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, after position: UInt64, limit: Int
+    ) throws -> [RecordChangeEntry] {
+        let prefix = BigEndianBytes.bytes(of: zoneID) + [0]
+        let start = ReadModels.recordChangeKey(zoneID: zoneID, position: position &+ 1)
+        guard position < UInt64.max else { return [] }
+        var raw: [(UInt64, [UInt8])] = []
+        try start.withUnsafeBytes { from in
+            try txn.visit(recordChanges, from: from) { key, value in
+                guard raw.count < limit, key.count == prefix.count + 8, key.prefix(prefix.count).elementsEqual(prefix),
+                    let at = BigEndianBytes.uint64(key, at: prefix.count)
+                else { return false }
+                raw.append((at, Array(value)))
+                return true
+            }
+        }
+        return try raw.map { try RecordChangeEntry(position: $0.0, value: $0.1) }
+    }
+
+    /// The zones of a user's database, live and deleted, with when each last came or went.
+    package func zoneChanges(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, _ scope: ChangeScope)
+        throws -> [ZoneChangeEntry]
+    {
+        try scan(txn, zoneChanges, prefix: ReadModels.zoneChangePrefix(container, user: user, scope)).map { entry in
+            guard entry.value.count == 17, let position = BigEndianBytes.uint64(entry.value),
+                let zoneID = BigEndianBytes.uint64(entry.value, at: 9), let separator = entry.suffix.firstIndex(of: 0)
+            else {
+                throw LedgerError(.corruptedData, "an entry of idx_zone_changes is malformed; run `share-ledger rebuild`")
+            }
+            return ZoneChangeEntry(
+                ownerName: String(decoding: entry.suffix[..<separator], as: UTF8.self),
+                zoneName: String(decoding: entry.suffix[(separator + 1)...], as: UTF8.self),
+                position: position, deleted: entry.value[8] == 1, zoneID: zoneID)
+        }
+    }
+}

@@ -1,0 +1,216 @@
+import EventLog
+import Foundation
+import SwiftProtobuf
+
+/// Typed reads of the read models, shared by the decider (inside the writer's transaction) and the
+/// query API (inside short read transactions).
+extension ReadModels {
+    package func user(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, _ name: String) throws -> UserState? {
+        try message(UserState.self, txn, users, ReadModels.userKey(container, name))
+    }
+
+    /// Whether `name` is a registered user of `container` (forgotten ones included), without
+    /// decoding the row: most decisions check only that the caller or a named user exists, and a
+    /// replay has no row cache to answer that from (decoding the row was 6 % of a rebuild's samples).
+    package func userExists(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, _ name: String) throws -> Bool {
+        let key = ReadModels.userKey(container, name)
+        guard ReadModels.isStorable(key) else { return false }
+        if let rowCache, let known = rowCache.knows(users, key) { return known }
+        return try key.withUnsafeBytes { k in try txn.withValue(users, key: k) { _ in true } } ?? false
+    }
+
+    package func zone(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, owner: String, zone: String) throws -> ZoneState? {
+        try message(ZoneState.self, txn, zones, ReadModels.zoneKey(container, owner: owner, zone: zone))
+    }
+
+    package func record(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ name: String) throws -> RecordState? {
+        try message(RecordState.self, txn, records, ReadModels.recordKey(zoneID: zoneID, name))
+    }
+
+    /// A record's parent and the token of the live share rooted at it (empty when none), read from
+    /// its stored bytes without decoding its fields: for walks up and down a hierarchy, which need
+    /// nothing else of each record they pass.
+    package func recordLink(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ name: String) throws
+        -> (parent: String, shareToken: String)?
+    {
+        let key = ReadModels.recordKey(zoneID: zoneID, name)
+        guard ReadModels.isStorable(key) else { return nil }
+        return try key.withUnsafeBytes { k in
+            try txn.withValue(records, key: k) { raw throws -> (parent: String, shareToken: String) in
+                // RecordState: parent_record_name = 3, share_token = 5.
+                guard let parent = ProtobufScan.lengthDelimited(field: 3, in: raw),
+                    let token = ProtobufScan.lengthDelimited(field: 5, in: raw)
+                else {
+                    throw LedgerError(.corruptedData, "a row of rm_records does not decode; run `share-ledger rebuild`")
+                }
+                return (String(decoding: parent, as: UTF8.self), String(decoding: token, as: UTF8.self))
+            }
+        }
+    }
+
+    package func share(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> ShareState? {
+        try message(ShareState.self, txn, shares, Array(token.utf8))
+    }
+
+    package func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ participantID: String) throws -> ParticipantState? {
+        try message(ParticipantState.self, txn, participants, ReadModels.participantKey(token, participantID))
+    }
+
+    /// Every participant of a share (removed ones included), by participant id.
+    package func participants(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> [(id: String, state: ParticipantState)] {
+        let prefix = Array(token.utf8)
+        return try scan(txn, participants, prefix: prefix).map { entry in
+            let id = String(decoding: entry.suffix, as: UTF8.self)
+            if let rowCache, case .some(.some(let kept)) = rowCache.row(ParticipantState.self, participants, prefix + entry.suffix) {
+                return (id, kept)
+            }
+            let state = try entry.value.withUnsafeBytes { try ParticipantState.decodeStored($0, database: participants.name) }
+            rowCache?.keep(participants, prefix + entry.suffix, row: state)
+            return (id, state)
+        }
+    }
+
+    /// The participant id `user` has (or had) in share `token`.
+    package func participantID(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, token: String) throws -> String? {
+        try string(txn, sharesByUser, ReadModels.key(container, user, token))
+    }
+
+    /// The user's participant entry in the share, if any (any status).
+    package func participant(_ txn: borrowing some ReadModelStore & ~Copyable, of user: String, in share: ShareState, token: String) throws
+        -> (id: String, state: ParticipantState)?
+    {
+        guard let id = try participantID(txn, share.container, user: user, token: token),
+            let state = try participant(txn, token, id)
+        else { return nil }
+        return (id, state)
+    }
+
+    /// The user registered with `email`: by its keyed hash (users registered since crypto-shredding),
+    /// else by the plaintext key of users registered before it.
+    package func userName(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, email: String) throws -> String? {
+        if let hashed = hashedLookupKey(container, email: email), let name = try string(txn, userLookup, hashed) { return name }
+        return try string(txn, userLookup, ReadModels.lookupKey(container, email: email))
+    }
+
+    /// The user registered with `phone` (as ``userName(_:_:email:)``).
+    package func userName(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, phone: String) throws -> String? {
+        if let hashed = hashedLookupKey(container, phone: phone), let name = try string(txn, userLookup, hashed) { return name }
+        return try string(txn, userLookup, ReadModels.lookupKey(container, phone: phone))
+    }
+
+    /// container ‖ 0 ‖ `E` ‖ HMAC of the normalized email: the lookup key of a user registered with
+    /// sealed personal data. Nil without a key store.
+    package func hashedLookupKey(_ container: String, email: String) -> [UInt8]? {
+        lookupHash(container, email: email).map { ReadModels.lookupKey(container, hash: $0, kind: "E") }
+    }
+
+    /// container ‖ 0 ‖ `P` ‖ HMAC of the normalized phone (as ``hashedLookupKey(_:email:)``).
+    package func hashedLookupKey(_ container: String, phone: String) -> [UInt8]? {
+        lookupHash(container, phone: phone).map { ReadModels.lookupKey(container, hash: $0, kind: "P") }
+    }
+
+    /// The keyed hash of `email` (normalized) under the key store's lookup key; nil without one.
+    package func lookupHash(_ container: String, email: String) -> [UInt8]? {
+        personalData?.lookupHash("e", container: container, normalized: ReadModels.normalizeEmail(email))
+    }
+
+    /// The keyed hash of `phone` (normalized); nil without a key store.
+    package func lookupHash(_ container: String, phone: String) -> [UInt8]? {
+        personalData?.lookupHash("p", container: container, normalized: ReadModels.normalizePhone(phone))
+    }
+
+    /// The tokens of the live shares `owner` owns in `container`.
+    package func shareTokens(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, owner: String) throws -> [String] {
+        try scan(txn, sharesByOwner, prefix: ReadModels.key(container, owner) + [0]).map {
+            String(decoding: $0.suffix, as: UTF8.self)
+        }
+    }
+
+    /// (token, participant id) of every share `user` is or was a participant of in `container`.
+    package func participations(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String) throws
+        -> [(token: String, participantID: String)]
+    {
+        try scan(txn, sharesByUser, prefix: ReadModels.key(container, user) + [0]).map {
+            (String(decoding: $0.suffix, as: UTF8.self), String(decoding: $0.value, as: UTF8.self))
+        }
+    }
+
+    /// The entry of `user` of the given kind in share `token` (a pending access request, or a block).
+    package func accessEntry(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind, user: String) throws
+        -> AccessEntryState?
+    {
+        try message(AccessEntryState.self, txn, access, ReadModels.accessKey(token, kind, user: user))
+    }
+
+    /// Every entry of the given kind in share `token`, by user record name, in name order.
+    package func accessEntries(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind) throws
+        -> [(user: String, state: AccessEntryState)]
+    {
+        try scan(txn, access, prefix: Array(token.utf8) + [kind.rawValue]).map { entry in
+            let state = try entry.value.withUnsafeBytes { try AccessEntryState.decodeStored($0, database: access.name) }
+            return (String(decoding: entry.suffix, as: UTF8.self), state)
+        }
+    }
+
+    /// The share token and participant id of a one-time URL token whose participant is in the share
+    /// (unused, or accepted through it).
+    package func oneTimeURL(_ txn: borrowing some ReadModelStore & ~Copyable, _ oneTimeToken: String) throws
+        -> (token: String, participantID: String)?
+    {
+        guard ShareToken(oneTimeToken) != nil, let value = try string(txn, oneTimeURLs, Array(oneTimeToken.utf8)),
+            value.utf8.count > ShareToken.length
+        else { return nil }
+        let split = value.utf8.index(value.utf8.startIndex, offsetBy: ShareToken.length)
+        return (String(value[..<split]), String(value[split...]))
+    }
+
+    /// The residual task `id` of the outbox, if it is not done yet.
+    package func residualTask(_ txn: borrowing some ReadModelStore & ~Copyable, id: UInt64) throws -> ResidualTaskState? {
+        try message(ResidualTaskState.self, txn, outbox, BigEndianBytes.bytes(of: id))
+    }
+
+    /// The names of the records whose parent is `parent`.
+    package func children(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, of parent: String) throws -> [String] {
+        let key = ReadModels.recordKey(zoneID: zoneID, parent)
+        guard ReadModels.isStorable(key) else { return [] }
+        var out: [String] = []
+        try key.withUnsafeBytes { k in
+            try txn.visitDuplicates(recordChildren, key: k) { out.append(String(decoding: $0, as: UTF8.self)) }
+        }
+        return out
+    }
+
+    /// The token of the share that covers a record: the live share of the first record up its
+    /// parent chain (from `name`, itself included) that is a share root, else the zone's zone-wide share.
+    package func coveringShare(_ txn: borrowing some ReadModelStore & ~Copyable, zone: ZoneState, from name: String?) throws -> String? {
+        var current = name
+        var seen = Set<String>()
+        while let next = current, !next.isEmpty, seen.insert(next).inserted {
+            guard let link = try recordLink(txn, zoneID: zone.zoneID, next) else { break }
+            if !link.shareToken.isEmpty { return link.shareToken }
+            current = link.parent
+        }
+        return zone.zoneShareToken.isEmpty ? nil : zone.zoneShareToken
+    }
+}
+
+extension ReadModels {
+    /// The key suffixes (after `prefix`) of the entries of `db` that follow the suffix `after`, in
+    /// key order, at most `limit`.
+    package func keySuffixes(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, prefix: [UInt8], after: [UInt8]?, limit: Int
+    ) throws -> [[UInt8]] {
+        // The smallest key after `prefix ‖ after` is `prefix ‖ after ‖ 0`.
+        let start = prefix + (after.map { $0 + [0] } ?? [])
+        guard start.count <= ReadModels.maxKeyBytes else { return [] }
+        var out: [[UInt8]] = []
+        try start.withUnsafeBytes { from in
+            try txn.visit(db, from: from) { key, _ in
+                guard out.count < limit, key.count >= prefix.count, key.prefix(prefix.count).elementsEqual(prefix) else { return false }
+                out.append(Array(key[prefix.count...]))
+                return true
+            }
+        }
+        return out
+    }
+}

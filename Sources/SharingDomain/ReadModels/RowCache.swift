@@ -1,0 +1,162 @@
+import EventLog
+
+/// Decoded read-model rows kept between reads, so a hot share, participant, zone or user is not
+/// decoded again for every action that reads it (``ReadModels/message(_:_:_:_:)``).
+///
+/// Rows are written through: every put still writes the row's bytes in the transaction, and the
+/// cache only saves decoding. The writer calls ``begin(serial:transactionID:)`` at every step and
+/// ``committed(_:)`` from its commit observer. What a transaction reads or writes goes straight into
+/// the kept rows, and the row it replaced (or that there was none) onto an undo list; the list is
+/// dropped when the writer reports that transaction committed, and played back (newest first) when
+/// a step of another transaction begins without that report, so an aborted transaction's rows are
+/// never seen, and neither are those of an attempt the environment retried after growing its map
+/// (each attempt has its own serial). Kept rows stay valid while every transaction that commits is
+/// one the cache saw: when a write transaction begins with an id that does not follow the last
+/// commit the cache saw (another process committed, or this process committed something without it:
+/// raw appends, bookkeeping, maintenance), or a commit declares it may have changed anything, the
+/// cache starts empty; so does a nested transaction rolled back inside the open one
+/// (``forgetAll()``).
+///
+/// (One dictionary and an undo list rather than a dictionary of pending rows merged into the
+/// committed ones at every commit: the merge hashed every row again, and a read looked in both.)
+///
+/// Bounded: past ``capacity`` rows it starts over. Not thread-safe: the writer's thread uses it.
+package final class RowCache: @unchecked Sendable {
+    // @unchecked: used by one thread only, the log writer's; `committed(_:)` is called by the
+    // writer's commit observer on that same thread.
+
+    package struct Key: Hashable {
+        package var db: Int
+        package var key: [UInt8]
+
+        /// The key's bytes in one call (the synthesized hash feeds the hasher one byte at a time,
+        /// which showed in the writer's profile).
+        package func hash(into hasher: inout Hasher) {
+            hasher.combine(db)
+            key.withUnsafeBytes { hasher.combine(bytes: $0) }
+        }
+    }
+
+    /// A row, or the knowledge that there is none.
+    private enum Row {
+        case absent
+        case present(CachedRow)
+    }
+
+    package let capacity: Int
+    private var rows: [Key: Row] = [:]
+    /// What the open transaction replaced, oldest first: each key with its row before (nil: the
+    /// cache knew nothing of it).
+    private var undo: [(key: Key, before: Row?)] = []
+    private var openSerial: UInt64 = 0
+    /// The LMDB id of the last commit `rows` reflects.
+    private var committedTransactionID: UInt64 = 0
+    /// Rows found (for tests and profiles).
+    package private(set) var hits = 0
+
+    package init(capacity: Int = 50_000) { self.capacity = capacity }
+
+    /// Called by a step of the writer before it reads: a new transaction (by its serial) first takes
+    /// back what an earlier one left uncommitted, and keeps no rows unless it directly follows the
+    /// last commit seen.
+    package func begin(serial: UInt64, transactionID: UInt64) {
+        guard serial != openSerial else { return }
+        rollBack()
+        openSerial = serial
+        if transactionID != committedTransactionID &+ 1 { rows.removeAll(keepingCapacity: true) }
+    }
+
+    /// Plays the undo list back, newest first, and empties it.
+    private func rollBack() {
+        while let (key, before) = undo.popLast() { rows[key] = before }
+    }
+
+    /// Forgets every row: after a nested transaction was rolled back inside the open one (an atomic
+    /// batch that failed), whose reads and writes may be among them.
+    package func forgetAll() {
+        rows.removeAll(keepingCapacity: true)
+        undo.removeAll(keepingCapacity: true)
+        committedTransactionID = 0
+    }
+
+    /// Called by the writer's commit observer after every commit.
+    package func committed(_ notice: CommitNotice) {
+        if notice.serial == openSerial && !notice.invalidatedEverything {
+            undo.removeAll(keepingCapacity: true)
+            // A transaction that appended nothing may have written nothing, and then LMDB committed
+            // nothing and gives its id to the next one: expect that id again. (If it did write
+            // something, the next id is one more, and the cache starts over: never wrong.)
+            committedTransactionID = notice.appended ? notice.transactionID : notice.transactionID &- 1
+        } else {
+            rows.removeAll(keepingCapacity: true)
+            undo.removeAll(keepingCapacity: true)
+            committedTransactionID = 0
+        }
+        openSerial = 0
+    }
+
+    /// The kept row of `key` in `db`: `.some(nil)` when it is known to be absent, `nil` when unknown.
+    package func row<M: StoredRow>(_ type: M.Type, _ db: ReadModelTable, _ key: [UInt8]) -> M?? {
+        guard let row = rows[Key(db: db.index, key: key)] else { return nil }
+        switch row {
+        case .absent:
+            hits += 1
+            return .some(nil)
+        case .present(let row):
+            guard let typed = M(cached: row) else { return nil }
+            hits += 1
+            return .some(typed)
+        }
+    }
+
+    /// Whether a row of `key` in `db` is kept as present (true) or known absent (false); nil when
+    /// unknown. Copies no row: for decisions that only need to know that a user exists.
+    package func knows(_ db: ReadModelTable, _ key: [UInt8]) -> Bool? {
+        guard let row = rows[Key(db: db.index, key: key)] else { return nil }
+        hits += 1
+        if case .absent = row { return false }
+        return true
+    }
+
+    /// Keeps `row` (nil: there is none) as the row of `key` in `db` in the open transaction. A row of
+    /// a type the cache cannot hold (no ``StoredRow/cached`` form: a protobuf row) makes the key
+    /// unknown instead, so that no later read of it is answered from what was kept before.
+    package func keep<M: StoredRow>(_ db: ReadModelTable, _ key: [UInt8], row: M?) {
+        switch (row, row?.cached) {
+        case (.some, nil): forget(db, key)
+        case (_, let cached): keep(db, key, cached)
+        }
+    }
+
+    /// Makes `key` in `db` unknown in the open transaction (undone with it).
+    private func forget(_ db: ReadModelTable, _ key: [UInt8]) {
+        let cacheKey = Key(db: db.index, key: key)
+        if let before = rows.removeValue(forKey: cacheKey) { undo.append((cacheKey, before)) }
+    }
+
+    /// Keeps `row` (nil: there is none) as the row of `key` in `db` in the open transaction.
+    package func keep(_ db: ReadModelTable, _ key: [UInt8], _ row: CachedRow?) {
+        if rows.count >= capacity {
+            // Start over. Every row this transaction kept goes too, so the undo list has nothing
+            // left to take back: what it keeps from here on is undone key by key (to "unknown").
+            rows.removeAll(keepingCapacity: true)
+            undo.removeAll(keepingCapacity: true)
+        }
+        let cacheKey = Key(db: db.index, key: key)
+        let before = rows.updateValue(row.map { .present($0) } ?? .absent, forKey: cacheKey)
+        undo.append((cacheKey, before))
+    }
+
+    /// Whether rows of `db` are kept: the compact-row databases (``ReadModels/compactRowTypes``), whose
+    /// rows are only ever written through ``ReadModels/put(_:_:_:_:)`` and deleted through
+    /// ``ReadModels/deleteRow(_:_:_:)``.
+    package static func keeps(_ db: ReadModelTable) -> Bool {
+        // The names of `compactRowTypes`, compared directly (small strings compare as two words; the
+        // dictionary lookup hashed the name for every row read and written). `RowCacheTests` checks
+        // that the two agree.
+        switch db.name {
+        case "rm_shares", "rm_participants", "rm_zones", "rm_users": return true
+        default: return false
+        }
+    }
+}

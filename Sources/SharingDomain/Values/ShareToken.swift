@@ -1,0 +1,123 @@
+import EventLog
+import Foundation
+
+/// The unguessable token of a share's URL: random characters from a cryptographically secure
+/// source, never derived from ids.
+///
+/// Written as CloudKit's observed short tokens look: `0` followed by 25 characters of `0-9A-Za-z`,
+/// 26 characters in all. Each of the 25 is drawn uniformly (rejection sampling on random bytes), so a
+/// token carries 25 × log2(62) ≈ 148.8 bits, more than the 128 the ledger promises.
+public struct ShareToken: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The 26-character text form.
+    public let text: String
+
+    /// The length of the text form.
+    public static let length = 26
+    /// Random bits in a token: 25 × log2(62).
+    public static let entropyBits = 25 * log2(62.0)
+    private static let alphabet = Array("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
+
+    /// A new token from the system's cryptographically secure random source (`getrandom` on Linux,
+    /// `arc4random` on Apple platforms).
+    public static func generate() -> ShareToken {
+        var system = SystemRandomNumberGenerator()
+        return generate(using: &system)
+    }
+
+    /// A new token from `generator`. Production code uses ``generate()``; tests pass a seeded
+    /// generator for repeatable tokens.
+    public static func generate(using generator: inout some RandomNumberGenerator) -> ShareToken {
+        var characters = [UInt8]()
+        characters.reserveCapacity(length)
+        characters.append(UInt8(ascii: "0"))
+        while characters.count < length {
+            var word = generator.next() as UInt64
+            for _ in 0..<8 where characters.count < length {
+                let byte = UInt8(truncatingIfNeeded: word)
+                word >>= 8
+                // 248 = 4 × 62: bytes below it map onto the alphabet without bias.
+                if byte < 248 { characters.append(alphabet[Int(byte % 62)]) }
+            }
+        }
+        return ShareToken(validated: String(decoding: characters, as: UTF8.self))
+    }
+
+    private init(validated text: String) {
+        self.text = text
+    }
+
+    /// Parses the text form; `nil` unless it has a token's shape (`0` and 25 of `0-9A-Za-z`).
+    public init?(_ text: some StringProtocol) {
+        let bytes = text.utf8
+        guard bytes.count == ShareToken.length, bytes.first == UInt8(ascii: "0") else { return nil }
+        for byte in bytes.dropFirst() {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "a")...UInt8(ascii: "z"):
+                continue
+            default:
+                return nil
+            }
+        }
+        self.text = String(text)
+    }
+
+    /// The text form.
+    public var description: String { text }
+
+    /// Decodes the text form, refusing anything that is not a token.
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let token = ShareToken(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a share token"))
+        }
+        self = token
+    }
+
+    /// Encodes the text form.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(text)
+    }
+}
+
+/// A share's URL: `https://<host>/share/<token>#<Mangled_Title>`.
+///
+/// As in CloudKit, the last path component is the token and the fragment (the title, for people to
+/// read) is ignored when a URL is resolved; the host is the server's (configurable, like CloudKit's
+/// `displayedHostname`).
+public enum ShareURL {
+    /// The longest URL text the parser looks at; longer input is refused unread.
+    public static let maxLength = 2_048
+
+    /// The URL of `token` on `host`, with `title` (if any) mangled into the fragment: every character
+    /// other than an ASCII letter or digit becomes `_` (`Nora's log` → `Nora_s_log`).
+    public static func make(host: String, token: ShareToken, title: String? = nil) -> URL? {
+        var components = URLComponents()
+        components.scheme = "https"
+        components.host = host
+        components.path = "/share/\(token.text)"
+        if let title, !title.isEmpty { components.fragment = mangle(title) }
+        return components.url
+    }
+
+    /// The title as it appears in a URL's fragment.
+    public static func mangle(_ title: String) -> String {
+        String(title.unicodeScalars.map { scalar -> Character in
+            scalar.isASCII && (CharacterSet.alphanumerics.contains(scalar)) ? Character(scalar) : "_"
+        })
+    }
+
+    /// The token of a share URL, or `nil` when `url` cannot be one of this ledger's share URLs
+    /// (not http(s), no host, too long, or a last path component that is not a token).
+    public static func token(in url: URL) -> ShareToken? {
+        let text = url.absoluteString
+        guard text.utf8.count <= maxLength,
+            let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http",
+            let host = url.host, !host.isEmpty
+        else { return nil }
+        let components = url.path.split(separator: "/", omittingEmptySubsequences: true)
+        guard components.count >= 2, let last = components.last else { return nil }
+        return ShareToken(last)
+    }
+}
