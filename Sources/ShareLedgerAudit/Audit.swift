@@ -4,7 +4,7 @@ import LMDB
 import ShareLedger
 import SharingDomain
 
-/// What ``ShareLedger/audit(scratchPath:options:progress:)`` found.
+/// What ``ShareLedger/ShareLedger/audit(scratchPath:options:progress:)`` found.
 public struct AuditReport: Sendable, Hashable, Codable {
     /// Whether everything holds: the chain, every event's payload, the stream and command records,
     /// every sharing event being one the rules could have produced from the state before it
@@ -47,7 +47,7 @@ public struct AuditReport: Sendable, Hashable, Codable {
     /// registrations and share titles written before crypto-shredding, invitations' and lookups'
     /// email or phone written before those were sealed, anything written with sealing off. Not a
     /// problem of the audit (`ok` does not depend on it): a count for the operator, who can
-    /// re-encrypt the ledger into a new one (``ShareLedger/importResealingPersonalData(from:progress:)``;
+    /// re-encrypt the ledger into a new one (``ShareLedger/ShareLedger/importResealingPersonalData(from:progress:)``;
     /// `docs/operations.md`, "Personal data written before crypto-shredding").
     public var eventsWithPlaintextPersonalData: UInt64 = 0
 }

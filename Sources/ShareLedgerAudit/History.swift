@@ -35,7 +35,7 @@ public struct HistoryEntry: Sendable, Hashable {
     /// The payload as JSON (protobuf's JSON mapping), for programs.
     public var payloadJSON: String
     /// `true` when the event holds personal data sealed under a key that is destroyed (its person
-    /// was forgotten, ``ShareLedger/forget(user:in:requestedBy:)``): ``summary`` and
+    /// was forgotten, `ShareLedger.forget(user:in:requestedBy:)`): ``summary`` and
     /// ``payloadJSON`` show only ciphertext, which nothing can open any more. Sealed data whose key
     /// exists is shown as ciphertext too (history is not a way around the answers); `false` then.
     public var personalDataErased: Bool = false

@@ -4,7 +4,7 @@ import LMDB
 import ShareLedger
 import SharingDomain
 
-/// Checking an import line by line before anything is written (``ShareLedger/importLog(from:progress:)``).
+/// Checking an import line by line before anything is written (``ShareLedger/ShareLedger/importLog(from:progress:)``).
 extension ShareLedger {
     struct ImportEvent: Sendable {
         var position: UInt64

@@ -119,7 +119,7 @@ public enum LogNDJSON {
     }
 }
 
-/// What ``ShareLedger/export(since:to:progress:)`` wrote.
+/// What ``ShareLedger/ShareLedger/export(since:to:progress:)`` wrote.
 public struct ExportSummary: Sendable, Hashable, Codable {
     /// Lines (events) written.
     public var events: UInt64
@@ -131,7 +131,7 @@ public struct ExportSummary: Sendable, Hashable, Codable {
     public var lastHash: String
 }
 
-/// What ``ShareLedger/importLog(from:progress:)`` imported.
+/// What ``ShareLedger/ShareLedger/importLog(from:progress:)`` imported.
 public struct ImportSummary: Sendable, Hashable, Codable {
     /// Events imported.
     public var events: UInt64
@@ -215,7 +215,7 @@ extension ShareLedger {
     ///   or the first event the sharing rules could not have produced (its line, position, type and
     ///   why; nothing is written);
     ///   `LedgerError.Code.invalidArguments` when the ledger is not empty and the file does not
-    ///   continue it; ``EventLog/LedgerError/Code/serverRecordChanged`` when another writer appends during the
+    ///   continue it; `LedgerError.Code.serverRecordChanged` when another writer appends during the
     ///   import; storage errors.
     ///
     /// The whole file and the encoded events are held in memory while they are checked; a line longer
@@ -272,7 +272,7 @@ extension ShareLedger {
             replayed: replayed)
     }
 
-    /// Replays the import's domain events, each checked by the ``EventValidator`` against the state
+    /// Replays the import's domain events, each checked by the `EventValidator` against the state
     /// before it, into a scratch ledger next to this one (`.import-check-*`, no fsync, removed after)
     /// that starts from a copy of the live read models: throws naming the first event the sharing
     /// rules could not have produced, before anything is written.

@@ -297,7 +297,7 @@ enum ReadModelRebuild {
 
 extension ShareLedger {
     /// Rebuilds every read model from the log into a new ledger directory at `scratchPath`, checking
-    /// every event against the sharing rules (``EventValidator``), and compares it with the live read
+    /// every event against the sharing rules (`EventValidator`), and compares it with the live read
     /// models, entry by entry. At the first event the rules could not have produced, it stops and
     /// reports that event (``ReadModelRebuild/Comparison/inadmissible``) instead. With `last`, the
     /// read models are compared as of that position (where `derived/` is, when it is behind the

@@ -4,7 +4,7 @@ import LMDB
 import ShareLedger
 import SharingDomain
 
-/// What ``ShareLedger/importResealingPersonalData(from:progress:)`` wrote.
+/// What ``ShareLedger/ShareLedger/importResealingPersonalData(from:progress:)`` wrote.
 public struct ResealSummary: Sendable, Hashable, Codable {
     /// Events written: every event of the source, at the same position.
     public var events: UInt64
@@ -46,7 +46,7 @@ extension ShareLedger {
     /// (`audit`), then delete it and its backups as the old ledger's plaintext requires.
     ///
     /// - Throws: `LedgerError.Code.invalidArguments` when this ledger is not empty (nothing is
-    ///   written), does not seal personal data (``Configuration/sealsPersonalData``) or is the source;
+    ///   written), does not seal personal data (`Configuration.sealsPersonalData`) or is the source;
     ///   `LedgerError.Code.readOnly` when it is read-only or has no writable key store; storage
     ///   errors (a crash or an error part way leaves a prefix of whole commands: delete the new
     ///   ledger's directory and run it again).

@@ -10,8 +10,8 @@ extension Container {
     /// In the user's own zone every record is readable; in another user's zone, those covered by a
     /// share the user accepted.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/zoneNotFound`` when the user's own zone does not exist (another
-    ///   user's missing zone reads as one with nothing shared), ``EventLog/LedgerError/Code/notAuthenticated``.
+    /// - Throws: `LedgerError.Code.zoneNotFound` when the user's own zone does not exist (another
+    ///   user's missing zone reads as one with nothing shared), `LedgerError.Code.notAuthenticated`.
     public func records(
         inZone zoneID: RecordZoneID, recordType: String? = nil, limit: Int = .max,
         where isIncluded: (Record) -> Bool = { _ in true }

@@ -29,8 +29,8 @@ extension ShareLedger {
     ///   - containerIdentifier: The container the user is registered in.
     ///   - requestedBy: Who asked, recorded as the event's actor: a role or ticket reference such as
     ///     `operator` or `dsr-1234`, never a person's name or email (it is not erased).
-    /// - Returns: The user's identity, now with ``UserIdentity/personalDataErased`` set.
-    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` when the user is not registered there,
+    /// - Returns: The user's identity, now with `UserIdentity.personalDataErased` set.
+    /// - Throws: `LedgerError.Code.unknownItem` when the user is not registered there,
     ///   `LedgerError.Code.invalidArguments` for a malformed name, `LedgerError.Code.storageFailure`
     ///   when the key store cannot be rewritten (the event is committed then: run forget again).
     @discardableResult
@@ -68,7 +68,7 @@ extension ShareLedger {
     /// invitee with no account can be forgotten too. In one committed step it appends
     /// `PersonalDataForgotten` naming the address only by its keyed hash (the requester is the
     /// envelope's actor) and erases the participant rows of the invitations to it; then it destroys
-    /// the address's key. Answers show those participants with ``UserIdentity/personalDataErased``
+    /// the address's key. Answers show those participants with `UserIdentity.personalDataErased`
     /// and no lookup info; verifying such an invitation by that address no longer finds it.
     ///
     /// Forgetting is idempotent: forgetting a forgotten address appends nothing (unless something was
@@ -76,8 +76,8 @@ extension ShareLedger {
     /// An address nothing was ever sealed to gets the event all the same: the request is recorded.
     ///
     /// - Parameters:
-    ///   - address: An email address or a phone number (``LookupInfo/init(emailAddress:)``,
-    ///     ``LookupInfo/init(phoneNumber:)``), compared as lookups compare them.
+    ///   - address: An email address or a phone number (`LookupInfo.init(emailAddress:)`,
+    ///     `LookupInfo.init(phoneNumber:)`), compared as lookups compare them.
     ///   - containerIdentifier: The container whose invitations went to it.
     ///   - requestedBy: Who asked, recorded as the event's actor (a role or ticket reference).
     /// - Returns: Whether anything readable was sealed to the address when asked (and is erased now).

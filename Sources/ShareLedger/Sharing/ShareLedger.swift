@@ -130,7 +130,7 @@ public final class ShareLedger: Sendable {
 
     /// Share URLs are made with this host for every share the ledger presents: a host no URL can
     /// hold would fail each of them, and one past 253 bytes (DNS's limit) could make URLs longer
-    /// than ``ShareURL/maxLength``, which the ledger's own parser refuses.
+    /// than `ShareURL.maxLength`, which the ledger's own parser refuses.
     static func checkShareURLHost(_ host: String) throws(LedgerError) {
         var generator = RandomSourceGenerator(source: SystemRandomSource())
         guard !host.isEmpty, host.utf8.count <= 253,
@@ -157,7 +157,7 @@ public final class ShareLedger: Sendable {
 
     /// A handle on `containerIdentifier` acting as the user `userRecordName` (what `CKContainer` is
     /// for the signed-in user). `nil` acts with no account: every call fails with
-    /// ``EventLog/LedgerError/Code/notAuthenticated``, as CloudKit's do without an iCloud account.
+    /// `LedgerError.Code.notAuthenticated`, as CloudKit's do without an iCloud account.
     public func container(_ containerIdentifier: String, userRecordName: String?) -> Container {
         Container(ledger: self, containerIdentifier: containerIdentifier, userRecordName: userRecordName)
     }
