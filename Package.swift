@@ -16,6 +16,10 @@ let package = Package(
         .library(name: "ShareLedger", targets: ["ShareLedger"]),
         // The generic, hash-chained event log alone (ShareLedger re-exports it).
         .library(name: "EventLog", targets: ["EventLog"]),
+        // The pure sharing domain: values, commands and the decider, the projector, the read models over
+        // a store protocol (ShareLedger re-exports it).
+        .library(name: "SharingDomain", targets: ["SharingDomain"]),
+        .library(name: "ShareLedgerAudit", targets: ["ShareLedgerAudit"]),
         .library(name: "ShareLedgerReplication", targets: ["ShareLedgerReplication"]),
         .library(name: "ShareLedgerServer", targets: ["ShareLedgerServer"]),
         .library(name: "ShareLedgerReports", targets: ["ShareLedgerReports"]),
@@ -101,6 +105,21 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Verify, rebuild and compare, history, state as of a position, checkpoints, export/import,
+        // re-encryption: a client of the facade (its public and package API), like the server.
+        .target(
+            name: "ShareLedgerAudit",
+            dependencies: [
+                "ShareLedger",
+                "SharingDomain",
+                "EventLog",
+                "LMDB",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // The NATS C client from the system (Debian: libnats-dev), found through pkg-config "libnats".
         .systemLibrary(
             name: "CNATS",
@@ -128,6 +147,8 @@ let package = Package(
             name: "ShareLedgerServer",
             dependencies: [
                 "ShareLedger",
+                // History bounds of the report pages' queries.
+                "ShareLedgerAudit",
                 // The operators' report pages under `/reports`.
                 "ShareLedgerReports",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -146,13 +167,14 @@ let package = Package(
         // built from the public history API, and a pure HTML/SVG renderer (no script in any page).
         .target(
             name: "ShareLedgerReports",
-            dependencies: ["ShareLedger"],
+            dependencies: ["ShareLedger", "ShareLedgerAudit"],
             swiftSettings: strictSettings
         ),
         .executableTarget(
             name: "ShareLedgerCLI",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerReports",
                 "ShareLedgerBaselines",
                 "ShareLedgerReplication",
@@ -207,7 +229,7 @@ let package = Package(
         .target(
             name: "ShareLedgerCrashHarness",
             // ShareLedgerTestSupport for `Spawned` (children started with posix_spawn, not Foundation's Process).
-            dependencies: ["ShareLedger", "ShareLedgerTestSupport"],
+            dependencies: ["ShareLedger", "ShareLedgerAudit", "ShareLedgerTestSupport"],
             swiftSettings: strictSettings
         ),
         // The fuzz targets (envelope decoder, share-URL parser, NDJSON line parser, HTTP request bodies): scripts/fuzz builds
@@ -215,7 +237,7 @@ let package = Package(
         // supplies `main`. A plain build makes a replayer that runs corpus files once. Not a product.
         .executableTarget(
             name: "ShareLedgerFuzz",
-            dependencies: ["ShareLedger", "ShareLedgerFuzzSupport"],
+            dependencies: ["ShareLedger", "ShareLedgerAudit", "ShareLedgerFuzzSupport"],
             swiftSettings: strictSettings
         ),
         // The fuzz entry points (decode, apply, parse, round-trip, request bodies through the server's
@@ -223,7 +245,7 @@ let package = Package(
         // into ShareLedger and ShareLedgerServer.
         .target(
             name: "ShareLedgerFuzzSupport",
-            dependencies: ["ShareLedger", "ShareLedgerServer", .product(name: "SwiftProtobuf", package: "swift-protobuf")],
+            dependencies: ["ShareLedger", "ShareLedgerAudit", "ShareLedgerServer", .product(name: "SwiftProtobuf", package: "swift-protobuf")],
             swiftSettings: strictSettings
         ),
         // Helpers the test targets share (a temporary directory per test).
@@ -238,6 +260,7 @@ let package = Package(
             name: "ShareLedgerServerTests",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerServer",
                 "TestSupport",
                 "ShareLedgerTestSupport",
@@ -261,6 +284,7 @@ let package = Package(
             name: "ShareLedgerReportsTests",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerReports",
                 "TestSupport",
                 // Depended on so that `swift test` builds the binary the tests run.
@@ -304,6 +328,7 @@ let package = Package(
             name: "ShareLedgerTests",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerFuzzSupport",
                 "LMDB",
                 "TestSupport",
@@ -328,6 +353,7 @@ let package = Package(
             name: "ShareLedgerReplicationTests",
             dependencies: [
                 "ShareLedger",
+                "ShareLedgerAudit",
                 "ShareLedgerReplication",
                 "TestSupport",
                 .product(name: "Logging", package: "swift-log"),

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// `access --json`: enums by name and times in ISO 8601, like every other command's JSON.
 struct AccessJSON: Encodable {

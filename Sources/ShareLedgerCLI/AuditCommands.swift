@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// `share-ledger audit`: the chain, every event, the log's own indexes, and every read model
 /// against a rebuild from the log.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// `share-ledger keygen`: a new Ed25519 key pair for signing checkpoints.
 struct KeygenCommand: ParsableCommand {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 import ShareLedgerReports
 
 /// `share-ledger report`: pictures of the history for auditors, as self-contained HTML files.

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 import ShareLedgerBaselines
 
 /// Metadata queries, replay speeds and how they scale with the ledger's size: a ledger is grown to

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 import ShareLedgerBaselines
 
 /// The share-action workload of `share-ledger bench`: per caller an owner with a zone of records and

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// Checks a ledger after the crash child was killed: the promises of `docs/reliability.md`.
 ///

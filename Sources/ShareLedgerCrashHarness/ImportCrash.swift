@@ -1,6 +1,7 @@
 import Foundation
 import ShareLedgerTestSupport
 import ShareLedger
+import ShareLedgerAudit
 
 #if canImport(Glibc)
 import Glibc

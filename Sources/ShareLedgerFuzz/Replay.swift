@@ -1,6 +1,7 @@
 #if !SHARELEDGER_FUZZING
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 import ShareLedgerFuzzSupport
 
 /// In a plain build (no libFuzzer, which brings its own `main`) the binary has two jobs:

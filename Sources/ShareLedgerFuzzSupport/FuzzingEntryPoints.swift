@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 import SwiftProtobuf
 
 /// What the fuzz targets of `Sources/ShareLedgerFuzz` call: the parsers that read bytes from outside

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// What `report access-review` lists: everyone who had access to anything in a container during a
 /// window, with which permission and role, from which position to which, and how they got it.

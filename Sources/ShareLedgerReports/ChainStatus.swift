@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// What a report's header says about the log it was drawn from: whether the hash chain held, up to
 /// which position, and the newest signed checkpoint that vouches for it.

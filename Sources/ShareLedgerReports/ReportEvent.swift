@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// One event of a report: where it is in the log, who did it, its hash, and what it changed about
 /// access (read from the history's payload JSON, `HistoryEntry.payloadJSON`).

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// What `report share` draws: a share's timeline and the state of the chain it came from.
 public struct ShareReport: Sendable {

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// A participant's standing in a share from some position on (what `ShareLedger.access(to:at:)`
 /// reports for them there).

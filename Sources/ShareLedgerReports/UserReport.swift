@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 
 /// What `report user` draws: every share a person stood in (owned, invited to, requested or was
 /// blocked from), one lane per share, over time.

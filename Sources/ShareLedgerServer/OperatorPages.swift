@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import ShareLedger
+import ShareLedgerAudit
 import ShareLedgerReports
 
 /// The report pages for operators under `/reports`: an index with lookup forms, a share's access

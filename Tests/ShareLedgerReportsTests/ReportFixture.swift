@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 import ShareLedgerReports
 import Testing
 import TestSupport

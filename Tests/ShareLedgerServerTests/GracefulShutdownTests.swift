@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 @testable import ShareLedgerServer
 import Synchronization
 import TestSupport

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import NIOHTTP1
 import ShareLedger
+import ShareLedgerAudit
 import ShareLedgerServer
 import TestSupport
 import Testing

@@ -1,6 +1,7 @@
 import Foundation
 import NIOHTTP1
 import ShareLedger
+import ShareLedgerAudit
 import TestSupport
 import Testing
 

@@ -1,5 +1,6 @@
 import Foundation
 @testable import ShareLedger
+@testable import ShareLedgerAudit
 import Synchronization
 import TestSupport
 import Testing

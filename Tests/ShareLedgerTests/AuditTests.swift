@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 @testable import ShareLedger
+@testable import ShareLedgerAudit
 import TestSupport
 import Testing
 
@@ -115,7 +116,7 @@ struct AuditTests {
         }
         let scratch = try LogStore.openLedger(EventLog.Configuration(path: f.dir.child("swap"), durability: .unsafeNoSync))
         defer { scratch.environment.close() }
-        try ReadModelRebuild.replay(from: store, into: scratch)
+        try LogReplay.replay(from: store, into: scratch)
         let outcome = try store.environment.write { txn in
             try scratch.environment.read { built in
                 try ReadModelRebuild.swap(into: m, in: txn, from: scratch.models, in: built, limit: 2)

@@ -1,5 +1,6 @@
 import Foundation
 import ShareLedger
+import ShareLedgerAudit
 import TestSupport
 
 /// How a run of `share-ledger` ended: an exit code, or a signal (a crash), with its output.

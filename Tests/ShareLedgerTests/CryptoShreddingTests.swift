@@ -1,5 +1,6 @@
 import Foundation
 @testable import ShareLedger
+import ShareLedgerAudit
 import TestSupport
 import Testing
 

@@ -1,6 +1,7 @@
 import Foundation
 import PropertyBased
 @testable import ShareLedger
+@testable import ShareLedgerAudit
 import TestSupport
 import Testing
 

@@ -5,6 +5,7 @@ import Glibc
 #endif
 import LMDB
 @testable import ShareLedger
+import ShareLedgerAudit
 import TestSupport
 import Testing
 

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import LMDB
 @testable import ShareLedger
+@testable import ShareLedgerAudit
 import ShareLedgerFuzzSupport
 import TestSupport
 import Testing

@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 @testable import ShareLedger
+import ShareLedgerAudit
 import TestSupport
 import Testing
 

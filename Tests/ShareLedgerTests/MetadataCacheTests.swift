@@ -3,6 +3,7 @@ import LMDB
 import PropertyBased
 import Synchronization
 @testable import ShareLedger
+import ShareLedgerAudit
 import TestSupport
 import Testing
 

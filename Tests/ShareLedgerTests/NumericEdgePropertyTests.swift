@@ -1,6 +1,7 @@
 import Foundation
 import PropertyBased
 import ShareLedger
+import ShareLedgerAudit
 import TestSupport
 import Testing
 

@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 @testable import ShareLedger
+@testable import ShareLedgerAudit
 import TestSupport
 import Testing
 
@@ -57,7 +58,7 @@ struct ReadModelSnapshotTests {
         }
         try FileManager.default.moveItem(atPath: aside, toPath: f.ledger.readModelSnapshotsDirectory)
         for point in points {
-            #expect(try f.ledger.usableSnapshot(atOrBefore: point)?.position == (point >= second.position ? second.position : point >= first.position ? first.position : nil))
+            #expect(try f.ledger.snapshots.usable(atOrBefore: point)?.position == (point >= second.position ? second.position : point >= first.position ? first.position : nil))
             let view = try f.ledger.snapshot(at: .position(LogPosition(point)), path: f.dir.child("fast-\(point)"))
             #expect(same(try dump(view), reference[point]!), "at \(point)")
             await view.close()
@@ -76,7 +77,7 @@ struct ReadModelSnapshotTests {
         var info = saved
         info.hash = String(repeating: "0", count: 64)
         try JSONEncoder().encode(info).write(to: URL(fileURLWithPath: (saved.path as NSString).appendingPathComponent("snapshot.json")))
-        #expect(try f.ledger.usableSnapshot(atOrBefore: saved.position) == nil)
+        #expect(try f.ledger.snapshots.usable(atOrBefore: saved.position) == nil)
         // A folder a crash left behind (no snapshot.json; a dot name) is not a snapshot.
         try FileManager.default.createDirectory(
             atPath: (f.ledger.readModelSnapshotsDirectory as NSString).appendingPathComponent(".tmp-crashed"), withIntermediateDirectories: true)

@@ -2,6 +2,7 @@ import Foundation
 import LMDB
 import PropertyBased
 @testable import ShareLedger
+@testable import ShareLedgerAudit
 import TestSupport
 import Synchronization
 import Testing

@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 @testable import ShareLedger
+import ShareLedgerAudit
 import TestSupport
 import Testing
 
@@ -77,12 +78,9 @@ struct ResealTests {
 
     /// Every event of `ledger`, with its personal fields opened with its key store.
     static func openedEvents(_ ledger: ShareLedger) throws -> [String] {
-        var summary = ResealSummary(
-            events: 0, resealedEvents: 0, plaintextEventsInSource: 0, unopenedBoxes: 0, plaintextEventsLeft: 0, headPosition: 0,
-            headHash: "")
-        var opener = Resealing(source: ledger.models, target: ledger.models)
+        var opener = Resealing(source: ledger, target: ledger)
         return try ledger.log.events(after: .start, limit: .max).map { envelope in
-            let opened = try opener.open(envelope, &summary)
+            let opened = try opener.open(envelope)
             var event = opened.event
             // A user's erasure names their addresses by keyed hash when sealed: not an opened value.
             if case .personalDataForgotten(var e) = event, !e.userRecordName.isEmpty {

@@ -1,5 +1,6 @@
 import Foundation
 @testable import ShareLedger
+import ShareLedgerAudit
 import TestSupport
 import Testing
 
@@ -10,12 +11,12 @@ struct RowCacheLedgerTests {
     func writerUsesIt() async throws {
         let f = try await SharingFixture()
         let share = try await f.makeHierarchy()
-        let before = f.ledger.writerModels.rowCache?.hits ?? 0
+        let before = f.ledger.store.writerModels.rowCache?.hits ?? 0
         for user in ["bob", "carol"] {
             _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "\(user)@example.com"), permission: .readOnly, to: share.url)
         }
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
-        #expect((f.ledger.writerModels.rowCache?.hits ?? 0) > before)
+        #expect((f.ledger.store.writerModels.rowCache?.hits ?? 0) > before)
         let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         await f.ledger.close()

@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 @testable import ShareLedger
+@testable import ShareLedgerAudit
 import TestSupport
 import Testing
 
@@ -121,7 +122,7 @@ struct TwinRebuildTests {
         let store = f.ledger.log.store
         let scratch = try LogStore.openLedger(EventLog.Configuration(path: f.dir.child("scratch"), durability: .unsafeNoSync))
         defer { scratch.environment.close() }
-        var replayed = try ReadModelRebuild.replay(from: store, into: scratch)
+        var replayed = try LogReplay.replay(from: store, into: scratch)
 
         let (_, steps) = try await fill(store, from: scratch, budget: 200) { step in
             if step == 5 {
@@ -134,7 +135,7 @@ struct TwinRebuildTests {
 
         // The copies hold the rebuild as of the replay; the read models in use moved on.
         #expect(try !ReadModelRebuild.compare(store, scratch).differences.isEmpty)
-        replayed = try ReadModelRebuild.replay(from: store, into: scratch, after: replayed)
+        replayed = try LogReplay.replay(from: store, into: scratch, after: replayed)
         func finish(limit: Int) throws -> ReadModelRebuild.SwapOutcome? {
             try store.environment.write { txn in
                 try scratch.environment.read { built in
@@ -160,7 +161,7 @@ struct TwinRebuildTests {
         let store = f.ledger.log.store
         let healthy = try digest(f)
         let scratch = try LogStore.openLedger(EventLog.Configuration(path: f.dir.child("scratch"), durability: .unsafeNoSync))
-        try ReadModelRebuild.replay(from: store, into: scratch)
+        try LogReplay.replay(from: store, into: scratch)
         // A crash after three steps: the copies hold part of a rebuild, with a stray entry.
         let (point, _) = try await fill(store, from: scratch, budget: 500, maximum: 3)
         scratch.environment.close()

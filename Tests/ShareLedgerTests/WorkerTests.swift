@@ -3,6 +3,7 @@ import LMDB
 import ServiceLifecycle
 import ServiceLifecycleTestKit
 @testable import ShareLedger
+@testable import ShareLedgerAudit
 import SwiftProtobuf
 import Synchronization
 import TestSupport

@@ -20,7 +20,7 @@ extension ReadModelTable {
     /// store's) names no database of any environment, so LMDB refuses it with an error, as it
     /// refuses any handle of another environment.
     @inline(__always)
-    var database: Database {
+    package var database: Database {
         guard let handle else {
             return Database.unattached(name: name, flags: lmdbFlags)
         }
@@ -28,7 +28,7 @@ extension ReadModelTable {
     }
 
     /// LMDB's flags for the table's.
-    var lmdbFlags: DatabaseFlags {
+    package var lmdbFlags: DatabaseFlags {
         var flags: DatabaseFlags = []
         if self.flags.contains(.dupSort) { flags.insert(.dupSort) }
         if self.flags.contains(.dupFixed) { flags.insert(.dupFixed) }
@@ -46,7 +46,7 @@ extension ReadModels {
     /// Every one but the worker's bookkeeping and lease is derived from the log, so it lives in the
     /// companion environment that is flushed off the commit path (``DerivedState``), with a twin
     /// that a rebuild which rewrites it fills and switches in (``ReadModelRebuild``).
-    static let specs: [DatabaseSpec] = ReadModelTable.catalog.map { table in
+    package static let specs: [DatabaseSpec] = ReadModelTable.catalog.map { table in
         table.derived
             ? DatabaseSpec(table.name, table.lmdbFlags, derived: true, twinned: true) : DatabaseSpec(table.name, table.lmdbFlags)
     }
@@ -65,14 +65,14 @@ extension ReadModels {
     }
 
     /// The ledger's key store, when these read models have one.
-    var vault: PersonalDataVault? { personalData as? PersonalDataVault }
+    package var vault: PersonalDataVault? { personalData as? PersonalDataVault }
 
     /// The read models' databases, in the order of ``all``.
-    var allDatabases: [Database] { all.map(\.database) }
+    package var allDatabases: [Database] { all.map(\.database) }
 
     /// Parked residual tasks: a walk of `worker_tasks` (tasks that have had an attempt), counted in
     /// place without copying entries.
-    func parkedTaskCount(_ txn: borrowing Transaction) throws -> Int {
+    package func parkedTaskCount(_ txn: borrowing Transaction) throws -> Int {
         try txn.withCursor(workerTasks) { cursor in
             var count = 0
             var entry = try cursor.first()
@@ -85,7 +85,7 @@ extension ReadModels {
     }
 
     /// Seconds since the oldest pending residual task was scheduled; 0 when none is pending.
-    func oldestTaskAge(_ txn: borrowing Transaction, now: Int64) throws -> Double {
+    package func oldestTaskAge(_ txn: borrowing Transaction, now: Int64) throws -> Double {
         guard let first = try scan(txn, outbox, prefix: [], limit: 1).first else { return 0 }
         let task = try ResidualTaskState(serializedBytes: first.value)
         return max(0, Double(now - task.scheduledAtMicros) / 1_000_000)
@@ -136,47 +136,31 @@ extension Transaction: ReadModelStore {
 // table beyond the domain's ``ReadModelStore``: on the table's database.
 extension Transaction {
     /// ``withCursor(_:_:)`` on the table's database.
-    func withCursor<R>(_ table: ReadModelTable, _ body: (borrowing Cursor) throws -> R) throws -> R {
+    package func withCursor<R>(_ table: ReadModelTable, _ body: (borrowing Cursor) throws -> R) throws -> R {
         try withCursor(table.database, body)
     }
 
     /// ``statistics(_:)`` of the table's database.
-    func statistics(_ table: ReadModelTable) throws -> DatabaseStatistics { try statistics(table.database) }
+    package func statistics(_ table: ReadModelTable) throws -> DatabaseStatistics { try statistics(table.database) }
 
     /// ``readsThroughOverlay(_:)`` for the table's database.
-    func readsThroughOverlay(_ table: ReadModelTable) -> Bool { readsThroughOverlay(table.database) }
+    package func readsThroughOverlay(_ table: ReadModelTable) -> Bool { readsThroughOverlay(table.database) }
 
     /// ``visitValues(_:key:_:)`` of the table's database.
-    func visitValues(_ table: ReadModelTable, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
+    package func visitValues(_ table: ReadModelTable, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
         throws
     {
         try visitValues(table.database, key: key, body)
     }
 
     /// ``unused(_:)`` of the table's database: the twin a rebuild fills.
-    func unused(_ table: ReadModelTable) -> Database { unused(table.database) }
-}
-
-extension ReadModelRebuild {
-    /// ``dump(_:_:)`` of the table's database.
-    static func dump(_ environment: Environment, _ table: ReadModelTable) throws -> [([UInt8], [UInt8])] {
-        try dump(environment, table.database)
-    }
-
-    /// ``copy(_:with:into:in:limit:byteLimit:)`` into the table's database.
-    @discardableResult
-    static func copy(
-        _ entry: inout Entry?, with cursor: borrowing Cursor, into table: ReadModelTable, in txn: borrowing Transaction,
-        limit: Int = .max, byteLimit: Int = .max
-    ) throws -> (entries: Int, bytes: Int) {
-        try copy(&entry, with: cursor, into: table.database, in: txn, limit: limit, byteLimit: byteLimit)
-    }
+    package func unused(_ table: ReadModelTable) -> Database { unused(table.database) }
 }
 
 extension LogStore {
     /// The read models of a store opened with their databases (``openLedger(_:)``, or a log opened by
     /// ``ShareLedger/open(_:)``).
-    var models: ReadModels { ReadModels(self) }
+    package var models: ReadModels { ReadModels(self) }
 
     /// Opens a ledger's databases, the read models' included, without a writer thread: scratch
     /// ledgers of rebuilds and snapshots, and copies read by the audit.
@@ -184,7 +168,7 @@ extension LogStore {
     /// Without a writer there is nothing to bring a derived state kept apart up to the log, so a
     /// new ledger opened this way keeps its read models with the log (one environment); a ledger
     /// already laid out with its derived state apart is opened as it is.
-    static func openLedger(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
+    package static func openLedger(_ configuration: EventLog.Configuration) throws(LedgerError) -> LogStore {
         var configuration = ReadModels.ledgerConfiguration(configuration)
         configuration.defersDerivedState = false
         return try open(configuration)
@@ -206,7 +190,7 @@ extension ReadModels {
     /// `configuration` with the read models' databases added: how every opening of a sharing
     /// ledger's environment (``ShareLedger/open(_:)``, ``ShareLedger/openLog(_:)``, scratch copies)
     /// asks the log for them.
-    static func ledgerConfiguration(_ configuration: EventLog.Configuration) -> EventLog.Configuration {
+    package static func ledgerConfiguration(_ configuration: EventLog.Configuration) -> EventLog.Configuration {
         var configuration = configuration
         configuration.databases = specs
         // A key store copied in before the first open (to import an export with its keys).
@@ -215,5 +199,29 @@ extension ReadModels {
         configuration.defersDerivedState = true
         configuration.derivedReplay = { store in ReadModels.projection(into: store) }
         return configuration
+    }
+}
+
+extension ReadModels {
+    /// The change tag of the share `token` (read from its stored `ShareState` row without decoding
+    /// the rest, in either layout: ``ShareState/storedChangeTag(_:)``), or nil when there is no such share.
+    package func shareChangeTag(_ txn: borrowing Transaction, token: String) throws -> UInt64? {
+        var key = token
+        return try key.withUTF8 { bytes in
+            try txn.withValue(shares, key: UnsafeRawBufferPointer(bytes)) { ShareState.storedChangeTag($0) } ?? nil
+        }
+    }
+}
+
+// The history walks the audit module runs in a transaction of the ledger's environment.
+extension ReadModels {
+    /// ``journalPositions(_:_:key:from:)`` in a transaction of the ledger's environment.
+    package func journalPositions(in txn: borrowing Transaction, _ db: ReadModelTable, key: [UInt8], from: UInt64) throws -> [UInt64] {
+        try journalPositions(txn, db, key: key, from: from)
+    }
+
+    /// ``logicalEntries(_:_:)`` in a transaction of the ledger's environment.
+    package func logicalEntries(in txn: borrowing Transaction, _ db: ReadModelTable) throws -> [([UInt8], [UInt8])] {
+        try logicalEntries(txn, db)
     }
 }

@@ -11,9 +11,9 @@ extension Container {
     /// it off keeps the pending requests (the owner may still answer them) and hides the share from
     /// new requests.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/permissionFailure`` for a participant who is not the owner or an
-    ///   administrator, ``EventLog/LedgerError/Code/unknownItem`` for anyone else,
-    ///   ``EventLog/LedgerError/Code/serverRecordChanged`` when `ifChangeTag` is not the share's tag.
+    /// - Throws: `LedgerError.Code.permissionFailure` for a participant who is not the owner or an
+    ///   administrator, `LedgerError.Code.unknownItem` for anyone else,
+    ///   `LedgerError.Code.serverRecordChanged` when `ifChangeTag` is not the share's tag.
     public func setAllowsAccessRequests(_ allowed: Bool, for shareURL: URL, ifChangeTag: String? = nil)
         async throws(LedgerError) -> Share
     {
@@ -26,15 +26,15 @@ extension Container {
     /// `CKShareRequestAccessOperation(shareURLs:)`): one result per distinct URL.
     ///
     /// A URL whose share does not allow access requests, a share this user is blocked from, and a URL
-    /// no share has all answer the same ``EventLog/LedgerError/Code/unknownItem`` with the same message, and
+    /// no share has all answer the same `LedgerError.Code.unknownItem` with the same message, and
     /// none of them is logged: a request tells the caller nothing about a share that does not welcome
     /// it. Asking again while a request is pending, or as an accepted participant or the owner,
     /// succeeds and changes nothing.
     ///
-    /// - Returns: Success, or for each URL ``EventLog/LedgerError/Code/unknownItem`` (see above),
-    ///   ``EventLog/LedgerError/Code/participantAlreadyInvited`` (the caller is invited already: accept that
+    /// - Returns: Success, or for each URL `LedgerError.Code.unknownItem` (see above),
+    ///   `LedgerError.Code.participantAlreadyInvited` (the caller is invited already: accept that
     ///   invitation) or `LedgerError.Code.limitExceeded` (the share holds 200 pending requests).
-    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` without a registered account and
+    /// - Throws: `LedgerError.Code.notAuthenticated` without a registered account and
     ///   `LedgerError.Code.limitExceeded` for more than 400 URLs (for the whole request: nothing is
     ///   requested then).
     public func requestShareAccess(for shareURLs: [URL]) async throws(LedgerError) -> [URL: Result<Void, LedgerError>] {
@@ -63,16 +63,16 @@ extension Container {
     }
 
     /// Approves pending access requests (owner or accepted administrator): each requester becomes an
-    /// invited participant (privateUser, pending until they accept) with ``Share/Participant/isApprovedRequester``
+    /// invited participant (privateUser, pending until they accept) with `Share.Participant.isApprovedRequester`
     /// set. CloudKit's owner does this by adding the requester's participant; inviting a requester with
     /// ``addParticipant(_:permission:role:to:ifChangeTag:)`` approves their request the same way.
     ///
     /// All or nothing, like saving a changed `CKShare`: if one requester cannot be approved, none is.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` for a requester with no pending request (denied,
+    /// - Throws: `LedgerError.Code.unknownItem` for a requester with no pending request (denied,
     ///   blocked, approved already, or never asked), `LedgerError.Code.invalidArguments` for a public
-    ///   share or a permission other than readOnly or readWrite, ``EventLog/LedgerError/Code/tooManyParticipants``
-    ///   past 100, ``EventLog/LedgerError/Code/permissionFailure`` for a caller who does not manage the share.
+    ///   share or a permission other than readOnly or readWrite, `LedgerError.Code.tooManyParticipants`
+    ///   past 100, `LedgerError.Code.permissionFailure` for a caller who does not manage the share.
     public func approveRequesters(
         _ requesters: [Share.AccessRequester], permission: Share.Participant.Permission = .readOnly, for shareURL: URL
     ) async throws(LedgerError) -> Share {
@@ -85,8 +85,8 @@ extension Container {
     /// Denies pending access requests (CloudKit's `denyRequesters(_:)` and saving the share): the
     /// requests are dropped; the users may ask again. All or nothing.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` for a requester with no pending request,
-    ///   ``EventLog/LedgerError/Code/permissionFailure`` for a caller who does not manage the share.
+    /// - Throws: `LedgerError.Code.unknownItem` for a requester with no pending request,
+    ///   `LedgerError.Code.permissionFailure` for a caller who does not manage the share.
     public func denyRequesters(_ requesters: [Share.AccessRequester], for shareURL: URL) async throws(LedgerError) -> Share {
         try await runShareChange(requesters.map(\.userIdentity), shareURL, "denyRequesters") { token, user in
             .denyRequester(token: token, user: user)
@@ -98,8 +98,8 @@ extension Container {
     /// answer of an unknown URL when they request access, fetch the share's metadata or accept it.
     /// Any user of the container but the owner can be blocked, requester or not. All or nothing.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` for an identity with no account in the container,
-    ///   `LedgerError.Code.invalidArguments` for the owner, ``EventLog/LedgerError/Code/permissionFailure``
+    /// - Throws: `LedgerError.Code.unknownItem` for an identity with no account in the container,
+    ///   `LedgerError.Code.invalidArguments` for the owner, `LedgerError.Code.permissionFailure`
     ///   for a caller who does not manage the share.
     public func blockRequesters(_ requesters: [Share.AccessRequester], for shareURL: URL) async throws(LedgerError) -> Share {
         try await blockIdentities(requesters.map(\.userIdentity), for: shareURL)
@@ -116,8 +116,8 @@ extension Container {
     /// Unblocks identities (CloudKit's `unblockIdentities(_:)` and saving the share): they may request
     /// access, fetch and join again. All or nothing.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` for an identity that is not blocked,
-    ///   ``EventLog/LedgerError/Code/permissionFailure`` for a caller who does not manage the share.
+    /// - Throws: `LedgerError.Code.unknownItem` for an identity that is not blocked,
+    ///   `LedgerError.Code.permissionFailure` for a caller who does not manage the share.
     public func unblockIdentities(_ identities: [Share.BlockedIdentity], for shareURL: URL) async throws(LedgerError) -> Share {
         try await runShareChange(identities.map(\.userIdentity), shareURL, "unblockIdentities") { token, user in
             .unblockIdentity(token: token, user: user)

@@ -118,11 +118,11 @@ extension Container {
     /// Reads one index entry per change since the token (a per-zone change index kept with the
     /// read models), never the log.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/zoneNotFound`` when the zone is not in the user's
+    /// - Throws: `LedgerError.Code.zoneNotFound` when the zone is not in the user's
     ///   private database (own zones) or shared database (others'),
     ///   ``EventLog/LedgerError/Code/changeTokenExpired`` for a token of another zone (or of this zone
     ///   before it was deleted and made again), `LedgerError.Code.invalidArguments` for a
-    ///   limit below 1, ``EventLog/LedgerError/Code/notAuthenticated``.
+    ///   limit below 1, `LedgerError.Code.notAuthenticated`.
     public func recordZoneChanges(in zoneID: RecordZoneID, since token: SyncToken? = nil, limit: Int = 200) throws(LedgerError)
         -> RecordZoneChanges
     {
@@ -205,7 +205,7 @@ extension Container {
     ///
     /// - Throws: ``EventLog/LedgerError/Code/changeTokenExpired`` for a token of another database
     ///   or a position the ledger has not reached, `LedgerError.Code.invalidArguments` for
-    ///   a limit below 1, ``EventLog/LedgerError/Code/notAuthenticated``.
+    ///   a limit below 1, `LedgerError.Code.notAuthenticated`.
     public func databaseChanges(_ scope: DatabaseScope, since token: SyncToken? = nil, limit: Int = 200) throws(LedgerError)
         -> DatabaseChanges
     {

@@ -5,12 +5,12 @@ import SharingDomain
 public enum RecordChange: Sendable {
     /// Saves a record: creates it (no change tag) or changes it (with the change tag it was fetched with).
     case save(Record)
-    /// Saves a record as `policy` says (``RecordSavePolicy``).
+    /// Saves a record as `policy` says (`RecordSavePolicy`).
     case saving(Record, policy: RecordSavePolicy)
     /// Deletes the record with this id.
     case delete(RecordID)
     /// Deletes the record with this id if its change tag is still `changeTag` (else
-    /// ``EventLog/LedgerError/Code/serverRecordChanged``; Web Services' `delete` with a `recordChangeTag`).
+    /// `LedgerError.Code.serverRecordChanged`; Web Services' `delete` with a `recordChangeTag`).
     case deleteIfUnchanged(RecordID, changeTag: String)
 
     /// The id of the record the change is about.
@@ -29,12 +29,12 @@ extension Container {
     ///
     /// With `atomically` (the default, as in CloudKit), the changes are all or nothing within each
     /// zone: when one change in a zone fails, no change in that zone is made, and the zone's other
-    /// changes answer ``EventLog/LedgerError/Code/batchRequestFailed`` next to the real error. Zones succeed or
+    /// changes answer `LedgerError.Code.batchRequestFailed` next to the real error. Zones succeed or
     /// fail independently of each other. Without it, each change stands alone. Either way the changes
     /// of one zone are one command, committed together, and a change sees the ones before it.
     ///
     /// - Throws: `LedgerError.Code.limitExceeded` for more than 400 changes,
-    ///   ``EventLog/LedgerError/Code/notAuthenticated`` without an account; nothing is changed then.
+    ///   `LedgerError.Code.notAuthenticated` without an account; nothing is changed then.
     public func modifyRecords(
         _ changes: [RecordChange], atomically: Bool = true
     ) async throws(LedgerError) -> [Result<Record?, LedgerError>] {

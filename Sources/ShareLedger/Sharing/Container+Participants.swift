@@ -22,10 +22,10 @@ extension Container {
     /// caller whether an address belongs to an account.
     ///
     /// - Parameter lookupInfos: Emails, phone numbers or user record ids (duplicates are looked up once).
-    /// - Returns: The participant or the error of each distinct lookup info: ``EventLog/LedgerError/Code/unknownItem``
+    /// - Returns: The participant or the error of each distinct lookup info: `LedgerError.Code.unknownItem`
     ///   for a user record id no user of this container has, `LedgerError.Code.invalidArguments` for an
     ///   email address or phone number that is not one.
-    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` without a registered account and
+    /// - Throws: `LedgerError.Code.notAuthenticated` without a registered account and
     ///   `LedgerError.Code.limitExceeded` for more than 400 lookup infos (for the whole request:
     ///   nothing is looked up or logged then).
     public func shareParticipants(for lookupInfos: [LookupInfo]) async throws(LedgerError)
@@ -41,8 +41,8 @@ extension Container {
     /// Looks up one person to invite (``shareParticipants(for:)`` for one lookup info; CloudKit's
     /// `fetchShareParticipant(withLookupInfo:)`).
     ///
-    /// - Throws: the lookup's error (``EventLog/LedgerError/Code/unknownItem``, `LedgerError.Code.invalidArguments`)
-    ///   or the request's (``EventLog/LedgerError/Code/notAuthenticated``).
+    /// - Throws: the lookup's error (`LedgerError.Code.unknownItem`, `LedgerError.Code.invalidArguments`)
+    ///   or the request's (`LedgerError.Code.notAuthenticated`).
     public func shareParticipant(for lookupInfo: LookupInfo) async throws(LedgerError) -> Share.Participant {
         guard let result = try await shareParticipants(for: [lookupInfo])[lookupInfo] else {
             throw LedgerError.unexpectedOutput("shareParticipant")

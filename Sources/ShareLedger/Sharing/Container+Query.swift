@@ -10,8 +10,8 @@ extension Container {
     /// In the user's own zone every record is readable; in another user's zone, those covered by a
     /// share the user accepted.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/zoneNotFound`` when the user's own zone does not exist (another
-    ///   user's missing zone reads as one with nothing shared), ``EventLog/LedgerError/Code/notAuthenticated``.
+    /// - Throws: `LedgerError.Code.zoneNotFound` when the user's own zone does not exist (another
+    ///   user's missing zone reads as one with nothing shared), `LedgerError.Code.notAuthenticated`.
     public func records(
         inZone zoneID: RecordZoneID, recordType: String? = nil, limit: Int = .max,
         where isIncluded: (Record) -> Bool = { _ in true }
@@ -52,27 +52,6 @@ extension Container {
             }
             guard let last else { break }
             after = last
-        }
-        return out
-    }
-}
-
-extension ReadModels {
-    /// The key suffixes (after `prefix`) of the entries of `db` that follow the suffix `after`, in
-    /// key order, at most `limit`.
-    func keySuffixes(
-        _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, prefix: [UInt8], after: [UInt8]?, limit: Int
-    ) throws -> [[UInt8]] {
-        // The smallest key after `prefix ‖ after` is `prefix ‖ after ‖ 0`.
-        let start = prefix + (after.map { $0 + [0] } ?? [])
-        guard start.count <= ReadModels.maxKeyBytes else { return [] }
-        var out: [[UInt8]] = []
-        try start.withUnsafeBytes { from in
-            try txn.visit(db, from: from) { key, _ in
-                guard out.count < limit, key.count >= prefix.count, key.prefix(prefix.count).elementsEqual(prefix) else { return false }
-                out.append(Array(key[prefix.count...]))
-                return true
-            }
         }
         return out
     }

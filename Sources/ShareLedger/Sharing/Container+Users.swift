@@ -8,8 +8,8 @@ extension Container {
     /// The acting user's identity (user record id and name components), like CloudKit's
     /// `userIdentity(forUserRecordID:)` for the current user.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` without a signed-in user, and
-    ///   ``EventLog/LedgerError/Code/unknownItem`` when the user is not registered in this container.
+    /// - Throws: `LedgerError.Code.notAuthenticated` without a signed-in user, and
+    ///   `LedgerError.Code.unknownItem` when the user is not registered in this container.
     public func currentUserIdentity() throws(LedgerError) -> UserIdentity {
         guard let user = userRecordName, (try? Decider.checkUserName(user)) != nil else {
             throw LedgerError(.notAuthenticated, "no signed-in user: act as a registered user")
@@ -27,7 +27,7 @@ extension Container {
     /// Finds the users of this container who registered with these email addresses or phone numbers
     /// (or have these user record names), like CloudKit's `discoverUserIdentity(withEmailAddress:)`
     /// and Web Services' `users/lookup/email`: the answer for each distinct lookup info is the user's
-    /// identity, or ``EventLog/LedgerError/Code/unknownItem`` when no user of this container has it.
+    /// identity, or `LedgerError.Code.unknownItem` when no user of this container has it.
     ///
     /// Such an answer tells whether an address belongs to an account, so it is what a participant
     /// lookup is (``shareParticipants(for:)``): only a registered user may ask, and each lookup is
@@ -35,10 +35,10 @@ extension Container {
     /// This is what a server answering callers from outside should use;
     /// ``userIdentity(forEmailAddress:)`` records nothing.
     ///
-    /// - Returns: The identity or the error of each distinct lookup info: ``EventLog/LedgerError/Code/unknownItem``
+    /// - Returns: The identity or the error of each distinct lookup info: `LedgerError.Code.unknownItem`
     ///   when no user has it, `LedgerError.Code.invalidArguments` for an email address or phone number
     ///   that is not one.
-    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` when the caller is not a registered user, and
+    /// - Throws: `LedgerError.Code.notAuthenticated` when the caller is not a registered user, and
     ///   `LedgerError.Code.limitExceeded` for more than 400 lookup infos (nothing is looked up or
     ///   recorded then).
     public func discoverUserIdentities(for lookupInfos: [LookupInfo]) async throws(LedgerError)
@@ -60,7 +60,7 @@ extension Container {
     /// process use ``discoverUserIdentities(for:)``, which records each lookup and answers registered
     /// users only.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` without a signed-in user.
+    /// - Throws: `LedgerError.Code.notAuthenticated` without a signed-in user.
     public func userIdentity(forEmailAddress emailAddress: String) throws(LedgerError) -> UserIdentity? {
         guard let user = userRecordName, (try? Decider.checkUserName(user)) != nil else {
             throw LedgerError(.notAuthenticated, "no signed-in user: act as a registered user")
@@ -72,19 +72,6 @@ extension Container {
             var identity = try ledger.presenter.identity(txn, container, user: name)
             identity.lookupInfo = LookupInfo(emailAddress: emailAddress)
             return identity
-        }
-    }
-}
-
-extension ShareLedger {
-    /// Whether user `userRecordName` of `containerIdentifier` was forgotten
-    /// (``forget(user:in:requestedBy:)``): a server stops accepting credentials that name such a
-    /// user. `false` for a user who was never registered (or a name that cannot be one). One short
-    /// read, as current as the ledger's other reads.
-    public func isForgotten(user userRecordName: String, in containerIdentifier: String) throws(LedgerError) -> Bool {
-        guard (try? Decider.checkUserName(userRecordName)) != nil else { return false }
-        return try read("reading whether a user was forgotten") { txn in
-            (try models.user(txn, containerIdentifier, userRecordName)?.forgottenAtMicros ?? 0) != 0
         }
     }
 }

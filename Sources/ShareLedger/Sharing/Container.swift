@@ -91,9 +91,9 @@ public struct Container: Sendable {
     /// The default zone (`_defaultZone`) is saved like any other, always without capabilities (as in
     /// CloudKit: no atomic batches, no change feed, no sharing).
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/badDatabase`` for another user's zone,
+    /// - Throws: `LedgerError.Code.badDatabase` for another user's zone,
     ///   `LedgerError.Code.invalidArguments` for a bad name,
-    ///   ``EventLog/LedgerError/Code/notAuthenticated`` without an account.
+    ///   `LedgerError.Code.notAuthenticated` without an account.
     public func save(_ zone: RecordZone) async throws(LedgerError) -> RecordZone {
         guard case .zone(let saved) = try await runOne(.saveZone(zone.zoneID, capabilities: zone.capabilities.rawValue))
         else { throw LedgerError.unexpectedOutput("save(zone)") }
@@ -109,10 +109,10 @@ public struct Container: Sendable {
     /// Saves a record: creates it (no change tag) or changes it (with the change tag it was fetched
     /// with). A participant with read-write permission may save records of a share they accepted.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/serverRecordChanged`` for a missing or stale change tag,
-    ///   ``EventLog/LedgerError/Code/zoneNotFound``, ``EventLog/LedgerError/Code/referenceViolation`` for a missing parent,
-    ///   ``EventLog/LedgerError/Code/alreadyShared`` when the new parent would put a share inside another,
-    ///   ``EventLog/LedgerError/Code/permissionFailure`` for a participant without read-write permission,
+    /// - Throws: `LedgerError.Code.serverRecordChanged` for a missing or stale change tag,
+    ///   `LedgerError.Code.zoneNotFound`, `LedgerError.Code.referenceViolation` for a missing parent,
+    ///   `LedgerError.Code.alreadyShared` when the new parent would put a share inside another,
+    ///   `LedgerError.Code.permissionFailure` for a participant without read-write permission,
     ///   `LedgerError.Code.limitExceeded` past 1 MB of fields.
     public func save(_ record: Record) async throws(LedgerError) -> Record {
         guard case .record(let saved) = try await runOne(.saveRecord(record)) else {
@@ -129,7 +129,7 @@ public struct Container: Sendable {
 
     /// The record, if the user may read it (their own, or in a share they accepted).
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` when it does not exist or is not shared with the user.
+    /// - Throws: `LedgerError.Code.unknownItem` when it does not exist or is not shared with the user.
     public func record(for recordID: RecordID) throws(LedgerError) -> Record {
         let user = try registeredUser()
         let owner = recordID.zoneID.ownerName == RecordZoneID.defaultOwnerName ? user : recordID.zoneID.ownerName
@@ -184,10 +184,10 @@ public struct Container: Sendable {
     /// `CKShare(rootRecord:)` saved with its root. Sharing a root that was shared before gives the
     /// same URL again.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/alreadyShared`` when the record, a parent or a child is in a share;
-    ///   ``EventLog/LedgerError/Code/serverRejectedRequest`` when the zone is shared as a whole;
-    ///   ``EventLog/LedgerError/Code/unknownItem`` when the root does not exist (save it first);
-    ///   ``EventLog/LedgerError/Code/badDatabase`` for another user's record.
+    /// - Throws: `LedgerError.Code.alreadyShared` when the record, a parent or a child is in a share;
+    ///   `LedgerError.Code.serverRejectedRequest` when the zone is shared as a whole;
+    ///   `LedgerError.Code.unknownItem` when the root does not exist (save it first);
+    ///   `LedgerError.Code.badDatabase` for another user's record.
     public func share(
         rootRecord recordID: RecordID, title: String? = nil, publicPermission: Share.Participant.Permission = .none
     ) async throws(LedgerError) -> Share {
@@ -202,7 +202,7 @@ public struct Container: Sendable {
 
     /// Shares a whole zone, like `CKShare(recordZoneID:)` (record name `cloudkit.zoneshare`).
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/serverRecordChanged`` when the zone is shared already;
+    /// - Throws: `LedgerError.Code.serverRecordChanged` when the zone is shared already;
     ///   `LedgerError.Code.invalidArguments` when it holds shared hierarchies.
     public func share(
         recordZoneID zoneID: RecordZoneID, title: String? = nil, publicPermission: Share.Participant.Permission = .none
@@ -227,9 +227,9 @@ public struct Container: Sendable {
     ///   - role: `privateUser` (the default) or `administrator`.
     ///   - shareURL: The share's URL.
     ///   - ifChangeTag: Make the change only if the share still has this change tag.
-    /// - Throws: ``EventLog/LedgerError/Code/tooManyParticipants`` past 100, `LedgerError.Code.invalidArguments`
+    /// - Throws: `LedgerError.Code.tooManyParticipants` past 100, `LedgerError.Code.invalidArguments`
     ///   for a public share, a public-user or owner role, or permission `none`;
-    ///   ``EventLog/LedgerError/Code/permissionFailure`` for a caller who is not the owner or an administrator.
+    ///   `LedgerError.Code.permissionFailure` for a caller who is not the owner or an administrator.
     public func addParticipant(
         _ lookupInfo: LookupInfo, permission: Share.Participant.Permission, role: Share.Participant.Role = .privateUser,
         to shareURL: URL, ifChangeTag: String? = nil
@@ -292,10 +292,10 @@ public struct Container: Sendable {
 
     /// The metadata of one share URL, relative to this user (CloudKit's `shareMetadata(for:)`).
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` for an unknown or deleted share, and for a private
-    ///   share the user is not in; ``EventLog/LedgerError/Code/participantMayNeedVerification`` when the user is
+    /// - Throws: `LedgerError.Code.unknownItem` for an unknown or deleted share, and for a private
+    ///   share the user is not in; `LedgerError.Code.participantMayNeedVerification` when the user is
     ///   not in a private share that has invitations to emails or phones with no account;
-    ///   ``EventLog/LedgerError/Code/notAuthenticated`` without an account.
+    ///   `LedgerError.Code.notAuthenticated` without an account.
     public func shareMetadata(for url: URL) async throws(LedgerError) -> Share.Metadata {
         guard let result = try await shareMetadatas(for: [url])[url] else { throw LedgerError.unexpectedOutput("shareMetadata") }
         return try result.get()
@@ -413,9 +413,9 @@ public struct Container: Sendable {
     /// on a public share the user joins as a public user. Returns once the acceptance is committed;
     /// the zone appears in the user's shared database shortly after, when the residual task runs.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/permissionFailure`` without an invitation to a private share (or
-    ///   after removal), ``EventLog/LedgerError/Code/unknownItem`` for a deleted share,
-    ///   ``EventLog/LedgerError/Code/badContainer`` when the metadata is of another container.
+    /// - Throws: `LedgerError.Code.permissionFailure` without an invitation to a private share (or
+    ///   after removal), `LedgerError.Code.unknownItem` for a deleted share,
+    ///   `LedgerError.Code.badContainer` when the metadata is of another container.
     public func accept(_ metadata: Share.Metadata) async throws(LedgerError) -> Share {
         guard let result = try await accept([metadata])[metadata] else { throw LedgerError.unexpectedOutput("accept") }
         return try result.get()
@@ -462,7 +462,7 @@ public struct Container: Sendable {
     /// one-time code for the host application to deliver to that address. The ledger keeps only its
     /// SHA-256. The code expires after ``verificationLifetime``.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` when no pending invitation with no account matches.
+    /// - Throws: `LedgerError.Code.unknownItem` when no pending invitation with no account matches.
     public func requestParticipantVerification(for shareURL: URL, lookupInfo: LookupInfo) async throws(LedgerError)
         -> ParticipantVerification
     {
@@ -479,7 +479,7 @@ public struct Container: Sendable {
     /// Completes the proof with the code the user received: the invitation becomes the user's (they
     /// can then fetch the metadata and accept).
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/permissionFailure`` for a wrong or expired code.
+    /// - Throws: `LedgerError.Code.permissionFailure` for a wrong or expired code.
     public func verifyParticipant(for shareURL: URL, code: String) async throws(LedgerError) -> Share {
         try await runShare(
             .verify(token: Container.token(of: shareURL), codeSHA256: ShareLedger.sha256(code.uppercased())),
@@ -517,7 +517,7 @@ public struct Container: Sendable {
     }
 
     /// The share at `url` as this user may see it, without recording a fetch: for the owner and the
-    /// participants (else ``EventLog/LedgerError/Code/unknownItem``).
+    /// participants (else `LedgerError.Code.unknownItem`).
     public func share(for url: URL) throws(LedgerError) -> Share {
         let user = try registeredUser()
         let token = try Container.token(of: url)
@@ -594,7 +594,7 @@ public struct Container: Sendable {
 
     /// The live shares this user owns in the container, as the owner sees them.
     ///
-    /// - Throws: ``EventLog/LedgerError/Code/notAuthenticated`` without a registered account.
+    /// - Throws: `LedgerError.Code.notAuthenticated` without a registered account.
     public func ownedShares() throws(LedgerError) -> [Share] {
         let user = try registeredUser()
         let container = containerIdentifier

@@ -54,7 +54,7 @@ public final class FetchShareParticipantsOperation: LedgerOperation, @unchecked 
     /// the lookup info's `description`: `user _name`, or for an email address or phone number only a
     /// placeholder such as `<email #3f2a91c0d4e1>`, so that the error carries no personal data; look an
     /// error up with `partialErrors[lookup.description]` in the same process), or the error that failed the
-    /// whole request (``EventLog/LedgerError/Code/notAuthenticated``, `LedgerError.Code.limitExceeded`).
+    /// whole request (`LedgerError.Code.notAuthenticated`, `LedgerError.Code.limitExceeded`).
     public var fetchShareParticipantsResultBlock: (@Sendable (Result<Void, LedgerError>) -> Void)? {
         get { configuration.withLock { $0.fetchShareParticipantsResultBlock } }
         set { configuration.withLock { $0.fetchShareParticipantsResultBlock = newValue } }

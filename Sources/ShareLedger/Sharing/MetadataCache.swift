@@ -54,17 +54,6 @@ final class MetadataCache: @unchecked Sendable {
     func removeAll() { lock.withLock { entries.removeAll() } }
 }
 
-extension ReadModels {
-    /// The change tag of the share `token` (read from its stored `ShareState` row without decoding
-    /// the rest, in either layout: ``ShareState/storedChangeTag(_:)``), or nil when there is no such share.
-    func shareChangeTag(_ txn: borrowing Transaction, token: String) throws -> UInt64? {
-        var key = token
-        return try key.withUTF8 { bytes in
-            try txn.withValue(shares, key: UnsafeRawBufferPointer(bytes)) { ShareState.storedChangeTag($0) } ?? nil
-        }
-    }
-}
-
 /// Share change tags kept in memory, so that a kept metadata answer can be validated without a read
 /// transaction or a B-tree lookup (``Container/shareMetadataWithoutLogging(for:)``).
 ///

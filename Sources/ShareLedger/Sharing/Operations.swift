@@ -224,8 +224,8 @@ public final class FetchShareMetadataOperation: LedgerOperation, @unchecked Send
 }
 
 /// Accepts shares (CloudKit's `CKAcceptSharesOperation`). Add it to the container of the shares'
-/// ``Share/Metadata/containerIdentifier``: a metadata of another container fails with
-/// ``EventLog/LedgerError/Code/badContainer``.
+/// `Share.Metadata.containerIdentifier`: a metadata of another container fails with
+/// `LedgerError.Code.badContainer`.
 public final class AcceptSharesOperation: LedgerOperation, @unchecked Sendable {
     // @unchecked: the configuration lives in `configuration`, a Mutex.
     private struct Configuration {

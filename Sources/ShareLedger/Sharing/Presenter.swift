@@ -3,7 +3,7 @@ import Foundation
 import LMDB
 import SharingDomain
 
-/// Builds the public values (``Share``, ``Share/Metadata``, ``Record``, ``UserIdentity``) from the
+/// Builds the public values (`Share`, `Share.Metadata`, `Record`, `UserIdentity`) from the
 /// read models, as one viewer may see them.
 struct Presenter: Sendable {
     let models: ReadModels

@@ -5,7 +5,7 @@ import SharingDomain
 
 extension ShareLedger {
     /// Appends events another ledger committed, as their stored bytes, to this ledger (a read
-    /// replica), verifying them as ``importLog(from:progress:)`` verifies an import, and projects the
+    /// replica), verifying them as ShareLedgerAudit's `importLog(from:progress:)` verifies an import, and projects the
     /// sharing-domain events into the read models in the same transaction, as the primary's writer did.
     /// The result is the same log, byte for byte, and the same read models at every position.
     ///
@@ -30,7 +30,7 @@ extension ShareLedger {
     /// own (a crash in between is finished by the next open for writing).
     ///
     /// - Returns: the new head.
-    /// - Throws: ``EventLog/LedgerError/Code/serverRecordChanged`` when `events` do not continue the head
+    /// - Throws: `LedgerError.Code.serverRecordChanged` when `events` do not continue the head
     ///   (another writer appended, or events are missing: resume from `EventLog.head()`);
     ///   `LedgerError.Code.corruptedData` naming the first event that fails a check (nothing is
     ///   written: the source or the transport is damaged, or it is another ledger's history);

@@ -25,32 +25,26 @@ public final class ShareLedger: Sendable {
     public let log: EventLog
     /// The configuration the ledger was opened with.
     public let configuration: Configuration
-    /// The read models' databases, in the log's environment.
-    let models: ReadModels
-    /// Share change tags known in memory; told about every commit by the log's writer.
-    let shareTags: ShareTagTracker
-    /// ``models`` with the writer's ``RowCache``: for the commit steps of sharing commands only (on
-    /// the writer's thread).
-    let writerModels: ReadModels
+    /// The store and writer glue: the read models, commits, maintenance and reads.
+    package let store: LedgerStore
+    /// The read-model snapshots in the ledger's directory.
+    package let snapshots: ReadModelSnapshotStore
     /// The in-process residual-task worker and the task running it, when the configuration asks for one.
     private let workerState = Mutex<(worker: ResidualTaskWorker?, task: Task<Void, Never>?)>((nil, nil))
     var inProcessWorker: ResidualTaskWorker? { workerState.withLock { $0.worker } }
+
+    /// The read models' databases, in the log's environment.
+    package var models: ReadModels { store.models }
+    /// Share change tags known in memory; told about every commit by the log's writer.
+    var shareTags: ShareTagTracker { store.shareTags }
     /// Presented metadata, reused while its share is unchanged (nil when the configuration turns it off).
-    let metadataCache: MetadataCache?
-    /// The log's last commit and the key store's generation when ``noticeKeyStoreChanges()`` last looked.
-    private let keyStoreSeen: Mutex<(committed: UInt64, generation: UInt64)>
+    var metadataCache: MetadataCache? { store.metadataCache }
 
     private init(log: EventLog, configuration: Configuration) {
         self.log = log
         self.configuration = configuration
-        self.models = configuration.sealsPersonalData ? log.store.models : log.store.models.notSealingNewEvents()
-        let capacity = configuration.metadataCacheCapacity
-        self.shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
-        let rows = RowCache()
-        self.writerModels = models.keepingRows(in: rows)
-        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
-        metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
-        keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, log.store.models.vault?.generation ?? 0))
+        store = LedgerStore(log: log, configuration: configuration)
+        snapshots = ReadModelSnapshotStore(log: log, ledgerPath: configuration.path, logger: configuration.logger)
         // A replica or a deposed writer takes no writes: the worker (which appends) stays off there.
         let role = try? LedgerRole.read(at: configuration.path)
         let takesWrites: Bool
@@ -136,7 +130,7 @@ public final class ShareLedger: Sendable {
 
     /// Share URLs are made with this host for every share the ledger presents: a host no URL can
     /// hold would fail each of them, and one past 253 bytes (DNS's limit) could make URLs longer
-    /// than ``ShareURL/maxLength``, which the ledger's own parser refuses.
+    /// than `ShareURL.maxLength`, which the ledger's own parser refuses.
     static func checkShareURLHost(_ host: String) throws(LedgerError) {
         var generator = RandomSourceGenerator(source: SystemRandomSource())
         guard !host.isEmpty, host.utf8.count <= 253,
@@ -163,7 +157,7 @@ public final class ShareLedger: Sendable {
 
     /// A handle on `containerIdentifier` acting as the user `userRecordName` (what `CKContainer` is
     /// for the signed-in user). `nil` acts with no account: every call fails with
-    /// ``EventLog/LedgerError/Code/notAuthenticated``, as CloudKit's do without an iCloud account.
+    /// `LedgerError.Code.notAuthenticated`, as CloudKit's do without an iCloud account.
     public func container(_ containerIdentifier: String, userRecordName: String?) -> Container {
         Container(ledger: self, containerIdentifier: containerIdentifier, userRecordName: userRecordName)
     }
@@ -206,6 +200,32 @@ public final class ShareLedger: Sendable {
                 participantZones: try models.counter(txn, .participantZones))
         }
     }
+
+    // MARK: - Read-model snapshots
+
+    /// Where ``saveReadModelSnapshot()`` keeps snapshots: `snapshots/` in the ledger's directory, one
+    /// folder per snapshot named by its zero-padded position.
+    public var readModelSnapshotsDirectory: String { snapshots.directory }
+
+    /// Saves a copy of every read model as of the current head, so that a state as of a past point
+    /// (`snapshot(at:path:)` of the audit module) can start from the nearest snapshot at or before the
+    /// point it is asked for and replay only the events after it.
+    ///
+    /// The copy is read in one read transaction (a consistent view at one head, like `mdb_copy`; it
+    /// lasts about a second per million read-model entries) and written to a new folder that is renamed
+    /// into place when complete, so a crash leaves no half snapshot. Call it periodically, e.g. every
+    /// 100,000 events (`share-ledger snapshot --path DIR` from cron): `docs/operations.md`.
+    @discardableResult
+    public func saveReadModelSnapshot() throws(LedgerError) -> ReadModelSnapshotInfo { try snapshots.save() }
+
+    /// The saved read-model snapshots, oldest first (folders without a readable `snapshot.json` are
+    /// skipped).
+    public func readModelSnapshots() -> [ReadModelSnapshotInfo] { snapshots.list() }
+
+    /// Deletes every saved read-model snapshot but the `count` newest (and folders a crashed save
+    /// left behind). Returns how many snapshots were deleted.
+    @discardableResult
+    public func deleteReadModelSnapshots(keepingNewest count: Int) -> Int { snapshots.delete(keepingNewest: count) }
 
     // MARK: - Residual tasks
 
@@ -295,26 +315,12 @@ public final class ShareLedger: Sendable {
         }
     }
 
-    /// Runs bookkeeping in the writer's next transaction and returns its result. It may write
-    /// anything (the read models are told to forget what they keep in memory); an error it throws
-    /// aborts the transaction, and only it fails. With `alone`, in a transaction of its own
-    /// (``LogWriter/submit(bytes:alone:_:)``): for work that must see every event committed before it
-    /// and that later steps must not write after (a rebuild's last step). With `replicating`, the
-    /// work applies another ledger's events and is exempt from the directory's role check.
-    func maintain<Result: Sendable>(
+    /// Runs bookkeeping in the writer's next transaction and returns its result
+    /// (``LedgerStore/maintain(alone:replicating:_:)``).
+    package func maintain<Result: Sendable>(
         alone: Bool = false, replicating: Bool = false, _ work: @escaping MaintenanceWork<Result>
     ) async throws(LedgerError) -> Result {
-        guard !configuration.readOnly else {
-            throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
-        }
-        return try await log.writer.submit(bytes: 256, alone: alone, replicating: replicating) { txn, _, scope in
-            scope.invalidateEverything()
-            let count = try work(txn)
-            // Maintenance may move the head (an import writes events): later steps of the batch
-            // append after what it wrote.
-            try scope.reloadHead(txn)
-            return count
-        }.get()
+        try await store.maintain(alone: alone, replicating: replicating, work)
     }
 
     // MARK: - Internals shared by the containers
@@ -358,45 +364,22 @@ public final class ShareLedger: Sendable {
         return try await commit(command)
     }
 
-    /// Submits `command` to the log's writer and returns its outcome once committed, without the
-    /// caller-side checks of ``submit(_:)`` (the worker completes its tasks even while cancelled).
+    /// Submits `command` to the log's writer and returns its outcome once committed
+    /// (``LedgerStore/commit(_:)``).
     func commit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
-        // Its answers may open boxes: not with keys another process destroyed.
-        try noticeKeyStoreChanges()
-        do {
-            return try await log.writer.submit(
-                bytes: command.bytes, command.commitStep(models: writerModels))
-                .get().get()
-        } catch {
-            throw log.namingTheFile(error)
-        }
+        try await store.commit(command)
     }
 
-    /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``, after
-    /// ``noticeKeyStoreChanges()``.
-    func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
-        try noticeKeyStoreChanges()
-        return try log.read(doing(), body)
+    /// Runs `body` in a short read transaction (``LedgerStore/read(_:_:)``).
+    package func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
+        try store.read(doing(), body)
     }
 
-    /// Brings what this ledger keeps of personal data up to the key store: when a transaction was
-    /// committed in the log's file since the last look (by any process: a forget commits one after
-    /// destroying keys, ``destroyKeys(_:vault:log:)``), the key file is read again if it changed, and
-    /// when keys went (there, or through another ledger of this process), every kept answer is
-    /// dropped. So a forget anywhere is seen by the next read here. Costs two atomic reads and a
-    /// look at LMDB's meta page when nothing happened.
-    func noticeKeyStoreChanges() throws(LedgerError) {
-        guard let vault = models.vault else { return }
-        let committed = log.store.environment.lastCommittedOwnTransactionID() ?? 0
-        let seen = keyStoreSeen.withLock { $0 }
-        if committed == seen.committed, vault.generation == seen.generation { return }
-        if committed != seen.committed { try vault.reloadIfChanged() }
-        let generation = vault.generation
-        if generation != seen.generation { dropKeptAnswers() }
-        keyStoreSeen.withLock { $0 = (committed, generation) }
-    }
+    /// Brings what this ledger keeps of personal data up to the key store
+    /// (``LedgerStore/noticeKeyStoreChanges()``).
+    func noticeKeyStoreChanges() throws(LedgerError) { try store.noticeKeyStoreChanges() }
 
-    var presenter: Presenter { Presenter(models: models, urlHost: configuration.shareURLHost) }
+    var presenter: Presenter { store.presenter }
 }
 
 extension LedgerError {
@@ -404,6 +387,3 @@ extension LedgerError {
         LedgerError(.storageFailure, "\(call) returned an unexpected result; this is a bug in ShareLedger")
     }
 }
-
-/// Bookkeeping the writer runs in its transaction (see ``ShareLedger/maintain(_:)``).
-typealias MaintenanceWork<Result> = @Sendable (borrowing Transaction) throws -> Result

@@ -46,7 +46,7 @@ public final class ShareRequestAccessOperation: LedgerOperation, @unchecked Send
     }
 
     /// Called once, last: success, or `partialFailure` with the error of each failed URL (keyed by the
-    /// URL's text), or the error that failed the whole request (``EventLog/LedgerError/Code/notAuthenticated``,
+    /// URL's text), or the error that failed the whole request (`LedgerError.Code.notAuthenticated`,
     /// `LedgerError.Code.limitExceeded`).
     public var shareAccessRequestResultBlock: (@Sendable (Result<Void, LedgerError>) -> Void)? {
         get { configuration.withLock { $0.shareAccessRequestResultBlock } }

@@ -65,3 +65,15 @@ extension EventEnvelope {
         return (try? Shareledger_Events_V1_ParticipantZoneCreated(serializedBytes: payload))?.userRecordName
     }
 }
+
+extension ResidualTask {
+    init(id: UInt64, _ task: ResidualTaskState, _ state: WorkerTaskState?) {
+        self.init(
+            id: id, kind: task.kind == .createZone ? .createZone : .removeZone, containerIdentifier: task.container,
+            userRecordName: task.userRecordName,
+            zoneID: RecordZoneID(zoneName: task.zoneName, ownerName: task.ownerName), shareToken: task.token,
+            scheduledAt: Presenter.date(task.scheduledAtMicros), attempts: Int(state?.attempts ?? 0),
+            dueAt: Presenter.date(max(task.dueAtMicros, state?.dueAtMicros ?? 0)),
+            lastError: (state?.lastError).flatMap { $0.isEmpty ? nil : $0 }, isParked: state?.parked ?? false)
+    }
+}

@@ -44,7 +44,7 @@ public final class ResidualTaskWorker: Service, Sendable {
         public var logger: Logger
         /// Save a read-model snapshot (``ShareLedger/saveReadModelSnapshot()``) whenever the head is
         /// this many events past the newest one, so that views as of any point
-        /// (``ShareLedger/snapshot(at:path:)``) replay at most this many events. `nil` (the default)
+        /// (`snapshot(at:path:)` of `ShareLedgerAudit`) replay at most this many events. `nil` (the default)
         /// saves none. Only the worker holding the lease saves them, between batches.
         public var snapshotInterval: UInt64?
         /// How many snapshots to keep when the worker saves one: the newest are kept, older ones are
@@ -87,7 +87,14 @@ public final class ResidualTaskWorker: Service, Sendable {
         public var nextDueAt: Date?
     }
 
-    let ledger: ShareLedger
+    /// The ledger's store and writer glue: its log, read models, commits, maintenance and reads.
+    let store: LedgerStore
+    /// The ledger's read-model snapshots, which the worker saves and prunes.
+    let snapshots: ReadModelSnapshotStore
+    /// The ledger's clock (due times, leases, latencies).
+    let clock: any LedgerClock
+    /// The ledger's random source (backoff jitter).
+    let randomSource: any LedgerRandomSource
     /// The worker's settings.
     public let configuration: Configuration
     let executor: any ResidualTaskExecutor
@@ -113,12 +120,16 @@ public final class ResidualTaskWorker: Service, Sendable {
     private let failuresCounter: Counter
     private let parkedGauge: Gauge
 
-    /// A worker for `ledger`. Several worker objects may exist; the lease lets one work at a time.
+    /// A worker for `ledger`: it keeps the ledger's store, snapshots, clock and random source, not the
+    /// ledger. Several worker objects may exist; the lease lets one work at a time.
     public init(
         ledger: ShareLedger, configuration: Configuration = Configuration(),
         executor: any ResidualTaskExecutor = LedgerOnlyExecutor()
     ) {
-        self.ledger = ledger
+        self.store = ledger.store
+        self.snapshots = ledger.snapshots
+        self.clock = ledger.configuration.clock
+        self.randomSource = ledger.configuration.randomSource
         self.configuration = configuration
         self.executor = executor
         let id = UUID()
@@ -135,7 +146,7 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// Works until cancelled or shut down gracefully; the batch in hand is finished first. Waits for
     /// the lease when another worker holds it.
     public func run() async throws {
-        let log = ledger.log
+        let log = store.log
         configuration.logger.info("residual-task worker started", metadata: ["holder": "\(holderDescription)"])
         while !Task.isCancelled && !Task.isShuttingDownGracefully && !log.isClosed {
             let seenHead = log.publishedHead
@@ -177,13 +188,13 @@ public final class ResidualTaskWorker: Service, Sendable {
     public func saveSnapshotIfDue() async {
         guard let interval = configuration.snapshotInterval, interval > 0 else { return }
         // Only the lease holder: two workers must not both copy the read models.
-        guard leaseHeldUntil.withLock({ $0 }) > ledger.configuration.clock.nowMicros() else { return }
-        let ledger = self.ledger
+        guard leaseHeldUntil.withLock({ $0 }) > clock.nowMicros() else { return }
+        let snapshots = self.snapshots
         let head: UInt64
-        do { head = try ledger.log.head().position.rawValue } catch { return }
+        do { head = try store.log.head().position.rawValue } catch { return }
         let newest = snapshotDueAfter.withLock { known -> UInt64 in
             if let known { return known }
-            let saved = ledger.readModelSnapshots().last?.position ?? 0
+            let saved = snapshots.list().last?.position ?? 0
             known = saved
             return saved
         }
@@ -192,8 +203,8 @@ public final class ResidualTaskWorker: Service, Sendable {
         let result: Result<ReadModelSnapshotInfo, LedgerError> = await withCheckedContinuation { continuation in
             DispatchQueue.global(qos: .utility).async {
                 continuation.resume(returning: Result { () throws(LedgerError) in
-                    let info = try ledger.saveReadModelSnapshot()
-                    if kept > 0 { ledger.deleteReadModelSnapshots(keepingNewest: kept) }
+                    let info = try snapshots.save()
+                    if kept > 0 { _ = snapshots.delete(keepingNewest: kept) }
                     return info
                 })
             }
@@ -230,7 +241,7 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// Waits until a commit moves the head past `head`, `duration` passes, or the task is cancelled
     /// or shut down gracefully.
     private func sleepOrWake(after head: UInt64, for duration: Duration) async {
-        let log = ledger.log
+        let log = store.log
         configuration.logger.trace("residual-task worker idle", metadata: ["afterHead": "\(head)", "for": "\(duration)"])
         idleAfterHead.withLock { $0 = head }
         defer { idleAfterHead.withLock { $0 = nil } }
@@ -249,7 +260,7 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// One bounded batch: renews the lease, takes the due tasks, records their attempts, runs them,
     /// and commits their completions (or their failures).
     public func runPass(limit: Int) async throws(LedgerError) -> PassReport {
-        let now = ledger.configuration.clock.nowMicros()
+        let now = clock.nowMicros()
         guard try await acquireLease(now: now) else {
             return PassReport(completed: 0, failed: 0, parked: 0, holdsLease: false, nextDueAt: nil)
         }
@@ -262,12 +273,29 @@ public final class ResidualTaskWorker: Service, Sendable {
         // scheduled after this worker took its lease runs at once. If the process dies in it, the
         // next worker (which took its lease later) records every attempt before it runs, so a task
         // that kills the process runs at most maxAttempts + 1 times before it is parked.
-        let maxAttempts = configuration.maxAttempts
         let watermark = freshFrom.withLock { $0 }
         let fresh = Set(due.filter { $0.attempts == 0 && $0.id >= watermark }.map(\.id))
-        let recorded = due.filter { !fresh.contains($0.id) }
-        let started = recorded.isEmpty ? 0 : try await ledger.maintain { [models = ledger.models] txn in
-            for task in recorded {
+        try await recordAttempts(of: due.filter { !fresh.contains($0.id) }, now: now)
+        attemptsCounter.increment(by: due.count)
+
+        var (succeeded, failures, parkedNow) = await execute(due)
+        try await commitCompletions(of: succeeded)
+        if !failures.isEmpty {
+            parkedNow += try await recordFailures(failures, fresh: fresh, now: now)
+        }
+        if parkedNow > 0 { parkedGauge.record(try store.read("counting the parked tasks") { txn in try store.models.parkedTaskCount(txn) }) }
+        return PassReport(
+            completed: succeeded.count, failed: failures.count, parked: parkedNow, holdsLease: true,
+            nextDueAt: nextDue.map(Presenter.date))
+    }
+
+    /// Counts an attempt of each of `tasks` in one commit (parking those whose every allowed attempt
+    /// was started and none reported back).
+    private func recordAttempts(of tasks: [ResidualTask], now: Int64) async throws(LedgerError) {
+        guard !tasks.isEmpty else { return }
+        let maxAttempts = configuration.maxAttempts
+        let started = try await store.maintain { [models = store.models] txn in
+            for task in tasks {
                 var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, BigEndian.bytes(of: task.id))
                     ?? WorkerTaskState()
                 if Int(state.attempts) >= maxAttempts {
@@ -280,17 +308,22 @@ public final class ResidualTaskWorker: Service, Sendable {
                 }
                 try models.put(txn, models.workerTasks, BigEndian.bytes(of: task.id), state)
             }
-            return recorded.count
+            return tasks.count
         }
-        precondition(started == recorded.count)
-        attemptsCounter.increment(by: due.count)
+        precondition(started == tasks.count)
+    }
 
+    /// Runs each of `due` that has attempts left; returns those that succeeded, those that failed
+    /// (with their error) and how many were skipped as parked.
+    private func execute(
+        _ due: [ResidualTask]
+    ) async -> (succeeded: [ResidualTask], failures: [(task: ResidualTask, error: String)], parked: Int) {
         var succeeded: [ResidualTask] = []
         var failures: [(task: ResidualTask, error: String)] = []
-        var parkedNow = 0
+        var parked = 0
         for var task in due {
-            if task.attempts >= maxAttempts {
-                parkedNow += 1
+            if task.attempts >= configuration.maxAttempts {
+                parked += 1
                 continue
             }
             task.attempts += 1
@@ -301,66 +334,70 @@ public final class ResidualTaskWorker: Service, Sendable {
                 failures.append((task, "\(error)"))
             }
         }
+        return (succeeded, failures, parked)
+    }
 
-        // Completions: one command per container, each completion its own step.
+    /// Commits the completions of `succeeded`: one command per container, each completion its own
+    /// step; records each task's latency from its schedule to now.
+    private func commitCompletions(of succeeded: [ResidualTask]) async throws(LedgerError) {
         var byContainer: [String: [ResidualTask]] = [:]
         for task in succeeded { byContainer[task.containerIdentifier, default: []].append(task) }
         for (container, tasks) in byContainer.sorted(by: { $0.key < $1.key }) {
             let command = DomainCommand(
                 metadata: CommandMetadata(container: container, actor: "system"), signedIn: false,
                 steps: tasks.map { .completeTask(taskID: $0.id) }, bytes: tasks.count * 64)
-            for result in try await ledger.commit(command).results { _ = try result.get() }
+            for result in try await store.commit(command).results { _ = try result.get() }
         }
-        let completedAt = ledger.configuration.clock.nowMicros()
+        let completedAt = clock.nowMicros()
         for task in succeeded {
             let scheduled = CheckedConversion.int64(clamping: task.scheduledAt.timeIntervalSince1970 * 1_000_000)
             let (elapsed, overflow) = completedAt.subtractingReportingOverflow(scheduled)
             let micros = overflow ? Int64.max : max(0, elapsed)
             latencyTimer.recordMicroseconds(micros)
         }
+    }
 
-        // Failures: the next attempt's time, or parking.
-        if !failures.isEmpty {
-            failuresCounter.increment(by: failures.count)
-            let delays = failures.map { backoff(afterAttempts: $0.task.attempts) }
-            let failed = failures
-            parkedNow += try await ledger.maintain { [models = ledger.models] txn in
-                var parked = 0
-                for (failure, delay) in zip(failed, delays) {
-                    let key = BigEndian.bytes(of: failure.task.id)
-                    var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, key) ?? WorkerTaskState()
-                    if fresh.contains(failure.task.id) {
-                        state.attempts = 1
-                        state.lastAttemptAtMicros = now
-                    }
-                    state.lastError = String(failure.error.prefix(1_000))
-                    if Int(state.attempts) >= maxAttempts {
-                        state.parked = true
-                        parked += 1
-                    } else {
-                        state.dueAtMicros = now + delay
-                    }
-                    try models.put(txn, models.workerTasks, key, state)
+    /// Records `failures` in one commit: each task's next attempt's time (with backoff), or parks it
+    /// when its attempts are used up. Returns the tasks parked.
+    private func recordFailures(
+        _ failures: [(task: ResidualTask, error: String)], fresh: Set<UInt64>, now: Int64
+    ) async throws(LedgerError) -> Int {
+        failuresCounter.increment(by: failures.count)
+        let maxAttempts = configuration.maxAttempts
+        let delays = failures.map { backoff(afterAttempts: $0.task.attempts) }
+        let parked = try await store.maintain { [models = store.models] txn in
+            var parked = 0
+            for (failure, delay) in zip(failures, delays) {
+                let key = BigEndian.bytes(of: failure.task.id)
+                var state = try models.message(WorkerTaskState.self, txn, models.workerTasks, key) ?? WorkerTaskState()
+                if fresh.contains(failure.task.id) {
+                    state.attempts = 1
+                    state.lastAttemptAtMicros = now
                 }
-                return parked
+                state.lastError = String(failure.error.prefix(1_000))
+                if Int(state.attempts) >= maxAttempts {
+                    state.parked = true
+                    parked += 1
+                } else {
+                    state.dueAtMicros = now + delay
+                }
+                try models.put(txn, models.workerTasks, key, state)
             }
-            for failure in failures {
-                configuration.logger.warning(
-                    "residual task failed",
-                    metadata: ["task": "\(failure.task.id)", "attempt": "\(failure.task.attempts)", "error": "\(failure.error)"])
-            }
+            return parked
         }
-        if parkedNow > 0 { parkedGauge.record(try ledger.residualTasks(parkedOnly: true).count) }
-        return PassReport(
-            completed: succeeded.count, failed: failures.count, parked: parkedNow, holdsLease: true,
-            nextDueAt: nextDue.map(Presenter.date))
+        for failure in failures {
+            configuration.logger.warning(
+                "residual task failed",
+                metadata: ["task": "\(failure.task.id)", "attempt": "\(failure.task.attempts)", "error": "\(failure.error)"])
+        }
+        return parked
     }
 
     /// The delay before the next attempt, in microseconds: `initialBackoff × 2^(attempts-1)`,
     /// capped at `maxBackoff`, times a random factor in [0.5, 1) from the ledger's random source
     /// (``Backoff``).
     func backoff(afterAttempts attempts: Int) -> Int64 {
-        let source = ledger.configuration.randomSource
+        let source = randomSource
         let delay = Backoff.delay(
             afterAttempts: attempts, initial: configuration.initialBackoff, cap: configuration.maxBackoff,
             jitter: { source.next() })
@@ -373,13 +410,13 @@ public final class ResidualTaskWorker: Service, Sendable {
     /// read transaction each: only this worker (holding the lease) removes tasks, and new ones are
     /// always scheduled after the ones read, so the chunks together see the outbox in order.
     func dueTasks(now: Int64, limit: Int) throws(LedgerError) -> (due: [ResidualTask], nextDueMicros: Int64?) {
-        let models = ledger.models
+        let models = store.models
         var due: [ResidualTask] = []
         var blocked = Set<[UInt8]>()
         var nextDue: Int64?
         var after: UInt64? = nil
         while due.count < limit {
-            let last: UInt64? = try ledger.read("reading the residual tasks") { txn in
+            let last: UInt64? = try store.read("reading the residual tasks") { txn in
                 try txn.withCursor(models.outbox) { cursor -> UInt64? in
                     var entry = try after.map { id in try BigEndian.withBytes(of: id + 1) { try cursor.seek(atLeast: $0) } }
                         ?? cursor.first()
@@ -422,12 +459,12 @@ public final class ResidualTaskWorker: Service, Sendable {
         let heldUntil = leaseHeldUntil.withLock { $0 }
         let renewAfter = heldUntil - configuration.leaseDuration.microseconds * 2 / 3
         if now < renewAfter { return true }
-        let headBefore = ledger.log.publishedHead
+        let headBefore = store.log.publishedHead
         let holder = self.holder
         let description = holderDescription
         let expires = now + configuration.leaseDuration.microseconds
-        let leases = ledger.models.workerState
-        let acquired = try await ledger.maintain { txn in
+        let leases = store.models.workerState
+        let acquired = try await store.maintain { txn in
             if let bytes = try txn.get(leases, key: ResidualTaskWorker.leaseKey),
                 let lease = try? WorkerLease(serializedBytes: bytes),
                 Array(lease.holder) != holder, lease.expiresAtMicros > now
@@ -458,26 +495,14 @@ public final class ResidualTaskWorker: Service, Sendable {
         leaseHeldUntil.withLock { $0 = 0 }
         freshFrom.withLock { $0 = .max }
         let holder = self.holder
-        let leases = ledger.models.workerState
-        _ = try? await ledger.maintain { txn in
+        let leases = store.models.workerState
+        _ = try? await store.maintain { txn in
             guard let bytes = try txn.get(leases, key: ResidualTaskWorker.leaseKey),
                 let lease = try? WorkerLease(serializedBytes: bytes), Array(lease.holder) == holder
             else { return 0 }
             try txn.delete(leases, key: ResidualTaskWorker.leaseKey)
             return 1
         }
-    }
-}
-
-extension ResidualTask {
-    init(id: UInt64, _ task: ResidualTaskState, _ state: WorkerTaskState?) {
-        self.init(
-            id: id, kind: task.kind == .createZone ? .createZone : .removeZone, containerIdentifier: task.container,
-            userRecordName: task.userRecordName,
-            zoneID: RecordZoneID(zoneName: task.zoneName, ownerName: task.ownerName), shareToken: task.token,
-            scheduledAt: Presenter.date(task.scheduledAtMicros), attempts: Int(state?.attempts ?? 0),
-            dueAt: Presenter.date(max(task.dueAtMicros, state?.dueAtMicros ?? 0)),
-            lastError: (state?.lastError).flatMap { $0.isEmpty ? nil : $0 }, isParked: state?.parked ?? false)
     }
 }
 

@@ -58,7 +58,7 @@ extension Decider {
 
     /// An erasure request: appends `PersonalDataForgotten` unless the user was forgotten already
     /// (forgetting is idempotent: a second request succeeds and appends nothing). The key itself is
-    /// destroyed by ``ShareLedger/forget(user:in:requestedBy:)`` once the event is committed.
+    /// destroyed by `ShareLedger.forget(user:in:requestedBy:)` once the event is committed.
     package func forgetUser(_ txn: borrowing some ReadModelStore & ~Copyable, name: String) throws -> Decision {
         try Decider.checkUserName(name)
         try Decider.checkContainer(container)
@@ -77,7 +77,7 @@ extension Decider {
     /// An erasure request for an email address or phone number nobody registered with: appends
     /// `PersonalDataForgotten` naming the address by its keyed hash, unless it is forgotten already
     /// and nothing was sealed to it since (idempotent). The address's key is destroyed by
-    /// ``ShareLedger/forget(address:in:requestedBy:)`` once the event is committed.
+    /// `ShareLedger.forget(address:in:requestedBy:)` once the event is committed.
     ///
     /// - Throws: ``LedgerError/Code/invalidArguments`` for a lookup by account, or an address a user
     ///   registered with (forget that user: it takes the address with it); ``LedgerError/Code/readOnly``

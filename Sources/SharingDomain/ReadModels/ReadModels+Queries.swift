@@ -193,3 +193,24 @@ extension ReadModels {
         return zone.zoneShareToken.isEmpty ? nil : zone.zoneShareToken
     }
 }
+
+extension ReadModels {
+    /// The key suffixes (after `prefix`) of the entries of `db` that follow the suffix `after`, in
+    /// key order, at most `limit`.
+    package func keySuffixes(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, prefix: [UInt8], after: [UInt8]?, limit: Int
+    ) throws -> [[UInt8]] {
+        // The smallest key after `prefix ‖ after` is `prefix ‖ after ‖ 0`.
+        let start = prefix + (after.map { $0 + [0] } ?? [])
+        guard start.count <= ReadModels.maxKeyBytes else { return [] }
+        var out: [[UInt8]] = []
+        try start.withUnsafeBytes { from in
+            try txn.visit(db, from: from) { key, _ in
+                guard out.count < limit, key.count >= prefix.count, key.prefix(prefix.count).elementsEqual(prefix) else { return false }
+                out.append(Array(key[prefix.count...]))
+                return true
+            }
+        }
+        return out
+    }
+}

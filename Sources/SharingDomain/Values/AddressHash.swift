@@ -3,7 +3,7 @@ import Foundation
 
 /// An email address or phone number named by its keyed hash (crypto-shredding): HMAC-SHA256 under
 /// the key store's lookup key of `e` or `p`, the container, a 0 byte and the normalized address
-/// (``PersonalDataKeys/lookupHash(_:container:normalized:)``).
+/// (`PersonalDataKeys.lookupHash(_:container:normalized:)`).
 ///
 /// Invitations and participant lookups go to addresses, and an invitee may have no account, so no
 /// user key: what they hold of the address is sealed under a key of the address itself, whose

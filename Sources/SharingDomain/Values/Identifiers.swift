@@ -104,8 +104,8 @@ public struct UserIdentity: Sendable, Hashable, Codable {
     /// no account has claimed yet.
     public var hasiCloudAccount: Bool
     /// `true` when the user's personal data (email, phone, name) was forgotten on request
-    /// (``ShareLedger/forget(user:in:requestedBy:)``), or, for a participant, the email or phone the
-    /// invitation went to was (``ShareLedger/forget(address:in:requestedBy:)``): the ledger can no
+    /// (`ShareLedger.forget(user:in:requestedBy:)`), or, for a participant, the email or phone the
+    /// invitation went to was (`ShareLedger.forget(address:in:requestedBy:)`): the ledger can no
     /// longer read it. `nil` otherwise.
     public var personalDataErased: Bool?
 

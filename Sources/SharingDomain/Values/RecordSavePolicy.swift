@@ -5,7 +5,7 @@ import Foundation
 /// `update` kept apart from the choice of fields).
 public enum RecordSavePolicy: Sendable, Hashable {
     /// The record's change tag must be the server's current one (none for a new record, which must
-    /// not exist yet); every field is replaced. What ``RecordChange/save(_:)`` does.
+    /// not exist yet); every field is replaced. What `RecordChange.save(_:)` does.
     case ifServerRecordUnchanged
     /// Only the fields named in `keys` change: a named key with a value in the record's fields is
     /// set, a named key without one is removed; fields not named keep their values, and the parent

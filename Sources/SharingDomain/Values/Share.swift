@@ -36,7 +36,7 @@ public struct Share: Sendable, Hashable {
     public var creationDate: Date
     /// Whether people who have the URL but no invitation may ask to join (CloudKit's
     /// `CKShare.allowsAccessRequests`). Off by default; while off, a request gets the answer of an
-    /// unknown URL. Change it with ``Container/setAllowsAccessRequests(_:for:ifChangeTag:)``.
+    /// unknown URL. Change it with `Container.setAllowsAccessRequests(_:for:ifChangeTag:)`.
     public var allowsAccessRequests: Bool = false
     /// The pending access requests (CloudKit's `CKShare.requesters`), in user record name order, each
     /// with the requester's name components and email address (or, without one, phone number).
@@ -81,8 +81,8 @@ public struct Share: Sendable, Hashable {
         /// forgotten requester has ``UserIdentity/personalDataErased`` set, no name and the user
         /// record id as lookup info.
         public var userIdentity: UserIdentity
-        /// How to invite them: their user record id (pass it to ``Container/addParticipant(_:permission:role:to:ifChangeTag:)``,
-        /// or approve them with ``Container/approveRequesters(_:permission:for:)``).
+        /// How to invite them: their user record id (pass it to `Container.addParticipant(_:permission:role:to:ifChangeTag:)`,
+        /// or approve them with `Container.approveRequesters(_:permission:for:)`).
         public var participantLookupInfo: LookupInfo
 
         /// Makes a requester value.
@@ -128,13 +128,13 @@ public struct Share: Sendable, Hashable {
         /// `CKShare.Participant.isApprovedRequester`).
         public var isApprovedRequester: Bool
         /// Whether this value is a new one-time URL participant (``oneTimeURLParticipant()``), to add
-        /// with ``Container/addParticipant(_:to:ifChangeTag:)``.
+        /// with `Container.addParticipant(_:to:ifChangeTag:)`.
         public internal(set) var isOneTimeURLParticipant = false
 
         /// A participant reached by a one-time URL rather than an email address, phone number or
         /// account (CloudKit's `CKShare.Participant.oneTimeURLParticipant()`): role privateUser,
         /// permission readOnly (change them before adding it). Add it with
-        /// ``Container/addParticipant(_:to:ifChangeTag:)``, then take its URL from the returned share
+        /// `Container.addParticipant(_:to:ifChangeTag:)`, then take its URL from the returned share
         /// with ``Share/oneTimeURL(for:)``.
         public static func oneTimeURLParticipant() -> Participant {
             var participant = Participant(
@@ -280,7 +280,7 @@ public struct Share: Sendable, Hashable {
 
         /// Hashes the share's token and change tag and the viewer's place in it: enough to tell
         /// metadatas apart (equal ones hash alike), without hashing every participant and the root
-        /// record, which made keying the answers of ``Container/accept(_:)->[Share.Metadata:Result<Share,LedgerError>]`` by metadata costly.
+        /// record, which made keying the answers of `Container.accept(_:)->[Share.Metadata:Result<Share,LedgerError>]` by metadata costly.
         public func hash(into hasher: inout Hasher) {
             hasher.combine(share.token)
             hasher.combine(share.recordChangeTag)

@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 import LMDB
 import Logging
@@ -16,30 +17,28 @@ public struct ReadModelSnapshotInfo: Sendable, Hashable, Codable {
     public var path: String
 }
 
-extension ShareLedger {
-    /// Where ``saveReadModelSnapshot()`` keeps snapshots: `snapshots/` in the ledger's directory, one
-    /// folder per snapshot named by its zero-padded position.
-    public var readModelSnapshotsDirectory: String {
-        (configuration.path as NSString).appendingPathComponent("snapshots")
-    }
+/// The read-model snapshots of a ledger: saved copies of every read model as of one log position,
+/// in `snapshots/` in the ledger's directory. ``ShareLedger`` forwards to it; the residual-task
+/// worker saves and prunes them; states as of a past point start from them.
+package struct ReadModelSnapshotStore: Sendable {
+    /// The ledger's log.
+    let log: EventLog
+    /// The ledger's directory.
+    let ledgerPath: String
+    let logger: Logger
 
-    /// Saves a copy of every read model as of the current head, so that ``snapshot(at:path:)`` can
-    /// start from the nearest snapshot at or before the point it is asked for and replay only the
-    /// events after it.
-    ///
-    /// The copy is read in one read transaction (a consistent view at one head, like `mdb_copy`; it
-    /// lasts about a second per million read-model entries) and written to a new folder that is renamed
-    /// into place when complete, so a crash leaves no half snapshot. Call it periodically, e.g. every
-    /// 100,000 events (`share-ledger snapshot --path DIR` from cron): `docs/operations.md`.
-    @discardableResult
-    public func saveReadModelSnapshot() throws(LedgerError) -> ReadModelSnapshotInfo {
-        let directory = readModelSnapshotsDirectory
+    /// Where ``save()`` keeps snapshots: `snapshots/` in the ledger's directory, one folder per
+    /// snapshot named by its zero-padded position.
+    var directory: String { (ledgerPath as NSString).appendingPathComponent("snapshots") }
+
+    /// ``ShareLedger/saveReadModelSnapshot()``.
+    func save() throws(LedgerError) -> ReadModelSnapshotInfo {
+        let directory = self.directory
         let temporary = (directory as NSString).appendingPathComponent(".tmp-\(UUID().uuidString)")
         let source = log.store
         do {
             try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
-            let target = try LogStore.openLedger(
-                EventLog.Configuration(path: temporary, durability: .unsafeNoSync, logger: configuration.logger))
+            let target = try LogStore.openLedger(EventLog.Configuration(path: temporary, durability: .unsafeNoSync, logger: logger))
             var entries: UInt64 = 0
             let head = try source.read { txn -> LogHead in
                 let head = try source.readHead(txn)
@@ -49,7 +48,7 @@ extension ShareLedger {
                         while entry != nil {
                             // The target is written in bounded transactions; the source view stays the same.
                             try target.environment.write { out in
-                                entries += UInt64(try ReadModelRebuild.copy(&entry, with: cursor, into: to, in: out, limit: 100_000).entries)
+                                entries += UInt64(try LogReplay.copy(&entry, with: cursor, into: to, in: out, limit: 100_000).entries)
                             }
                         }
                     }
@@ -60,7 +59,7 @@ extension ShareLedger {
             target.environment.close()
             let info = ReadModelSnapshotInfo(
                 position: head.position.rawValue, hash: head.hash.hex, entries: entries,
-                path: (directory as NSString).appendingPathComponent(Self.snapshotFolderName(head.position.rawValue)))
+                path: (directory as NSString).appendingPathComponent(Self.folderName(head.position.rawValue)))
             try JSONEncoder().encode(info).write(
                 to: URL(fileURLWithPath: (temporary as NSString).appendingPathComponent("snapshot.json")))
             try? FileManager.default.removeItem(atPath: info.path)
@@ -72,10 +71,9 @@ extension ShareLedger {
         }
     }
 
-    /// The saved read-model snapshots, oldest first (folders without a readable `snapshot.json` are
-    /// skipped).
-    public func readModelSnapshots() -> [ReadModelSnapshotInfo] {
-        let directory = readModelSnapshotsDirectory
+    /// ``ShareLedger/readModelSnapshots()``.
+    func list() -> [ReadModelSnapshotInfo] {
+        let directory = self.directory
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         return names.filter { !$0.hasPrefix(".") }.compactMap { name -> ReadModelSnapshotInfo? in
             let folder = (directory as NSString).appendingPathComponent(name)
@@ -87,25 +85,21 @@ extension ShareLedger {
         }.sorted { $0.position < $1.position }
     }
 
-    /// Deletes every saved read-model snapshot but the `count` newest (and folders a crashed save
-    /// left behind). Returns how many snapshots were deleted.
-    @discardableResult
-    public func deleteReadModelSnapshots(keepingNewest count: Int) -> Int {
-        ShareLedger.removeAbandonedFolders(in: readModelSnapshotsDirectory, prefix: ".tmp-")
-        let saved = readModelSnapshots()
+    /// ``ShareLedger/deleteReadModelSnapshots(keepingNewest:)``.
+    func delete(keepingNewest count: Int) -> Int {
+        Self.removeAbandonedFolders(in: directory, prefix: ".tmp-")
         var deleted = 0
-        for info in saved.dropLast(max(0, count)) where (try? FileManager.default.removeItem(atPath: info.path)) != nil {
+        for info in list().dropLast(max(0, count)) where (try? FileManager.default.removeItem(atPath: info.path)) != nil {
             deleted += 1
         }
         return deleted
     }
 
     /// The newest snapshot at or before `position` whose event is still in the log with the same hash.
-    func usableSnapshot(atOrBefore position: UInt64) throws(LedgerError) -> ReadModelSnapshotInfo? {
-        for info in readModelSnapshots().reversed() where info.position <= position && info.position > 0 {
-            if try storedHash(at: info.position)?.hex == info.hash { return info }
-            configuration.logger.warning(
-                "ignoring read-model snapshot \(info.path): the log holds another event at \(info.position)")
+    package func usable(atOrBefore position: UInt64) throws(LedgerError) -> ReadModelSnapshotInfo? {
+        for info in list().reversed() where info.position <= position && info.position > 0 {
+            if try log.storedHash(at: info.position)?.hex == info.hash { return info }
+            logger.warning("ignoring read-model snapshot \(info.path): the log holds another event at \(info.position)")
         }
         return nil
     }
@@ -113,7 +107,7 @@ extension ShareLedger {
     /// Removes the folders in `directory` whose names start with `prefix` and that were last modified
     /// over an hour ago: scratch folders of a rebuild or a snapshot save that crashed (one running
     /// now is younger).
-    static func removeAbandonedFolders(in directory: String, prefix: String) {
+    package static func removeAbandonedFolders(in directory: String, prefix: String) {
         let fileManager = FileManager.default
         for name in (try? fileManager.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix) {
             let path = (directory as NSString).appendingPathComponent(name)
@@ -125,7 +119,7 @@ extension ShareLedger {
         }
     }
 
-    static func snapshotFolderName(_ position: UInt64) -> String {
+    static func folderName(_ position: UInt64) -> String {
         let digits = String(position)
         return String(repeating: "0", count: max(0, 20 - digits.count)) + digits
     }

@@ -1,4 +1,6 @@
+import EventLog
 import Foundation
+import ShareLedger
 import SharingDomain
 
 extension LogNDJSON {

@@ -29,8 +29,8 @@ extension ShareLedger {
     ///   - containerIdentifier: The container the user is registered in.
     ///   - requestedBy: Who asked, recorded as the event's actor: a role or ticket reference such as
     ///     `operator` or `dsr-1234`, never a person's name or email (it is not erased).
-    /// - Returns: The user's identity, now with ``UserIdentity/personalDataErased`` set.
-    /// - Throws: ``EventLog/LedgerError/Code/unknownItem`` when the user is not registered there,
+    /// - Returns: The user's identity, now with `UserIdentity.personalDataErased` set.
+    /// - Throws: `LedgerError.Code.unknownItem` when the user is not registered there,
     ///   `LedgerError.Code.invalidArguments` for a malformed name, `LedgerError.Code.storageFailure`
     ///   when the key store cannot be rewritten (the event is committed then: run forget again).
     @discardableResult
@@ -68,7 +68,7 @@ extension ShareLedger {
     /// invitee with no account can be forgotten too. In one committed step it appends
     /// `PersonalDataForgotten` naming the address only by its keyed hash (the requester is the
     /// envelope's actor) and erases the participant rows of the invitations to it; then it destroys
-    /// the address's key. Answers show those participants with ``UserIdentity/personalDataErased``
+    /// the address's key. Answers show those participants with `UserIdentity.personalDataErased`
     /// and no lookup info; verifying such an invitation by that address no longer finds it.
     ///
     /// Forgetting is idempotent: forgetting a forgotten address appends nothing (unless something was
@@ -76,8 +76,8 @@ extension ShareLedger {
     /// An address nothing was ever sealed to gets the event all the same: the request is recorded.
     ///
     /// - Parameters:
-    ///   - address: An email address or a phone number (``LookupInfo/init(emailAddress:)``,
-    ///     ``LookupInfo/init(phoneNumber:)``), compared as lookups compare them.
+    ///   - address: An email address or a phone number (`LookupInfo.init(emailAddress:)`,
+    ///     `LookupInfo.init(phoneNumber:)`), compared as lookups compare them.
     ///   - containerIdentifier: The container whose invitations went to it.
     ///   - requestedBy: Who asked, recorded as the event's actor (a role or ticket reference).
     /// - Returns: Whether anything readable was sealed to the address when asked (and is erased now).
@@ -151,17 +151,14 @@ extension ShareLedger {
 
     /// Kept metadata answers may name a forgotten person: rows changed without any share's tag
     /// changing, so every kept answer is dropped (as after maintenance work: a new generation).
-    func dropKeptAnswers() {
-        shareTags.committed(0, appended: false, tokens: [], everything: true)
-        metadataCache?.removeAll()
-    }
+    func dropKeptAnswers() { store.dropKeptAnswers() }
 
     /// After events another ledger wrote were committed here (a replica's batch, an import) that
     /// include a ``DomainEvent/personalDataForgotten(_:)``: destroys the keys those forgets made
     /// useless in this ledger's own key store (a copy of the primary's, for a replica that must read
     /// personal data), as the primary's `forget` destroyed its own, and drops kept answers. A crash
     /// before this finishes is finished by the next open for writing.
-    func finishForgets(among events: some Sequence<DomainEvent?>) throws(LedgerError) {
+    package func finishForgets(among events: some Sequence<DomainEvent?>) throws(LedgerError) {
         guard events.contains(where: { if case .personalDataForgotten? = $0 { true } else { false } }) else { return }
         try Self.destroyKeysOfForgottenUsers(log)
         dropKeptAnswers()
@@ -169,7 +166,7 @@ extension ShareLedger {
 
     /// Destroys the key of every user and address the read models say is forgotten: finishes a forget
     /// that crashed between its commit and the keys' destruction. One point read per key.
-    static func destroyKeysOfForgottenUsers(_ log: EventLog) throws(LedgerError) {
+    package static func destroyKeysOfForgottenUsers(_ log: EventLog) throws(LedgerError) {
         let models = log.store.models
         guard let vault = models.vault, vault.writable else { return }
         let people = vault.people()
@@ -183,5 +180,56 @@ extension ShareLedger {
             }
         }
         try destroyKeys(forgotten.map { ($0.container, $0.user) }, vault: vault, log: log)
+    }
+}
+
+extension ShareLedger {
+    /// Whether user `userRecordName` of `containerIdentifier` was forgotten
+    /// (``forget(user:in:requestedBy:)``): a server stops accepting credentials that name such a
+    /// user. `false` for a user who was never registered (or a name that cannot be one). One short
+    /// read, as current as the ledger's other reads.
+    public func isForgotten(user userRecordName: String, in containerIdentifier: String) throws(LedgerError) -> Bool {
+        guard (try? Decider.checkUserName(userRecordName)) != nil else { return false }
+        return try read("reading whether a user was forgotten") { txn in
+            (try models.user(txn, containerIdentifier, userRecordName)?.forgottenAtMicros ?? 0) != 0
+        }
+    }
+}
+
+extension ShareLedger {
+    /// Gives the ledger at `path` a new key store when its own is lost for good: missing, emptied,
+    /// cut or damaged, with no backup to restore. Opening the ledger works again; everything sealed
+    /// under the lost keys (emails, phone numbers, names, titles, invitation addresses) answers as
+    /// erased, as if each person had been forgotten, and users can no longer be found by email or
+    /// phone until they register again. The lost file, when there is one, is kept beside it as
+    /// `personal-data.keys.lost-<seconds since 1970>`.
+    ///
+    /// Restore `personal-data.keys` from its backup instead whenever there is one: a new store cannot
+    /// be undone (what is sealed from then on is sealed under keys the old file never held). Run it
+    /// with no process using the ledger.
+    ///
+    /// - Parameters:
+    ///   - path: The ledger directory.
+    ///   - randomSource: Where the new lookup key comes from.
+    /// - Returns: Where the lost file was moved, or nil when there was none.
+    /// - Throws: `LedgerError.Code.invalidArguments` when the key store is intact (nothing is
+    ///   lost: nothing changes); the errors of opening the log (`LedgerError.Code.notALedger`, …);
+    ///   `LedgerError.Code.storageFailure` when the files cannot be moved or written.
+    public static func replaceLostKeyStore(at path: String, randomSource: any LedgerRandomSource = SystemRandomSource())
+        async throws(LedgerError) -> String?
+    {
+        let log = try EventLog.open(ReadModels.ledgerConfiguration(EventLog.Configuration(path: path, createIfMissing: false)))
+        let result: Result<String?, LedgerError>
+        do {
+            let meta = log.store.meta
+            let witness = try log.read("reading what the log needs of the key store") { txn in
+                try txn.get(meta, key: PersonalDataVault.Witness.metaKey).flatMap(PersonalDataVault.Witness.init)
+            }
+            result = .success(try PersonalDataVault.replaceLost(directory: path, witness: witness, random: randomSource))
+        } catch {
+            result = .failure(error)
+        }
+        await log.close()
+        return try result.get()
     }
 }

@@ -1,5 +1,7 @@
+import EventLog
 import Foundation
 import LMDB
+import ShareLedger
 import SharingDomain
 import SwiftProtobuf
 
@@ -33,7 +35,7 @@ public struct HistoryEntry: Sendable, Hashable {
     /// The payload as JSON (protobuf's JSON mapping), for programs.
     public var payloadJSON: String
     /// `true` when the event holds personal data sealed under a key that is destroyed (its person
-    /// was forgotten, ``ShareLedger/forget(user:in:requestedBy:)``): ``summary`` and
+    /// was forgotten, `ShareLedger.forget(user:in:requestedBy:)`): ``summary`` and
     /// ``payloadJSON`` show only ciphertext, which nothing can open any more. Sealed data whose key
     /// exists is shown as ciphertext too (history is not a way around the answers); `false` then.
     public var personalDataErased: Bool = false
@@ -99,7 +101,7 @@ extension ShareLedger {
                     }
                 }
                 guard out.count < 4_096 else { return (out, false) }
-                out.append(contentsOf: try models.journalPositions(txn, db, key: key, from: out.last.map { $0 + 1 } ?? from))
+                out.append(contentsOf: try models.journalPositions(in: txn, db, key: key, from: out.last.map { $0 + 1 } ?? from))
                 return (out, true)
             }
             let inWindow = chunk.filter { $0 <= endPosition }
@@ -133,9 +135,8 @@ extension HistoryEntry {
         default: sealed = nil
         }
         if let sealed { personalDataErased = models.vault?.open(sealed, container: envelope.container) == nil }
-        if let message = event?.message {
-            self.summary = message.textFormatString().split(separator: "\n").joined(separator: " ")
-            self.payloadJSON = (try? message.jsonString()) ?? "{}"
+        if let event {
+            (self.summary, self.payloadJSON) = ReplayedEvent.texts(of: event)
         } else {
             self.summary = "\(envelope.payload.count) bytes"
             self.payloadJSON = "{}"

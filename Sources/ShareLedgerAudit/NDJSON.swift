@@ -1,5 +1,7 @@
+import EventLog
 import Foundation
 import LMDB
+import ShareLedger
 import SharingDomain
 
 /// The NDJSON form of the log (`docs/log-format.md`, "Export and import as NDJSON"): one event per
@@ -117,7 +119,7 @@ public enum LogNDJSON {
     }
 }
 
-/// What ``ShareLedger/export(since:to:progress:)`` wrote.
+/// What ``ShareLedger/ShareLedger/export(since:to:progress:)`` wrote.
 public struct ExportSummary: Sendable, Hashable, Codable {
     /// Lines (events) written.
     public var events: UInt64
@@ -129,7 +131,7 @@ public struct ExportSummary: Sendable, Hashable, Codable {
     public var lastHash: String
 }
 
-/// What ``ShareLedger/importLog(from:progress:)`` imported.
+/// What ``ShareLedger/ShareLedger/importLog(from:progress:)`` imported.
 public struct ImportSummary: Sendable, Hashable, Codable {
     /// Events imported.
     public var events: UInt64
@@ -213,7 +215,7 @@ extension ShareLedger {
     ///   or the first event the sharing rules could not have produced (its line, position, type and
     ///   why; nothing is written);
     ///   `LedgerError.Code.invalidArguments` when the ledger is not empty and the file does not
-    ///   continue it; ``EventLog/LedgerError/Code/serverRecordChanged`` when another writer appends during the
+    ///   continue it; `LedgerError.Code.serverRecordChanged` when another writer appends during the
     ///   import; storage errors.
     ///
     /// The whole file and the encoded events are held in memory while they are checked; a line longer
@@ -256,16 +258,13 @@ extension ShareLedger {
                 }
                 // The batch's read models commit with its events, as every command's do: a kill at any
                 // moment leaves read models that match the log.
-                let projector = Projector(models: store.models)
-                for event in batch {
-                    if let (domainEvent, context) = event.projection { try projector.apply(domainEvent, context, txn) }
-                }
+                try ReplayedEvent.project(batch.lazy.compactMap(\.projection), into: store.models, txn)
                 return batch.count
             }
             done += batch.count
             progress?(UInt64(done), total)
         }
-        try finishForgets(among: entries.events.lazy.map { $0.projection?.0 })
+        try finishForgets(among: entries.events.lazy.map { $0.projection?.event })
         let replayed = total
         let last = entries.events.last
         return ImportSummary(
@@ -273,162 +272,7 @@ extension ShareLedger {
             replayed: replayed)
     }
 
-    struct ImportEvent: Sendable {
-        var position: UInt64
-        var stored: [UInt8]
-        var hash: EventHash
-        var recordedAtMicros: Int64
-        var streamKey: [UInt8]
-        var streamVersion: UInt64
-        /// The index of its command in the import's commands.
-        var command: Int
-        /// A sharing-domain event, decoded, to project in the batch's transaction (nil for a raw append).
-        var projection: (DomainEvent, Projector.Context)?
-    }
-
-    struct ImportCommand: Sendable {
-        var key: [UInt8]
-        var first: UInt64
-        var count: UInt32
-        var streamVersion: UInt64
-    }
-
-    /// Checks every line of an import; returns the stored bytes and records to write, or throws
-    /// naming the first bad line.
-    func validateImport(_ bytes: [UInt8], after start: LogHead) throws(LedgerError) -> (
-        events: [ImportEvent], commands: [ImportCommand]
-    ) {
-        var events: [ImportEvent] = []
-        var commands: [ImportCommand] = []
-        var commandIndex: [[UInt8]: Int] = [:]
-        var streams: [[UInt8]: (version: UInt64, last: UInt64)] = [:]
-        var previous = start.hash
-        var position = start.position.rawValue
-        var recordedAt = start.recordedAtMicros
-        var lineNumber = 0
-        var offset = 0
-        func refuse(_ text: String) -> LedgerError {
-            LedgerError(
-                .invalidArguments, "line \(lineNumber) of the import is refused: \(text); nothing was imported")
-        }
-        while offset < bytes.count {
-            lineNumber += 1
-            guard let newline = bytes[offset...].firstIndex(of: UInt8(ascii: "\n")) else {
-                throw refuse("it has no newline at its end (the file is truncated)")
-            }
-            let line = bytes[offset..<newline]
-            offset = newline + 1
-            let fields: EnvelopeCodec.Fields
-            let claimed: EventHash
-            switch LogNDJSON.parse(line) {
-            case .failure(let problem): throw refuse(problem.text)
-            case .success(let parsed): (fields, claimed) = parsed
-            }
-            guard fields.position == position + 1 else {
-                throw refuse(
-                    "it is at position \(fields.position), expected \(position + 1)"
-                        + (position == start.position.rawValue && start.position.rawValue > 0
-                            ? " (the ledger is not empty: its head is \(start.position); import into an empty ledger or "
-                                + "import a file that continues its head)" : " (a line is missing or out of order)"))
-            }
-            guard fields.previousHash == previous.bytes else {
-                throw refuse(
-                    "its previous hash is not the hash of position \(position)"
-                        + (position == start.position.rawValue && position > 0 ? " (the head of the ledger)" : ""))
-            }
-            guard fields.recordedAtMicros >= recordedAt else {
-                throw refuse("its recorded time goes backwards")
-            }
-            let (stored, hash) = EnvelopeCodec.encode(fields)
-            guard hash == claimed.bytes else {
-                throw refuse("its hash does not match SHA-256(previous hash ‖ canonical bytes): the event was altered")
-            }
-            guard let envelope = try? stored.withUnsafeBytes({ raw throws(LedgerError) in
-                try EnvelopeCodec.decode(raw, key: fields.position)
-            }) else {
-                throw refuse("its envelope does not decode")
-            }
-            guard LogNDJSON.line(envelope).utf8.elementsEqual(line) else {
-                throw refuse("it is not in the canonical form `share-ledger export` writes")
-            }
-            for (value, what) in [
-                (fields.container, "container"), (fields.actor, "actor"), (fields.stream, "stream"), (fields.eventType, "event type"),
-            ] {
-                let utf8 = value.utf8
-                guard !utf8.isEmpty, utf8.count <= EventLog.Limits.maxNameBytes, !utf8.contains(0) else {
-                    throw refuse("its \(what) is not 1 to \(EventLog.Limits.maxNameBytes) bytes of UTF-8 without NUL")
-                }
-            }
-            guard fields.schemaVersion >= 1, fields.payload.count <= EventLog.Limits.maxPayloadBytes else {
-                throw refuse("its schema version is 0 or its payload is larger than \(EventLog.Limits.maxPayloadBytes) bytes")
-            }
-            // A sharing-domain event must decode, or rebuilding the read models after the import would fail.
-            let domainEvent: DomainEvent?
-            do {
-                domainEvent = try DomainEvent.decode(
-                    type: fields.eventType, schemaVersion: fields.schemaVersion, payload: fields.payload,
-                    position: fields.position)
-            } catch {
-                throw refuse("its payload does not decode as \(fields.eventType): \(error.message)")
-            }
-            let streamKey = LogStore.streamKey(container: fields.container, stream: fields.stream)
-            if fields.streamVersion == 0 {
-                // Unversioned (a record of a read): no place in its stream, no back-link.
-                guard fields.streamPreviousPosition == 0 else {
-                    throw refuse("it has stream version 0 (unversioned) but a stream back-link")
-                }
-            } else {
-                let stream: (version: UInt64, last: UInt64)
-                if let known = streams[streamKey] { stream = known } else { stream = try streamRecordForImport(streamKey) }
-                guard fields.streamVersion == stream.version + 1, fields.streamPreviousPosition == stream.last else {
-                    throw refuse(
-                        "stream \(fields.stream) is at version \(stream.version) (last position \(stream.last)), the event "
-                            + "says version \(fields.streamVersion) after \(fields.streamPreviousPosition)")
-                }
-                streams[streamKey] = (fields.streamVersion, fields.position)
-            }
-            let commandKey = LogStore.commandKey(container: fields.container, commandID: fields.commandID)
-            let command = commandIndex[commandKey] ?? commands.count
-            if let index = commandIndex[commandKey] {
-                guard commands[index].first + UInt64(commands[index].count) == fields.position else {
-                    throw refuse("its command id \(fields.commandID) was used by an earlier command")
-                }
-                commands[index].count += 1
-                commands[index].streamVersion = LogStore.commandStreamVersion(
-                    eventType: fields.eventType, streamVersion: fields.streamVersion)
-            } else {
-                guard try !commandKnownForImport(commandKey) else {
-                    throw refuse("its command id \(fields.commandID) is already in the ledger")
-                }
-                // As the writer records it (and as deriving the records does): 0 for a command of the
-                // sharing layer's namespace, the last event's stream version for a raw append.
-                commandIndex[commandKey] = commands.count
-                commands.append(
-                    ImportCommand(
-                        key: commandKey, first: fields.position, count: 1,
-                        streamVersion: LogStore.commandStreamVersion(eventType: fields.eventType, streamVersion: fields.streamVersion)))
-            }
-            events.append(
-                ImportEvent(
-                    position: fields.position, stored: stored, hash: EventHash(bytes: hash)!,
-                    recordedAtMicros: fields.recordedAtMicros, streamKey: streamKey, streamVersion: fields.streamVersion,
-                    command: command,
-                    projection: domainEvent.map {
-                        (
-                            $0,
-                            Projector.Context(
-                                position: fields.position, recordedAtMicros: fields.recordedAtMicros, container: fields.container,
-                                actor: fields.actor)
-                        )
-                    }))
-            previous = EventHash(bytes: hash)!
-            position = fields.position
-            recordedAt = fields.recordedAtMicros
-        }
-        return (events, commands)
-    }
-
-    /// Replays the import's domain events, each checked by the ``EventValidator`` against the state
+    /// Replays the import's domain events, each checked by the `EventValidator` against the state
     /// before it, into a scratch ledger next to this one (`.import-check-*`, no fsync, removed after)
     /// that starts from a copy of the live read models: throws naming the first event the sharing
     /// rules could not have produced, before anything is written.
@@ -438,7 +282,7 @@ extension ShareLedger {
             throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
         }
         let scratchPath = (configuration.path as NSString).appendingPathComponent(".import-check-\(UUID().uuidString)")
-        ShareLedger.removeAbandonedFolders(in: configuration.path, prefix: ".import-check-")
+        ReadModelSnapshotStore.removeAbandonedFolders(in: configuration.path, prefix: ".import-check-")
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
         let store = log.store
         do {
@@ -453,43 +297,18 @@ extension ShareLedger {
                         for (source, copy) in zip(store.models.all, scratch.models.all) {
                             try live.withCursor(source) { cursor in
                                 var entry = try cursor.first()
-                                try ReadModelRebuild.copy(&entry, with: cursor, into: copy, in: txn)
+                                try LogReplay.copy(&entry, with: cursor, into: copy, in: txn)
                             }
                         }
                     }
                 }
             }
             // The scratch copy projects with this ledger's key store, as the live read models do.
-            let scratchModels = scratch.models.sealing(with: store.models.vault)
-            let projector = Projector(models: scratchModels)
-            let validator = EventValidator(models: scratchModels)
-            var done = 0
-            while done < events.count {
-                let end = min(done + ReadModelRebuild.chunk, events.count)
-                try scratch.environment.write { txn in
-                    for index in done..<end {
-                        guard let (event, context) = events[index].projection else { continue }
-                        if let problem = try validator.problem(event, context, txn) {
-                            throw LedgerError(
-                                .invalidArguments, "line \(index + 1) of the import is refused: "
-                                    + EventValidator.describe(position: context.position, event, actor: context.actor, problem)
-                                    + "; nothing was imported")
-                        }
-                        try projector.apply(event, context, txn)
-                    }
-                }
-                done = end
+            if let (index, text) = try ReplayedEvent.firstInadmissible(events.map(\.projection), into: scratch, sealingWith: store.models) {
+                throw LedgerError(.invalidArguments, "line \(index + 1) of the import is refused: \(text); nothing was imported")
             }
         } catch {
             throw LedgerError.wrap(error, while: "checking the import against the sharing rules in \(scratchPath)")
         }
-    }
-
-    private func streamRecordForImport(_ key: [UInt8]) throws(LedgerError) -> (version: UInt64, last: UInt64) {
-        try read("reading a stream record") { txn in try log.store.streamRecord(txn, key: key) }
-    }
-
-    private func commandKnownForImport(_ key: [UInt8]) throws(LedgerError) -> Bool {
-        try read("reading a command record") { txn in try log.store.commandRecord(txn, key: key) != nil }
     }
 }

@@ -1,9 +1,11 @@
 import Crypto
+import EventLog
 import Foundation
 import LMDB
+import ShareLedger
 import SharingDomain
 
-/// An Ed25519 private key that signs checkpoints (``ShareLedger/checkpoint(signingKey:)``).
+/// An Ed25519 private key that signs checkpoints (``ShareLedger/ShareLedger/checkpoint(signingKey:)``).
 ///
 /// Stored by `share-ledger keygen` as the base64 text of its 32 raw bytes (the Ed25519 seed, RFC 8032)
 /// and a newline, in a file only its owner can read.

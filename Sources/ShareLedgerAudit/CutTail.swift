@@ -1,4 +1,6 @@
+import EventLog
 import LMDB
+import ShareLedger
 import SharingDomain
 
 /// A log whose tail was removed: the chain alone cannot see it (what is left still links up), but

@@ -1,9 +1,11 @@
+import EventLog
 import Foundation
 import LMDB
 import Logging
+import ShareLedger
 import SharingDomain
 
-/// Who could access a share at a past point, and how (``ShareLedger/access(to:at:)``).
+/// Who could access a share at a past point, and how (``ShareLedger/ShareLedger/access(to:at:)``).
 public struct ShareAccess: Sendable, Hashable, Codable {
     /// One participant as they stood then.
     public struct Entry: Sendable, Hashable, Codable {
@@ -19,7 +21,7 @@ public struct ShareAccess: Sendable, Hashable, Codable {
         public var acceptanceStatus: Share.Participant.AcceptanceStatus
         /// Whether they could reach the shared records then (the owner, or accepted).
         public var hadAccess: Bool
-        /// Whether their invitation then approved their access request (``Share/Participant/isApprovedRequester``).
+        /// Whether their invitation then approved their access request (`Share.Participant.isApprovedRequester`).
         public var isApprovedRequester: Bool = false
     }
 
@@ -33,7 +35,7 @@ public struct ShareAccess: Sendable, Hashable, Codable {
     public var publicPermission: Share.Participant.Permission
     /// Every participant it had by then, removed ones included, in the order they were added.
     public var participants: [Entry]
-    /// Whether it allowed access requests then (``Share/allowsAccessRequests``).
+    /// Whether it allowed access requests then (`Share.allowsAccessRequests`).
     public var allowsAccessRequests = false
     /// The user record names of its pending access requests then, in name order.
     public var requesters: [String] = []
@@ -144,12 +146,12 @@ extension ShareLedger {
     }
 
     /// Opens a read-only view of every read model as it stood right after `bound`, at a new
-    /// directory `path`, answering the same queries as the live ledger (``Container`` queries:
+    /// directory `path`, answering the same queries as the live ledger (`Container` queries:
     /// shares, participants, records, shared zones). Close it when done; the directory is the
     /// caller's to remove.
     ///
     /// It starts from the newest saved read-model snapshot at or before `bound` whose event is still
-    /// in the log with the same hash (``saveReadModelSnapshot()``; a file copy) and replays the log
+    /// in the log with the same hash (`saveReadModelSnapshot()`; a file copy) and replays the log
     /// from there to `bound`; without one, it replays from the start. So its cost is the replay of at
     /// most the events since the last snapshot (`docs/benchmarks.md` has the rates).
     public func snapshot(at bound: HistoryBound, path: String) throws(LedgerError) -> ShareLedger {
@@ -162,7 +164,7 @@ extension ShareLedger {
             }
             var start: UInt64 = 0
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-            if let saved = try usableSnapshot(atOrBefore: last) {
+            if let saved = try snapshots.usable(atOrBefore: last) {
                 let copy = (path as NSString).appendingPathComponent("data.mdb")
                 do {
                     try FileManager.default.copyItem(
@@ -178,7 +180,7 @@ extension ShareLedger {
             }
             let target = try LogStore.openLedger(
                 EventLog.Configuration(path: path, durability: .unsafeNoSync, logger: configuration.logger))
-            try ReadModelRebuild.replay(from: log.store, into: target, after: start, through: last)
+            try LogReplay.replay(from: log.store, into: target, after: start, through: last)
             try target.environment.sync()
             target.environment.close()
         } catch {

@@ -1,0 +1,125 @@
+import EventLog
+import Foundation
+import LMDB
+import SharingDomain
+import Synchronization
+
+/// The store and writer glue of a ledger: the log and its read models, and the three ways in — a
+/// sharing command's commit step on the log's writer, maintenance work in the writer's transaction,
+/// and short reads — each after bringing what is kept of personal data up to the key store.
+/// ``ShareLedger`` holds one and forwards to it; the residual-task worker is given one instead of
+/// the whole ledger.
+package final class LedgerStore: Sendable {
+    /// The event log underneath.
+    package let log: EventLog
+    /// The read models' databases, in the log's environment.
+    package let models: ReadModels
+    /// ``models`` with the writer's ``RowCache``: for the commit steps of sharing commands only (on
+    /// the writer's thread).
+    let writerModels: ReadModels
+    /// Share change tags known in memory; told about every commit by the log's writer.
+    let shareTags: ShareTagTracker
+    /// Presented metadata, reused while its share is unchanged (nil when the configuration turns it off).
+    let metadataCache: MetadataCache?
+    /// Whether the ledger was opened read-only (nothing is submitted to the writer).
+    let readOnly: Bool
+    /// The ledger's directory (for errors).
+    let path: String
+    /// The host of the share URLs the ledger presents.
+    let shareURLHost: String
+    /// The log's last commit and the key store's generation when ``noticeKeyStoreChanges()`` last looked.
+    private let keyStoreSeen: Mutex<(committed: UInt64, generation: UInt64)>
+
+    /// The glue of `log`, opened with `configuration`: its read models (sealing new events or not),
+    /// the row cache and tag tracker the log's writer tells about every commit, the metadata cache.
+    init(log: EventLog, configuration: ShareLedger.Configuration) {
+        self.log = log
+        models = configuration.sealsPersonalData ? log.store.models : log.store.models.notSealingNewEvents()
+        let capacity = configuration.metadataCacheCapacity
+        shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
+        let rows = RowCache()
+        writerModels = models.keepingRows(in: rows)
+        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
+        metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
+        keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, log.store.models.vault?.generation ?? 0))
+        readOnly = configuration.readOnly
+        path = configuration.path
+        shareURLHost = configuration.shareURLHost
+    }
+
+    /// Runs bookkeeping in the writer's next transaction and returns its result. It may write
+    /// anything (the read models are told to forget what they keep in memory); an error it throws
+    /// aborts the transaction, and only it fails. With `alone`, in a transaction of its own
+    /// (``LogWriter/submit(bytes:alone:_:)``): for work that must see every event committed before it
+    /// and that later steps must not write after (a rebuild's last step). With `replicating`, the
+    /// work applies another ledger's events and is exempt from the directory's role check.
+    package func maintain<Result: Sendable>(
+        alone: Bool = false, replicating: Bool = false, _ work: @escaping MaintenanceWork<Result>
+    ) async throws(LedgerError) -> Result {
+        guard !readOnly else {
+            throw LedgerError(.readOnly, "the ledger at \(path) was opened read-only")
+        }
+        return try await log.writer.submit(bytes: 256, alone: alone, replicating: replicating) { txn, _, scope in
+            scope.invalidateEverything()
+            let count = try work(txn)
+            // Maintenance may move the head (an import writes events): later steps of the batch
+            // append after what it wrote.
+            try scope.reloadHead(txn)
+            return count
+        }.get()
+    }
+
+    /// Submits `command` to the log's writer and returns its outcome once committed, without the
+    /// caller-side checks of ``ShareLedger/submit(_:)`` (the worker completes its tasks even while
+    /// cancelled).
+    func commit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
+        // Its answers may open boxes: not with keys another process destroyed.
+        try noticeKeyStoreChanges()
+        do {
+            // The rules and projections reach the read models only through `ReadModelStore`, which
+            // works through the writer's overlay: their derived state may be written behind.
+            return try await log.writer.submit(
+                bytes: command.bytes, command.commitStep(models: writerModels))
+                .get().get()
+        } catch {
+            throw log.namingTheFile(error)
+        }
+    }
+
+    /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``, after
+    /// ``noticeKeyStoreChanges()``.
+    package func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
+        try noticeKeyStoreChanges()
+        return try log.read(doing(), body)
+    }
+
+    /// Brings what this ledger keeps of personal data up to the key store: when a transaction was
+    /// committed in the log's file since the last look (by any process: a forget commits one after
+    /// destroying keys), the key file is read again if it changed, and when keys went (there, or
+    /// through another ledger of this process), every kept answer is dropped. So a forget anywhere
+    /// is seen by the next read here. Costs two atomic reads and a look at LMDB's meta page when
+    /// nothing happened.
+    func noticeKeyStoreChanges() throws(LedgerError) {
+        guard let vault = models.vault else { return }
+        let committed = log.store.environment.lastCommittedOwnTransactionID() ?? 0
+        let seen = keyStoreSeen.withLock { $0 }
+        if committed == seen.committed, vault.generation == seen.generation { return }
+        if committed != seen.committed { try vault.reloadIfChanged() }
+        let generation = vault.generation
+        if generation != seen.generation { dropKeptAnswers() }
+        keyStoreSeen.withLock { $0 = (committed, generation) }
+    }
+
+    /// Kept metadata answers may name a forgotten person: rows changed without any share's tag
+    /// changing, so every kept answer is dropped (as after maintenance work: a new generation).
+    func dropKeptAnswers() {
+        shareTags.committed(0, appended: false, tokens: [], everything: true)
+        metadataCache?.removeAll()
+    }
+
+    /// What turns the domain's answers into public values, for this ledger's read models and host.
+    var presenter: Presenter { Presenter(models: models, urlHost: shareURLHost) }
+}
+
+/// Bookkeeping the writer runs in its transaction (see ``LedgerStore/maintain(alone:replicating:_:)``).
+package typealias MaintenanceWork<Result> = @Sendable (borrowing Transaction) throws -> Result
