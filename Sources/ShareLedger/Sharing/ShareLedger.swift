@@ -43,7 +43,10 @@ public final class ShareLedger: Sendable {
     private init(log: EventLog, configuration: Configuration) {
         self.log = log
         self.configuration = configuration
-        store = LedgerStore(log: log, configuration: configuration)
+        store = LedgerStore(
+            log: log, sealsPersonalData: configuration.sealsPersonalData,
+            metadataCacheCapacity: configuration.metadataCacheCapacity, readOnly: configuration.readOnly,
+            path: configuration.path, shareURLHost: configuration.shareURLHost)
         snapshots = ReadModelSnapshotStore(log: log, ledgerPath: configuration.path, logger: configuration.logger)
         // A replica or a deposed writer takes no writes: the worker (which appends) stays off there.
         let role = try? LedgerRole.read(at: configuration.path)

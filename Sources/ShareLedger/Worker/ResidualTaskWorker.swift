@@ -120,16 +120,17 @@ public final class ResidualTaskWorker: Service, Sendable {
     private let failuresCounter: Counter
     private let parkedGauge: Gauge
 
-    /// A worker for `ledger`: it keeps the ledger's store, snapshots, clock and random source, not the
-    /// ledger. Several worker objects may exist; the lease lets one work at a time.
-    public init(
-        ledger: ShareLedger, configuration: Configuration = Configuration(),
-        executor: any ResidualTaskExecutor = LedgerOnlyExecutor()
+    /// A worker given what it works with: the ledger's store, its snapshots, its clock and random
+    /// source (``init(ledger:configuration:executor:)`` takes them from a ``ShareLedger``). Several
+    /// worker objects may exist; the lease lets one work at a time.
+    package init(
+        store: LedgerStore, snapshots: ReadModelSnapshotStore, clock: any LedgerClock,
+        randomSource: any LedgerRandomSource, configuration: Configuration, executor: any ResidualTaskExecutor
     ) {
-        self.store = ledger.store
-        self.snapshots = ledger.snapshots
-        self.clock = ledger.configuration.clock
-        self.randomSource = ledger.configuration.randomSource
+        self.store = store
+        self.snapshots = snapshots
+        self.clock = clock
+        self.randomSource = randomSource
         self.configuration = configuration
         self.executor = executor
         let id = UUID()

@@ -74,8 +74,3 @@ extension Shareledger_Events_V1_PersonalDataForgotten {
     /// The addresses whose keys this erasure destroys.
     package var addresses: [AddressHash] { AddressHash.pair(email: emailHash, phone: phoneHash) }
 }
-
-extension ParticipantState {
-    /// The address the invitation went to, by keyed hash (sealed invitations only).
-    package var address: AddressHash? { AddressHash.pair(email: emailHash, phone: phoneHash).first }
-}

@@ -30,21 +30,23 @@ package final class LedgerStore: Sendable {
     /// The log's last commit and the key store's generation when ``noticeKeyStoreChanges()`` last looked.
     private let keyStoreSeen: Mutex<(committed: UInt64, generation: UInt64)>
 
-    /// The glue of `log`, opened with `configuration`: its read models (sealing new events or not),
+    /// The glue of `log`, opened with the ledger's configuration: its read models (sealing new events or not),
     /// the row cache and tag tracker the log's writer tells about every commit, the metadata cache.
-    init(log: EventLog, configuration: ShareLedger.Configuration) {
+    init(
+        log: EventLog, sealsPersonalData: Bool, metadataCacheCapacity capacity: Int, readOnly: Bool, path: String,
+        shareURLHost: String
+    ) {
         self.log = log
-        models = configuration.sealsPersonalData ? log.store.models : log.store.models.notSealingNewEvents()
-        let capacity = configuration.metadataCacheCapacity
+        models = sealsPersonalData ? log.store.models : log.store.models.notSealingNewEvents()
         shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
         let rows = RowCache()
         writerModels = models.keepingRows(in: rows)
         log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
         keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, log.store.models.vault?.generation ?? 0))
-        readOnly = configuration.readOnly
-        path = configuration.path
-        shareURLHost = configuration.shareURLHost
+        self.readOnly = readOnly
+        self.path = path
+        self.shareURLHost = shareURLHost
     }
 
     /// Runs bookkeeping in the writer's next transaction and returns its result. It may write
