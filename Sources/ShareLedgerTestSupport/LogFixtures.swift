@@ -70,11 +70,15 @@ package func appendInOneBatch(
     return await withTaskGroup(of: (Int, Result<AppendResult, LedgerError>).self) { group in
         for index in 0..<count {
             group.addTask {
+                // The outcome first, then the tuple: built in one expression inside the typed-throws
+                // `do`, the optimizer (Swift 6.3.1, -O) returned garbage indexes.
+                let outcome: Result<AppendResult, LedgerError>
                 do throws(LedgerError) {
-                    return (index, .success(try await append(index)))
+                    outcome = .success(try await append(index))
                 } catch {
-                    return (index, .failure(error))
+                    outcome = .failure(error)
                 }
+                return (index, outcome)
             }
         }
         while log.queuedCommands < count { try? await Task.sleep(for: .milliseconds(1)) }
