@@ -11,7 +11,7 @@ import Glibc
 func runMixChild(_ arguments: [String]) async -> Never {
     guard arguments.count >= 2 else {
         FileHandle.standardError.write(
-            Data("usage: ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN] [rebuild] [behind]\n".utf8))
+            Data("usage: ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN] [rebuild]\n".utf8))
         exit(64)
     }
     let clients = arguments.count > 2 ? Int(arguments[2]) ?? 6 : 6

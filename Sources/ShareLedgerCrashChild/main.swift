@@ -11,7 +11,7 @@
 // writes "<user record name>\n" to the acknowledgement file. A kill can land between an accept's
 // commit and its task's completion, or in the middle of an attempt.
 //
-//        ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN] [rebuild] [behind]
+//        ShareLedgerCrashChild --mix LEDGER_DIR ACK_FILE [CLIENTS] [DURABILITY] [RUN] [rebuild]
 //        ShareLedgerCrashChild --soak-driver [KILLS] [--seed N] [--dir DIR] [--quiet] [--rebuild]
 //        ShareLedgerCrashChild --import LEDGER_DIR NDJSON_FILE
 //        ShareLedgerCrashChild --forget LEDGER_DIR ACK_FILE [CLIENTS]
@@ -19,8 +19,7 @@
 // --mix runs the mixed sharing workload of ShareLedgerCrashHarness (CrashWorkload): concurrent
 // clients registering users, saving records, creating shares, inviting, fetching metadata and
 // accepting, with the in-process worker on; with `rebuild`, read models rewritten into their second
-// copies and switched in over and over meanwhile; with `behind`, derived state written behind the
-// log's commit. --soak-driver is scripts/soak: it runs this executable
+// copies and switched in over and over meanwhile. --soak-driver is scripts/soak: it runs this executable
 // with --mix, kills it KILLS times (default 200) and verifies the ledger after each kill (SoakDriver).
 // --forget registers users with personal data and forgets every second one (ForgetChild.swift).
 // --import imports the file's lines after the ledger's head (ImportCrash): the crash tests kill it

@@ -78,8 +78,8 @@ package final class LedgerStore: Sendable {
         // Its answers may open boxes: not with keys another process destroyed.
         try noticeKeyStoreChanges()
         do {
-            // The rules and projections reach the read models only through `ReadModelStore`, which
-            // works through the writer's overlay: their derived state may be written behind.
+            // The rules and projections reach the read models only through `ReadModelStore`, on the
+            // writer's transaction.
             return try await log.writer.submit(
                 bytes: command.bytes, command.commitStep(models: writerModels))
                 .get().get()
