@@ -252,9 +252,10 @@ public final class LedgerShipper: Service, Sendable {
         let logger = configuration.logger
         return try await connection.get { connection throws(ReplicationError) in
             // Creating a replicated stream waits for the cluster to place it; right after a cluster
-            // forms or loses its leader that can time out, or find no peers to place it on, once and
-            // succeed the next time (creating or checking the stream is idempotent), so either is
-            // retried twice, half a second apart, before it is an error.
+            // forms or loses its leader that can time out, or find no peers to place it on, for a
+            // few seconds and then succeed (creating or checking the stream is idempotent), so
+            // either is retried, half a second apart, for up to 10 s before it is an error.
+            let deadline = ContinuousClock.now + .seconds(10)
             var attempt = 0
             let stream: NATSConnection.StreamState
             while true {
@@ -263,7 +264,7 @@ public final class LedgerShipper: Service, Sendable {
                         try connection.ensureStream(name: names.stream, subject: names.subject, replicas: replicas, duplicatesWindow: window)
                     }
                     break
-                } catch where error.code == .timedOut && attempt < 2 {
+                } catch where error.code == .timedOut && ContinuousClock.now + .milliseconds(500) < deadline {
                     attempt += 1
                     // During a leader election the stream exists but cannot answer the creation
                     // in time: say which of the two it is.

@@ -333,9 +333,10 @@ final class NATSConnection: @unchecked Sendable {
         config.History = history
         config.Replicas = Int32(replicas)
         config.StorageType = js_FileStorage
-        // A cluster that is still forming answers "no suitable peers" for a while: retry that
-        // (about 5 s in all, on this blocking thread), as creating a stream is retried.
-        let deadline = ContinuousClock.now + .seconds(5)
+        // A connected cluster that is still forming answers "no suitable peers", or a bare error
+        // while it elects its JetStream metadata leader, for a while: retry any failure (about 10 s
+        // in all, on this blocking thread). A cluster that cannot be reached fails earlier, in connect.
+        let deadline = ContinuousClock.now + .seconds(10)
         while true {
             let status = js_CreateKeyValue(&store, jetStream, &config)
             if status == NATS_OK { break }
@@ -344,7 +345,7 @@ final class NATSConnection: @unchecked Sendable {
                 return NATSKeyValue(store: store, bucket: name, connection: self)
             }
             let error = NATSConnection.error(status, "creating key-value bucket \(name)")
-            guard error.code == .timedOut, ContinuousClock.now + .milliseconds(250) < deadline else { throw error }
+            guard ContinuousClock.now + .milliseconds(250) < deadline else { throw error }
             usleep(250_000)
         }
         guard let store else { throw ReplicationError(.unavailable, "creating key-value bucket \(name) returned nothing") }
