@@ -43,7 +43,7 @@ package final class LedgerStore: Sendable {
         writerModels = models.keepingRows(in: rows)
         log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
-        keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, log.store.models.vault?.generation ?? 0))
+        keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, models.vault?.generation ?? 0))
         self.readOnly = readOnly
         self.path = path
         self.shareURLHost = shareURLHost
