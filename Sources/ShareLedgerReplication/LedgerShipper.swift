@@ -254,8 +254,9 @@ public final class LedgerShipper: Service, Sendable {
             // Creating a replicated stream waits for the cluster to place it; right after a cluster
             // forms or loses its leader that can time out, or find no peers to place it on, for a
             // few seconds and then succeed (creating or checking the stream is idempotent), so
-            // either is retried, half a second apart, for up to 10 s before it is an error.
-            let deadline = ContinuousClock.now + .seconds(10)
+            // either is retried, half a second apart, for the connection's `formingClusterWindow`
+            // (10 s, longer when one call may wait longer) before it is an error.
+            let deadline = ContinuousClock.now + connection.formingClusterWindow
             var attempt = 0
             let stream: NATSConnection.StreamState
             while true {

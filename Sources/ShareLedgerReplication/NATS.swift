@@ -92,12 +92,21 @@ final class NATSConnection: @unchecked Sendable {
         natsConnection_Close(connection)
     }
 
-    /// Runs blocking `body` off the cooperative pool, bounded by three times the call wait.
+    /// Runs blocking `body` off the cooperative pool, bounded by `timeout`, else by three times the call wait.
     func call<T: Sendable>(
-        _ what: String, _ body: @escaping @Sendable (NATSConnection) throws(ReplicationError) -> T
+        _ what: String, timeout: Duration? = nil, _ body: @escaping @Sendable (NATSConnection) throws(ReplicationError) -> T
     ) async throws(ReplicationError) -> T {
-        try await Blocking.run(what, timeout: .milliseconds(waitMilliseconds * 3)) { () throws(ReplicationError) in try body(self) }
+        try await Blocking.run(what, timeout: timeout ?? .milliseconds(waitMilliseconds * 3)) { () throws(ReplicationError) in try body(self) }
     }
+
+    /// How long creating a stream or a bucket is retried while a cluster forms or elects its JetStream
+    /// metadata leader: 10 s, or two call waits and a second when that is longer, so that a slow
+    /// cluster (each failed attempt can take a whole wait) gets at least a second attempt.
+    var formingClusterWindow: Duration { max(.seconds(10), .milliseconds(waitMilliseconds * 2 + 1_000)) }
+
+    /// The bound for a call that retries for ``formingClusterWindow``: the window, the last attempt's
+    /// wait and a second.
+    var formingClusterCallTimeout: Duration { formingClusterWindow + .milliseconds(waitMilliseconds + 1_000) }
 
     // MARK: - Errors
 
@@ -334,9 +343,10 @@ final class NATSConnection: @unchecked Sendable {
         config.Replicas = Int32(replicas)
         config.StorageType = js_FileStorage
         // A connected cluster that is still forming answers "no suitable peers", or a bare error
-        // while it elects its JetStream metadata leader, for a while: retry any failure (about 10 s
-        // in all, on this blocking thread). A cluster that cannot be reached fails earlier, in connect.
-        let deadline = ContinuousClock.now + .seconds(10)
+        // while it elects its JetStream metadata leader, for a while: retry any failure for
+        // `formingClusterWindow`, on this blocking thread (call it with `formingClusterCallTimeout`).
+        // A cluster that cannot be reached fails earlier, in connect.
+        let deadline = ContinuousClock.now + formingClusterWindow
         while true {
             let status = js_CreateKeyValue(&store, jetStream, &config)
             if status == NATS_OK { break }

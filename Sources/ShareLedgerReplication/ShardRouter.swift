@@ -31,7 +31,7 @@ public final class ShardRouter: Sendable {
     /// Connects and opens the shard map (created with `replicas` replicas when missing).
     public static func open(servers: [String], replicas: Int = 3, timeout: Duration = .seconds(2)) async throws(ReplicationError) -> ShardRouter {
         let connection = try await NATSConnection.connect(servers: servers, name: "share-ledger router", wait: timeout)
-        let map = try await connection.call("opening bucket \(bucket)") { connection throws(ReplicationError) in
+        let map = try await connection.call("opening bucket \(bucket)", timeout: connection.formingClusterCallTimeout) { connection throws(ReplicationError) in
             try connection.keyValue(bucket: bucket, replicas: replicas, history: 5)
         }
         return ShardRouter(connection: connection, map: map, timeout: timeout)

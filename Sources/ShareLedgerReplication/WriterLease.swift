@@ -70,7 +70,7 @@ public final class WriterLease: Sendable {
         }
         let connection = try await NATSConnection.connect(servers: servers, name: "share-ledger lease \(holder)")
         let bucket = WriterLease.bucket(shard)
-        let keyValue = try await connection.call("opening bucket \(bucket)") { connection throws(ReplicationError) in
+        let keyValue = try await connection.call("opening bucket \(bucket)", timeout: connection.formingClusterCallTimeout) { connection throws(ReplicationError) in
             try connection.keyValue(bucket: bucket, replicas: replicas)
         }
         return WriterLease(keyValue: keyValue, shard: shard, holder: holder, duration: duration, clock: clock)
