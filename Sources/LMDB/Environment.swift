@@ -403,9 +403,7 @@ package final class Environment: @unchecked Sendable {
                 case .resized(let companion): return .mapResized(companion: companion)
                 case .begun(let transactions): begun = transactions
                 }
-                let ran = try run(
-                    body, txn: begun.txn, companion: begun.companion, writable: writable, state: TransactionState(),
-                    abort: begun.abortAll, full: begun.mapFull)
+                let ran = try run(body, begun, writable: writable, state: TransactionState())
                 guard case .done(let result) = ran else { return ran }
                 guard writable || commitReadOnly else {
                     begun.abortAll()
@@ -528,14 +526,17 @@ package final class Environment: @unchecked Sendable {
         return nil
     }
 
-    /// Runs `body` in the transaction `txn` (with `companion`). When it throws, or an LMDB error was
-    /// recorded inside it (the first one wins over what `body` made of it), calls `abort` and throws
-    /// that error, or returns `full`'s outcome for a full map. Otherwise `.done` with its result, the
-    /// transaction still open.
+    /// Runs `body` in `begun`'s transactions. When it throws, or an LMDB error was recorded inside
+    /// it (the first one wins over what `body` made of it), aborts both and throws that error, or
+    /// returns the outcome of a full map (``BegunTransactions/mapFull(_:)``). Otherwise `.done` with
+    /// its result, the transactions still open. (`begun` is passed whole, not as the closures
+    /// `begun.abortAll` and `begun.mapFull`: those partial applications allocated two contexts per
+    /// transaction.)
     private func run<R>(
-        _ body: (borrowing Transaction) throws -> R, txn: OpaquePointer, companion: OpaquePointer?, writable: Bool,
-        state: TransactionState, abort: () -> Void, full: (LMDBError) -> TransactionOutcome<R>
+        _ body: (borrowing Transaction) throws -> R, _ begun: BegunTransactions, writable: Bool, state: TransactionState
     ) throws -> TransactionOutcome<R> {
+        let txn = begun.txn
+        let companion = begun.companion
         let result: R
         do {
             let usesTwins = try switchIsSet(txn, companion: companion)
@@ -544,17 +545,17 @@ package final class Environment: @unchecked Sendable {
                     txn: txn, companion: companion, isWritable: writable, state: state, path: path(inCompanion: txn == companion),
                     companionPath: companionOptions?.path, usesTwins: usesTwins))
         } catch {
-            abort()
+            begun.abortAll()
             if let first = state.firstError {
-                if first.code == .mapFull { return full(first) }
+                if first.code == .mapFull { return begun.mapFull(first) }
                 throw first
             }
-            if let lmdb = error as? LMDBError, lmdb.code == .mapFull { return full(lmdb) }
+            if let lmdb = error as? LMDBError, lmdb.code == .mapFull { return begun.mapFull(lmdb) }
             throw error
         }
         if let first = state.firstError {
-            abort()
-            if first.code == .mapFull { return full(first) }
+            begun.abortAll()
+            if first.code == .mapFull { return begun.mapFull(first) }
             throw first
         }
         return .done(result)
