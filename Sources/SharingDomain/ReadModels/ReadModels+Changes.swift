@@ -34,13 +34,15 @@ package struct RecordChangeEntry: Equatable {
     package static let deletedKind: UInt8 = 0x44  // "D"
 
     package var value: [UInt8] {
-        let name = Array(recordName.utf8)
+        let nameLength = recordName.utf8.count
+        let withToken = deleted || isShare
         let kind = deleted ? RecordChangeEntry.deletedKind : (isShare ? RecordChangeEntry.shareSaved : RecordChangeEntry.saved)
-        var out: [UInt8] = [kind]
-        out.append(UInt8(truncatingIfNeeded: name.count >> 8))
-        out.append(UInt8(truncatingIfNeeded: name.count))
-        out += name
-        if deleted || isShare { out += Array(shareToken.utf8) }
+        var out = [UInt8](capacity: 3 + nameLength + (withToken ? shareToken.utf8.count : 0))
+        out.append(kind)
+        out.append(UInt8(truncatingIfNeeded: nameLength >> 8))
+        out.append(UInt8(truncatingIfNeeded: nameLength))
+        out.appendUTF8(recordName)
+        if withToken { out.appendUTF8(shareToken) }
         return out
     }
 
@@ -75,7 +77,17 @@ package struct ZoneChangeEntry: Equatable {
     package var deleted: Bool
     package var zoneID: UInt64
 
-    package var value: [UInt8] { BigEndianBytes.bytes(of: position) + [deleted ? 1 : 0] + BigEndianBytes.bytes(of: zoneID) }
+    package init(ownerName: String, zoneName: String, position: UInt64, deleted: Bool, zoneID: UInt64) {
+        (self.ownerName, self.zoneName, self.position, self.deleted, self.zoneID) = (ownerName, zoneName, position, deleted, zoneID)
+    }
+
+    package var value: [UInt8] {
+        var out = [UInt8](capacity: 17)
+        out.appendBigEndian(position)
+        out.append(deleted ? 1 : 0)
+        out.appendBigEndian(zoneID)
+        return out
+    }
 }
 
 /// Which database of a user a zone change is in.
@@ -86,19 +98,38 @@ package enum ChangeScope: UInt8 {
 
 extension ReadModels {
     package static func recordChangeKey(zoneID: UInt64, position: UInt64) -> [UInt8] {
-        BigEndianBytes.bytes(of: zoneID) + [0] + BigEndianBytes.bytes(of: position)
+        var out = [UInt8](capacity: 17)
+        out.appendBigEndian(zoneID)
+        out.append(0)
+        out.appendBigEndian(position)
+        return out
     }
 
     package static func recordChangePointerKey(zoneID: UInt64, _ record: String) -> [UInt8] {
-        BigEndianBytes.bytes(of: zoneID) + [1] + Array(record.utf8)
+        var out = [UInt8](capacity: 9 + record.utf8.count)
+        out.appendBigEndian(zoneID)
+        out.append(1)
+        out.appendUTF8(record)
+        return out
     }
 
     package static func zoneChangePrefix(_ container: String, user: String, _ scope: ChangeScope) -> [UInt8] {
-        key(container, user) + [0, scope.rawValue]
+        var out = [UInt8](capacity: container.utf8.count + user.utf8.count + 3)
+        out.appendUTF8(container)
+        out.append(0)
+        out.appendUTF8(user)
+        out.append(0)
+        out.append(scope.rawValue)
+        return out
     }
 
     package static func zoneChangeKey(_ container: String, user: String, _ scope: ChangeScope, owner: String, zone: String) -> [UInt8] {
-        zoneChangePrefix(container, user: user, scope) + key(owner, zone)
+        var out = zoneChangePrefix(container, user: user, scope)
+        out.reserveCapacity(out.count + owner.utf8.count + 1 + zone.utf8.count)
+        out.appendUTF8(owner)
+        out.append(0)
+        out.appendUTF8(zone)
+        return out
     }
 
     /// Records the latest change of a record (its entry moves to `position`).

@@ -166,12 +166,23 @@ package final class ReadModels: Sendable {
 
     // MARK: - Keys
 
-    package static func key(_ parts: String...) -> [UInt8] {
-        var out: [UInt8] = []
-        for (index, part) in parts.enumerated() {
-            if index > 0 { out.append(0) }
-            out.append(contentsOf: part.utf8)
-        }
+    /// The parts' UTF-8 bytes, each after the first behind a 0 byte.
+    package static func key(_ first: String, _ second: String) -> [UInt8] {
+        var out = [UInt8](capacity: first.utf8.count + 1 + second.utf8.count)
+        out.appendUTF8(first)
+        out.append(0)
+        out.appendUTF8(second)
+        return out
+    }
+
+    /// The parts' UTF-8 bytes, each after the first behind a 0 byte.
+    package static func key(_ first: String, _ second: String, _ third: String) -> [UInt8] {
+        var out = [UInt8](capacity: first.utf8.count + second.utf8.count + third.utf8.count + 2)
+        out.appendUTF8(first)
+        out.append(0)
+        out.appendUTF8(second)
+        out.append(0)
+        out.appendUTF8(third)
         return out
     }
 
@@ -190,7 +201,12 @@ package final class ReadModels: Sendable {
 
     /// container ‖ 0 ‖ `kind` (`E` or `P`) ‖ a keyed hash.
     package static func lookupKey(_ container: String, hash: [UInt8], kind: Character) -> [UInt8] {
-        key(container, String(kind)) + hash
+        var out = [UInt8](capacity: container.utf8.count + 1 + kind.utf8.count + hash.count)
+        out.appendUTF8(container)
+        out.append(0)
+        out.append(contentsOf: kind.utf8)
+        out.append(contentsOf: hash)
+        return out
     }
 
     /// The `rm_addresses` key of an address: container ‖ 0 ‖ `E` or `P` ‖ its keyed hash (the
@@ -223,15 +239,27 @@ package final class ReadModels: Sendable {
     package static func zoneKey(_ container: String, owner: String, zone: String) -> [UInt8] { key(container, owner, zone) }
 
     package static func recordKey(zoneID: UInt64, _ record: String) -> [UInt8] {
-        BigEndianBytes.bytes(of: zoneID) + Array(record.utf8)
+        var out = [UInt8](capacity: 8 + record.utf8.count)
+        out.appendBigEndian(zoneID)
+        out.appendUTF8(record)
+        return out
     }
 
     package static func participantKey(_ token: String, _ participantID: String) -> [UInt8] {
-        Array(token.utf8) + Array(participantID.utf8)
+        var out = [UInt8](capacity: token.utf8.count + participantID.utf8.count)
+        out.appendUTF8(token)
+        out.appendUTF8(participantID)
+        return out
     }
 
     package static func sharedZoneKey(_ container: String, user: String, zoneID: UInt64) -> [UInt8] {
-        key(container, user) + [0] + BigEndianBytes.bytes(of: zoneID)
+        var out = [UInt8](capacity: container.utf8.count + user.utf8.count + 10)
+        out.appendUTF8(container)
+        out.append(0)
+        out.appendUTF8(user)
+        out.append(0)
+        out.appendBigEndian(zoneID)
+        return out
     }
 
     /// What an entry of `rm_access` is.
@@ -243,11 +271,20 @@ package final class ReadModels: Sendable {
     }
 
     package static func accessKey(_ token: String, _ kind: AccessKind, user: String) -> [UInt8] {
-        Array(token.utf8) + [kind.rawValue] + Array(user.utf8)
+        var out = [UInt8](capacity: token.utf8.count + 1 + user.utf8.count)
+        out.appendUTF8(token)
+        out.append(kind.rawValue)
+        out.appendUTF8(user)
+        return out
     }
 
     package static func verificationKey(_ token: String, _ participantID: String, user: String) -> [UInt8] {
-        Array(token.utf8) + Array(participantID.utf8) + [0] + Array(user.utf8)
+        var out = [UInt8](capacity: token.utf8.count + participantID.utf8.count + 1 + user.utf8.count)
+        out.appendUTF8(token)
+        out.appendUTF8(participantID)
+        out.append(0)
+        out.appendUTF8(user)
+        return out
     }
 
     // MARK: - Values
