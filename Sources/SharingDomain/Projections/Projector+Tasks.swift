@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 
@@ -7,7 +8,7 @@ extension Projector {
         _ e: Shareledger_Events_V1_ParticipantZoneCreated, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws {
         let m = models
-        let taskKey = BigEndianBytes.bytes(of: e.taskID)
+        let taskKey = BigEndian.bytes(of: e.taskID)
         guard let task = try m.message(ResidualTaskState.self, txn, m.outbox, taskKey) else { return }
         try txn.delete(m.outbox, key: taskKey)
         try txn.delete(m.workerTasks, key: taskKey)
@@ -29,7 +30,7 @@ extension Projector {
         _ e: Shareledger_Events_V1_ParticipantZoneRemoved, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws {
         let m = models
-        let taskKey = BigEndianBytes.bytes(of: e.taskID)
+        let taskKey = BigEndian.bytes(of: e.taskID)
         guard let task = try m.message(ResidualTaskState.self, txn, m.outbox, taskKey) else { return }
         try txn.delete(m.outbox, key: taskKey)
         try txn.delete(m.workerTasks, key: taskKey)

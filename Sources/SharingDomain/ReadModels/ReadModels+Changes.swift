@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 
@@ -75,7 +76,7 @@ package struct ZoneChangeEntry: Equatable {
     package var deleted: Bool
     package var zoneID: UInt64
 
-    package var value: [UInt8] { BigEndianBytes.bytes(of: position) + [deleted ? 1 : 0] + BigEndianBytes.bytes(of: zoneID) }
+    package var value: [UInt8] { BigEndian.bytes(of: position) + [deleted ? 1 : 0] + BigEndian.bytes(of: zoneID) }
 }
 
 /// Which database of a user a zone change is in.
@@ -86,11 +87,11 @@ package enum ChangeScope: UInt8 {
 
 extension ReadModels {
     package static func recordChangeKey(zoneID: UInt64, position: UInt64) -> [UInt8] {
-        BigEndianBytes.bytes(of: zoneID) + [0] + BigEndianBytes.bytes(of: position)
+        BigEndian.bytes(of: zoneID) + [0] + BigEndian.bytes(of: position)
     }
 
     package static func recordChangePointerKey(zoneID: UInt64, _ record: String) -> [UInt8] {
-        BigEndianBytes.bytes(of: zoneID) + [1] + Array(record.utf8)
+        BigEndian.bytes(of: zoneID) + [1] + Array(record.utf8)
     }
 
     package static func zoneChangePrefix(_ container: String, user: String, _ scope: ChangeScope) -> [UInt8] {
@@ -106,11 +107,11 @@ extension ReadModels {
         _ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ entry: RecordChangeEntry
     ) throws {
         let pointer = ReadModels.recordChangePointerKey(zoneID: zoneID, entry.recordName)
-        if let previous = try txn.get(recordChanges, key: pointer).flatMap({ BigEndianBytes.uint64($0) }) {
+        if let previous = try txn.get(recordChanges, key: pointer).flatMap({ BigEndian.uint64($0) }) {
             try txn.delete(recordChanges, key: ReadModels.recordChangeKey(zoneID: zoneID, position: previous))
         }
         try txn.put(recordChanges, key: ReadModels.recordChangeKey(zoneID: zoneID, position: entry.position), value: entry.value)
-        try txn.put(recordChanges, key: pointer, value: BigEndianBytes.bytes(of: entry.position))
+        try txn.put(recordChanges, key: pointer, value: BigEndian.bytes(of: entry.position))
     }
 
     /// Records the change of a share record by the event at `position`: saved while the share
@@ -131,7 +132,7 @@ extension ReadModels {
 
     /// Forgets every change of a deleted zone (its id is never used again).
     package func dropRecordChanges(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64) throws {
-        let prefix = BigEndianBytes.bytes(of: zoneID)
+        let prefix = BigEndian.bytes(of: zoneID)
         for entry in try scan(txn, recordChanges, prefix: prefix) { try txn.delete(recordChanges, key: prefix + entry.suffix) }
     }
 
@@ -149,14 +150,14 @@ extension ReadModels {
     package func recordChanges(
         _ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, after position: UInt64, limit: Int
     ) throws -> [RecordChangeEntry] {
-        let prefix = BigEndianBytes.bytes(of: zoneID) + [0]
+        let prefix = BigEndian.bytes(of: zoneID) + [0]
         let start = ReadModels.recordChangeKey(zoneID: zoneID, position: position &+ 1)
         guard position < UInt64.max else { return [] }
         var raw: [(UInt64, [UInt8])] = []
         try start.withUnsafeBytes { from in
             try txn.visit(recordChanges, from: from) { key, value in
                 guard raw.count < limit, key.count == prefix.count + 8, key.prefix(prefix.count).elementsEqual(prefix),
-                    let at = BigEndianBytes.uint64(key, at: prefix.count)
+                    let at = BigEndian.uint64(key, at: prefix.count)
                 else { return false }
                 raw.append((at, Array(value)))
                 return true
@@ -170,8 +171,8 @@ extension ReadModels {
         throws -> [ZoneChangeEntry]
     {
         try scan(txn, zoneChanges, prefix: ReadModels.zoneChangePrefix(container, user: user, scope)).map { entry in
-            guard entry.value.count == 17, let position = BigEndianBytes.uint64(entry.value),
-                let zoneID = BigEndianBytes.uint64(entry.value, at: 9), let separator = entry.suffix.firstIndex(of: 0)
+            guard entry.value.count == 17, let position = BigEndian.uint64(entry.value),
+                let zoneID = BigEndian.uint64(entry.value, at: 9), let separator = entry.suffix.firstIndex(of: 0)
             else {
                 throw LedgerError(.corruptedData, "an entry of idx_zone_changes is malformed; run `share-ledger rebuild`")
             }

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 import SwiftProtobuf
@@ -223,7 +224,7 @@ package final class ReadModels: Sendable {
     package static func zoneKey(_ container: String, owner: String, zone: String) -> [UInt8] { key(container, owner, zone) }
 
     package static func recordKey(zoneID: UInt64, _ record: String) -> [UInt8] {
-        BigEndianBytes.bytes(of: zoneID) + Array(record.utf8)
+        BigEndian.bytes(of: zoneID) + Array(record.utf8)
     }
 
     package static func participantKey(_ token: String, _ participantID: String) -> [UInt8] {
@@ -231,7 +232,7 @@ package final class ReadModels: Sendable {
     }
 
     package static func sharedZoneKey(_ container: String, user: String, zoneID: UInt64) -> [UInt8] {
-        key(container, user) + [0] + BigEndianBytes.bytes(of: zoneID)
+        key(container, user) + [0] + BigEndian.bytes(of: zoneID)
     }
 
     /// What an entry of `rm_access` is.
@@ -328,14 +329,14 @@ package final class ReadModels: Sendable {
     }
 
     package func counter(_ txn: borrowing some ReadModelStore & ~Copyable, _ counter: Counter) throws -> UInt64 {
-        try txn.get(counters, key: Array(counter.rawValue.utf8)).flatMap { BigEndianBytes.uint64($0) } ?? 0
+        try txn.get(counters, key: Array(counter.rawValue.utf8)).flatMap { BigEndian.uint64($0) } ?? 0
     }
 
     package func add(_ txn: borrowing some ReadModelStore & ~Copyable, _ counter: Counter, _ delta: Int64) throws {
         guard delta != 0 else { return }
         let current = try self.counter(txn, counter)
         let next = delta < 0 ? current &- UInt64(-delta) : current &+ UInt64(delta)
-        try txn.put(counters, key: Array(counter.rawValue.utf8), value: BigEndianBytes.bytes(of: next))
+        try txn.put(counters, key: Array(counter.rawValue.utf8), value: BigEndian.bytes(of: next))
     }
 }
 
