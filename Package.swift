@@ -55,10 +55,17 @@ let package = Package(
             pkgConfig: "lmdb",
             providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
         ),
+        // Keys as bytes: big-endian integers (their byte order is their numeric order), the byte-wise
+        // order of keys LMDB and the in-memory read-model store both keep, a collection's bytes. No
+        // dependencies: the bottom of the graph, so that the LMDB wrapper and the pure domain share one copy.
+        .target(
+            name: "ByteKeys",
+            swiftSettings: strictSettings
+        ),
         // The safe LMDB wrapper. Everything in it is `package` access: no LMDB type leaves this package.
         .target(
             name: "LMDB",
-            dependencies: ["CLMDB"],
+            dependencies: ["ByteKeys", "CLMDB"],
             swiftSettings: strictSettings
         ),
         // The event log: envelope, codec, hash chain, group-commit writer that runs injected commit
@@ -66,6 +73,7 @@ let package = Package(
         .target(
             name: "EventLog",
             dependencies: [
+                "ByteKeys",
                 "LMDB",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -81,6 +89,7 @@ let package = Package(
         .target(
             name: "SharingDomain",
             dependencies: [
+                "ByteKeys",
                 "EventLog",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -93,6 +102,7 @@ let package = Package(
         .target(
             name: "ShareLedger",
             dependencies: [
+                "ByteKeys",
                 "EventLog",
                 "SharingDomain",
                 "LMDB",
@@ -110,6 +120,7 @@ let package = Package(
         .target(
             name: "ShareLedgerAudit",
             dependencies: [
+                "ByteKeys",
                 "ShareLedger",
                 "SharingDomain",
                 "EventLog",
@@ -198,7 +209,7 @@ let package = Package(
         // that records the commit sizes they replay. Not a product.
         .target(
             name: "ShareLedgerBaselines",
-            dependencies: ["EventLog", "LMDB"],
+            dependencies: ["ByteKeys", "EventLog", "LMDB"],
             swiftSettings: strictSettings
         ),
         // The hot paths the nested Benchmarks package measures, through `package` access to
@@ -298,6 +309,7 @@ let package = Package(
         .testTarget(
             name: "SharingDomainTests",
             dependencies: [
+                "ByteKeys",
                 "SharingDomain",
                 "TestSupport",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
@@ -306,7 +318,7 @@ let package = Package(
         ),
         .testTarget(
             name: "LMDBTests",
-            dependencies: ["LMDB", "CLMDB", "TestSupport"],
+            dependencies: ["ByteKeys", "LMDB", "CLMDB", "TestSupport"],
             swiftSettings: strictSettings
         ),
         // The event log alone: appends, group commits, the chain's byte format, subscriptions,
@@ -314,6 +326,7 @@ let package = Package(
         .testTarget(
             name: "EventLogTests",
             dependencies: [
+                "ByteKeys",
                 "EventLog",
                 "LMDB",
                 "TestSupport",
@@ -327,6 +340,7 @@ let package = Package(
         .testTarget(
             name: "ShareLedgerTests",
             dependencies: [
+                "ByteKeys",
                 "ShareLedger",
                 "ShareLedgerAudit",
                 "ShareLedgerFuzzSupport",

@@ -1,5 +1,12 @@
+#if canImport(Glibc)
+    import Glibc
+#else
+    import Darwin
+#endif
+
 /// Exponential backoff between retries, the package's one retry schedule (the replication loops,
-/// the residual-task worker, the commands that wait through a leader election).
+/// the residual-task worker, the commands that wait through a leader election), and the one
+/// retry loop (``retry(until:if:_:onRetry:)``, ``retryBlocking(until:if:_:)``).
 ///
 /// The first wait is `initial`; each wait doubles the next, never beyond `cap` (a cap below
 /// `initial` wins). With a random source (`jitter`), every wait is scaled by a factor in [0.5, 1)
@@ -64,5 +71,47 @@ package struct Backoff: Sendable {
     package mutating func reset() {
         attempts = 0
         next = Self.delay(afterAttempts: 1, initial: initial, cap: cap, jitter: jitter)
+    }
+
+    /// Runs `body` until it returns, again after each failure that `isTransient` accepts while the
+    /// next wait ends before `deadline`, sleeping for the wait in between (after telling `onRetry`
+    /// the failure and the wait). Any other failure, and a transient one too late to wait for, is
+    /// thrown as it is.
+    package mutating func retry<T, E: Error>(
+        until deadline: ContinuousClock.Instant,
+        if isTransient: (E) -> Bool,
+        _ body: () async throws(E) -> T,
+        onRetry: (E, Duration) async -> Void = { _, _ in }
+    ) async throws(E) -> T {
+        while true {
+            do {
+                return try await body()
+            } catch where isTransient(error) && endsBefore(deadline) {
+                await onRetry(error, next)
+                await wait()
+            }
+        }
+    }
+
+    /// ``retry(until:if:_:onRetry:)`` for code on a blocking thread (never the cooperative pool):
+    /// the waits sleep the thread.
+    package mutating func retryBlocking<T, E: Error>(
+        until deadline: ContinuousClock.Instant, if isTransient: (E) -> Bool, _ body: () throws(E) -> T
+    ) throws(E) -> T {
+        while true {
+            do {
+                return try body()
+            } catch where isTransient(error) && endsBefore(deadline) {
+                Self.sleepThread(for: advance())
+            }
+        }
+    }
+
+    /// Sleeps the calling thread for `duration` (again after a signal interrupts the sleep).
+    private static func sleepThread(for duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+        var remaining = timespec()
+        while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
     }
 }

@@ -1,3 +1,4 @@
+import ByteKeys
 import LMDB
 
 extension EventLog {

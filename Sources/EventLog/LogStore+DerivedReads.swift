@@ -1,3 +1,4 @@
+import ByteKeys
 import Foundation
 import LMDB
 import Logging

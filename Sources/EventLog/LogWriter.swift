@@ -1,3 +1,4 @@
+import ByteKeys
 import DequeModule
 import Foundation
 import LMDB

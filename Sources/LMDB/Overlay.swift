@@ -1,3 +1,4 @@
+import ByteKeys
 import CLMDB
 
 /// Writes of a transaction held in memory instead of LMDB, read back through the same transaction

@@ -1,3 +1,4 @@
+import ByteKeys
 import CLMDB
 
 /// Book-keeping shared by a transaction and its cursors: the first LMDB error seen inside it.
@@ -407,18 +408,6 @@ package struct Transaction: ~Copyable {
             return try RowChecksum.verified(key: key, stored: stored, database: db.name, path: db.inCompanion ? companionPath : path)
         } catch { throw state.record(error) }
     }
-}
-
-/// Calls `body` with the bytes of `collection`, without a copy when they are contiguous.
-@inlinable
-@inline(__always)
-package func withBytes<R>(_ collection: some Collection<UInt8>, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows
-    -> R
-{
-    if let result = try collection.withContiguousStorageIfAvailable({ try body(UnsafeRawBufferPointer($0)) }) {
-        return result
-    }
-    return try Array(collection).withUnsafeBytes(body)
 }
 
 extension MDB_val {

@@ -1,3 +1,4 @@
+import ByteKeys
 import Crypto
 import EventLog
 import Foundation

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import LMDB
 import ShareLedger

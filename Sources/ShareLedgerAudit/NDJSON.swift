@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 import LMDB

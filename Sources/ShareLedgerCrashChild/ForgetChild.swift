@@ -11,13 +11,7 @@ import Glibc
 /// while a key is appended to the key store, between a forget's commit and its key's destruction,
 /// or while the key store is rewritten.
 func runForgetChild(_ arguments: [String]) async {
-    let ledgerPath = arguments[0]
-    let ackPath = arguments[1]
-    let clients = arguments.count > 2 ? Int(arguments[2]) ?? 4 : 4
-    let container = "iCloud.com.example.crash"
-    let ackFD = open(ackPath, O_WRONLY | O_APPEND | O_CREAT, 0o644)
-    guard ackFD >= 0 else { exit(66) }
-    func acknowledge(_ line: String) { _ = line.withCString { write(ackFD, $0, strlen($0)) } }
+    let (ledgerPath, ackFD, clients) = clientArguments(arguments, defaultClients: 4)
     var configuration = ShareLedger.Configuration(path: ledgerPath, durability: .durable)
     configuration.residualTaskWorker = nil
     do {
@@ -35,24 +29,22 @@ func runForgetChild(_ arguments: [String]) async {
                         names.givenName = "Given\(run)x\(client)x\(index)"
                         do {
                             try await ledger.registerUser(
-                                name, in: container, emailAddress: forgetCrashEmail(name),
+                                name, in: crashContainer, emailAddress: forgetCrashEmail(name),
                                 phoneNumber: "+1 " + String(format: "%07d%02d%06d", run, client, index), nameComponents: names)
-                            acknowledge("registered \(name)\n")
+                            acknowledge("registered \(name)\n", to: ackFD)
                             if index % 2 == 0 {
-                                try await ledger.forget(user: name, in: container, requestedBy: "crash-test")
-                                acknowledge("forgot \(name)\n")
+                                try await ledger.forget(user: name, in: crashContainer, requestedBy: "crash-test")
+                                acknowledge("forgot \(name)\n", to: ackFD)
                             }
                         } catch {
-                            FileHandle.standardError.write(Data("forget child failed: \(error)\n".utf8))
-                            exit(71)
+                            fail("forget child failed: \(error)", status: 71)
                         }
                     }
                 }
             }
         }
     } catch {
-        FileHandle.standardError.write(Data("forget child failed: \(error)\n".utf8))
-        exit(70)
+        fail("forget child failed: \(error)", status: 70)
     }
 }
 

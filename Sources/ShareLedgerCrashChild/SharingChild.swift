@@ -14,12 +14,8 @@ struct SlowExecutor: ResidualTaskExecutor {
 
 /// The `--sharing` mode of the crash child: see main.swift.
 func runSharingChild(_ arguments: [String]) async {
-    let ledgerPath = arguments[0]
-    let ackPath = arguments[1]
-    let clients = arguments.count > 2 ? Int(arguments[2]) ?? 8 : 8
-    let container = "iCloud.com.example.crash"
-    let ackFD = open(ackPath, O_WRONLY | O_APPEND | O_CREAT, 0o644)
-    guard ackFD >= 0 else { exit(66) }
+    let (ledgerPath, ackFD, clients) = clientArguments(arguments, defaultClients: 8)
+    let container = crashContainer
     var configuration = ShareLedger.Configuration(path: ledgerPath, durability: .durable)
     configuration.residualTaskWorker = ResidualTaskWorker.Configuration(batchSize: 64, leaseDuration: .milliseconds(500))
     do {
@@ -57,18 +53,15 @@ func runSharingChild(_ arguments: [String]) async {
                             try await ledger.registerUser(name, in: container)
                             let user = ledger.container(container, userRecordName: name)
                             _ = try await user.accept(try await user.shareMetadata(for: url))
-                            let line = "\(name)\n"
-                            _ = line.withCString { write(ackFD, $0, strlen($0)) }
+                            acknowledge("\(name)\n", to: ackFD)
                         } catch {
-                            FileHandle.standardError.write(Data("sharing child failed: \(error)\n".utf8))
-                            exit(71)
+                            fail("sharing child failed: \(error)", status: 71)
                         }
                     }
                 }
             }
         }
     } catch {
-        FileHandle.standardError.write(Data("sharing child failed: \(error)\n".utf8))
-        exit(70)
+        fail("sharing child failed: \(error)", status: 70)
     }
 }

@@ -59,18 +59,13 @@ let ledgerPath = arguments[1]
 let ackPath = arguments[2]
 let writers = arguments.count > 3 ? Int(arguments[3]) ?? 8 : 8
 
-let ackFD = open(ackPath, O_WRONLY | O_APPEND | O_CREAT, 0o644)
-guard ackFD >= 0 else {
-    FileHandle.standardError.write(Data("cannot open \(ackPath)\n".utf8))
-    exit(66)
-}
+let ackFD = openAcknowledgements(ackPath)
 
 let log: EventLog
 do {
     log = try EventLog.open(EventLog.Configuration(path: ledgerPath, durability: .durable))
 } catch {
-    FileHandle.standardError.write(Data("cannot open ledger: \(error)\n".utf8))
-    exit(70)
+    fail("cannot open ledger: \(error)", status: 70)
 }
 FileHandle.standardOutput.write(Data("ready\n".utf8))
 
@@ -86,11 +81,9 @@ await withTaskGroup(of: Void.self) { group in
                     let result = try await log.append(
                         [EventDraft(type: "shareledger.test.CrashAppend", payload: payload)],
                         to: "crash/\(writer)", metadata: metadata)
-                    let line = "\(result.positions.lowerBound.rawValue) \(metadata.commandID.uuidString)\n"
-                    _ = line.withCString { write(ackFD, $0, strlen($0)) }
+                    acknowledge("\(result.positions.lowerBound.rawValue) \(metadata.commandID.uuidString)\n", to: ackFD)
                 } catch {
-                    FileHandle.standardError.write(Data("append failed: \(error)\n".utf8))
-                    exit(71)
+                    fail("append failed: \(error)", status: 71)
                 }
             }
         }

@@ -64,7 +64,7 @@ public enum Failover {
                 acquiredAt = monotonic()
                 grant = try await lease.acquire()
                 lastError = nil
-            } catch where error.code == .unavailable || error.code == .timedOut {
+            } catch where error.isTransient {
                 lastError = error
             }
             if let grant, grant.held { break }
@@ -84,7 +84,7 @@ public enum Failover {
             do {
                 // A standby follows while it waits: it serves reads and takes over after a short catch-up.
                 try await follower.catchUp(timeout: min(lease.duration / 3, deadline - now, .seconds(2)))
-            } catch where error.code == .unavailable || error.code == .timedOut {
+            } catch where error.isTransient {
                 // Retried at the next round.
             }
             try? await Task.sleep(for: min(lease.duration / 10, .milliseconds(200)))
@@ -164,13 +164,7 @@ public enum Failover {
         until deadline: ContinuousClock.Instant, _ body: () async throws(ReplicationError) -> T
     ) async throws(ReplicationError) -> T {
         var backoff = Backoff(initial: .milliseconds(100), cap: .seconds(2))
-        while true {
-            do {
-                return try await body()
-            } catch where (error.code == .unavailable || error.code == .timedOut) && backoff.endsBefore(deadline) && !Task.isCancelled {
-                await backoff.wait()
-            }
-        }
+        return try await backoff.retry(until: deadline, if: { $0.isTransient && !Task.isCancelled }, body)
     }
 
     /// Whether the ledger holds the whole stream and more: the stream's last event is the ledger's
@@ -235,11 +229,11 @@ public enum Failover {
             servers: follower.configuration.servers, name: "share-ledger takeover \(shard.shard)", wait: follower.configuration.callTimeout)
         defer { connection.close() }
         var backoff = Backoff(initial: .milliseconds(50), cap: .seconds(1))
-        while true {
-            guard ContinuousClock.now < deadline else {
-                throw ReplicationError(.timedOut, "the takeover of shard \(shard.shard) did not finish in time; run it again")
-            }
-            do throws(ReplicationError) {
+        return try await backoff.retry(until: deadline, if: { $0.isTransient }) { () throws(ReplicationError) in
+            while true {
+                guard ContinuousClock.now < deadline else {
+                    throw ReplicationError(.timedOut, "the takeover of shard \(shard.shard) did not finish in time; run it again")
+                }
                 try await keepLease()
                 // 3. Catch up; ship what only this ledger holds (a restarted writer's unshipped commits).
                 guard
@@ -266,17 +260,16 @@ public enum Failover {
                         marker, after: head, connection: connection, shard: shard, logger: follower.configuration.logger)
                 else { continue }
                 // 5. The marker into the ledger, then the token and the role.
-                do {
+                do throws(LedgerError) {
                     try await ledger.applyReplicated([event])
                 } catch {
                     throw ReplicationError(error, while: "applying the term marker")
                 }
                 try recordWriter(path: path, grant: grant, shard: shard, heldUntil: heldUntil, margin: margin)
                 return Takeover(grant: grant, markerPosition: event.position, heldUntilNanos: heldUntil)
-            } catch where (error.code == .unavailable || error.code == .timedOut) && backoff.endsBefore(deadline) {
-                follower.configuration.logger.warning("taking over failed; retrying", metadata: ["error": "\(error)"])
-                await backoff.wait()
             }
+        } onRetry: { error, _ in
+            follower.configuration.logger.warning("taking over failed; retrying", metadata: ["error": "\(error)"])
         }
     }
 

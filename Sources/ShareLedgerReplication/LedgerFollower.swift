@@ -123,23 +123,19 @@ public final class LedgerFollower: Service, Sendable {
         var target: UInt64?
         var backoff = Backoff(initial: .milliseconds(50), cap: .seconds(1))
         // NATS errors (an election, a lost connection) are retried until the deadline.
-        while true {
-            do {
-                let connection = try await connect()
-                if target == nil {
-                    target = try await connection.call("reading stream \(names.stream)") { connection throws(ReplicationError) in
-                        try connection.streamState(name: names.stream)
-                    }?.lastSequence ?? 0
-                    let position = target ?? 0
-                    state.withLock { $0.statistics.streamPosition = max($0.statistics.streamPosition, position) }
-                }
-                try await follow(until: (LogPosition(target ?? 0), deadline))
-                break
-            } catch where (error.code == .unavailable || error.code == .timedOut) && backoff.endsBefore(deadline) {
-                configuration.logger.warning("catching up failed; retrying", metadata: ["error": "\(error)"])
-                connection.close()
-                await backoff.wait()
+        try await backoff.retry(until: deadline, if: { $0.isTransient }) { () throws(ReplicationError) in
+            let connection = try await connect()
+            if target == nil {
+                target = try await connection.call("reading stream \(names.stream)") { connection throws(ReplicationError) in
+                    try connection.streamState(name: names.stream)
+                }?.lastSequence ?? 0
+                let position = target ?? 0
+                state.withLock { $0.statistics.streamPosition = max($0.statistics.streamPosition, position) }
             }
+            try await follow(until: (LogPosition(target ?? 0), deadline))
+        } onRetry: { error, _ in
+            configuration.logger.warning("catching up failed; retrying", metadata: ["error": "\(error)"])
+            connection.close()
         }
         do {
             return try ledger.log.head()

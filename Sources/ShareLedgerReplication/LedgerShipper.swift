@@ -129,23 +129,23 @@ public final class LedgerShipper: Service, Sendable {
     ///   part of the history); ``ReplicationError/Code/invalidArguments`` when `position` is beyond
     ///   the ledger's head.
     public func shipThrough(_ position: LogPosition, timeout: Duration = .seconds(10)) async throws(ReplicationError) {
-        let deadline = ContinuousClock.now + timeout
         var backoff = Backoff(initial: .milliseconds(50), cap: .seconds(1))
-        while true {
-            do throws(ReplicationError) {
-                let shipped = try await shipAvailable()
-                if shipped.shippedPosition >= position.rawValue { return }
-                throw ReplicationError(
-                    .invalidArguments, "position \(position) is not committed in this ledger (head \(shipped.headPosition)); nothing to wait for")
-            } catch where (error.code == .unavailable || error.code == .timedOut) && backoff.endsBefore(deadline) {
-                configuration.logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(backoff.next)"])
+        let shipped: ShipperStatistics
+        do throws(ReplicationError) {
+            shipped = try await backoff.retry(until: ContinuousClock.now + timeout, if: { $0.isTransient }) { () throws(ReplicationError) in
+                try await shipAvailable()
+            } onRetry: { error, wait in
+                configuration.logger.warning("shipping failed; retrying", metadata: ["error": "\(error)", "backoff": "\(wait)"])
                 reset()
-                await backoff.wait()
-            } catch where error.code == .unavailable || error.code == .timedOut {
-                throw ReplicationError(
-                    .timedOut, "position \(position) was not acknowledged by stream \(configuration.shard.stream) within \(timeout) "
-                        + "(\(error.message)); it is committed in this ledger: ship it later (share-ledger replicate), check the NATS cluster")
             }
+        } catch where error.isTransient {
+            throw ReplicationError(
+                .timedOut, "position \(position) was not acknowledged by stream \(configuration.shard.stream) within \(timeout) "
+                    + "(\(error.message)); it is committed in this ledger: ship it later (share-ledger replicate), check the NATS cluster")
+        }
+        guard shipped.shippedPosition >= position.rawValue else {
+            throw ReplicationError(
+                .invalidArguments, "position \(position) is not committed in this ledger (head \(shipped.headPosition)); nothing to wait for")
         }
     }
 
@@ -256,27 +256,23 @@ public final class LedgerShipper: Service, Sendable {
             // few seconds and then succeed (creating or checking the stream is idempotent), so
             // either is retried, half a second apart, for the connection's `formingClusterWindow`
             // (10 s, longer when one call may wait longer) before it is an error.
-            let deadline = ContinuousClock.now + connection.formingClusterWindow
+            var backoff = Backoff(initial: .milliseconds(500), cap: .milliseconds(500))
             var attempt = 0
-            let stream: NATSConnection.StreamState
-            while true {
-                do throws(ReplicationError) {
-                    stream = try await connection.call("creating stream \(names.stream)") { connection throws(ReplicationError) in
-                        try connection.ensureStream(name: names.stream, subject: names.subject, replicas: replicas, duplicatesWindow: window)
-                    }
-                    break
-                } catch where error.code == .timedOut && ContinuousClock.now + .milliseconds(500) < deadline {
-                    attempt += 1
-                    // During a leader election the stream exists but cannot answer the creation
-                    // in time: say which of the two it is.
-                    let exists = (try? await connection.call("reading stream \(names.stream)") { connection throws(ReplicationError) in
-                        try connection.streamState(name: names.stream)
-                    }) != nil
-                    logger.warning(
-                        exists ? "the stream did not answer in time (electing a leader?); retrying" : "creating the stream timed out; retrying",
-                        metadata: ["stream": "\(names.stream)", "attempt": "\(attempt)"])
-                    try? await Task.sleep(for: .milliseconds(500))
+            let stream = try await backoff.retry(until: ContinuousClock.now + connection.formingClusterWindow, if: { $0.code == .timedOut }) {
+                () throws(ReplicationError) in
+                try await connection.call("creating stream \(names.stream)") { connection throws(ReplicationError) in
+                    try connection.ensureStream(name: names.stream, subject: names.subject, replicas: replicas, duplicatesWindow: window)
                 }
+            } onRetry: { _, _ in
+                attempt += 1
+                // During a leader election the stream exists but cannot answer the creation in
+                // time: say which of the two it is.
+                let exists = (try? await connection.call("reading stream \(names.stream)") { connection throws(ReplicationError) in
+                    try connection.streamState(name: names.stream)
+                }) != nil
+                logger.warning(
+                    exists ? "the stream did not answer in time (electing a leader?); retrying" : "creating the stream timed out; retrying",
+                    metadata: ["stream": "\(names.stream)", "attempt": "\(attempt)"])
             }
             guard stream.denyDelete, stream.denyPurge else {
                 throw ReplicationError(

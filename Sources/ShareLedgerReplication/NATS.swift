@@ -346,17 +346,15 @@ final class NATSConnection: @unchecked Sendable {
         // while it elects its JetStream metadata leader, for a while: retry any failure for
         // `formingClusterWindow`, on this blocking thread (call it with `formingClusterCallTimeout`).
         // A cluster that cannot be reached fails earlier, in connect.
-        let deadline = ContinuousClock.now + formingClusterWindow
-        while true {
-            let status = js_CreateKeyValue(&store, jetStream, &config)
-            if status == NATS_OK { break }
+        var backoff = Backoff(initial: .milliseconds(250), cap: .milliseconds(250))
+        store = try backoff.retryBlocking(until: ContinuousClock.now + formingClusterWindow, if: { _ in true }) {
+            () throws(ReplicationError) -> OpaquePointer? in
+            var created: OpaquePointer?
+            let status = js_CreateKeyValue(&created, jetStream, &config)
+            if status == NATS_OK { return created }
             // Created by someone else meanwhile?
-            if js_KeyValue(&store, jetStream, name) == NATS_OK, let store {
-                return NATSKeyValue(store: store, bucket: name, connection: self)
-            }
-            let error = NATSConnection.error(status, "creating key-value bucket \(name)")
-            guard ContinuousClock.now + .milliseconds(250) < deadline else { throw error }
-            usleep(250_000)
+            if js_KeyValue(&created, jetStream, name) == NATS_OK, created != nil { return created }
+            throw NATSConnection.error(status, "creating key-value bucket \(name)")
         }
         guard let store else { throw ReplicationError(.unavailable, "creating key-value bucket \(name) returned nothing") }
         return NATSKeyValue(store: store, bucket: name, connection: self)

@@ -69,4 +69,8 @@ public struct ReplicationError: Error, Sendable, Hashable, CustomStringConvertib
 
     /// `name: message`.
     public var description: String { "\(code.name): \(message)" }
+
+    /// Whether trying again may succeed: NATS could not be reached or did not answer in time (a lost
+    /// connection, a leader election), ``Code/unavailable`` or ``Code/timedOut``.
+    var isTransient: Bool { code == .unavailable || code == .timedOut }
 }

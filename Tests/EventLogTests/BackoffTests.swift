@@ -44,6 +44,65 @@ import Testing
         #expect(plain.last == .seconds(60))
     }
 
+    /// A failure the retry loops are given: transient or not.
+    struct Failure: Error, Equatable {
+        var transient: Bool
+    }
+
+    @Test func retryRunsTheBodyAgainAfterTransientFailuresUntilItReturns() async throws {
+        var backoff = Backoff(initial: .milliseconds(1), cap: .milliseconds(2))
+        var attempts = 0
+        var told: [Duration] = []
+        let answer = try await backoff.retry(until: .now + .seconds(60), if: { $0.transient }) { () throws(Failure) in
+            attempts += 1
+            if attempts < 4 { throw Failure(transient: true) }
+            return 42
+        } onRetry: { _, wait in
+            told.append(wait)
+        }
+        #expect(answer == 42)
+        #expect(attempts == 4)
+        #expect(told == [1, 2, 2].map { Duration.milliseconds($0) })
+    }
+
+    @Test func retryThrowsOtherFailuresAtOnceAndTransientOnesPastTheDeadline() async {
+        var backoff = Backoff(initial: .milliseconds(1), cap: .milliseconds(1))
+        var attempts = 0
+        await #expect(throws: Failure(transient: false)) {
+            try await backoff.retry(until: .now + .seconds(60), if: { $0.transient }) { () throws(Failure) in
+                attempts += 1
+                throw Failure(transient: false)
+            }
+        }
+        #expect(attempts == 1)
+        await #expect(throws: Failure(transient: true)) {
+            try await backoff.retry(until: .now, if: { $0.transient }) { () throws(Failure) in
+                attempts += 1
+                throw Failure(transient: true)
+            }
+        }
+        #expect(attempts == 2)
+    }
+
+    @Test func retryBlockingSleepsTheThreadBetweenAttempts() throws {
+        var backoff = Backoff(initial: .milliseconds(1), cap: .milliseconds(1))
+        var attempts = 0
+        let started = ContinuousClock.now
+        let answer = try backoff.retryBlocking(until: .now + .seconds(60), if: { $0.transient }) { () throws(Failure) in
+            attempts += 1
+            if attempts < 3 { throw Failure(transient: true) }
+            return "done"
+        }
+        #expect(answer == "done")
+        #expect(attempts == 3)
+        #expect(ContinuousClock.now - started >= .milliseconds(2))
+        #expect(throws: Failure(transient: false)) {
+            try backoff.retryBlocking(until: .now + .seconds(60), if: { $0.transient }) { () throws(Failure) in
+                throw Failure(transient: false)
+            }
+        }
+    }
+
     @Test func delayAfterManyAttemptsStaysAtTheCap() {
         #expect(Backoff.delay(afterAttempts: 0, initial: .milliseconds(100), cap: .seconds(60)) == .milliseconds(100))
         #expect(Backoff.delay(afterAttempts: 1_000, initial: .milliseconds(100), cap: .seconds(60)) == .seconds(60))

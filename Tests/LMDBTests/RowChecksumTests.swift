@@ -1,3 +1,4 @@
+import ByteKeys
 import CLMDB
 import Foundation
 import LMDB

@@ -66,10 +66,7 @@ struct ClientCompatibilityTests {
 
     @Test func aSignedRequestIsAcceptedOnce() async throws {
         try await ServerHarness.run { server in
-            let key = P256.Signing.PrivateKey()
-            let entry = try server.credentials.registerServerKey(
-                container: ServerHarness.container, userRecordName: "_alice", publicKeyPEM: key.publicKey.pemRepresentation,
-                allowingPrivateDatabases: true)
+            let (key, entry) = try server.aliceServerKey(allowingPrivateDatabases: true)
             _ = try await server.post("zones/modify", as: "_alice", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z"]]]]])
             let subpath = Self.path("private", "records/modify")
             let body = Array(
@@ -105,9 +102,7 @@ struct ClientCompatibilityTests {
 
     @Test func serverKeysKeepToTheirEnvironmentAndByDefaultToThePublicDatabase() async throws {
         try await ServerHarness.run { server in
-            let key = P256.Signing.PrivateKey()
-            let entry = try server.credentials.registerServerKey(
-                container: ServerHarness.container, userRecordName: "_alice", publicKeyPEM: key.publicKey.pemRepresentation)
+            let (key, entry) = try server.aliceServerKey()
             func call(_ database: String, environment: String = "development") async throws -> ServerHarness.Reply {
                 let subpath = Self.path(database, "zones/list", environment: environment)
                 return try await server.send(
@@ -125,9 +120,7 @@ struct ClientCompatibilityTests {
 
     @Test func aSignedGETWithAnEmptyBodyHashFieldIsAccepted() async throws {
         try await ServerHarness.run { server in
-            let key = P256.Signing.PrivateKey()
-            let entry = try server.credentials.registerServerKey(
-                container: ServerHarness.container, userRecordName: "_alice", publicKeyPEM: key.publicKey.pemRepresentation)
+            let (key, entry) = try server.aliceServerKey()
             let subpath = Self.path("public", "users/caller")
             for emptyField in [true, false] {
                 let reply = try await server.send(

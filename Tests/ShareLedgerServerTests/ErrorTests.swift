@@ -108,9 +108,7 @@ struct ErrorTests {
     /// unknown key id is refused.
     @Test func serverToServerSignatures() async throws {
         try await ServerHarness.run { server in
-            let key = P256.Signing.PrivateKey()
-            let entry = try server.credentials.registerServerKey(
-                container: ServerHarness.container, userRecordName: "_alice", publicKeyPEM: key.publicKey.pemRepresentation)
+            let (key, entry) = try server.aliceServerKey()
             let subpath = "/database/1/\(ServerHarness.container)/development/public/users/caller"
             let body = Array("{}".utf8)
             func headers(

@@ -278,9 +278,7 @@ struct MistKitReplayTests {
     /// body's hash), and an API token alone: 421 with Apple's error dictionary and a redirect.
     @Test func serverToServerAndAPITokenOnly() async throws {
         try await ServerHarness.run { server in
-            let key = P256.Signing.PrivateKey()
-            let entry = try server.credentials.registerServerKey(
-                container: ServerHarness.container, userRecordName: "_alice", publicKeyPEM: key.publicKey.pemRepresentation)
+            let (key, entry) = try server.aliceServerKey()
             for endpoint in ["users/current", "zones/list"] {
                 let subpath = ClientCompatibilityTests.path("public", endpoint)
                 let signed = try ClientCompatibilityTests.signed(key, keyID: entry.id, subpath: subpath, body: nil, emptyHashField: true)

@@ -16,32 +16,16 @@ struct OperatorPagesTests {
         let zone = try await server.post(
             "zones/modify", as: "_alice", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Notes"]]]]])
         #expect(zone.status == 200, "\(zone.text)")
-        let record = try await server.post(
-            "records/modify", as: "_alice",
-            [
-                "zoneID": ["zoneName": "Notes"],
-                "operations": [["operationType": "create", "record": ["recordName": "Note-1", "recordType": "Note", "fields": [:]]]],
-            ])
+        let record = try await server.modify("create", ["recordName": "Note-1", "recordType": "Note", "fields": [:]], in: "Notes", as: "_alice")
         #expect(record.status == 200, "\(record.text)")
-        let shared = try await server.post(
-            "records/modify", as: "_alice",
+        let shared = try await server.modify(
+            "create",
             [
-                "zoneID": ["zoneName": "Notes"],
-                "operations": [
-                    [
-                        "operationType": "create",
-                        "record": [
-                            "recordType": "cloudkit.share", "forRecord": ["recordName": "Note-1"], "publicPermission": "NONE",
-                            "participants": [
-                                [
-                                    "userIdentity": ["lookupInfo": ["emailAddress": "bob@example.com"]], "permission": "READ_WRITE",
-                                    "type": "USER",
-                                ]
-                            ],
-                        ],
-                    ]
+                "recordType": "cloudkit.share", "forRecord": ["recordName": "Note-1"], "publicPermission": "NONE",
+                "participants": [
+                    ["userIdentity": ["lookupInfo": ["emailAddress": "bob@example.com"]], "permission": "READ_WRITE", "type": "USER"]
                 ],
-            ])
+            ], in: "Notes", as: "_alice")
         #expect(shared.status == 200, "\(shared.text)")
         let shortGUID = try #require((shared.json["records"] as? [[String: Any]])?.first?["shortGUID"] as? String)
         let accepted = try await server.post("records/accept", database: "public", as: "_bob", ["shortGUIDs": [["value": shortGUID]]])

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Crypto
 import Foundation
 import Logging
 import NIOCore
@@ -114,6 +115,16 @@ final class ServerHarness: Sendable {
 
     var baseURL: String { "http://127.0.0.1:\(port)" }
 
+    /// A new server-to-server key of `_alice` in ``container``, registered: the key to sign with and
+    /// its entry (whose `id` a signed request names).
+    func aliceServerKey(allowingPrivateDatabases: Bool = false) throws -> (P256.Signing.PrivateKey, ServerCredentials.Entry) {
+        let key = P256.Signing.PrivateKey()
+        let entry = try credentials.registerServerKey(
+            container: ServerHarness.container, userRecordName: "_alice", publicKeyPEM: key.publicKey.pemRepresentation,
+            allowingPrivateDatabases: allowingPrivateDatabases)
+        return (key, entry)
+    }
+
     /// `/database/1/{container}/development/{database}/{subpath}` with the user's tokens.
     func url(
         _ subpath: String, database: String = "private", as user: String?, container: String = ServerHarness.container
@@ -151,6 +162,12 @@ final class ServerHarness: Sendable {
         return Reply(
             status: Int(response.status.code), body: Array(collected.readableBytesView),
             headers: response.headers.map { ($0.name, $0.value) })
+    }
+
+    /// `records/modify` in zone `zone` of the private database with one operation (`create`,
+    /// `update`, `forceDelete`, ...) on `record`.
+    func modify(_ operationType: String, _ record: [String: Any], in zone: String, as user: String) async throws -> Reply {
+        try await post("records/modify", as: user, ["zoneID": ["zoneName": zone], "operations": [["operationType": operationType, "record": record]]])
     }
 
     func post(_ subpath: String, database: String = "private", as user: String?, _ body: Any) async throws -> Reply {

@@ -21,23 +21,15 @@ struct ShareLifeTests {
                 "zones/modify", as: "_alice",
                 ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Notes"]]]]])
             #expect(zone.status == 200)
-            let record = try await server.post(
-                "records/modify", as: "_alice",
+            let record = try await server.modify(
+                "create",
                 [
-                    "zoneID": ["zoneName": "Notes"],
-                    "operations": [
-                        [
-                            "operationType": "create",
-                            "record": [
-                                "recordName": "Note-1", "recordType": "Note",
-                                "fields": [
-                                    "title": ["value": "Groceries", "type": "STRING"], "count": ["value": 3],
-                                    "note": ["value": Self.awkwardText, "type": "STRING"], "ratio": ["value": 0.25],
-                                ],
-                            ],
-                        ]
+                    "recordName": "Note-1", "recordType": "Note",
+                    "fields": [
+                        "title": ["value": "Groceries", "type": "STRING"], "count": ["value": 3],
+                        "note": ["value": Self.awkwardText, "type": "STRING"], "ratio": ["value": 0.25],
                     ],
-                ])
+                ], in: "Notes", as: "_alice")
             #expect(record.status == 200, "\(record.text)")
             let saved = try #require((record.json["records"] as? [[String: Any]])?.first)
             #expect(saved["recordChangeTag"] is String)
@@ -46,27 +38,15 @@ struct ShareLifeTests {
             #expect(((saved["fields"] as? [String: Any])?["note"] as? [String: Any])?["value"] as? String == Self.awkwardText)
             #expect(((saved["fields"] as? [String: Any])?["ratio"] as? [String: Any])?["value"] as? Double == 0.25)
 
-            let shared = try await server.post(
-                "records/modify", as: "_alice",
+            let shared = try await server.modify(
+                "create",
                 [
-                    "zoneID": ["zoneName": "Notes"],
-                    "operations": [
-                        [
-                            "operationType": "create",
-                            "record": [
-                                "recordType": "cloudkit.share", "forRecord": ["recordName": "Note-1"],
-                                "fields": ["cloudkit.title": ["value": "Groceries", "type": "STRING"]],
-                                "publicPermission": "NONE",
-                                "participants": [
-                                    [
-                                        "userIdentity": ["lookupInfo": ["emailAddress": "bob@example.com"]],
-                                        "permission": "READ_WRITE", "type": "USER",
-                                    ]
-                                ],
-                            ],
-                        ]
+                    "recordType": "cloudkit.share", "forRecord": ["recordName": "Note-1"],
+                    "fields": ["cloudkit.title": ["value": "Groceries", "type": "STRING"]], "publicPermission": "NONE",
+                    "participants": [
+                        ["userIdentity": ["lookupInfo": ["emailAddress": "bob@example.com"]], "permission": "READ_WRITE", "type": "USER"]
                     ],
-                ])
+                ], in: "Notes", as: "_alice")
             #expect(shared.status == 200, "\(shared.text)")
             let share = try #require((shared.json["records"] as? [[String: Any]])?.first)
             #expect(share["recordType"] as? String == "cloudkit.share")

@@ -22,20 +22,12 @@ struct ZoneShareTests {
             let invitation: [String: Any] = [
                 "userIdentity": ["lookupInfo": ["emailAddress": "bob@example.com"]], "permission": "READ_ONLY", "type": "USER",
             ]
-            let created = try await server.post(
-                "records/modify", as: "_alice",
+            let created = try await server.modify(
+                "create",
                 [
-                    "zoneID": ["zoneName": "Team"],
-                    "operations": [
-                        [
-                            "operationType": "create",
-                            "record": [
-                                "recordName": "cloudkit.zoneshare", "recordType": "cloudkit.share",
-                                "fields": ["cloudkit.title": ["value": "Team", "type": "STRING"]], "participants": [invitation],
-                            ],
-                        ]
-                    ],
-                ])
+                    "recordName": "cloudkit.zoneshare", "recordType": "cloudkit.share",
+                    "fields": ["cloudkit.title": ["value": "Team", "type": "STRING"]], "participants": [invitation],
+                ], in: "Team", as: "_alice")
             let share = try #require(Self.share(created), "\(created.text)")
             #expect(share["recordName"] as? String == "cloudkit.zoneshare")
             #expect(share["share"] == nil)  // no root record: the whole zone is shared
@@ -56,9 +48,7 @@ struct ZoneShareTests {
                     "recordName": "cloudkit.zoneshare", "recordType": "cloudkit.share", "recordChangeTag": tag,
                 ]
                 record.merge(changes) { _, new in new }
-                return try await server.post(
-                    "records/modify", as: "_alice",
-                    ["zoneID": ["zoneName": "Team"], "operations": [["operationType": "update", "record": record]]])
+                return try await server.modify("update", record, in: "Team", as: "_alice")
             }
             let raised = try await update(
                 [
@@ -87,17 +77,8 @@ struct ZoneShareTests {
             #expect(statuses?.allSatisfy { $0 == "REMOVED" } ?? true)
 
             // Delete the share; resolving it then is a per-item NOT_FOUND.
-            let deleted = try await server.post(
-                "records/modify", as: "_alice",
-                [
-                    "zoneID": ["zoneName": "Team"],
-                    "operations": [
-                        [
-                            "operationType": "forceDelete",
-                            "record": ["recordName": "cloudkit.zoneshare", "recordType": "cloudkit.share"],
-                        ]
-                    ],
-                ])
+            let deleted = try await server.modify(
+                "forceDelete", ["recordName": "cloudkit.zoneshare", "recordType": "cloudkit.share"], in: "Team", as: "_alice")
             #expect(Self.share(deleted)?["deleted"] as? Bool == true, "\(deleted.text)")
             let gone = try await server.post("records/resolve", database: "public", as: "_bob", ["shortGUIDs": [["value": guid]]])
             #expect((gone.json["results"] as? [[String: Any]])?.first?["serverErrorCode"] as? String == "NOT_FOUND")

@@ -62,8 +62,7 @@ struct AccessControlTests {
 
     @Test("a non-participant, a removed participant and a leaver learn nothing: every answer equals the unknown URL's")
     func strangersLearnNothing() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         try await f.ledger.registerUser("_dave", in: SharingFixture.container)
         try await f.ledger.registerUser("_alice", in: "iCloud.com.example.other")
 
@@ -91,8 +90,7 @@ struct AccessControlTests {
 
     @Test("removal and leaving take effect at once: no read, write, management or accept in the next call")
     func accessEndsAtOnce() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let invited = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, role: .administrator, to: share.url)
         let bobID = try #require(invited.participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" }?.participantID)
         let metadata = try await f.bob.shareMetadata(for: share.url)
@@ -146,8 +144,7 @@ struct AccessControlTests {
             .readOnlyUser: .permissionFailure, .stranger: .unknownItem, .removedAdministrator: .unknownItem,
         ]
         for (standing, expected) in manage.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-            let f = try await SharingFixture()
-            let share = try await f.makeHierarchy()
+            let (f, share) = try await SharingFixture.withShare()
             let (who, target) = try await Self.setUp(f, share, standing)
             let before = try f.ledger.snapshot()
             let calls: [(String, @Sendable () async throws -> Void)] = [
@@ -188,8 +185,7 @@ struct AccessControlTests {
             .stranger: .unknownItem, .removedAdministrator: .unknownItem,
         ]
         for (standing, code) in expected.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-            let f = try await SharingFixture()
-            let share = try await f.makeHierarchy()
+            let (f, share) = try await SharingFixture.withShare()
             let (who, _) = try await Self.setUp(f, share, standing)
             let before = try f.ledger.snapshot()
             var item = try f.alice.record(for: SharingFixture.recordID("item"))

@@ -27,8 +27,7 @@ struct AccessRequestTests {
 
     @Test("off by default: a request gets exactly the unknown URL's answer and is not logged; so does a blocked identity's")
     func privacy() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         #expect(!share.allowsAccessRequests)
         let before = try Self.eventCount(f.ledger)
         let unknown = try #require(try await Self.requestError(f.bob, Self.unknownURL))

@@ -1,3 +1,4 @@
+import ByteKeys
 import Foundation
 import LMDB
 @testable import ShareLedger
@@ -10,9 +11,7 @@ struct AuditCLITests {
 
     @Test("audit passes, history shows the share's timeline, rebuild replays; a flipped byte fails the audit with 1")
     func auditHistoryRebuild() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
         try await f.ledger.completeResidualTasks()
         let events = try f.ledger.statistics().events

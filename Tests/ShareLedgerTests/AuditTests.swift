@@ -1,3 +1,4 @@
+import ByteKeys
 import Foundation
 import LMDB
 @testable import ShareLedger
@@ -7,18 +8,6 @@ import Testing
 
 @Suite("Audit, rebuild, history")
 struct AuditTests {
-    /// A small but busy ledger: a share with an accepted participant, a fetch, a removal, the tasks done.
-    private func busyLedger(_ label: String = #function) async throws -> (SharingFixture, Share) {
-        let f = try await SharingFixture(label)
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
-        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
-        _ = try await f.carol.shareMetadatas(for: [share.url])
-        try await f.ledger.completeResidualTasks()
-        _ = try await f.alice.setTitle("Shopping", for: share.url)
-        return (f, share)
-    }
-
     @Test("a healthy ledger audits clean")
     func clean() async throws {
         let (f, _) = try await busyLedger()
@@ -201,8 +190,7 @@ struct AuditTests {
 struct AsOfTests {
     @Test("who could access a share then: before the invite, after the accept, after removal and deletion")
     func accessOverTime() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let created = try f.ledger.log.head().position
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
         let invited = try f.ledger.log.head().position
@@ -232,9 +220,7 @@ struct AsOfTests {
 
     @Test("a snapshot as of a position answers the same queries as the live ledger did then")
     func snapshot() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
         try await f.ledger.completeResidualTasks()
         let then = try f.ledger.log.head().position

@@ -10,8 +10,7 @@ import Testing
 struct AuthenticationTests {
     @Test("without an account the batch calls and both operations fail as a whole with notAuthenticated, logging nothing")
     func batchCallsFailWhole() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let metadata = try await f.alice.shareMetadata(for: share.url)
         let head = try f.ledger.log.head()
         for user in [nil, "_nobody"] as [String?] {
@@ -45,8 +44,7 @@ struct AuthenticationTests {
 
     @Test("a well-formed but unregistered user gets notAuthenticated from every query, as docs/semantics.md says")
     func unregisteredUserQueries() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         for user in [nil, "_nobody"] as [String?] {
             let who = f.as_(user)
             #expect(await errorCode { try who.sharedDatabaseZones() } == .notAuthenticated, "\(user ?? "nil")")
@@ -65,9 +63,7 @@ struct AuthenticationTests {
 
     @Test("a private share with invitations to unclaimed addresses answers unknownItem from another container, like any private share")
     func otherContainerLearnsNothing() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "nobody-yet@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "nobody-yet@example.com"), permission: .readOnly)
         // In its own container a stranger is told to verify.
         #expect(await errorCode { try await f.carol.shareMetadata(for: share.url) } == .participantMayNeedVerification)
         let other = "iCloud.com.example.other"

@@ -1,21 +1,10 @@
+import ByteKeys
 import Foundation
 import LMDB
 @testable import ShareLedger
 @testable import ShareLedgerAudit
 import TestSupport
 import Testing
-
-/// A small but busy ledger: a share with an accepted participant, a fetch, the tasks done, a title change.
-private func busyLedger(_ label: String) async throws -> (SharingFixture, Share) {
-    let f = try await SharingFixture(label)
-    let share = try await f.makeHierarchy()
-    _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
-    _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
-    _ = try await f.carol.shareMetadatas(for: [share.url])
-    try await f.ledger.completeResidualTasks()
-    _ = try await f.alice.setTitle("Shopping", for: share.url)
-    return (f, share)
-}
 
 /// Rewrites the event at `target` with `change` and recomputes the hash of it and of every later
 /// event, as an attacker with write access to the file could: the chain holds.

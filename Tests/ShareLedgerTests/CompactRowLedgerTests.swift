@@ -11,8 +11,7 @@ import Testing
 struct CompactRowLedgerTests {
     @Test("a ledger whose rows are protobuf (an earlier release) audits clean, and its rows turn compact as they change")
     func oldRowsCompareByContent() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let models = f.ledger.models
         let key = Array(share.token.text.utf8)
         // Write the share's row back as an earlier release would have (protobuf).

@@ -1,3 +1,4 @@
+import ByteKeys
 import Foundation
 import LMDB
 @testable import ShareLedger
@@ -16,11 +17,7 @@ struct DerivedCacheTests {
     static func laggingLedger(_ f: SharingFixture) async throws -> (path: String, behind: UInt64, expected: Expected) {
         try await DerivedStateTests.act(f, title: "A")
         let behind = try f.ledger.log.head().position.rawValue
-        await f.ledger.close()
-        let path = f.dir.child("ledger")
-        let derived = path + "/" + DerivedState.directoryName
-        let saved = f.dir.child("saved-derived")
-        try FileManager.default.copyItem(atPath: derived, toPath: saved)
+        let (path, derived, saved) = try await DerivedStateTests.closeKeepingDerived(f)
 
         let ledger = try ShareLedger.open(DerivedStateTests.configuration(path))
         let container = ledger.container(SharingFixture.container, userRecordName: "_alice")

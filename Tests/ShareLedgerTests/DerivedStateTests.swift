@@ -59,15 +59,22 @@ struct DerivedStateTests {
         #expect(!derived.contains("worker_tasks"))
     }
 
-    @Test("derived state left behind the log (a crash between the two commits) is brought up to the log when the ledger opens")
-    func behindIsCaughtUp() async throws {
-        let f = try await SharingFixture()
-        try await Self.act(f, title: "A")
+    /// Closes the fixture's ledger and copies its derived state aside: the ledger's path, its
+    /// `derived/` directory and the copy's path.
+    static func closeKeepingDerived(_ f: SharingFixture) async throws -> (path: String, derived: String, saved: String) {
         await f.ledger.close()
         let path = f.dir.child("ledger")
         let derived = path + "/" + DerivedState.directoryName
         let saved = f.dir.child("saved-derived")
         try FileManager.default.copyItem(atPath: derived, toPath: saved)
+        return (path, derived, saved)
+    }
+
+    @Test("derived state left behind the log (a crash between the two commits) is brought up to the log when the ledger opens")
+    func behindIsCaughtUp() async throws {
+        let f = try await SharingFixture()
+        try await Self.act(f, title: "A")
+        let (path, derived, saved) = try await Self.closeKeepingDerived(f)
 
         let ledger = try ShareLedger.open(Self.configuration(path))
         let container = ledger.container(SharingFixture.container, userRecordName: "_alice")

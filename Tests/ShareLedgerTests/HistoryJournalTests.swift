@@ -81,9 +81,7 @@ struct HistoryJournalTests {
 
     @Test("histories span folded and journaled events; the fold empties the journal; audit and rebuild agree")
     func foldAcrossThreshold() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         let models = f.ledger.models
         let store = f.ledger.log.store
         // Enough fetches to fold the journal at least once, and leave some entries in it.
@@ -119,8 +117,7 @@ struct HistoryJournalTests {
 
     @Test("read models with every history entry in the indexes (before the journal) match their rebuild")
     func unfoldedMatchesFolded() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         // Carol is not invited: each fetch fails, and is logged all the same.
         for _ in 0..<10 { _ = try? await f.carol.shareMetadata(for: share.url) }
         // As a ledger written before the journal would hold them: fold everything now.
@@ -139,8 +136,7 @@ struct HistoryJournalTests {
 
     @Test("a logged fetch is unversioned: it writes no stream record, and audit, export and import accept it")
     func unversionedFetch() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let streamsBefore = try f.ledger.log.store.environment.read { txn in try txn.statistics(f.ledger.log.store.streams).entries }
         // A refused fetch (Carol is not invited) is logged too.
         _ = try? await f.carol.shareMetadata(for: share.url)

@@ -1,3 +1,4 @@
+import ByteKeys
 import Crypto
 import Foundation
 #if canImport(Glibc)
@@ -93,8 +94,7 @@ struct HostileCLITests {
 
     @Test("fetch and accept with hostile URLs, users and containers exit 1 with a typed error; the ledger audits clean after")
     func hostileArguments() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let before = try f.ledger.statistics()
         await f.ledger.close()
         let path = f.dir.child("ledger")
@@ -150,9 +150,7 @@ struct HostileCLITests {
 
     @Test("hostile import files are refused at their first bad line, by the API and by the command (exit 1), and change nothing")
     func hostileImports() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, _) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         let good = try HostileStoredDataTests.export(f)
         let lines = good.split(separator: UInt8(ascii: "\n")).map(Array.init)
         #expect(lines.count > 5)
@@ -214,8 +212,7 @@ struct HostileCLITests {
 
     @Test("a ledger opened read-only refuses every write with readOnly and still answers reads")
     func readOnlyLedger() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         await f.ledger.close()
         var configuration = ShareLedger.Configuration(path: f.dir.child("ledger"), createIfMissing: false, readOnly: true, durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
@@ -275,8 +272,7 @@ private func runTool(_ tool: String, _ arguments: [String]) async -> Int32 {
 struct ReadingCommandTests {
     @Test("stats, verify, audit, history, access, export, tasks list and snapshot --list leave every file of the ledger as it was")
     func readingCommandsWriteNothing() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         try await f.bobAccepts(share)
         await f.ledger.close()
         let path = f.dir.child("ledger")

@@ -1,3 +1,4 @@
+import ByteKeys
 import Crypto
 import Foundation
 import LMDB
@@ -85,8 +86,7 @@ struct HostileURLTests {
 
     @Test("every call that takes a share URL answers a malformed, oversized or unknown URL with unknownItem and changes nothing")
     func malformedURLs() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let before = try f.ledger.snapshot()
         var tried = 0
         for text in Self.hostile {
@@ -124,8 +124,7 @@ struct HostileURLTests {
 
     @Test("a fetch refuses a URL that only carries a share's token as every other call does, even for the owner, and logs it marked")
     func fetchRefusesNonShareURLs() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let token = share.token.text
         for text in [
             "https://share.localhost/share/\(token)?" + String(repeating: "q", count: 3_000), "https://share.localhost/\(token)",
@@ -214,9 +213,7 @@ struct HostileURLTests {
 struct HostileBatchTests {
     @Test("empty, 10,000-item and duplicate batches: limitExceeded past 400 distinct items, duplicates done once")
     func batches() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         let metadata = try await f.bob.shareMetadata(for: share.url)
         let before = try f.ledger.snapshot()
 
@@ -307,8 +304,7 @@ struct HostileLimitTests {
 
     @Test("names, titles, fields and lookups over the limits: a typed error each, nothing changed")
     func limits() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let zone = SharingFixture.zone
         try await f.ledger.registerUser("_alice", in: "iCloud.com.example.other")
         let before = try f.ledger.snapshot()

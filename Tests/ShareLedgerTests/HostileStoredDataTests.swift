@@ -1,3 +1,4 @@
+import ByteKeys
 import Foundation
 import LMDB
 @testable import ShareLedger
@@ -68,8 +69,7 @@ struct HostileStoredDataTests {
 
     @Test("unknown enum values in read-model rows: nobody gains access (fail closed), the audit reports the rows, a rebuild repairs them")
     func unknownEnumsInReadModels() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let token = share.token.text
         let invited = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, role: .administrator, to: share.url)
         let bobID = try #require(invited.participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" }?.participantID)
@@ -209,8 +209,7 @@ struct HostileStoredDataTests {
 
     @Test("unknown enum values forged into the log: an import refuses them; written behind the ledger's back they grant nothing and the audit names them")
     func forgedUnknownEnums() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         var added = Shareledger_Events_V1_ParticipantAdded()
         added.token = share.token.text
         added.participantID = "forged"
@@ -257,8 +256,7 @@ struct HostileStoredDataTests {
 
     @Test("a forged import whose events contradict each other is refused; written behind the ledger's back, it is projected without a crash")
     func forgedContradictions() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let token = share.token.text
         // An invitation to an email with no account, verified by nobody, then removed: the counter of
         // unmatched invitations must not go below zero.

@@ -72,9 +72,7 @@ struct ImportBoundsTests {
 
     @Test("an import's read models commit with each batch: after the import they match a rebuild, without one")
     func readModelsWithBatches() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
         let exported = f.dir.child("export.ndjson")
         try exportToFile(f.ledger, exported)

@@ -35,9 +35,7 @@ struct InvitationSealingTests {
 
     @Test("invitations and lookups by email or phone are sealed: no plaintext on disk, yet answers show them, and matching still works (invite by email, register later, bind, accept; verify by phone)")
     func sealedInvitationsStillMatch() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: Self.email), permission: .readWrite, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: Self.email), permission: .readWrite)
         _ = try await f.alice.addParticipant(LookupInfo(phoneNumber: Self.phone), permission: .readOnly, to: share.url)
         let looked = try await f.bob.shareParticipant(for: LookupInfo(emailAddress: Self.email))
         #expect(!looked.userIdentity.hasiCloudAccount && looked.userIdentity.lookupInfo?.emailAddress == Self.email)
@@ -79,8 +77,7 @@ struct InvitationSealingTests {
 
     @Test("forgetting a user erases the invitations to the addresses they registered with (sent before or after they registered) and bound to them, and their lookups: in answers, history, export and every file; others unaffected; audit, verify, rebuild and import agree")
     func forgetRegisteredInvitee() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         // Before she registers: an invitation to her email; and one to someone else.
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: Self.email), permission: .readOnly, to: share.url)
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: Self.other), permission: .readOnly, to: share.url)
@@ -146,9 +143,7 @@ struct InvitationSealingTests {
 
     @Test("an address nobody registered is forgotten on its own: its invitations and lookups are erased, forgetting again appends nothing, a crash before the key's destruction is finished at the next open, and a later invitation to it is readable again")
     func forgetUnregisteredAddress() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(phoneNumber: Self.phone), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(phoneNumber: Self.phone), permission: .readOnly)
         _ = try await f.bob.shareParticipant(for: LookupInfo(phoneNumber: Self.phone))
         // Refused: a registered user's address (forget the user), a lookup by account.
         #expect(await errorCode { try await f.ledger.forget(address: LookupInfo(emailAddress: "BOB@example.com"), in: Self.container) } == .invalidArguments)

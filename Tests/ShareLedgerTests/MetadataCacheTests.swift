@@ -71,9 +71,7 @@ struct MetadataCacheTests {
 
     @Test("a kept answer is validated in memory until a commit about its share; maintenance and other processes' commits make every answer read again")
     func inMemoryTags() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         let tags = f.ledger.shareTags
         func inMemory(_ body: () throws -> Share.Metadata) rethrows -> (Share.Metadata, Bool) {
             let before = tags.hits.load(ordering: .relaxed)
@@ -125,8 +123,7 @@ struct MetadataCacheTests {
 
     @Test("keeping a tag inside a read transaction never waits for the environment's resize lock: no deadlock with a close (or a map resize) waiting for its exclusive side")
     func noDeadlockWithResize() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let token = try #require(ShareURL.token(in: share.url)).text
         let environment = f.ledger.log.store.environment
         let tags = f.ledger.shareTags
@@ -162,9 +159,7 @@ struct MetadataCacheTests {
 
     @Test("an answer kept from rows that a rebuild then repaired (tag unchanged) is not given again")
     func rebuildRepairsKeptAnswers() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         let token = try #require(ShareURL.token(in: share.url)).text
         let store = f.ledger.log.store
         // Damage the share row's title, leaving its change tag (as a stray write could).
@@ -186,8 +181,7 @@ struct MetadataCacheTests {
     @Test("capacity 0 turns the cache off; a full cache starts over")
     func capacity() async throws {
         let cache = MetadataCache(capacity: 2)
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let metadata = try f.alice.shareMetadataWithoutLogging(for: share.url)
         for index in 0..<3 {
             cache.store(MetadataCache.Key(token: "t\(index)", container: "c", viewer: "v"), MetadataCache.Entry(validator: 1, metadata: metadata))

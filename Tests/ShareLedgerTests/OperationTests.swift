@@ -10,9 +10,7 @@ import Testing
 struct OperationTests {
     @Test("CloudKit example: fetch share metadata with the root record, caching each URL's metadata")
     func fetchWithRootAndCache() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         let unknown = URL(string: "https://share.localhost/share/0ZZZZZZZZZZZZZZZZZZZZZZZZZ")!
 
         // As in the documentation: a cache filled by the per-URL block, an error report at the end.
@@ -52,9 +50,7 @@ struct OperationTests {
 
     @Test("CloudKit example: accept share metadatas grouped by container, one operation per container")
     func acceptGroupedByContainer() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         // A second container with its own share for Bob.
         let other = "iCloud.com.example.recipes"
         try await f.ledger.registerUser("_alice", in: other)
@@ -96,8 +92,7 @@ struct OperationTests {
 
     @Test("cancel before the run ends every item with operationCancelled; an operation runs once")
     func cancelAndRunOnce() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let events = try f.ledger.statistics().events
         let urls = (0..<40).map { URL(string: share.url.absoluteString.replacingOccurrences(of: "#", with: "?n=\($0)#"))! }
         let codes = Mutex<[LedgerError.Code]>([])
@@ -121,8 +116,7 @@ struct OperationTests {
 
     @Test("cancel during the run: items already done keep their results, the rest are cancelled")
     func cancelDuringRun() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let urls = (0..<64).map { URL(string: share.url.absoluteString.replacingOccurrences(of: "#", with: "?n=\($0)#"))! }
         let successes = Counter()
         let cancelled = Counter()

@@ -91,8 +91,7 @@ struct ParticipantLookupTests {
 
     @Test("a looked-up participant, its role and permission set, is invited with addParticipant(_:to:)")
     func lookupThenInvite() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let bobLookup = LookupInfo(emailAddress: "bob@example.com")
         let strangerLookup = LookupInfo(emailAddress: "dave@unclaimed.example")
         let found = try await f.alice.shareParticipants(for: [bobLookup, strangerLookup])

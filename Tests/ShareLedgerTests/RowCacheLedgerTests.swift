@@ -9,8 +9,7 @@ import Testing
 struct RowCacheLedgerTests {
     @Test("the writer decodes a hot share once, and its answers equal an uncached ledger's")
     func writerUsesIt() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let before = f.ledger.store.writerModels.rowCache?.hits ?? 0
         for user in ["bob", "carol"] {
             _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "\(user)@example.com"), permission: .readOnly, to: share.url)
@@ -26,8 +25,7 @@ struct RowCacheLedgerTests {
 extension RowCacheLedgerTests {
     @Test("an atomic batch that fails rolls its rows back in the cache too: the share it deleted is still there")
     func failedAtomicBatch() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         // Deleting the root deletes its share; the missing record fails the batch, so neither happens.
         let results = try await f.alice.modifyRecords(
             [.delete(SharingFixture.recordID("list")), .delete(SharingFixture.recordID("missing"))], atomically: true)

@@ -51,6 +51,17 @@ struct SharingFixture {
     static let zone = RecordZoneID(zoneName: "Notes")
     static func recordID(_ name: String) -> RecordID { RecordID(recordName: name, zoneID: zone) }
 
+    /// A fixture with Alice's hierarchy shared (``makeHierarchy(title:)``) and, when given, `invitee`
+    /// invited to it with `permission`: the fixture and the share as created.
+    static func withShare(
+        _ label: String = #function, inviting invitee: LookupInfo? = nil, permission: Share.Participant.Permission = .readOnly
+    ) async throws -> (SharingFixture, Share) {
+        let f = try await SharingFixture(label)
+        let share = try await f.makeHierarchy()
+        if let invitee { _ = try await f.alice.addParticipant(invitee, permission: permission, to: share.url) }
+        return (f, share)
+    }
+
     /// Alice's zone "Notes" with a root record "list" and a child "item".
     @discardableResult
     func makeHierarchy(title: String = "Groceries") async throws -> Share {
@@ -60,6 +71,19 @@ struct SharingFixture {
             Record(recordType: "Item", recordID: Self.recordID("item"), fields: ["name": .string("milk")], parent: Self.recordID("list")))
         return try await alice.share(rootRecord: Self.recordID("list"), title: title)
     }
+}
+
+/// A small but busy ledger (the audit and checkpoint tests' fixture): a share with an accepted
+/// participant, a fetch by someone else, the tasks done, a title change.
+func busyLedger(_ label: String = #function) async throws -> (SharingFixture, Share) {
+    let f = try await SharingFixture(label)
+    let share = try await f.makeHierarchy()
+    _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
+    _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
+    _ = try await f.carol.shareMetadatas(for: [share.url])
+    try await f.ledger.completeResidualTasks()
+    _ = try await f.alice.setTitle("Shopping", for: share.url)
+    return (f, share)
 }
 
 /// The error code a throwing call ends with, or nil when it succeeds.

@@ -8,8 +8,7 @@ import Testing
 struct SharingTests {
     @Test("the owner's share: URL with a token, owner participant, owner-relative metadata")
     func ownerMetadata() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         #expect(ShareURL.token(in: share.url) == share.token)
         #expect(share.url.fragment == "Groceries")
         #expect(share.owner.role == .owner)
@@ -30,8 +29,7 @@ struct SharingTests {
 
     @Test("invite by email, fetch as invitee (pending), accept, residual zone appears after the task runs")
     func inviteFetchAccept() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let updated = try await f.alice.addParticipant(LookupInfo(emailAddress: "BOB@example.com"), permission: .readOnly, to: share.url)
         let bobEntry = try #require(updated.participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" })
         #expect(bobEntry.acceptanceStatus == .pending)
@@ -72,8 +70,7 @@ struct SharingTests {
 
     @Test("a non-participant of a private share learns nothing; verification of an unmatched invitation")
     func verification() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         // No pending invitation without an account: indistinguishable from an unknown URL.
         #expect(await errorCode { try await f.carol.shareMetadata(for: share.url) } == .unknownItem)
         let unknown = ShareURL.make(host: "share.localhost", token: ShareToken.generate())!
@@ -112,8 +109,7 @@ struct SharingTests {
 
     @Test("public share: prospective public user, join on accept, dropped when the share goes private")
     func publicShare() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let invited = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
         // Participants can be invited only while the share is private.
         _ = try await f.alice.setPublicPermission(.readWrite, for: share.url)
@@ -179,8 +175,7 @@ struct SharingTests {
 
     @Test("the URL is stable across deleting and re-sharing the same root; deleting the root deletes the share")
     func stableURL() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         try await f.alice.deleteShare(share.url)
         #expect(await errorCode { try await f.alice.shareMetadata(for: share.url) } == .unknownItem)
         let again = try await f.alice.share(rootRecord: SharingFixture.recordID("list"))
@@ -198,8 +193,7 @@ struct SharingTests {
 
     @Test("root record on request, limited to the desired keys")
     func rootRecord() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         _ = try await f.alice.save(
             {
                 var r = try! f.alice.record(for: SharingFixture.recordID("list"))
@@ -218,8 +212,7 @@ struct SharingTests {
 
     @Test("batch fetch: per-URL results, >400 URLs refused, no account, and every fetch is logged")
     func batchFetch() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let bogus = URL(string: "https://share.localhost/share/not-a-token")!
         let before = try f.ledger.statistics().events
         let results = try await f.bob.shareMetadatas(for: [share.url, bogus, share.url])
@@ -241,8 +234,7 @@ struct SharingTests {
 
     @Test("batch fetch by token: the results, the limit and the logged events of the fetch by URL")
     func batchFetchByToken() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let unknown = ShareToken.generate()
         let unknownURL = try #require(ShareURL.make(host: f.ledger.configuration.shareURLHost, token: unknown))
         let start = try f.ledger.log.head().position
@@ -270,8 +262,7 @@ struct SharingTests {
 
     @Test("accept: owner no-op, not invited, removed, deleted, wrong container")
     func acceptErrors() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let ownerMetadata = try await f.alice.shareMetadata(for: share.url)
         let events = try f.ledger.statistics().events
         _ = try await f.alice.accept(ownerMetadata)
@@ -296,8 +287,7 @@ struct SharingTests {
 
     @Test("participant management: who may do what, the 100-participant limit, leaving")
     func management() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let withBob = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
         let bobID = try #require(withBob.participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" }?.participantID)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
@@ -376,9 +366,7 @@ struct SharingTests {
 struct SharingIdentityTests {
     @Test("user record names are per container: the same name elsewhere is nobody the share knows")
     func namesakeElsewhere() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         #expect(try await f.bob.shareMetadata(for: share.url).participantStatus == .pending)
         try await f.ledger.registerUser("_bob", in: "iCloud.com.example.other")
         let namesake = f.ledger.container("iCloud.com.example.other", userRecordName: "_bob")
@@ -394,9 +382,7 @@ struct SharingIdentityTests {
 
     @Test("an invitation sent before the invitee registered binds to the account when invited again")
     func inviteBeforeRegistration() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "erin@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "erin@example.com"), permission: .readOnly)
         try await f.ledger.registerUser("_erin", in: SharingFixture.container, emailAddress: "erin@example.com")
         let erin = f.as_("_erin")
         #expect(await errorCode { try await erin.shareMetadata(for: share.url) } == .participantMayNeedVerification)
@@ -437,8 +423,7 @@ extension ShareLedger {
 struct SharingEdgeTests {
     @Test("public users follow a change of the public permission")
     func publicDowngrade() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         _ = try await f.alice.setPublicPermission(.readWrite, for: share.url)
         _ = try await f.carol.accept(try await f.carol.shareMetadata(for: share.url))
         _ = try await f.alice.setPublicPermission(.readOnly, for: share.url)
@@ -453,8 +438,7 @@ struct SharingEdgeTests {
 
     @Test("names and ids too long for a key are refused cleanly and do not disturb other commands")
     func oversizedNames() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let long = String(repeating: "x", count: 600)
         let stranger = f.as_(long)
         #expect(await errorCode { try await stranger.shareMetadata(for: share.url) } == .notAuthenticated)
@@ -475,8 +459,7 @@ struct SharingEdgeTests {
 
     @Test("a read-write participant cannot move a record out of the share")
     func noMovingOut() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         _ = try await f.alice.save(Record(recordType: "Secret", recordID: SharingFixture.recordID("secret")))
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, to: share.url)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
@@ -494,8 +477,7 @@ struct SharingEdgeTests {
 
     @Test("a pending administrator sees what a pending participant sees")
     func pendingAdministrator() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readWrite, role: .administrator, to: share.url)
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "someone@nowhere.org"), permission: .readOnly, to: share.url)
         let seenByBob = try await f.bob.shareMetadata(for: share.url).share

@@ -52,8 +52,7 @@ struct SyncChangesTests {
 
     @Test("a participant syncs the shared zone through the shared database: only what is shared with them")
     func participantSyncsTheSharedZone() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         _ = try await f.alice.save(Record(recordType: "Item", recordID: SharingFixture.recordID("private")))
         let aliceZone = RecordZoneID(zoneName: "Notes", ownerName: "_alice")
         _ = try await f.alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readWrite, to: share.url)
@@ -118,8 +117,7 @@ struct SyncChangesTests {
 
     @Test("database changes: zones that came, changed and went, in the private and the shared database")
     func databaseChanges() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         _ = try await f.alice.save(RecordZone(zoneID: RecordZoneID(zoneName: "Quiet")))
         let first = try f.alice.databaseChanges(.private)
         #expect(Set(first.changedZoneIDs.map(\.zoneName)) == ["Notes", "Quiet"] && first.deletedZoneIDs.isEmpty)
@@ -175,8 +173,7 @@ struct SyncChangesTests {
 
     @Test("a share is a record of its zone to sync: created, changed by its participants, deleted")
     func shareRecords() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let first = try f.alice.recordZoneChanges(in: SharingFixture.zone)
         #expect(first.changedShares.map(\.recordID.recordName) == [share.recordID.recordName])
         _ = try await f.alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readOnly, to: share.url)

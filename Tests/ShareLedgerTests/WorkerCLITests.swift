@@ -13,9 +13,7 @@ struct WorkerCLITests {
     /// A ledger where Bob accepted Alice's share and his zone task is pending: the fixture's
     /// directory, the ledger's path and the share's URL.
     static func ledgerWithPendingTask() async throws -> (TemporaryDirectory, String, URL) {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly)
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
         await f.ledger.close()
         return (f.dir, f.dir.child("ledger"), share.url)

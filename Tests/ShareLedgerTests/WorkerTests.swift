@@ -1,3 +1,4 @@
+import ByteKeys
 import Foundation
 import LMDB
 import ServiceLifecycle
@@ -122,8 +123,7 @@ struct WorkerTests {
 
     @Test("accept → remove → accept again for one participant ends with the zone, each task in order")
     func ordering() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         try await f.bobAccepts(share)
         _ = try await f.alice.removeParticipant(try f.bobID, from: share.url)
         _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: share.url)
@@ -236,8 +236,7 @@ struct WorkerTests {
 
     @Test("an attempt that never finished (a crash) counts: a poison task parks instead of looping")
     func crashCountsAsAttempt() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         try await f.bobAccepts(share)
         let worker = ResidualTaskWorker(ledger: f.ledger, configuration: ResidualTaskWorker.Configuration(maxAttempts: 2))
         let task = try #require(try f.ledger.residualTasks().first)
@@ -259,8 +258,7 @@ struct WorkerTests {
 
     @Test("graceful shutdown stops the worker service; it releases its lease")
     func gracefulShutdown() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let worker = ResidualTaskWorker(ledger: f.ledger, configuration: ResidualTaskWorker.Configuration(pollInterval: .seconds(30)))
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -280,8 +278,7 @@ struct WorkerTests {
 
     @Test("two workers on one ledger: one works; the other takes over when the first stops")
     func twoWorkers() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         // A lease far longer than the test: a stall of the first worker on a busy machine must not let
         // the second take over by expiry. The hand-over below is by release, on the first's way out.
         let config = ResidualTaskWorker.Configuration(leaseDuration: .seconds(120), pollInterval: .milliseconds(20))

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 import SharingDomain
@@ -51,7 +52,7 @@ struct InMemoryDomainTests {
         // The accept left a residual task in the outbox; completing it makes the zone appear.
         var taskID: UInt64?
         try domain.store.visit(domain.models.outbox, from: nil) { key, _ in
-            taskID = BigEndianBytes.uint64(key)
+            taskID = BigEndian.uint64(key)
             return false
         }
         let task = try #require(taskID)

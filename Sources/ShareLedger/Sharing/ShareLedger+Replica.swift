@@ -1,3 +1,4 @@
+import ByteKeys
 import Crypto
 import Foundation
 import LMDB

@@ -1,3 +1,4 @@
+import ByteKeys
 import Dispatch
 import EventLog
 import Foundation

@@ -8,6 +8,12 @@ extension Decider {
 
     // Messages name the email address and phone number only by a placeholder (``PersonalData``).
 
+    /// Refuses an email address or phone number (`what`, redacted) that `other` registered already.
+    private static func refuseRegistered(_ what: String, to other: String?) throws {
+        guard let other else { return }
+        throw LedgerError(.invalidArguments, "\(what) belongs to user \(other) already; register the user without it or with another one")
+    }
+
     package func registerUser(
         _ txn: borrowing some ReadModelStore & ~Copyable, name: String, email: String?, phone: String?, names: PersonNameComponents?
     ) throws -> Decision {
@@ -20,30 +26,21 @@ extension Decider {
         e.userRecordName = name
         if let email, !email.isEmpty {
             let bytes = email.utf8
+            let what = "the email address \(PersonalData.redact(email, as: .emailAddress))"
             guard bytes.count <= Limits.maxLookupBytes, !bytes.contains(0), bytes.contains(UInt8(ascii: "@")) else {
-                throw LedgerError(
-                    .invalidArguments, "the email address \(PersonalData.redact(email, as: .emailAddress)) is not valid: it "
-                        + "needs an @, at most \(Limits.maxLookupBytes) bytes and no NUL")
+                throw LedgerError(.invalidArguments, "\(what) is not valid: it needs an @, at most \(Limits.maxLookupBytes) bytes and no NUL")
             }
-            if let other = try models.userName(txn, container, email: email) {
-                throw LedgerError(
-                    .invalidArguments, "the email address \(PersonalData.redact(email, as: .emailAddress)) belongs to user "
-                        + "\(other) already; register the user without it or with another one")
-            }
+            try Decider.refuseRegistered(what, to: models.userName(txn, container, email: email))
             e.emailAddress = email
         }
         if let phone, !phone.isEmpty {
             let bytes = phone.utf8
+            let what = "the phone number \(PersonalData.redact(phone, as: .phoneNumber))"
             guard bytes.count <= Decider.maxPhoneBytes, !bytes.contains(0), ReadModels.normalizePhone(phone).count >= 3 else {
                 throw LedgerError(
-                    .invalidArguments, "the phone number \(PersonalData.redact(phone, as: .phoneNumber)) is not valid: it "
-                        + "needs at least 3 digits, at most \(Decider.maxPhoneBytes) bytes and no NUL")
+                    .invalidArguments, "\(what) is not valid: it needs at least 3 digits, at most \(Decider.maxPhoneBytes) bytes and no NUL")
             }
-            if let other = try models.userName(txn, container, phone: phone) {
-                throw LedgerError(
-                    .invalidArguments, "the phone number \(PersonalData.redact(phone, as: .phoneNumber)) belongs to user "
-                        + "\(other) already; register the user without it or with another one")
-            }
+            try Decider.refuseRegistered(what, to: models.userName(txn, container, phone: phone))
             e.phoneNumber = phone
         }
         if let names {

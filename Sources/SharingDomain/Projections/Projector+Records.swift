@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 
@@ -24,7 +25,7 @@ extension Projector {
         let m = models
         let key = ReadModels.zoneKey(context.container, owner: e.ownerName, zone: e.zoneName)
         guard let zone = try m.message(ZoneState.self, txn, m.zones, key) else { return }
-        let prefix = BigEndianBytes.bytes(of: zone.zoneID)
+        let prefix = BigEndian.bytes(of: zone.zoneID)
         let records = try m.scan(txn, m.records, prefix: prefix)
         for entry in records { try txn.delete(m.records, key: prefix + entry.suffix) }
         for entry in try m.scan(txn, m.recordChildren, prefix: prefix) {

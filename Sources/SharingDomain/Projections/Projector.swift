@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 
@@ -67,7 +68,7 @@ package struct Projector {
             try models.participant(txn, token, id)?.userRecordName ?? ""
         }
         func task(_ id: UInt64) throws -> ResidualTaskState? {
-            try models.message(ResidualTaskState.self, txn, models.outbox, BigEndianBytes.bytes(of: id))
+            try models.message(ResidualTaskState.self, txn, models.outbox, BigEndian.bytes(of: id))
         }
         switch event {
         case .userRegistered(let e): other = e.userRecordName
@@ -273,7 +274,7 @@ package struct Projector {
         task.token = token
         task.dueAtMicros = context.recordedAtMicros
         task.scheduledAtMicros = context.recordedAtMicros
-        try models.put(txn, models.outbox, BigEndianBytes.bytes(of: id), task)
+        try models.put(txn, models.outbox, BigEndian.bytes(of: id), task)
     }
 
     /// Makes the value from its fields.

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 
@@ -192,7 +193,7 @@ extension ReadModels {
     package func journalHistory(
         _ txn: borrowing some ReadModelStore & ~Copyable, position: UInt64, _ entry: HistoryJournalEntry
     ) throws {
-        try txn.put(historyJournal, key: BigEndianBytes.bytes(of: position), value: entry.encoded())
+        try txn.put(historyJournal, key: BigEndian.bytes(of: position), value: entry.encoded())
         if try txn.entryCount(historyJournal) >= ReadModels.historyFoldThreshold {
             try foldHistory(txn)
         }
@@ -209,7 +210,7 @@ extension ReadModels {
         var keys: [UInt8] = []
         var moves: [HistoryJournalEntry.Move] = []
         try txn.visit(historyJournal, from: nil) { key, value in
-            guard let position = BigEndianBytes.uint64(key) else {
+            guard let position = BigEndian.uint64(key) else {
                 throw LedgerError(.corruptedData, "a key of the history journal is \(key.count) bytes, expected 8; run `share-ledger rebuild`")
             }
             try HistoryJournalEntry.appendMoves(of: value, position: position, keys: &keys, moves: &moves)
@@ -225,11 +226,11 @@ extension ReadModels {
             // index is walked once, left to right. Keys compare with memcmp.
             moves.sort { a, b in
                 if a.db != b.db { return a.db < b.db }
-                let order = ByteKeyOrder.compare(key(a), key(b))
+                let order = KeyOrder.compare(key(a), key(b))
                 return order != 0 ? order < 0 : a.position < b.position
             }
             for move in moves where move.count > 0 && move.count <= ReadModels.maxKeyBytes {
-                try BigEndianBytes.withBytes(of: move.position) { value in
+                try BigEndian.withBytes(of: move.position) { value in
                     try txn.put(databases[move.db], key: key(move), value: value, flags: [])
                 }
             }
@@ -243,10 +244,10 @@ extension ReadModels {
         _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, key: [UInt8], from: UInt64
     ) throws -> [UInt64] {
         var out: [UInt64] = []
-        try BigEndianBytes.withBytes(of: from) { start in
+        try BigEndian.withBytes(of: from) { start in
             guard let index = historyIndexes.firstIndex(where: { $0.name == db.name }) else { return }
             try txn.visit(historyJournal, from: start) { positionBytes, value in
-                if try HistoryJournalEntry.names(index: index, key: key, in: value), let position = BigEndianBytes.uint64(positionBytes) {
+                if try HistoryJournalEntry.names(index: index, key: key, in: value), let position = BigEndian.uint64(positionBytes) {
                     out.append(position)
                 }
                 return true
@@ -285,8 +286,8 @@ extension ReadModels {
         guard !journaled.isEmpty else { return out }
         out.append(contentsOf: journaled)
         out.sort { a, b in
-            let order = ByteKeyOrder.compare(a.0, b.0)
-            return order != 0 ? order < 0 : ByteKeyOrder.compare(a.1, b.1) < 0
+            let order = KeyOrder.compare(a.0, b.0)
+            return order != 0 ? order < 0 : KeyOrder.compare(a.1, b.1) < 0
         }
         return out
     }

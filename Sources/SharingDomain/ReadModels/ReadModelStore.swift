@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 
@@ -44,22 +45,22 @@ extension ReadModelStore where Self: ~Copyable {
     package func put(_ db: ReadModelTable, key: some Collection<UInt8>, value: some Collection<UInt8>, flags: ReadModelPutFlags = [])
         throws
     {
-        try KeyBytes.with(key) { k in try KeyBytes.with(value) { v in try put(db, key: k, value: v, flags: flags) } }
+        try withBytes(key) { k in try withBytes(value) { v in try put(db, key: k, value: v, flags: flags) } }
     }
 
     /// Deletes `key` (with sorted duplicates: every value, or only `value` when given); returns
     /// whether anything was deleted.
     @discardableResult
     package func delete(_ db: ReadModelTable, key: some Collection<UInt8>, value: (some Collection<UInt8>)? = [UInt8]?.none) throws -> Bool {
-        try KeyBytes.with(key) { k in
-            if let value { return try KeyBytes.with(value) { v in try delete(db, key: k, value: v) } }
+        try withBytes(key) { k in
+            if let value { return try withBytes(value) { v in try delete(db, key: k, value: v) } }
             return try delete(db, key: k, value: nil)
         }
     }
 
     /// The value stored under `key`, copied; `nil` when there is none.
     package func get(_ db: ReadModelTable, key: some Collection<UInt8>) throws -> [UInt8]? {
-        try KeyBytes.with(key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
+        try withBytes(key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
     }
 }
 
@@ -90,8 +91,8 @@ package final class InMemoryReadModelStore: ReadModelStore {
         while low < high {
             let middle = (low + high) / 2
             let entry = table[middle]
-            var order = ByteKeyOrder.compare(entry.key, key)
-            if order == 0, let value { order = ByteKeyOrder.compare(entry.value, value) }
+            var order = KeyOrder.compare(entry.key, key)
+            if order == 0, let value { order = KeyOrder.compare(entry.value, value) }
             if order < 0 { low = middle + 1 } else { high = middle }
         }
         return low
@@ -102,7 +103,7 @@ package final class InMemoryReadModelStore: ReadModelStore {
     {
         let table = tables[db.index]
         let index = lowerBound(table, key: key, value: nil)
-        guard index < table.count, ByteKeyOrder.compare(table[index].key, key) == 0 else { return nil }
+        guard index < table.count, KeyOrder.compare(table[index].key, key) == 0 else { return nil }
         return try table[index].value.withUnsafeBytes(body)
     }
 
@@ -161,7 +162,7 @@ package final class InMemoryReadModelStore: ReadModelStore {
     {
         let table = tables[db.index]
         var index = lowerBound(table, key: key, value: nil)
-        while index < table.count, ByteKeyOrder.compare(table[index].key, key) == 0 {
+        while index < table.count, KeyOrder.compare(table[index].key, key) == 0 {
             try table[index].value.withUnsafeBytes(body)
             index += 1
         }

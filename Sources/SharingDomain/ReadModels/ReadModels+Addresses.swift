@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 
@@ -56,7 +57,7 @@ extension ReadModels {
     package static func sortedUnique(_ keys: [[UInt8]]) -> [[UInt8]] {
         var out: [[UInt8]] = []
         out.reserveCapacity(keys.count)
-        for key in keys.sorted(by: { ByteKeyOrder.compare($0, $1) < 0 }) where out.last != key { out.append(key) }
+        for key in keys.sorted(by: { KeyOrder.compare($0, $1) < 0 }) where out.last != key { out.append(key) }
         return out
     }
 
@@ -81,7 +82,7 @@ extension ReadModels {
     /// is dropped). ``invitations(_:_:to:)`` reads both. The fold is decided by the journal's size
     /// alone, so the same events leave the same bytes.
     package func journalAddress(_ txn: borrowing some ReadModelStore & ~Copyable, position: UInt64, entry: [UInt8]) throws {
-        try putRaw(txn, addressJournal, BigEndianBytes.bytes(of: position) + entry, [])
+        try putRaw(txn, addressJournal, BigEndian.bytes(of: position) + entry, [])
         guard try txn.entryCount(addressJournal) >= ReadModels.addressFoldThreshold else { return }
         var entries: [[UInt8]] = []
         try txn.visit(addressJournal, from: nil) { key, _ in

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 
@@ -137,11 +138,11 @@ extension ReadModels {
         _ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ entry: RecordChangeEntry
     ) throws {
         let pointer = ReadModels.recordChangePointerKey(zoneID: zoneID, entry.recordName)
-        if let previous = try txn.get(recordChanges, key: pointer).flatMap({ BigEndianBytes.uint64($0) }) {
+        if let previous = try txn.get(recordChanges, key: pointer).flatMap({ BigEndian.uint64($0) }) {
             try txn.delete(recordChanges, key: ReadModels.recordChangeKey(zoneID: zoneID, position: previous))
         }
         try txn.put(recordChanges, key: ReadModels.recordChangeKey(zoneID: zoneID, position: entry.position), value: entry.value)
-        try txn.put(recordChanges, key: pointer, value: BigEndianBytes.bytes(of: entry.position))
+        try txn.put(recordChanges, key: pointer, value: BigEndian.bytes(of: entry.position))
     }
 
     /// Records the change of a share record by the event at `position`: saved while the share
@@ -162,7 +163,7 @@ extension ReadModels {
 
     /// Forgets every change of a deleted zone (its id is never used again).
     package func dropRecordChanges(_ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64) throws {
-        let prefix = BigEndianBytes.bytes(of: zoneID)
+        let prefix = BigEndian.bytes(of: zoneID)
         for entry in try scan(txn, recordChanges, prefix: prefix) { try txn.delete(recordChanges, key: prefix + entry.suffix) }
     }
 
@@ -180,14 +181,14 @@ extension ReadModels {
     package func recordChanges(
         _ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, after position: UInt64, limit: Int
     ) throws -> [RecordChangeEntry] {
-        let prefix = BigEndianBytes.bytes(of: zoneID) + [0]
+        let prefix = BigEndian.bytes(of: zoneID) + [0]
         let start = ReadModels.recordChangeKey(zoneID: zoneID, position: position &+ 1)
         guard position < UInt64.max else { return [] }
         var raw: [(UInt64, [UInt8])] = []
         try start.withUnsafeBytes { from in
             try txn.visit(recordChanges, from: from) { key, value in
                 guard raw.count < limit, key.count == prefix.count + 8, key.prefix(prefix.count).elementsEqual(prefix),
-                    let at = BigEndianBytes.uint64(key, at: prefix.count)
+                    let at = BigEndian.uint64(key, at: prefix.count)
                 else { return false }
                 raw.append((at, Array(value)))
                 return true
@@ -201,8 +202,8 @@ extension ReadModels {
         throws -> [ZoneChangeEntry]
     {
         try scan(txn, zoneChanges, prefix: ReadModels.zoneChangePrefix(container, user: user, scope)).map { entry in
-            guard entry.value.count == 17, let position = BigEndianBytes.uint64(entry.value),
-                let zoneID = BigEndianBytes.uint64(entry.value, at: 9), let separator = entry.suffix.firstIndex(of: 0)
+            guard entry.value.count == 17, let position = BigEndian.uint64(entry.value),
+                let zoneID = BigEndian.uint64(entry.value, at: 9), let separator = entry.suffix.firstIndex(of: 0)
             else {
                 throw LedgerError(.corruptedData, "an entry of idx_zone_changes is malformed; run `share-ledger rebuild`")
             }

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 import SwiftProtobuf
@@ -166,7 +167,7 @@ extension ReadModels {
 
     /// The residual task `id` of the outbox, if it is not done yet.
     package func residualTask(_ txn: borrowing some ReadModelStore & ~Copyable, id: UInt64) throws -> ResidualTaskState? {
-        try message(ResidualTaskState.self, txn, outbox, BigEndianBytes.bytes(of: id))
+        try message(ResidualTaskState.self, txn, outbox, BigEndian.bytes(of: id))
     }
 
     /// The names of the records whose parent is `parent`.

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 import SwiftProtobuf
@@ -365,14 +366,14 @@ package final class ReadModels: Sendable {
     }
 
     package func counter(_ txn: borrowing some ReadModelStore & ~Copyable, _ counter: Counter) throws -> UInt64 {
-        try txn.get(counters, key: Array(counter.rawValue.utf8)).flatMap { BigEndianBytes.uint64($0) } ?? 0
+        try txn.get(counters, key: Array(counter.rawValue.utf8)).flatMap { BigEndian.uint64($0) } ?? 0
     }
 
     package func add(_ txn: borrowing some ReadModelStore & ~Copyable, _ counter: Counter, _ delta: Int64) throws {
         guard delta != 0 else { return }
         let current = try self.counter(txn, counter)
         let next = delta < 0 ? current &- UInt64(-delta) : current &+ UInt64(delta)
-        try txn.put(counters, key: Array(counter.rawValue.utf8), value: BigEndianBytes.bytes(of: next))
+        try txn.put(counters, key: Array(counter.rawValue.utf8), value: BigEndian.bytes(of: next))
     }
 }
 

@@ -36,18 +36,14 @@ extension EventValidator {
     func checkShareTitleChanged(
         _ e: Shareledger_Events_V1_ShareTitleChanged, _ d: Decider, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws {
-        try d.requireSignedIn(txn)
-        let share = try d.liveShare(txn, e.token)
-        try d.requireManager(txn, share, e.token)
+        try requireManagerOf(e.token, d, txn)
         try Decider.checkTitle(e.title)
     }
 
     func checkPublicPermissionChanged(
         _ e: Shareledger_Events_V1_PublicPermissionChanged, _ d: Decider, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws {
-        try d.requireSignedIn(txn)
-        let share = try d.liveShare(txn, e.token)
-        try d.requireManager(txn, share, e.token, ownerOnly: true)
+        let share = try requireManagerOf(e.token, d, txn, ownerOnly: true)
         guard e.oldPermission == share.publicPermission, e.newPermission != e.oldPermission,
             e.newPermission == .none || Decider.isPublic(e.newPermission)
         else { throw Self.refuse("the permissions do not follow the share's public permission \(share.publicPermission)") }
@@ -56,9 +52,7 @@ extension EventValidator {
     func checkAccessRequestsAllowedChanged(
         _ e: Shareledger_Events_V1_AccessRequestsAllowedChanged, _ d: Decider, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws {
-        try d.requireSignedIn(txn)
-        let share = try d.liveShare(txn, e.token)
-        try d.requireManager(txn, share, e.token)
+        let share = try requireManagerOf(e.token, d, txn)
         guard share.allowsAccessRequests != e.allowed else {
             throw Self.refuse("access requests are \(e.allowed ? "allowed" : "not allowed") already")
         }

@@ -127,14 +127,15 @@ package struct EventValidator {
         }
     }
 
-    /// The event's actor, signed in, manages the live share `token`; returns the share.
+    /// The event's actor, signed in, manages (with `ownerOnly`, owns) the live share `token`;
+    /// returns the share.
     @discardableResult
-    func requireManagerOf(_ token: String, _ d: Decider, _ txn: borrowing some ReadModelStore & ~Copyable) throws
-        -> ShareState
-    {
+    func requireManagerOf(
+        _ token: String, _ d: Decider, _ txn: borrowing some ReadModelStore & ~Copyable, ownerOnly: Bool = false
+    ) throws -> ShareState {
         try d.requireSignedIn(txn)
         let share = try d.liveShare(txn, token)
-        try d.requireManager(txn, share, token)
+        try d.requireManager(txn, share, token, ownerOnly: ownerOnly)
         return share
     }
 

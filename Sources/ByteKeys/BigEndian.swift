@@ -1,5 +1,6 @@
-/// Big-endian integer keys: their byte order is their numeric order, so LMDB's default
-/// (memcmp) comparison sorts them correctly and `MDB_APPEND` works.
+/// Big-endian integer keys: their byte order is their numeric order, so a byte-wise sorted table
+/// (LMDB's default `memcmp` order, which the in-memory read-model store keeps too) sorts them
+/// numerically, and `MDB_APPEND` works.
 package enum BigEndian {
     /// Calls `body` with the 8 big-endian bytes of `value`.
     @inlinable

@@ -4,9 +4,10 @@
     import Darwin
 #endif
 
-/// LMDB's default order of keys (and of the values of a sorted-duplicates database): byte-wise
-/// (`memcmp`), a prefix before the longer string. For code that sorts or merges entries the way
-/// LMDB will store them, without the generic `lexicographicallyPrecedes` (which showed in profiles).
+/// LMDB's default order of keys (and of the values of a sorted-duplicates database), which the
+/// in-memory read-model store keeps too: byte-wise (`memcmp`), a prefix before the longer string.
+/// For code that sorts or merges entries the way LMDB will store them, without the generic
+/// `lexicographicallyPrecedes` (which showed in profiles).
 package enum KeyOrder {
     /// Negative when `a` sorts before `b`, zero when equal, positive after.
     @inline(__always)
