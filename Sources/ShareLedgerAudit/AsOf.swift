@@ -5,7 +5,7 @@ import Logging
 import ShareLedger
 import SharingDomain
 
-/// Who could access a share at a past point, and how (``ShareLedger/ShareLedger/access(to:at:)``).
+/// Who could access a share at a past point, and how (``LedgerAudit/access(to:at:)``).
 public struct ShareAccess: Sendable, Hashable, Codable {
     /// One participant as they stood then.
     public struct Entry: Sendable, Hashable, Codable {
@@ -43,7 +43,7 @@ public struct ShareAccess: Sendable, Hashable, Codable {
     public var blockedIdentities: [String] = []
 }
 
-extension ShareLedger {
+extension LedgerAudit {
     /// The last position at or before `bound` (a position, or the last event recorded at or before a time).
     public func position(atOrBefore bound: HistoryBound) throws(LedgerError) -> LogPosition {
         let head = try log.head().position

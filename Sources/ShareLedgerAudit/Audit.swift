@@ -4,7 +4,7 @@ import LMDB
 import ShareLedger
 import SharingDomain
 
-/// What ``ShareLedger/ShareLedger/audit(scratchPath:options:progress:)`` found.
+/// What ``LedgerAudit/audit(scratchPath:options:progress:)`` found.
 public struct AuditReport: Sendable, Hashable, Codable {
     /// Whether everything holds: the chain, every event's payload, the stream and command records,
     /// every sharing event being one the rules could have produced from the state before it
@@ -47,12 +47,12 @@ public struct AuditReport: Sendable, Hashable, Codable {
     /// registrations and share titles written before crypto-shredding, invitations' and lookups'
     /// email or phone written before those were sealed, anything written with sealing off. Not a
     /// problem of the audit (`ok` does not depend on it): a count for the operator, who can
-    /// re-encrypt the ledger into a new one (``ShareLedger/ShareLedger/importResealingPersonalData(from:progress:)``;
+    /// re-encrypt the ledger into a new one (``LedgerAudit/importResealingPersonalData(from:progress:)``;
     /// `docs/operations.md`, "Personal data written before crypto-shredding").
     public var eventsWithPlaintextPersonalData: UInt64 = 0
 }
 
-extension ShareLedger {
+extension LedgerAudit {
     /// Audits the ledger: verifies the hash chain from the first event, decodes every event, checks
     /// the stream and command records against the log, rebuilds every read model from the log into a
     /// scratch ledger at `scratchPath` (created, then removed), checking each sharing event against

@@ -6,7 +6,7 @@ import LMDB
 import ShareLedger
 import SharingDomain
 
-/// An Ed25519 private key that signs checkpoints (``ShareLedger/ShareLedger/checkpoint(signingKey:)``).
+/// An Ed25519 private key that signs checkpoints (``LedgerAudit/checkpoint(signingKey:)``).
 ///
 /// Stored by `share-ledger keygen` as the base64 text of its 32 raw bytes (the Ed25519 seed, RFC 8032)
 /// and a newline, in a file only its owner can read.
@@ -241,7 +241,7 @@ public struct AuditOptions: Sendable, Hashable {
     }
 }
 
-extension ShareLedger {
+extension LedgerAudit {
     /// Signs the current head with `signingKey` and stores the checkpoint (in the writer's
     /// transaction, so the head cannot move in between). Appends no event.
     ///

@@ -6,7 +6,7 @@ import SharingDomain
 
 /// A log whose tail was removed: the chain alone cannot see it (what is left still links up), but
 /// the ledger's own records can, when they name events the log no longer holds.
-extension ShareLedger {
+extension LedgerAudit {
     /// The highest position beyond `head` that a stream record (its last event) or a command record
     /// (its last event) names, or `nil` when every record stays within the log. Reads both databases
     /// in chunks of short read transactions.

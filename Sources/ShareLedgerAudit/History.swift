@@ -42,7 +42,7 @@ public struct HistoryEntry: Sendable, Hashable {
     public var personalDataErased: Bool = false
 }
 
-extension ShareLedger {
+extension LedgerAudit {
     /// The timeline of a share, a user or a container, oldest first, from the history indexes and
     /// their journal (not a scan of the log), within `since`...`until`, at most `limit` entries.
     public func history(

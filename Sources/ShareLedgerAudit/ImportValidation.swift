@@ -4,8 +4,8 @@ import LMDB
 import ShareLedger
 import SharingDomain
 
-/// Checking an import line by line before anything is written (``ShareLedger/ShareLedger/importLog(from:progress:)``).
-extension ShareLedger {
+/// Checking an import line by line before anything is written (``LedgerAudit/importLog(from:progress:)``).
+extension LedgerAudit {
     struct ImportEvent: Sendable {
         var position: UInt64
         var stored: [UInt8]
@@ -78,7 +78,7 @@ extension ShareLedger {
 
         /// Checks the next line and adds its event, or throws ``ImportRefusal`` saying what is wrong
         /// with it (or a storage error from reading `ledger`'s records).
-        mutating func accept(_ line: ArraySlice<UInt8>, in ledger: ShareLedger) throws {
+        mutating func accept(_ line: ArraySlice<UInt8>, in ledger: LedgerAudit) throws {
             let fields: EnvelopeCodec.Fields
             let claimed: EventHash
             switch LogNDJSON.parse(line) {
@@ -152,7 +152,7 @@ extension ShareLedger {
 
         /// The line continues its stream (the import's lines before it, else the ledger's record);
         /// returns the stream's key.
-        private mutating func checkStream(_ fields: EnvelopeCodec.Fields, in ledger: ShareLedger) throws -> [UInt8] {
+        private mutating func checkStream(_ fields: EnvelopeCodec.Fields, in ledger: LedgerAudit) throws -> [UInt8] {
             let streamKey = LogStore.streamKey(container: fields.container, stream: fields.stream)
             if fields.streamVersion == 0 {
                 // Unversioned (a record of a read): no place in its stream, no back-link.
@@ -174,7 +174,7 @@ extension ShareLedger {
 
         /// Counts the line in its command, which must be new to the ledger and whose events must be
         /// consecutive; returns the command's index.
-        private mutating func recordCommand(_ fields: EnvelopeCodec.Fields, in ledger: ShareLedger) throws -> Int {
+        private mutating func recordCommand(_ fields: EnvelopeCodec.Fields, in ledger: LedgerAudit) throws -> Int {
             let commandKey = LogStore.commandKey(container: fields.container, commandID: fields.commandID)
             // As the writer records it (and as deriving the records does): 0 for a command of the
             // sharing layer's namespace, the last event's stream version for a raw append.

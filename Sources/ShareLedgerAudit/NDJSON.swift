@@ -120,7 +120,7 @@ public enum LogNDJSON {
     }
 }
 
-/// What ``ShareLedger/ShareLedger/export(since:to:progress:)`` wrote.
+/// What ``LedgerAudit/export(since:to:progress:)`` wrote.
 public struct ExportSummary: Sendable, Hashable, Codable {
     /// Lines (events) written.
     public var events: UInt64
@@ -132,7 +132,7 @@ public struct ExportSummary: Sendable, Hashable, Codable {
     public var lastHash: String
 }
 
-/// What ``ShareLedger/ShareLedger/importLog(from:progress:)`` imported.
+/// What ``LedgerAudit/importLog(from:progress:)`` imported.
 public struct ImportSummary: Sendable, Hashable, Codable {
     /// Events imported.
     public var events: UInt64
@@ -144,7 +144,7 @@ public struct ImportSummary: Sendable, Hashable, Codable {
     public var replayed: UInt64
 }
 
-extension ShareLedger {
+extension LedgerAudit {
     /// Writes the events after `since` to `handle` as NDJSON (``LogNDJSON/line(_:)`` and a newline
     /// each), reading in chunks of short read transactions. `progress` gets (position, head).
     ///

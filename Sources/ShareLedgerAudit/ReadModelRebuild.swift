@@ -296,7 +296,7 @@ enum ReadModelRebuild {
     }
 }
 
-extension ShareLedger {
+extension LedgerAudit {
     /// Rebuilds every read model from the log into a new ledger directory at `scratchPath`, checking
     /// every event against the sharing rules (`EventValidator`), and compares it with the live read
     /// models, entry by entry. At the first event the rules could not have produced, it stops and

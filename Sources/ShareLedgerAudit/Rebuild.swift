@@ -6,7 +6,7 @@ import ShareLedger
 import SharingDomain
 import Synchronization
 
-extension ShareLedger {
+extension LedgerAudit {
     /// Rebuilds every read model, and the stream and command records, from the log: the log is
     /// replayed into a scratch environment next to the ledger (`.rebuild-*`, in chunks, no fsync).
     /// Then, on the writer thread, the events committed meanwhile are replayed into the scratch copy

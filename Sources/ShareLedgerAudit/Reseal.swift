@@ -4,7 +4,7 @@ import LMDB
 import ShareLedger
 import SharingDomain
 
-/// What ``ShareLedger/ShareLedger/importResealingPersonalData(from:progress:)`` wrote.
+/// What ``LedgerAudit/importResealingPersonalData(from:progress:)`` wrote.
 public struct ResealSummary: Sendable, Hashable, Codable {
     /// Events written: every event of the source, at the same position.
     public var events: UInt64
@@ -24,7 +24,7 @@ public struct ResealSummary: Sendable, Hashable, Codable {
     public var headHash: String
 }
 
-extension ShareLedger {
+extension LedgerAudit {
     /// Writes every event of `source` into this ledger, which must be new and empty, with every
     /// personal field sealed under this ledger's key store: re-encrypts a ledger whose events were
     /// written before crypto-shredding (or before invitations were sealed) into a new one
@@ -73,7 +73,7 @@ extension ShareLedger {
                     + "re-encrypting writes a new ledger; choose a new, empty directory. Nothing was written")
         }
         let sourceHead = try source.log.head().position.rawValue
-        var reseal = Resealing(source: source, target: self)
+        var reseal = Resealing(source: source, target: ledger)
         var summary = ResealSummary(
             events: 0, resealedEvents: 0, plaintextEventsInSource: 0, unopenedBoxes: 0, plaintextEventsLeft: 0,
             headPosition: 0, headHash: EventHash.zero.hex)
@@ -102,7 +102,7 @@ extension ShareLedger {
             for envelope in pending[..<end] { opened.append(try reseal.open(envelope)) }
             pending.removeFirst(end)
             let batch = opened
-            let written = try await maintain { [self] txn in try Resealing.write(batch, into: self, txn) }
+            let written = try await maintain { [ledger] txn in try Resealing.write(batch, into: ledger, txn) }
             summary.events += UInt64(batch.count)
             summary.resealedEvents += written.resealed
             summary.plaintextEventsLeft += written.plaintext

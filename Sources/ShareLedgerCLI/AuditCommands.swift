@@ -48,7 +48,7 @@ struct AuditCommand: AsyncParsableCommand {
             .appendingPathComponent("share-ledger-audit-\(ProcessInfo.processInfo.processIdentifier)").path
         let report: AuditReport
         do {
-            report = try shareLedger.audit(scratchPath: scratch, options: options) { done, total in
+            report = try LedgerAudit(shareLedger).audit(scratchPath: scratch, options: options) { done, total in
                 Output.progress("audit: \(done) of \(total) events")
             }
         } catch {
@@ -117,7 +117,7 @@ struct RebuildCommand: AsyncParsableCommand {
     func run() async throws {
         let (outcome, started) = try await ledger.withLedger { shareLedger in
             let started = ContinuousClock.now
-            let outcome = try await shareLedger.rebuildReadModels(rewritingEverything: rewriteAll) { done, total in
+            let outcome = try await LedgerAudit(shareLedger).rebuildReadModels(rewritingEverything: rewriteAll) { done, total in
                 Output.progress("rebuild: \(done) of \(total) events")
             }
             Output.endProgress()
@@ -202,7 +202,7 @@ struct HistoryCommand: AsyncParsableCommand {
             subject = .container(container ?? "")
         }
         let entries = try await ledger.withLedger(readOnly: true) { shareLedger in
-            try shareLedger.history(
+            try LedgerAudit(shareLedger).history(
                 of: subject, since: since.flatMap(HistoryCommand.bound), until: until.flatMap(HistoryCommand.bound),
                 limit: limit)
         }
@@ -248,7 +248,7 @@ struct AccessCommand: AsyncParsableCommand {
 
     func run() async throws {
         let access = try await ledger.withLedger(readOnly: true) { shareLedger in
-            try shareLedger.access(to: URL(string: share)!, at: HistoryCommand.bound(at)!)
+            try LedgerAudit(shareLedger).access(to: URL(string: share)!, at: HistoryCommand.bound(at)!)
         }
         if ledger.json {
             Output.printJSON(AccessJSON(access))

@@ -90,7 +90,7 @@ struct CheckpointCommand: AsyncParsableCommand {
             Output.failure(error, json: ledger.json)
             throw ExitCode(1)
         }
-        let checkpoint = try await ledger.withLedger { shareLedger in try await shareLedger.checkpoint(signingKey: key) }
+        let checkpoint = try await ledger.withLedger { shareLedger in try await LedgerAudit(shareLedger).checkpoint(signingKey: key) }
         let summary = Summary(
             position: checkpoint.position.rawValue, hash: checkpoint.hash.hex,
             headRecordedAtMicros: checkpoint.headRecordedAtMicros, signedAtMicros: checkpoint.signedAtMicros,
@@ -124,7 +124,7 @@ struct ExportCommand: AsyncParsableCommand {
         let shareLedger = try ledger.openWithoutWorker(readOnly: true)
         let summary: ExportSummary
         do {
-            summary = try shareLedger.export(since: LogPosition(since), to: FileHandle.standardOutput) { done, total in
+            summary = try LedgerAudit(shareLedger).export(since: LogPosition(since), to: FileHandle.standardOutput) { done, total in
                 Output.progress("export: \(done) of \(total) events")
             }
         } catch {
@@ -187,7 +187,7 @@ struct ImportCommand: AsyncParsableCommand {
         let shareLedger = try ledger.openWithoutWorker(create: true)
         let summary: ImportSummary
         do {
-            summary = try await shareLedger.importLog(from: FileHandle.standardInput) { done, total in
+            summary = try await LedgerAudit(shareLedger).importLog(from: FileHandle.standardInput) { done, total in
                 Output.progress("import: \(done) of \(total) events")
             }
         } catch {
@@ -215,7 +215,7 @@ struct ImportCommand: AsyncParsableCommand {
         return ExitCode(1)
     }
 
-    /// `--reseal-personal-data --from OLD`: ``ShareLedger/importResealingPersonalData(from:progress:)``.
+    /// `--reseal-personal-data --from OLD`: `LedgerAudit.importResealingPersonalData(from:progress:)`.
     private func reseal(from path: String) async throws {
         var old = ledger
         old.path = path
@@ -230,7 +230,7 @@ struct ImportCommand: AsyncParsableCommand {
         }
         let summary: ResealSummary
         do {
-            summary = try await target.importResealingPersonalData(from: source) { done, total in
+            summary = try await LedgerAudit(target).importResealingPersonalData(from: source) { done, total in
                 Output.progress("import --reseal-personal-data: \(done) of \(total) events")
             }
         } catch {

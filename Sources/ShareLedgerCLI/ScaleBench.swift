@@ -173,7 +173,7 @@ struct ScaleBench {
         for (index, point) in [events, (snapshots.last?.position ?? events) - 1].enumerated() {
             let scratch = directory.appendingPathComponent("scale-snapshot-\(index)").path
             let started = ContinuousClock.now
-            let view = try ledger.snapshot(at: .position(LogPosition(point)), path: scratch)
+            let view = try LedgerAudit(ledger).snapshot(at: .position(LogPosition(point)), path: scratch)
             let seconds = (ContinuousClock.now - started).seconds
             await view.close()
             if index == 0 { atHead = seconds }
@@ -232,7 +232,7 @@ extension ScaleBench {
         memory.start()
         cpu = ProcessCPUTime.now()
         started = ContinuousClock.now
-        let rebuilt = try await ledger.rebuildReadModels(rewritingEverything: false)
+        let rebuilt = try await LedgerAudit(ledger).rebuildReadModels(rewritingEverything: false)
         let rebuildSeconds = (ContinuousClock.now - started).seconds
         let rebuildCPU = CPUCost(time: ProcessCPUTime.now() - cpu, units: Int(events))
         let (peak, baseline) = memory.stop()
@@ -242,7 +242,7 @@ extension ScaleBench {
         rewriteMemory.start()
         cpu = ProcessCPUTime.now()
         started = ContinuousClock.now
-        _ = try await ledger.rebuildReadModels(rewritingEverything: true)
+        _ = try await LedgerAudit(ledger).rebuildReadModels(rewritingEverything: true)
         let rewriteSeconds = (ContinuousClock.now - started).seconds
         let rewriteCPU = CPUCost(time: ProcessCPUTime.now() - cpu, units: Int(events))
         let (rewritePeak, _) = rewriteMemory.stop()

@@ -89,7 +89,7 @@ public enum CrashVerifier {
         _ ledger: ShareLedger, acks: [Ack], scratchPath: String, auditAfterDrain: Bool, into result: inout Result
     ) async throws {
         // 1. The audit: chain, payloads, stream/command records, read models against a rebuild.
-        let report = try ledger.audit(scratchPath: scratchPath)
+        let report = try LedgerAudit(ledger).audit(scratchPath: scratchPath)
         if !report.ok { result.problems.append(contentsOf: report.problems.map { "audit after the kill: \($0)" }) }
 
         // 2. Every acknowledged command exactly once; every command at most once.
@@ -102,7 +102,7 @@ public enum CrashVerifier {
         result.tasksDrained = statistics.pendingResidualTasks
         try checkAfterDrain(ledger, accepted: accepted, into: &result)
         if auditAfterDrain {
-            let report = try ledger.audit(scratchPath: scratchPath)
+            let report = try LedgerAudit(ledger).audit(scratchPath: scratchPath)
             if !report.ok { result.problems.append(contentsOf: report.problems.map { "audit after the drain: \($0)" }) }
         }
     }

@@ -59,7 +59,7 @@ public enum CrashWorkload {
             if rebuilding {
                 group.addTask {
                     do {
-                        while true { _ = try await ledger.rebuildReadModels(rewritingEverything: true) }
+                        while true { _ = try await LedgerAudit(ledger).rebuildReadModels(rewritingEverything: true) }
                     } catch {
                         fail("rebuild: \(error)")
                     }

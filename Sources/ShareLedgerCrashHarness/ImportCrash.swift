@@ -27,7 +27,7 @@ public enum ImportCrash {
             defer { try? FileManager.default.removeItem(atPath: rest) }
             guard let handle = FileHandle(forReadingAtPath: rest) else { return 66 }
             FileHandle.standardOutput.write(Data("ready\n".utf8))
-            _ = try await ledger.importLog(from: handle) { done, _ in
+            _ = try await LedgerAudit(ledger).importLog(from: handle) { done, _ in
                 FileHandle.standardOutput.write(Data("batch \(done)\n".utf8))
                 var go: UInt8 = 0
                 while read(STDIN_FILENO, &go, 1) < 0 && errno == EINTR {}
@@ -182,7 +182,7 @@ public enum ImportCrash {
         do {
             let ledger = try ShareLedger.open(configuration)
             let head = try ledger.log.head()
-            let report = try ledger.audit(scratchPath: ledgerPath + ".audit")
+            let report = try LedgerAudit(ledger).audit(scratchPath: ledgerPath + ".audit")
             if !report.ok { problems += report.problems.prefix(5).map { "audit: \($0)" } }
             let position = Int(head.position.rawValue)
             if position > hashes.count || (position > 0 && hashes[position - 1] != head.hash.hex) {

@@ -164,7 +164,7 @@ enum Seeds {
         _ = FileManager.default.createFile(atPath: exportFile, contents: nil)
         defer { try? FileManager.default.removeItem(atPath: exportFile) }
         if let handle = FileHandle(forWritingAtPath: exportFile) {
-            try ledger.export(to: handle)
+            try LedgerAudit(ledger).export(to: handle)
             try handle.close()
         }
         let export = FileManager.default.contents(atPath: exportFile) ?? Data()

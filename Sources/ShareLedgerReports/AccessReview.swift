@@ -47,15 +47,15 @@ public struct AccessReview: Sendable {
         ledger: ShareLedger, container: String, from: HistoryBound, to: HistoryBound, trustedKeys: [CheckpointPublicKey] = [],
         now: Date = Date()
     ) throws(LedgerError) -> AccessReview {
-        let last = try ledger.position(atOrBefore: to).rawValue
+        let last = try LedgerAudit(ledger).position(atOrBefore: to).rawValue
         let first: UInt64
         switch from {
         case .position(let p): first = max(p.rawValue, 1)
-        case .time(let t): first = try ledger.position(atOrBefore: .time(t.addingTimeInterval(-0.000_001))).rawValue + 1
+        case .time(let t): first = try LedgerAudit(ledger).position(atOrBefore: .time(t.addingTimeInterval(-0.000_001))).rawValue + 1
         }
         var byToken: [String: [ReportEvent]] = [:]
         var order: [String] = []
-        for entry in try ledger.history(of: .container(container), until: .position(LogPosition(last)), limit: .max) {
+        for entry in try LedgerAudit(ledger).history(of: .container(container), until: .position(LogPosition(last)), limit: .max) {
             let event = ReportEvent(entry)
             guard let token = event.token, event.change != .other else { continue }
             if byToken[token] == nil { order.append(token) }

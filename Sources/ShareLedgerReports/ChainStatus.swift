@@ -43,7 +43,7 @@ public struct ChainStatus: Sendable, Hashable {
             headPosition: head, verifiedThrough: chain.headPosition, verifiedHash: chain.headHash,
             firstBadPosition: chain.firstBadPosition, problem: chain.problem, checkpoint: nil,
             checkedAgainstTrustedKeys: !trustedKeys.isEmpty)
-        for checkpoint in try ledger.checkpoints().reversed() where checkpoint.position.rawValue <= chain.headPosition {
+        for checkpoint in try LedgerAudit(ledger).checkpoints().reversed() where checkpoint.position.rawValue <= chain.headPosition {
             guard let signer = try? CheckpointPublicKey(rawRepresentation: checkpoint.publicKey),
                 trustedKeys.isEmpty || trustedKeys.contains(signer), checkpoint.isSigned(by: signer),
                 let event = try ledger.log.event(at: checkpoint.position), event.hash == checkpoint.hash

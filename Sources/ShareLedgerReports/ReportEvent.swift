@@ -54,7 +54,7 @@ public struct ReportEvent: Sendable, Hashable {
     }
 }
 
-/// What an event changed about who can access a share (the events `ShareLedger.access(to:at:)` replays).
+/// What an event changed about who can access a share (the events `LedgerAudit(ShareLedger).access(to:at:)` replays).
 public enum AccessChange: Sendable, Hashable {
     /// The share was created (or created again under the same token); its owner has access.
     case created(owner: String, ownerParticipantID: String, publicPermission: Share.Participant.Permission)

@@ -46,8 +46,8 @@ public struct ShareReport: Sendable {
     /// - Throws: `LedgerError.Code.unknownItem` when the URL names no share with events up to the
     ///   report's end.
     public static func make(ledger: ShareLedger, url: URL, options: Options = Options()) throws(LedgerError) -> ShareReport {
-        let asOf = try ledger.position(atOrBefore: options.asOf ?? .position(LogPosition(UInt64.max)))
-        let events = try ledger.history(of: .share(url), until: .position(asOf), limit: .max).map(ReportEvent.init)
+        let asOf = try LedgerAudit(ledger).position(atOrBefore: options.asOf ?? .position(LogPosition(UInt64.max)))
+        let events = try LedgerAudit(ledger).history(of: .share(url), until: .position(asOf), limit: .max).map(ReportEvent.init)
         guard let first = events.first else {
             throw LedgerError(
                 .unknownItem, "no share with this URL has events up to position \(asOf.rawValue); check the URL (`share-ledger history --share URL`)")

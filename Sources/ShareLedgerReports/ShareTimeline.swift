@@ -2,7 +2,7 @@ import Foundation
 import ShareLedger
 import ShareLedgerAudit
 
-/// A participant's standing in a share from some position on (what `ShareLedger.access(to:at:)`
+/// A participant's standing in a share from some position on (what `LedgerAudit(ShareLedger).access(to:at:)`
 /// reports for them there).
 public struct ParticipantStanding: Sendable, Hashable {
     /// Pending, accepted or removed.

@@ -25,8 +25,8 @@ public struct UserReport: Sendable {
     public static func make(
         ledger: ShareLedger, user: String, container: String, options: ShareReport.Options = ShareReport.Options()
     ) throws(LedgerError) -> UserReport {
-        let asOf = try ledger.position(atOrBefore: options.asOf ?? .position(LogPosition(UInt64.max)))
-        let own = try ledger.history(of: .user(user, container: container), until: .position(asOf), limit: .max)
+        let asOf = try LedgerAudit(ledger).position(atOrBefore: options.asOf ?? .position(LogPosition(UInt64.max)))
+        let own = try LedgerAudit(ledger).history(of: .user(user, container: container), until: .position(asOf), limit: .max)
         var tokens: [String] = []
         var seen = Set<String>()
         for entry in own {
@@ -36,7 +36,7 @@ public struct UserReport: Sendable {
         var shares: [(timeline: ShareTimeline, lane: Int)] = []
         for token in tokens {
             guard let shareToken = ShareToken(token), let url = ShareURL.make(host: "share.invalid", token: shareToken) else { continue }
-            let events = try ledger.history(of: .share(url), until: .position(asOf), limit: .max).map(ReportEvent.init)
+            let events = try LedgerAudit(ledger).history(of: .share(url), until: .position(asOf), limit: .max).map(ReportEvent.init)
             let timeline = ShareTimeline(url: "share \(token)", token: token, events: events, asOf: asOf.rawValue)
             guard let lane = timeline.lanes.firstIndex(where: { $0.userRecordName == user || $0.requestUser == user }) else { continue }
             shares.append((timeline, lane))

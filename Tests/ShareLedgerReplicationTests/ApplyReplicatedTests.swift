@@ -35,7 +35,7 @@ import Testing
         #expect(try replica.log.head() == primary.log.head())
         #expect(try replica.readModelDigest().digest == primary.readModelDigest().digest)
         #expect(try replica.statistics().commands == primary.statistics().commands)
-        let audit = try replica.audit(scratchPath: directory.child("audit"))
+        let audit = try LedgerAudit(replica).audit(scratchPath: directory.child("audit"))
         #expect(audit.ok, "\(audit.problems)")
         await replica.close()
         await primary.close()

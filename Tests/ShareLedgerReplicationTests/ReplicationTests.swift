@@ -68,7 +68,7 @@ struct ReplicationTests {
         #expect(primaryAt == replicaAt)
         #expect(primaryDigest == replicaDigest)
         #expect(try replica.statistics().pendingResidualTasks == primary.statistics().pendingResidualTasks)
-        let audit = try replica.audit(scratchPath: cluster.directory.child("audit"))
+        let audit = try LedgerAudit(replica).audit(scratchPath: cluster.directory.child("audit"))
         #expect(audit.ok, "\(audit.problems)")
         // Every stored event is byte for byte the primary's.
         let a = try primary.log.storedEvents(after: .start, limit: 10_000)

@@ -24,7 +24,7 @@ struct AccessReviewTests {
             let url = try #require(urls[row.token])
             #expect(row.firstPosition >= from && row.lastPosition <= to && row.firstPosition <= row.lastPosition)
             for position in [row.firstPosition, row.lastPosition] {
-                let access = try fixture.ledger.access(to: url, at: .position(LogPosition(position)))
+                let access = try LedgerAudit(fixture.ledger).access(to: url, at: .position(LogPosition(position)))
                 #expect(
                     access.participants.contains { $0.hadAccess && $0.userRecordName == row.user },
                     "\(row.user) had access to \(row.token) at \(position)")
@@ -35,7 +35,7 @@ struct AccessReviewTests {
         for position in stride(from: from, through: to, by: step) {
             for share in shares {
                 let token = share.url.lastPathComponent
-                let access = try fixture.ledger.access(to: share.url, at: .position(LogPosition(position)))
+                let access = try LedgerAudit(fixture.ledger).access(to: share.url, at: .position(LogPosition(position)))
                 for entry in access.participants where entry.hadAccess {
                     let user = entry.userRecordName
                     let covered = review.rows.contains { (row: AccessReview.Row) -> Bool in
@@ -64,7 +64,7 @@ struct AccessReviewTests {
         // The person with the most shares.
         var counts: [String: (container: String, tokens: Set<String>)] = [:]
         for share in fixture.shares {
-            for entry in try fixture.ledger.access(to: share.url, at: .position(head)).participants where entry.hadAccess {
+            for entry in try LedgerAudit(fixture.ledger).access(to: share.url, at: .position(head)).participants where entry.hadAccess {
                 guard let user = entry.userRecordName else { continue }
                 counts[user + "|" + share.container, default: (share.container, [])].tokens.insert(share.url.lastPathComponent)
             }

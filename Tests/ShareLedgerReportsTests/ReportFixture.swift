@@ -27,7 +27,7 @@ struct SimulatedLedger {
         let ledger = try ShareLedger.open(configuration)
         var counts: [String: (container: String, events: Int)] = [:]
         for container in ["iCloud.com.example.sim.notes", "iCloud.com.example.sim.photos", "iCloud.com.example.sim.tasks"] {
-            for entry in try ledger.history(of: .container(container), limit: .max) {
+            for entry in try LedgerAudit(ledger).history(of: .container(container), limit: .max) {
                 let event = ReportEvent(entry)
                 guard let token = event.token, ShareToken(token) != nil else { continue }
                 counts[token, default: (container, 0)].events += 1

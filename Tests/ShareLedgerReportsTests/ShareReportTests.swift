@@ -20,7 +20,7 @@ struct ShareReportTests {
         for share in fixture.shares.prefix(12) {
             let report = try ShareReport.make(ledger: fixture.ledger, url: share.url)
             for position in sampledPositions(report.timeline) {
-                let expected = try fixture.ledger.access(to: share.url, at: .position(LogPosition(position)))
+                let expected = try LedgerAudit(fixture.ledger).access(to: share.url, at: .position(LogPosition(position)))
                 let state = report.timeline.state(at: position)
                 #expect(state.existed == expected.existed, "existed at \(position)")
                 #expect(state.publicPermission == expected.publicPermission, "public permission at \(position)")
@@ -56,7 +56,7 @@ struct ShareReportTests {
         let share = try #require(fixture.shares.first)
         let report = try ShareReport.make(ledger: fixture.ledger, url: share.url)
         let html = report.html()
-        let history = try fixture.ledger.history(of: .share(share.url), limit: .max)
+        let history = try LedgerAudit(fixture.ledger).history(of: .share(share.url), limit: .max)
         #expect(report.timeline.events.count == history.count)
         for entry in history {
             let position = entry.envelope.position.rawValue
@@ -116,7 +116,7 @@ struct ShareReportTests {
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
         let key = CheckpointSigningKey.generate()
-        let checkpoint = try await ledger.checkpoint(signingKey: key)
+        let checkpoint = try await LedgerAudit(ledger).checkpoint(signingKey: key)
         let status = try ChainStatus.check(ledger)
         #expect(status.checkpoint?.position == checkpoint.position.rawValue)
         #expect(status.summary.contains("Signed checkpoint at position \(checkpoint.position.rawValue)"))

@@ -57,7 +57,7 @@ struct AtomicModifyTests {
             #expect(Self.codes(sound) == ["OK", "OK"], "\(sound.text)")
             #expect(try Self.exists(server, "a2", zone: "A"))
 
-            let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
+            let report = try LedgerAudit(server.ledger).audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")
         }
     }
@@ -101,7 +101,7 @@ struct AtomicModifyTests {
                 #expect(try Self.exists(server, name, zone: name.hasPrefix("p") ? "B" : "A"), "\(name)")
             }
             #expect(try !Self.exists(server, "f1", zone: "A") && !Self.exists(server, "f2", zone: "A"))
-            let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
+            let report = try LedgerAudit(server.ledger).audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")
         }
     }

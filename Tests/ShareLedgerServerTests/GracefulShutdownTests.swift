@@ -51,7 +51,7 @@ struct GracefulShutdownTests {
         let ledger = try ShareLedger.open(ShareLedger.Configuration(path: directory.path))
         let zones = try ledger.container(ServerHarness.container, userRecordName: "_alice").recordZones()
         #expect(zones.contains { $0.zoneID.zoneName == "Late" })
-        let report = try ledger.audit(scratchPath: directory.child("audit-scratch"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: directory.child("audit-scratch"))
         #expect(report.ok, "\(report.problems)")
         await ledger.close()
     }

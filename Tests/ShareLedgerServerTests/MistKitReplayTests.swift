@@ -207,7 +207,7 @@ struct MistKitReplayTests {
                 "records/modify",
                 Self.modify(#"{"operationType":"forceDelete","record":{"fields":{},"recordName":"mk-3","recordType":"Note"}}"#))
             #expect(gone.first?.serverErrorCode == nil && gone.first?.recordName == "mk-3")
-            #expect(try server.ledger.audit(scratchPath: server.directory.child("audit")).ok)
+            #expect(try LedgerAudit(server.ledger).audit(scratchPath: server.directory.child("audit")).ok)
         }
     }
 

@@ -158,7 +158,7 @@ struct NumericEdgeTests {
             // Still serving, and the ledger audits clean.
             let caller = try await server.post("users/caller", as: "_alice", [:] as [String: Any])
             #expect(caller.status == 200)
-            let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
+            let report = try LedgerAudit(server.ledger).audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")
         }
     }

@@ -24,7 +24,7 @@ struct PythonClientTests {
                     "SL_PARTICIPANT_EMAIL": "bob@example.com", "SL_OWNER_NAME": "_alice",
                 ])
             #expect(run.exited(0), "\(run.summary)")
-            let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
+            let report = try LedgerAudit(server.ledger).audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")
         }
     }

@@ -163,7 +163,7 @@ struct RecordSemanticsTests {
             #expect(modified?["userRecordName"] as? String == "_bob", "\(changed.text)")
             #expect((created?["timestamp"] as? Int).map(Int64.init) == before.creationDate.map { Int64(($0.timeIntervalSince1970 * 1_000).rounded()) })
             #expect(Self.fieldNames(record) == ["a", "b", "tags"])
-            let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
+            let report = try LedgerAudit(server.ledger).audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")
         }
     }

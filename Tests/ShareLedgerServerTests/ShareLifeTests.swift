@@ -108,7 +108,7 @@ struct ShareLifeTests {
             // The ledger holds what the clients did, and audits clean.
             let stats = try server.ledger.statistics()
             #expect(stats.shares == 1 && stats.acceptedParticipants >= 1)
-            let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
+            let report = try LedgerAudit(server.ledger).audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")
             // Its history is what the clients did, in order, each event by the acting user.
             let events = try server.ledger.log.events(after: LogPosition(rawValue: 0), limit: 1_000)

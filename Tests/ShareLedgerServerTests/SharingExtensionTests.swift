@@ -73,7 +73,7 @@ struct SharingExtensionTests {
             let unknown = try await server.post(
                 "shares/identities/unblock", as: "_alice", ["shortGUID": "nope", "users": [["userRecordName": "_bob"]]])
             #expect(unknown.status == 404, "\(unknown.text)")
-            let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
+            let report = try LedgerAudit(server.ledger).audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")
         }
     }

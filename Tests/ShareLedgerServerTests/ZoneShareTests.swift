@@ -83,7 +83,7 @@ struct ZoneShareTests {
             let gone = try await server.post("records/resolve", database: "public", as: "_bob", ["shortGUIDs": [["value": guid]]])
             #expect((gone.json["results"] as? [[String: Any]])?.first?["serverErrorCode"] as? String == "NOT_FOUND")
 
-            let report = try server.ledger.audit(scratchPath: server.directory.child("audit-scratch"))
+            let report = try LedgerAudit(server.ledger).audit(scratchPath: server.directory.child("audit-scratch"))
             #expect(report.ok, "\(report.problems)")
         }
     }

@@ -103,7 +103,7 @@ struct AccessRequestTests {
         share = try await f.alice.addParticipant(LookupInfo(emailAddress: "carol@example.com"), permission: .readOnly, to: share.url)
         #expect(share.requesters.isEmpty)
         #expect(share.participants.first { $0.userIdentity.userRecordID?.recordName == "_carol" }?.isApprovedRequester == true)
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
         await f.ledger.close()
     }
 
@@ -157,7 +157,7 @@ struct AccessRequestTests {
         #expect(dave.userIdentity.lookupInfo == LookupInfo(userRecordID: RecordID(userRecordName: "_dave")))
         share = try await f.alice.approveRequesters([dave], for: share.url)
         #expect(share.requesters.map { $0.userIdentity.userRecordID?.recordName } == ["_erin"])
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
         await f.ledger.close()
     }
 
@@ -219,7 +219,7 @@ struct AccessRequestTests {
         #expect(share.blockedIdentities.map { $0.userIdentity.userRecordID?.recordName } == ["_carol"])
         #expect(await errorCode { try await f.alice.unblockIdentities([Share.BlockedIdentity(userIdentity: identityValue("_bob"))], for: url) } == .unknownItem)
         #expect(try await Self.requestError(f.bob, url) == nil, "unblocked, bob may ask again")
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
         await f.ledger.close()
     }
 
@@ -322,7 +322,7 @@ struct AccessRequestTests {
             #expect(bob == nil || bob?.acceptanceStatus == .removed)
             #expect((bob != nil) == (approveOutcome == nil))
             #expect(await errorCode { try await f.bob.shareMetadata(for: url) } == .unknownItem)
-            #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+            #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
             await f.ledger.close()
         }
     }
@@ -337,10 +337,10 @@ struct AccessRequestTests {
         let requested = try f.ledger.log.head().position
         _ = try await f.alice.approveRequesters([requesterValue("_bob")], for: url)
         _ = try await f.alice.blockRequesters([requesterValue("_carol")], for: url)
-        let then = try f.ledger.access(to: url, at: .position(requested))
+        let then = try LedgerAudit(f.ledger).access(to: url, at: .position(requested))
         #expect(then.allowsAccessRequests && then.requesters == ["_bob", "_carol"] && then.blockedIdentities.isEmpty)
         #expect(!then.participants.contains { $0.userRecordName == "_bob" })
-        let now = try f.ledger.access(to: url, at: .position(try f.ledger.log.head().position))
+        let now = try LedgerAudit(f.ledger).access(to: url, at: .position(try f.ledger.log.head().position))
         #expect(now.requesters.isEmpty && now.blockedIdentities == ["_carol"])
         #expect(now.participants.first { $0.userRecordName == "_bob" }?.isApprovedRequester == true)
         await f.ledger.close()
@@ -362,7 +362,7 @@ struct AccessRequestTests {
 
         // The personal data in the export is sealed: the new ledger reads it with the same key store.
         let imported = try await importWithKeys(ndjson, keysFrom: f.dir.child("ledger"), into: f.dir.child("imported"))
-        #expect(try imported.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(imported).audit(scratchPath: f.dir.child("audit")).ok)
         let after = try imported.container(SharingFixture.container, userRecordName: "_alice").share(for: url)
         #expect(after.requesters == before.requesters && after.blockedIdentities == before.blockedIdentities)
         #expect(after.allowsAccessRequests && after.participants.map(\.isApprovedRequester) == before.participants.map(\.isApprovedRequester))

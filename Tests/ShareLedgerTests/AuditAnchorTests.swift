@@ -43,9 +43,9 @@ struct AuditAnchorTests {
         let path = dir.child("ledger")
         let ledger = try await Self.tenEvents(path)
         let key = CheckpointSigningKey.generate()
-        try await ledger.checkpoint(signingKey: key)
+        try await LedgerAudit(ledger).checkpoint(signingKey: key)
         try Self.flipByte(of: 4, in: ledger)
-        let report = try ledger.audit(
+        let report = try LedgerAudit(ledger).audit(
             scratchPath: dir.child("scratch"), options: AuditOptions(trustedKeys: [key.publicKey], fromCheckpoint: true))
         #expect(!report.ok)
         #expect(report.firstBadPosition == 4, "\(report.problems)")
@@ -65,7 +65,7 @@ struct AuditAnchorTests {
         let path = dir.child("ledger")
         let ledger = try await Self.tenEvents(path)
         try Self.cut(after: 7, through: 10, in: ledger)
-        let report = try ledger.audit(scratchPath: dir.child("scratch"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: dir.child("scratch"))
         #expect(!report.ok)
         #expect(report.firstBadPosition == 8, "\(report.problems)")
         #expect(report.problems.contains { $0.contains("cut tail") }, "\(report.problems)")

@@ -11,7 +11,7 @@ struct AuditTests {
     @Test("a healthy ledger audits clean")
     func clean() async throws {
         let (f, _) = try await busyLedger()
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         #expect(report.projectionsMatch && report.indexesMatch)
         #expect(report.events == (try f.ledger.statistics().events))
@@ -28,7 +28,7 @@ struct AuditTests {
             bytes[bytes.count / 2] ^= 0x01
             try txn.put(f.ledger.log.store.log, key: BigEndian.bytes(of: target), value: bytes)
         }
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(!report.ok)
         #expect(report.firstBadPosition == target)
         await f.ledger.close()
@@ -40,14 +40,14 @@ struct AuditTests {
         _ = try f.ledger.log.store.environment.write { txn in
             try txn.delete(f.ledger.models.sharesByUser, key: ReadModels.key(SharingFixture.container, "_bob", share.token.text))
         }
-        var report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        var report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(!report.ok)
         #expect(!report.projectionsMatch)
         #expect(report.projectionDifferences.keys.contains("rm_shares_by_user"))
 
-        let replayed = try await f.ledger.rebuildReadModels()
+        let replayed = try await LedgerAudit(f.ledger).rebuildReadModels()
         #expect(replayed == report.events)
-        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         #expect(try f.bob.participatingShares(status: [.accepted]).count == 1)
         await f.ledger.close()
@@ -64,7 +64,7 @@ struct AuditTests {
         let (store, m, healthy) = (f.ledger.log.store, f.ledger.models, try digests(f))
 
         // A healthy ledger: nothing to change.
-        var outcome = try await f.ledger.rebuildReadModels(rewritingEverything: false)
+        var outcome = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: false)
         #expect(outcome.changedEntries == 0 && outcome.rewrittenDatabases.isEmpty)
 
         let byUser = ReadModels.key(SharingFixture.container, "_bob", share.token.text)
@@ -79,16 +79,16 @@ struct AuditTests {
         }
         #expect(try digests(f) != healthy)
 
-        outcome = try await f.ledger.rebuildReadModels(rewritingEverything: false)
+        outcome = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: false)
         #expect(outcome.changedEntries == 5)
         #expect(outcome.rewrittenDatabases.isEmpty)
         #expect(try digests(f) == healthy)
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         #expect(try f.bob.participatingShares(status: [.accepted]).count == 1)
 
         // Rewriting everything gives the same read models.
-        outcome = try await f.ledger.rebuildReadModels(rewritingEverything: true)
+        outcome = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: true)
         #expect(outcome.changedEntries == 0)
         #expect(outcome.rewrittenDatabases == m.all.map(\.name))
         #expect(try digests(f) == healthy)
@@ -128,7 +128,7 @@ struct AuditTests {
             try txn.put(store.log, key: BigEndian.bytes(of: UInt64(1) << 40), value: last)
         }
         // Before, the audit looked each missing position up, one by one, up to 2^40.
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(!report.ok)
         #expect(report.problems.contains { $0.contains("events \(head) through \((UInt64(1) << 40) - 1) are missing") }, "\(report.problems)")
         await f.ledger.close()
@@ -144,7 +144,7 @@ struct AuditTests {
             let stored = try #require(try txn.get(f.ledger.log.store.log, key: BigEndian.bytes(of: position)))
             try txn.put(f.ledger.log.store.log, key: BigEndian.bytes(of: position), value: Array(stored.prefix(10)))
         }
-        #expect(await errorCode { try await f.ledger.rebuildReadModels() } == .corruptedData)
+        #expect(await errorCode { try await LedgerAudit(f.ledger).rebuildReadModels() } == .corruptedData)
         let after = try ReadModelRebuild.compare(f.ledger.log.store, f.ledger.log.store).digests
         #expect(before == after)
         await f.ledger.close()
@@ -153,7 +153,7 @@ struct AuditTests {
     @Test("history of a share, a user and a container, with windows, from the indexes")
     func history() async throws {
         let (f, share) = try await busyLedger()
-        let shareHistory = try f.ledger.history(of: .share(share.url))
+        let shareHistory = try LedgerAudit(f.ledger).history(of: .share(share.url))
         let names = shareHistory.map(\.name)
         #expect(names.first == "ShareCreated")
         #expect(names.contains("ParticipantAdded"))
@@ -163,25 +163,25 @@ struct AuditTests {
         #expect(names.last == "ShareTitleChanged")
         #expect(shareHistory.map(\.envelope.position) == shareHistory.map(\.envelope.position).sorted())
         // Carol's failed fetch is in her history, not in the share's (she learned nothing).
-        let carol = try f.ledger.history(of: .user("_carol", container: SharingFixture.container))
+        let carol = try LedgerAudit(f.ledger).history(of: .user("_carol", container: SharingFixture.container))
         #expect(carol.map(\.name) == ["UserRegistered", "ShareMetadataFetched"])
         #expect(carol.last?.summary.contains("error_code: 11") == true)
         // Her attempt is also in the share's history, for its auditors.
         #expect(shareHistory.contains { $0.envelope.actor == "_carol" && $0.summary.contains("error_code: 11") })
 
-        let bob = try f.ledger.history(of: .user("_bob", container: SharingFixture.container)).map(\.name)
+        let bob = try LedgerAudit(f.ledger).history(of: .user("_bob", container: SharingFixture.container)).map(\.name)
         #expect(bob == ["UserRegistered", "ParticipantAdded", "ShareMetadataFetched", "ShareAccepted", "ParticipantZoneCreated"])
 
-        let all = try f.ledger.history(of: .container(SharingFixture.container))
+        let all = try LedgerAudit(f.ledger).history(of: .container(SharingFixture.container))
         #expect(UInt64(all.count) == (try f.ledger.statistics().events))
         let middle = all[all.count / 2].envelope.position
         let end = LogPosition(middle.rawValue + 2)
-        let window = try f.ledger.history(of: .container(SharingFixture.container), since: .position(middle), until: .position(end))
+        let window = try LedgerAudit(f.ledger).history(of: .container(SharingFixture.container), since: .position(middle), until: .position(end))
         #expect(window.map(\.envelope.position.rawValue) == [middle.rawValue, middle.rawValue + 1, middle.rawValue + 2])
-        let byTime = try f.ledger.history(
+        let byTime = try LedgerAudit(f.ledger).history(
             of: .container(SharingFixture.container), since: .time(all[3].envelope.recordedAt), until: .time(all[5].envelope.recordedAt))
         #expect(byTime.map(\.envelope.position) == all[3...5].map(\.envelope.position))
-        #expect(try f.ledger.history(of: .container(SharingFixture.container), limit: 2).count == 2)
+        #expect(try LedgerAudit(f.ledger).history(of: .container(SharingFixture.container), limit: 2).count == 2)
         await f.ledger.close()
     }
 }
@@ -202,19 +202,19 @@ struct AsOfTests {
         try await f.alice.deleteShare(share.url)
 
         func bob(_ access: ShareAccess) -> ShareAccess.Entry? { access.participants.first { $0.userRecordName == "_bob" } }
-        let atCreation = try f.ledger.access(to: share.url, at: .position(created))
+        let atCreation = try LedgerAudit(f.ledger).access(to: share.url, at: .position(created))
         #expect(atCreation.existed)
         #expect(atCreation.participants.map(\.role) == [.owner])
-        #expect(bob(try f.ledger.access(to: share.url, at: .position(invited)))?.hadAccess == false)
-        let atAccept = try f.ledger.access(to: share.url, at: .position(accepted))
+        #expect(bob(try LedgerAudit(f.ledger).access(to: share.url, at: .position(invited)))?.hadAccess == false)
+        let atAccept = try LedgerAudit(f.ledger).access(to: share.url, at: .position(accepted))
         #expect(bob(atAccept)?.hadAccess == true)
         #expect(bob(atAccept)?.permission == .readWrite)
-        #expect(bob(try f.ledger.access(to: share.url, at: .time(acceptedAt)))?.hadAccess == true)
-        #expect(bob(try f.ledger.access(to: share.url, at: .position(removed)))?.acceptanceStatus == .removed)
-        let now = try f.ledger.access(to: share.url, at: .position(LogPosition(UInt64.max)))
+        #expect(bob(try LedgerAudit(f.ledger).access(to: share.url, at: .time(acceptedAt)))?.hadAccess == true)
+        #expect(bob(try LedgerAudit(f.ledger).access(to: share.url, at: .position(removed)))?.acceptanceStatus == .removed)
+        let now = try LedgerAudit(f.ledger).access(to: share.url, at: .position(LogPosition(UInt64.max)))
         #expect(!now.existed)
         #expect(now.participants.isEmpty)
-        #expect(try f.ledger.access(to: share.url, at: .position(LogPosition(1))).existed == false)
+        #expect(try LedgerAudit(f.ledger).access(to: share.url, at: .position(LogPosition(1))).existed == false)
         await f.ledger.close()
     }
 
@@ -230,7 +230,7 @@ struct AsOfTests {
         try await f.ledger.completeResidualTasks()
         #expect(try f.bob.participatingShares().isEmpty)
 
-        let view = try f.ledger.snapshot(at: .position(then), path: f.dir.child("then"))
+        let view = try LedgerAudit(f.ledger).snapshot(at: .position(then), path: f.dir.child("then"))
         let bobView = view.container(SharingFixture.container, userRecordName: "_bob")
         #expect(try bobView.participatingShares() == bobThen)
         #expect(try bobView.sharedDatabaseZones().count == 1)
@@ -239,7 +239,7 @@ struct AsOfTests {
         #expect(viewStats.acceptedParticipants == statsThen.acceptedParticipants)
         #expect(await errorCode { try await bobView.leaveShare(share.url) } == .readOnly)
         await view.close()
-        #expect(await errorCode { try f.ledger.snapshot(at: .position(then), path: f.dir.child("then")) } == .invalidArguments)
+        #expect(await errorCode { try LedgerAudit(f.ledger).snapshot(at: .position(then), path: f.dir.child("then")) } == .invalidArguments)
         await f.ledger.close()
     }
 }

@@ -16,7 +16,7 @@ func runCLI(_ arguments: [String], input: Data = Data()) async throws -> CLIOutc
 func exportToFile(_ ledger: ShareLedger, _ path: String) throws {
     _ = FileManager.default.createFile(atPath: path, contents: nil)
     guard let handle = FileHandle(forWritingAtPath: path) else { throw CocoaError(.fileNoSuchFile) }
-    try ledger.export(to: handle)
+    try LedgerAudit(ledger).export(to: handle)
     try handle.close()
 }
 
@@ -31,7 +31,7 @@ func importWithKeys(_ exported: String, keysFrom: String, into path: String) asy
     configuration.residualTaskWorker = nil
     let imported = try ShareLedger.open(configuration)
     let input = try FileHandle(forReadingFrom: URL(fileURLWithPath: exported))
-    _ = try await imported.importLog(from: input)
+    _ = try await LedgerAudit(imported).importLog(from: input)
     try input.close()
     return imported
 }

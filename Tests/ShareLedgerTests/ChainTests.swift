@@ -184,7 +184,7 @@ struct ChainTests {
         configuration.createIfMissing = false
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
-        let report = try ledger.audit(
+        let report = try LedgerAudit(ledger).audit(
             scratchPath: dir.child("scratch"),
             options: AuditOptions(expectedHeads: [ExpectedHead(position: pinned.position, hash: pinned.hash)]))
         #expect(!report.ok)

@@ -45,7 +45,7 @@ struct CheckpointTests {
         let (f, _) = try await busyLedger(#function)
         let head = try f.ledger.log.head()
         let key = CheckpointSigningKey.generate()
-        let checkpoint = try await f.ledger.checkpoint(signingKey: key)
+        let checkpoint = try await LedgerAudit(f.ledger).checkpoint(signingKey: key)
         #expect(try f.ledger.log.head() == head)
         #expect(checkpoint.position == head.position && checkpoint.hash == head.hash)
         #expect(checkpoint.headRecordedAtMicros == head.recordedAtMicros)
@@ -57,7 +57,7 @@ struct CheckpointTests {
         #expect(Array(message[65..<73]) == BigEndian.bytes(of: UInt64(bitPattern: head.recordedAtMicros)))
         #expect(Array(message[73..<81]) == BigEndian.bytes(of: UInt64(bitPattern: checkpoint.signedAtMicros)))
         #expect(checkpoint.isSigned(by: key.publicKey))
-        #expect(try f.ledger.checkpoints() == [checkpoint])
+        #expect(try LedgerAudit(f.ledger).checkpoints() == [checkpoint])
         // The key files round-trip.
         let path = f.dir.child("k.pub")
         try CheckpointKeyFile.text(key.publicKey.rawRepresentation).write(toFile: path, atomically: true, encoding: .utf8)
@@ -69,18 +69,18 @@ struct CheckpointTests {
     func recomputedChain() async throws {
         let (f, share) = try await busyLedger(#function)
         let key = CheckpointSigningKey.generate()
-        let first = try await f.ledger.checkpoint(signingKey: key)
+        let first = try await LedgerAudit(f.ledger).checkpoint(signingKey: key)
         _ = try await f.alice.setTitle("Errands", for: share.url)
-        let second = try await f.ledger.checkpoint(signingKey: key)
+        let second = try await LedgerAudit(f.ledger).checkpoint(signingKey: key)
         let options = AuditOptions(trustedKeys: [key.publicKey])
-        var report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: options)
+        var report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: options)
         #expect(report.ok, "\(report.problems)")
         #expect(report.checkpoints == 2 && report.checkpointsVerified == 2)
 
         // Rewrite event 3's actor and recompute every later hash.
         try rewriteHistory(f.ledger.log.store, at: 3) { $0.actor = "_mallory" }
         #expect(try f.ledger.log.verifyChain().isValid)
-        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: options)
+        report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: options)
         #expect(!report.ok)
         #expect(report.checkpointsVerified == 0)
         #expect(report.firstBadPosition == first.position.rawValue)
@@ -92,17 +92,17 @@ struct CheckpointTests {
     func auditFromCheckpoint() async throws {
         let (f, share) = try await busyLedger(#function)
         let key = CheckpointSigningKey.generate()
-        let checkpoint = try await f.ledger.checkpoint(signingKey: key).position.rawValue
+        let checkpoint = try await LedgerAudit(f.ledger).checkpoint(signingKey: key).position.rawValue
         _ = try await f.alice.setTitle("Errands", for: share.url)
         _ = try await f.alice.setTitle("Chores", for: share.url)
         let head = try f.ledger.log.head().position.rawValue
         let from = AuditOptions(trustedKeys: [key.publicKey], fromCheckpoint: true)
-        var report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: from)
+        var report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: from)
         #expect(report.ok, "\(report.problems)")
         #expect(report.chainVerifiedFrom == 1)
         #expect(try f.ledger.log.verifyChain(after: checkpoint).eventsChecked == head - checkpoint)
         // Without a trusted key there is nothing to start from.
-        #expect(await errorCode { try f.ledger.audit(scratchPath: f.dir.child("s2"), options: AuditOptions(fromCheckpoint: true)) } == .invalidArguments)
+        #expect(await errorCode { try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("s2"), options: AuditOptions(fromCheckpoint: true)) } == .invalidArguments)
 
         // An altered event after the checkpoint is caught, and so is one before it: the checkpoint
         // vouches for that part only while it still hashes to it.
@@ -114,13 +114,13 @@ struct CheckpointTests {
             }
         }
         try flip(head)
-        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: from)
+        report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: from)
         #expect(!report.ok && report.firstBadPosition == head)
         try flip(head)
         try flip(2)
-        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: from)
+        report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: from)
         #expect(!report.ok && report.firstBadPosition == 2, "\(report.problems)")
-        let full = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [key.publicKey]))
+        let full = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [key.publicKey]))
         #expect(!full.ok && full.firstBadPosition == 2)
         #expect(full.chainVerifiedFrom == 1)
         await f.ledger.close()
@@ -131,17 +131,17 @@ struct CheckpointTests {
         let (f, _) = try await busyLedger(#function)
         let trusted = CheckpointSigningKey.generate()
         let other = CheckpointSigningKey.generate()
-        var report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [trusted.publicKey]))
+        var report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [trusted.publicKey]))
         #expect(!report.ok)
         #expect(report.problems.contains { $0.contains("no checkpoint") })
 
-        let checkpoint = try await f.ledger.checkpoint(signingKey: other)
-        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [trusted.publicKey]))
+        let checkpoint = try await LedgerAudit(f.ledger).checkpoint(signingKey: other)
+        report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [trusted.publicKey]))
         #expect(!report.ok)
         #expect(report.firstBadPosition == checkpoint.position.rawValue)
         #expect(report.problems.contains { $0.contains("not trusted") })
         // Without trusted keys the checkpoint still has to match the log, and does.
-        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         #expect(report.checkpoints == 1 && report.checkpointsVerified == 0)
 
@@ -151,7 +151,7 @@ struct CheckpointTests {
             forged.publicKey = trusted.publicKey.rawRepresentation
             try txn.put(f.ledger.log.store.checkpoints, key: BigEndian.bytes(of: checkpoint.position.rawValue), value: forged.storedValue)
         }
-        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [trusted.publicKey]))
+        report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [trusted.publicKey]))
         #expect(!report.ok)
         #expect(report.problems.contains { $0.contains("invalid signature") })
         await f.ledger.close()
@@ -162,14 +162,14 @@ struct CheckpointTests {
         let (f, _) = try await busyLedger(#function)
         let head = try f.ledger.log.head()
         let pinned = try #require(ExpectedHead("\(head.position):\(head.hash.hex)"))
-        var report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(expectedHeads: [pinned]))
+        var report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(expectedHeads: [pinned]))
         #expect(report.ok, "\(report.problems)")
         #expect(report.expectedHeadsVerified == 1)
         #expect(ExpectedHead("12:abc") == nil && ExpectedHead("x:\(head.hash.hex)") == nil)
 
         let wrong = ExpectedHead(position: 4, hash: head.hash)
         let beyond = ExpectedHead(position: LogPosition(head.position.rawValue + 5), hash: head.hash)
-        report = try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(expectedHeads: [pinned, wrong, beyond]))
+        report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(expectedHeads: [pinned, wrong, beyond]))
         #expect(!report.ok)
         #expect(report.firstBadPosition == 4)
         #expect(report.expectedHeadsVerified == 1)
@@ -183,7 +183,7 @@ struct ExportImportTests {
     private func exportText(_ ledger: ShareLedger, _ path: String, since: LogPosition = .start) throws -> [UInt8] {
         _ = FileManager.default.createFile(atPath: path, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-        try ledger.export(since: since, to: handle)
+        try LedgerAudit(ledger).export(since: since, to: handle)
         try handle.close()
         return Array(try Data(contentsOf: URL(fileURLWithPath: path)))
     }
@@ -192,7 +192,7 @@ struct ExportImportTests {
         _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
         let handle = FileHandle(forReadingAtPath: path)!
         defer { try? handle.close() }
-        return try await ledger.importLog(from: handle)
+        return try await LedgerAudit(ledger).importLog(from: handle)
     }
 
     private func openLedger(_ path: String) throws -> ShareLedger {
@@ -226,7 +226,7 @@ struct ExportImportTests {
         #expect(summary.events == UInt64(lines.count))
         #expect(summary.headHash == (try f.ledger.log.head().hash.hex))
         #expect(try exportText(copy, f.dir.child("two.ndjson")) == first)
-        let report = try copy.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(copy).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         #expect(try ReadModelRebuild.compare(f.ledger.log.store, copy.log.store).matches)
         for (a, b) in [(f.ledger.log.store.commands, copy.log.store.commands), (f.ledger.log.store.streams, copy.log.store.streams)] {
@@ -238,7 +238,7 @@ struct ExportImportTests {
         let original = try f.bob.participatingShares(status: [.accepted]).map(\.url)
         #expect(original.count == 1)
         #expect(try bob.participatingShares(status: [.accepted]).map(\.url) == original)
-        #expect(try copy.history(of: .share(share.url)).map(\.name) == (try f.ledger.history(of: .share(share.url)).map(\.name)))
+        #expect(try LedgerAudit(copy).history(of: .share(share.url)).map(\.name) == (try LedgerAudit(f.ledger).history(of: .share(share.url)).map(\.name)))
 
         // An export since a position continues a copy whose head is there.
         _ = try await f.alice.setTitle("Errands", for: share.url)
@@ -247,7 +247,7 @@ struct ExportImportTests {
         #expect(more.split(separator: UInt8(ascii: "\n")).count == 1)
         _ = try await importBytes(copy, more, f.dir.child("in2.ndjson"))
         #expect(try copy.log.head() == (try f.ledger.log.head()))
-        #expect(try copy.audit(scratchPath: f.dir.child("scratch")).ok)
+        #expect(try LedgerAudit(copy).audit(scratchPath: f.dir.child("scratch")).ok)
         // The whole file again does not continue the copy's head.
         #expect(await errorCode { try await importBytes(copy, first, f.dir.child("in3.ndjson")) } == .invalidArguments)
         await copy.close()
@@ -269,7 +269,7 @@ struct ExportImportTests {
         let summary = try await importBytes(copy, text, dir.child("in.ndjson"))
         #expect(summary.events == 9_107)
         #expect(try copy.log.head() == (try original.log.head()))
-        #expect(try copy.audit(scratchPath: dir.child("scratch")).ok)
+        #expect(try LedgerAudit(copy).audit(scratchPath: dir.child("scratch")).ok)
         for (a, b) in [(original.log.store.commands, copy.log.store.commands), (original.log.store.streams, copy.log.store.streams)] {
             let left = try ReadModelRebuild.dump(original.log.store.environment, a)
             let right = try ReadModelRebuild.dump(copy.log.store.environment, b)
@@ -381,12 +381,12 @@ struct MaintenanceHeadTests {
         }
         try await waitForQueue(log, 1)
         let ledger = f.ledger
-        let checkpoint = Task { try await ledger.checkpoint(signingKey: key) }
+        let checkpoint = Task { try await LedgerAudit(ledger).checkpoint(signingKey: key) }
         try await waitForQueue(log, 2)
         log.setWriterPaused(false)
         let appended = try await append.value
         #expect(try await checkpoint.value.position == appended.positions.upperBound)
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [key.publicKey])).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"), options: AuditOptions(trustedKeys: [key.publicKey])).ok)
         await f.ledger.close()
     }
 
@@ -396,7 +396,7 @@ struct MaintenanceHeadTests {
         let file = f.dir.child("log.ndjson")
         _ = FileManager.default.createFile(atPath: file, contents: nil)
         let out = try FileHandle(forWritingTo: URL(fileURLWithPath: file))
-        try f.ledger.export(to: out)
+        try LedgerAudit(f.ledger).export(to: out)
         try out.close()
         await f.ledger.close()
 
@@ -408,7 +408,7 @@ struct MaintenanceHeadTests {
         log.setWriterPaused(true)
         let imported = Task {
             let handle = FileHandle(forReadingAtPath: file)!
-            return try await copy.importLog(from: handle)
+            return try await LedgerAudit(copy).importLog(from: handle)
         }
         try await waitForQueue(log, 1)
         let append = Task {
@@ -422,7 +422,7 @@ struct MaintenanceHeadTests {
         let appended = try await append.value
         #expect(appended.positions.lowerBound.rawValue == summary.headPosition + 1)
         #expect(try log.verifyChain().isValid)
-        #expect(try copy.audit(scratchPath: f.dir.child("scratch")).ok)
+        #expect(try LedgerAudit(copy).audit(scratchPath: f.dir.child("scratch")).ok)
         await copy.close()
     }
 }
@@ -465,9 +465,9 @@ struct IndependentVerifierTests {
         let none = try await verify(path, keys: [trusted])
         #expect(none.status == 1 && none.output.contains("no signed checkpoint"), "\(none.output)")
 
-        try await f.ledger.checkpoint(signingKey: key)
+        try await LedgerAudit(f.ledger).checkpoint(signingKey: key)
         _ = try await f.alice.setTitle("Errands", for: share.url)
-        let last = try await f.ledger.checkpoint(signingKey: key)
+        let last = try await LedgerAudit(f.ledger).checkpoint(signingKey: key)
         for reference in [false, true] {
             let good = try await verify(path, keys: [trusted], reference: reference)
             #expect(good.status == 0 && good.output.contains("2 signed checkpoints verified"), "\(good.output)")

@@ -22,7 +22,7 @@ struct CompactRowLedgerTests {
             try txn.put(models.shares, key: key, value: try row.legacy.serializedBytes(options: options) as [UInt8])
             return 1
         }
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok && report.projectionsMatch, "\(report.problems)")
         #expect(try f.alice.shareMetadataWithoutLogging(for: share.url).share.title == "Groceries")
         _ = try await f.alice.setTitle("Shopping", for: share.url)

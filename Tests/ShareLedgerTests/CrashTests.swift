@@ -242,7 +242,7 @@ struct ImportCrashTests {
         let keyStore = try #require(FileManager.default.contents(atPath: ledger + "/" + ShareLedger.keyStoreFileName))
         let viewer = reopened.container(container, userRecordName: registered[0])
         for name in registered {
-            let history = try reopened.history(of: .user(name, container: container))
+            let history = try LedgerAudit(reopened).history(of: .user(name, container: container))
             let wasForgotten = history.contains { $0.name == "PersonalDataForgotten" }
             // Acknowledged forgets committed; unacknowledged ones may have too.
             if forgotten.contains(name) { #expect(wasForgotten, "\(name)") }
@@ -258,7 +258,7 @@ struct ImportCrashTests {
                 #expect(identity?.nameComponents?.givenName?.hasPrefix("Given") == true, "\(name) does not open")
             }
         }
-        let report = try reopened.audit(scratchPath: dir.child("audit"))
+        let report = try LedgerAudit(reopened).audit(scratchPath: dir.child("audit"))
         #expect(report.ok, "\(report.problems)")
         #expect(try reopened.log.verifyChain().isValid)
         await reopened.close()

@@ -94,7 +94,7 @@ struct CryptoShreddingTests {
         // Registering the same email again is refused, by hash too.
         #expect(await errorCode { try await f.ledger.registerUser("_copy", in: Self.container, emailAddress: Self.email) } == .invalidArguments)
         _ = share
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("scratch")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch")).ok)
         await f.ledger.close()
     }
 
@@ -114,7 +114,7 @@ struct CryptoShreddingTests {
         let seen = try f.alice.share(for: share.url)
         let participant = try #require(seen.participants.first { $0.userIdentity.userRecordID?.recordName == "_dana" })
         #expect(participant.userIdentity.personalDataErased == true)
-        let history = try f.ledger.history(of: .user("_dana", container: Self.container))
+        let history = try LedgerAudit(f.ledger).history(of: .user("_dana", container: Self.container))
         let last = try #require(history.last)
         #expect(last.name == "PersonalDataForgotten" && last.envelope.actor == "dsr-0001")
         #expect(history.first { $0.name == "UserRegistered" }?.personalDataErased == true)
@@ -142,19 +142,19 @@ struct CryptoShreddingTests {
         #expect(await errorCode { try await f.ledger.forget(user: "_nobody", in: Self.container) } == .unknownItem)
 
         // Audit, verify and a rebuild agree.
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems) \(report.projectionDifferences)")
         #expect(try f.ledger.log.verifyChain().isValid)
-        _ = try await f.ledger.rebuildReadModels()
+        _ = try await LedgerAudit(f.ledger).rebuildReadModels()
         #expect(try Self.identity(f, "_dana")?.personalDataErased == true)
         #expect(try f.alice.userIdentity(forEmailAddress: "bob@example.com")?.userRecordID?.recordName == "_bob")
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("scratch2")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch2")).ok)
 
         // Export: ciphertext only.
         let exportPath = f.dir.child("export.ndjson")
         _ = FileManager.default.createFile(atPath: exportPath, contents: nil)
         let handle = try #require(FileHandle(forWritingAtPath: exportPath))
-        _ = try f.ledger.export(to: handle)
+        _ = try LedgerAudit(f.ledger).export(to: handle)
         try handle.close()
         #expect(Self.plaintextFound(under: f.dir.path).isEmpty, "\(Self.plaintextFound(under: f.dir.path))")
 
@@ -166,7 +166,7 @@ struct CryptoShreddingTests {
         #expect(
             try imported.container(Self.container, userRecordName: "_alice").userIdentity(forEmailAddress: "bob@example.com")?
                 .userRecordID?.recordName == "_bob")
-        #expect(try imported.audit(scratchPath: f.dir.child("scratch3")).ok)
+        #expect(try LedgerAudit(imported).audit(scratchPath: f.dir.child("scratch3")).ok)
         await imported.close()
         #expect(Self.plaintextFound(under: f.dir.path).isEmpty, "\(Self.plaintextFound(under: f.dir.path))")
         await f.ledger.close()
@@ -239,16 +239,16 @@ struct CryptoShreddingTests {
         let exportPath = f.dir.child("export.ndjson")
         _ = FileManager.default.createFile(atPath: exportPath, contents: nil)
         let handle = try #require(FileHandle(forWritingAtPath: exportPath))
-        _ = try f.ledger.export(to: handle)
+        _ = try LedgerAudit(f.ledger).export(to: handle)
         try handle.close()
         let imported = try open(importPath)
         let input = try FileHandle(forReadingFrom: URL(fileURLWithPath: exportPath))
-        _ = try await imported.importLog(from: input)
+        _ = try await LedgerAudit(imported).importLog(from: input)
         try input.close()
         #expect(try people(imported) == people(f.ledger))
         let importedDana = try imported.read("test") { txn in try imported.presenter.identity(txn, Self.container, user: "_dana") }
         #expect(importedDana.personalDataErased == true)
-        #expect(try imported.audit(scratchPath: f.dir.child("scratch")).ok)
+        #expect(try LedgerAudit(imported).audit(scratchPath: f.dir.child("scratch")).ok)
         await imported.close()
         await f.ledger.close()
     }
@@ -331,10 +331,10 @@ struct CryptoShreddingTests {
         var configuration = ShareLedger.Configuration(path: path, createIfMissing: false, durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let ledger = try ShareLedger.open(configuration)
-        let before = try ledger.audit(scratchPath: dir.child("audit"))
+        let before = try LedgerAudit(ledger).audit(scratchPath: dir.child("audit"))
         #expect(before.ok && before.eventsWithPlaintextPersonalData > 0)
         try await ledger.registerUser("_new", in: "iCloud.com.example.sim.notes", emailAddress: "new@example.com")
-        let after = try ledger.audit(scratchPath: dir.child("audit2"))
+        let after = try LedgerAudit(ledger).audit(scratchPath: dir.child("audit2"))
         #expect(after.ok && after.eventsWithPlaintextPersonalData == before.eventsWithPlaintextPersonalData)
         await ledger.close()
     }

@@ -49,7 +49,7 @@ struct DerivedCacheTests {
             streams = statistics.streams
             commands = statistics.commands
             shares = statistics.shares
-            history = try ledger.history(of: .user("_alice", container: SharingFixture.container)).count
+            history = try LedgerAudit(ledger).history(of: .user("_alice", container: SharingFixture.container)).count
         }
 
         static func == (a: Expected, b: Expected) -> Bool {
@@ -65,7 +65,7 @@ struct DerivedCacheTests {
 
         let ledger = try ShareLedger.open(DerivedStateTests.configuration(path, readOnly: true))
         #expect(try Expected(ledger) == expected)
-        let report = try ledger.audit(scratchPath: f.dir.child("audit"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: f.dir.child("audit"))
         #expect(report.ok, "\(report.problems)")
         #expect(report.derivedPosition == behind)
         await ledger.close()
@@ -104,7 +104,7 @@ struct DerivedCacheTests {
             environment.close()
         }
         let ledger = try ShareLedger.open(DerivedStateTests.configuration(path, readOnly: true))
-        let report = try ledger.audit(scratchPath: f.dir.child("audit"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: f.dir.child("audit"))
         #expect(!report.ok)
         #expect(report.firstBadPosition == head.position.rawValue, "\(report.problems)")
         #expect(report.problems.contains { $0.contains("derived/ records position \(head.position.rawValue)") }, "\(report.problems)")
@@ -117,7 +117,7 @@ struct DerivedCacheTests {
         // A write open derives it again; then the audit passes.
         let writer = try ShareLedger.open(DerivedStateTests.configuration(path))
         #expect(try writer.readModelDigest() == expected)
-        #expect(try writer.audit(scratchPath: f.dir.child("audit2")).ok)
+        #expect(try LedgerAudit(writer).audit(scratchPath: f.dir.child("audit2")).ok)
         await writer.close()
     }
 
@@ -127,17 +127,17 @@ struct DerivedCacheTests {
         let path = dir.child("ledger")
         let ledger = try await AuditAnchorTests.tenEvents(path)
         let key = CheckpointSigningKey.generate()
-        try await ledger.checkpoint(signingKey: key)
+        try await LedgerAudit(ledger).checkpoint(signingKey: key)
         let tenth = try ledger.log.head()
         try AuditAnchorTests.cut(after: 7, through: 10, in: ledger)
         await ledger.close()
         // derived/ derived again from the cut log, so that only the anchors show the cut.
         try FileManager.default.removeItem(atPath: path + "/" + DerivedState.directoryName)
         let reopened = try ShareLedger.open(DerivedStateTests.configuration(path))
-        let checkpointed = try reopened.audit(scratchPath: dir.child("a1"), options: AuditOptions(trustedKeys: [key.publicKey]))
+        let checkpointed = try LedgerAudit(reopened).audit(scratchPath: dir.child("a1"), options: AuditOptions(trustedKeys: [key.publicKey]))
         #expect(!checkpointed.ok)
         #expect(checkpointed.firstBadPosition == 8, "\(checkpointed.problems)")
-        let pinned = try reopened.audit(
+        let pinned = try LedgerAudit(reopened).audit(
             scratchPath: dir.child("a2"), options: AuditOptions(expectedHeads: [ExpectedHead(position: tenth.position, hash: tenth.hash)]))
         #expect(pinned.firstBadPosition == 8, "\(pinned.problems)")
         await reopened.close()
@@ -166,9 +166,9 @@ struct DerivedCacheTests {
             try txn.delete(store.commands, key: commandKey)
             try store.writeCommandRecord(txn, key: Array("iCloud.x".utf8) + [0] + Array(repeating: 7, count: 16), first: 2, count: 1, streamVersion: 0)
         }
-        #expect(try !f.ledger.audit(scratchPath: f.dir.child("a1")).ok)
-        try await f.ledger.rebuildReadModels()
-        let report = try f.ledger.audit(scratchPath: f.dir.child("a2"))
+        #expect(try !LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("a1")).ok)
+        try await LedgerAudit(f.ledger).rebuildReadModels()
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("a2"))
         #expect(report.ok, "\(report.problems)")
         let repaired = try Self.records(f.ledger)
         await f.ledger.close()

@@ -69,7 +69,7 @@ struct DerivedRowDamageTests {
         #expect(metadata.share.url == url)
         #expect(try writer.log.head().position.rawValue == head.position.rawValue + 1)
         #expect(try writer.container(SharingFixture.container, userRecordName: "_alice").share(for: url).url == url)
-        let report = try writer.audit(scratchPath: f.dir.child("audit"))
+        let report = try LedgerAudit(writer).audit(scratchPath: f.dir.child("audit"))
         #expect(report.ok, "\(report.problems)")
         await writer.close()
     }
@@ -84,7 +84,7 @@ struct DerivedRowDamageTests {
         try Self.damageReadModels(path)
         let writer = try ShareLedger.open(DerivedStateTests.configuration(path))
         #expect(try writer.readModelDigest() == digest)
-        let report = try writer.audit(scratchPath: f.dir.child("audit"))
+        let report = try LedgerAudit(writer).audit(scratchPath: f.dir.child("audit"))
         #expect(report.ok, "\(report.problems)")
         await writer.close()
     }
@@ -121,14 +121,14 @@ struct DerivedRowDamageTests {
         try Self.damageReadModels(path, only: ["rm_shares"])
 
         let reader = try ShareLedger.open(DerivedStateTests.configuration(path, readOnly: true))
-        let report = try reader.audit(scratchPath: f.dir.child("audit-1"))
+        let report = try LedgerAudit(reader).audit(scratchPath: f.dir.child("audit-1"))
         #expect(!report.ok)
         #expect(report.problems.contains { $0.contains("damaged at rest in rm_shares") && $0.contains("share-ledger rebuild") }, "\(report.problems)")
         await reader.close()
 
         let writer = try ShareLedger.open(DerivedStateTests.configuration(path))
-        _ = try await writer.rebuildReadModels()
-        let after = try writer.audit(scratchPath: f.dir.child("audit-2"))
+        _ = try await LedgerAudit(writer).rebuildReadModels()
+        let after = try LedgerAudit(writer).audit(scratchPath: f.dir.child("audit-2"))
         #expect(after.ok, "\(after.problems)")
         await writer.close()
     }

@@ -89,7 +89,7 @@ struct DerivedStateTests {
         let digest = try reopened.readModelDigest()
         #expect(digest.head == expected.head)
         #expect(digest.digest == expected.digest)
-        #expect(try reopened.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(reopened).audit(scratchPath: f.dir.child("audit")).ok)
         await reopened.close()
     }
 
@@ -118,7 +118,7 @@ struct DerivedStateTests {
 
         let ledger = try ShareLedger.open(Self.configuration(path))
         #expect(try ledger.readModelDigest() == expected)
-        #expect(try ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(ledger).audit(scratchPath: f.dir.child("audit")).ok)
         await ledger.close()
         // Closed cleanly: marked flushed, so a read-only open works again.
         let again = try ShareLedger.open(Self.configuration(path, readOnly: true))
@@ -179,7 +179,7 @@ struct DerivedStateTests {
         let ledger = try ShareLedger.open(Self.configuration(path))
         #expect(ledger.log.store.defersDerivedState)
         #expect(try ledger.readModelDigest() == expected)
-        #expect(try ledger.audit(scratchPath: dir.child("audit")).ok)
+        #expect(try LedgerAudit(ledger).audit(scratchPath: dir.child("audit")).ok)
         await ledger.close()
         let primary = try Self.databaseNames(path)
         #expect(!primary.contains("rm_shares") && !primary.contains("commands") && primary.contains("worker_tasks"))
@@ -195,12 +195,12 @@ struct DerivedStateTests {
         let first = try EventLog.open(older)
         let second = try ShareLedger.open(Self.configuration(path))
         #expect(!second.log.store.defersDerivedState)
-        #expect(try second.audit(scratchPath: dir.child("audit")).ok)
+        #expect(try LedgerAudit(second).audit(scratchPath: dir.child("audit")).ok)
         await second.close()
         await first.close()
         let alone = try ShareLedger.open(Self.configuration(path))
         #expect(alone.log.store.defersDerivedState)
-        #expect(try alone.audit(scratchPath: dir.child("audit2")).ok)
+        #expect(try LedgerAudit(alone).audit(scratchPath: dir.child("audit2")).ok)
         await alone.close()
     }
 

@@ -160,7 +160,7 @@ struct DomainInvariantPropertyTests {
                 }
             }
             #expect(live == walk.shares.count)
-            let comparison = try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt"))
+            let comparison = try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt"))
             #expect(comparison.matches, "differences: \(comparison.differences)")
             await f.ledger.close()
         }

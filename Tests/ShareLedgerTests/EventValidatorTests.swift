@@ -129,7 +129,7 @@ struct EventValidatorTests {
         let clean = try Forge.export(f)
         let summary = try await Forge.importing(clean, into: target, dir, "clean.ndjson")
         #expect(summary.headPosition == head)
-        #expect(try target.audit(scratchPath: dir.child("audit")).ok)
+        #expect(try LedgerAudit(target).audit(scratchPath: dir.child("audit")).ok)
         await target.close()
         await f.ledger.close()
     }
@@ -153,7 +153,7 @@ struct EventValidatorTests {
         #expect(try target.log.head() == head)
         let summary = try await Forge.importing(good, into: target, dir, "good.ndjson")
         #expect(summary.events == 1)
-        #expect(try target.audit(scratchPath: dir.child("audit")).ok)
+        #expect(try LedgerAudit(target).audit(scratchPath: dir.child("audit")).ok)
         await target.close()
         await f.ledger.close()
     }
@@ -161,17 +161,17 @@ struct EventValidatorTests {
     @Test("audit reports one written behind the ledger's back: its position and why", arguments: cases)
     func auditReports(_ forged: Case) async throws {
         let (f, share, bobID) = try await ledger("audit-\(forged.type)", bobAccepts: forged.type != "ShareAccepted")
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("before")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("before")).ok)
         let position = try Forge.forgeBehindTheBack(
             f.ledger, token: share.token.text, actor: forged.actor, [forged.event(share.token.text, bobID)])
-        let report = try f.ledger.audit(scratchPath: f.dir.child("after"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("after"))
         #expect(!report.ok)
         #expect(report.firstBadPosition == position)
         let problem = try #require(report.problems.first { $0.contains("not one the sharing rules could have produced") })
         #expect(problem.contains("event \(position) (shareledger.events.v1.\(forged.type) by \(forged.actor))"), "\(problem)")
         #expect(problem.contains(forged.reason), "\(problem)")
         // A rebuild refuses it too, and leaves the read models as they were.
-        let code = await errorCode { try await f.ledger.rebuildReadModels() }
+        let code = await errorCode { try await LedgerAudit(f.ledger).rebuildReadModels() }
         #expect(code == .corruptedData)
         await f.ledger.close()
     }
@@ -243,7 +243,7 @@ struct EventValidatorTests {
         try await f.ledger.completeResidualTasks()
         try await f.ledger.forget(user: "_carol", in: SharingFixture.container)
 
-        let report = try f.ledger.audit(scratchPath: f.dir.child("audit"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit"))
         #expect(report.ok, "\(report.problems)")
         let types = Set(try f.ledger.log.events(after: .start, limit: .max).map(\.eventType))
         for type in DomainEvent.typeNames where type != "shareledger.events.v1.ShareMetadataFetched" {

@@ -79,7 +79,7 @@ struct FuzzCorpusTests {
         }
         // The seeds reach the endpoints' work, not only their refusals.
         #expect(statuses[200, default: 0] > 50 && statuses[400, default: 0] > 50, "\(statuses)")
-        #expect(try ledger.audit(scratchPath: directory.child("audit")).ok)
+        #expect(try LedgerAudit(ledger).audit(scratchPath: directory.child("audit")).ok)
         await ledger.close()
     }
 

@@ -94,24 +94,24 @@ struct HistoryJournalTests {
         #expect(indexed > 0)
 
         // Every event about the share, in order, once: folded ones then journaled ones.
-        let history = try f.ledger.history(of: .share(share.url))
+        let history = try LedgerAudit(f.ledger).history(of: .share(share.url))
         let positions = history.map(\.envelope.position.rawValue)
         #expect(positions == positions.sorted() && Set(positions).count == positions.count)
         #expect(history.filter { $0.name == "ShareMetadataFetched" }.count == fetches)
-        let bobs = try f.ledger.history(of: .user("_bob", container: SharingFixture.container))
+        let bobs = try LedgerAudit(f.ledger).history(of: .user("_bob", container: SharingFixture.container))
         #expect(bobs.filter { $0.name == "ShareMetadataFetched" }.count == fetches)
-        let all = try f.ledger.history(of: .container(SharingFixture.container))
+        let all = try LedgerAudit(f.ledger).history(of: .container(SharingFixture.container))
         #expect(UInt64(all.count) == (try f.ledger.statistics().events))
         // A window that starts inside the journal.
-        let tail = try f.ledger.history(of: .share(share.url), since: .position(LogPosition(positions[positions.count - 3])))
+        let tail = try LedgerAudit(f.ledger).history(of: .share(share.url), since: .position(LogPosition(positions[positions.count - 3])))
         #expect(tail.map(\.envelope.position.rawValue) == Array(positions.suffix(3)))
         // A limit that ends inside the index.
-        #expect(try f.ledger.history(of: .share(share.url), limit: 5).map(\.envelope.position.rawValue) == Array(positions.prefix(5)))
+        #expect(try LedgerAudit(f.ledger).history(of: .share(share.url), limit: 5).map(\.envelope.position.rawValue) == Array(positions.prefix(5)))
 
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
-        try await f.ledger.rebuildReadModels()
-        #expect(try f.ledger.history(of: .share(share.url)).map(\.envelope.position.rawValue) == positions)
+        try await LedgerAudit(f.ledger).rebuildReadModels()
+        #expect(try LedgerAudit(f.ledger).history(of: .share(share.url)).map(\.envelope.position.rawValue) == positions)
         await f.ledger.close()
     }
 
@@ -123,13 +123,13 @@ struct HistoryJournalTests {
         // As a ledger written before the journal would hold them: fold everything now.
         let moved = try await f.ledger.maintain { txn in try f.ledger.models.foldHistory(txn) }
         #expect(moved > 0)
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok && report.projectionsMatch, "\(report.problems)")
         // But a lost index entry is still a difference.
         _ = try f.ledger.log.store.environment.write { txn in
             try txn.delete(f.ledger.models.shareHistory, key: Array(share.token.text.utf8))
         }
-        let damaged = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let damaged = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(damaged.projectionDifferences.keys.contains("idx_share_history"))
         await f.ledger.close()
     }
@@ -149,22 +149,22 @@ struct HistoryJournalTests {
         #expect(fetches.allSatisfy { $0.streamVersion == 0 && $0.streamPreviousPosition.rawValue == 0 })
         // Bob accepts: the accept is a versioned event whatever fetches came before.
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok && report.indexesMatch, "\(report.problems)")
 
         let export = f.dir.child("export.ndjson")
         _ = FileManager.default.createFile(atPath: export, contents: nil)
         let out = try FileHandle(forWritingTo: URL(fileURLWithPath: export))
-        try f.ledger.export(to: out)
+        try LedgerAudit(f.ledger).export(to: out)
         try out.close()
         var configuration = ShareLedger.Configuration(path: f.dir.child("copy"), durability: .unsafeNoSync)
         configuration.residualTaskWorker = nil
         let copy = try ShareLedger.open(configuration)
         let input = try #require(FileHandle(forReadingAtPath: export))
-        _ = try await copy.importLog(from: input)
+        _ = try await LedgerAudit(copy).importLog(from: input)
         try input.close()
         #expect(try copy.readModelDigest().digest == (try f.ledger.readModelDigest().digest))
-        #expect(try copy.audit(scratchPath: f.dir.child("scratch2")).ok)
+        #expect(try LedgerAudit(copy).audit(scratchPath: f.dir.child("scratch2")).ok)
         await copy.close()
         await f.ledger.close()
     }

@@ -144,7 +144,7 @@ struct HostileCLITests {
         #expect(after.shares == before.shares)
         #expect(after.participants == before.participants)
         #expect(after.records == before.records)
-        #expect(try ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(ledger).audit(scratchPath: f.dir.child("audit")).ok)
         await ledger.close()
     }
 
@@ -232,7 +232,7 @@ struct HostileCLITests {
             ("delete share", { try await alice.deleteShare(share.url) }),
             ("fetch metadata", { _ = try await alice.shareMetadata(for: share.url) }),
             ("complete tasks", { try await ledger.completeResidualTasks() }),
-            ("rebuild", { _ = try await ledger.rebuildReadModels() }),
+            ("rebuild", { _ = try await LedgerAudit(ledger).rebuildReadModels() }),
             ("raw append", { try await ledger.log.append([Fixtures.draft("x")], to: "s", metadata: Fixtures.metadata()) }),
         ]
         for (name, write) in writes {
@@ -243,7 +243,7 @@ struct HostileCLITests {
         // Reads answer.
         #expect(try alice.share(for: share.url).title == "Groceries")
         #expect(try alice.shareMetadataWithoutLogging(for: share.url).participantRole == .owner)
-        #expect(try ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(ledger).audit(scratchPath: f.dir.child("audit")).ok)
         await ledger.close()
     }
 }

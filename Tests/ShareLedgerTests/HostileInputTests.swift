@@ -118,7 +118,7 @@ struct HostileURLTests {
         }
         after.head = before.head
         #expect(after == before)
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
         await f.ledger.close()
     }
 
@@ -298,7 +298,7 @@ struct HostileLimitTests {
         #expect(inf == .infinity)
         let saved = try #require(try f.ledger.log.event(at: try f.ledger.log.head().position))
         #expect(FuzzingEntryPoints.domainEvent(type: saved.eventType, schemaVersion: saved.schemaVersion, payload: saved.payload))
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
         await f.ledger.close()
     }
 

@@ -108,11 +108,11 @@ struct HostileStoredDataTests {
         #expect(await errorCode { try f.carol.record(for: itemID) } == .unknownItem)
 
         // The audit sees both rows; a rebuild puts them right.
-        var report = try f.ledger.audit(scratchPath: f.dir.child("audit1"))
+        var report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit1"))
         #expect(!report.ok)
         #expect(Set(report.projectionDifferences.keys).isSuperset(of: ["rm_participants", "rm_shares"]), "\(report.projectionDifferences)")
-        _ = try await f.ledger.rebuildReadModels()
-        report = try f.ledger.audit(scratchPath: f.dir.child("audit2"))
+        _ = try await LedgerAudit(f.ledger).rebuildReadModels()
+        report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit2"))
         #expect(report.ok, "\(report.problems)")
         #expect(try f.bob.record(for: itemID)["name"] == .string("milk"))
         await f.ledger.close()
@@ -123,7 +123,7 @@ struct HostileStoredDataTests {
         let file = f.dir.child("export.ndjson")
         _ = FileManager.default.createFile(atPath: file, contents: nil)
         let handle = try #require(FileHandle(forWritingAtPath: file))
-        try f.ledger.export(to: handle)
+        try LedgerAudit(f.ledger).export(to: handle)
         try handle.close()
         return Array(try Data(contentsOf: URL(fileURLWithPath: file)))
     }
@@ -204,7 +204,7 @@ struct HostileStoredDataTests {
         _ = FileManager.default.createFile(atPath: file, contents: Data(bytes))
         guard let handle = FileHandle(forReadingAtPath: file) else { throw LedgerError(.storageFailure, "no file") }
         defer { try? handle.close() }
-        return try await ledger.importLog(from: handle)
+        return try await LedgerAudit(ledger).importLog(from: handle)
     }
 
     @Test("unknown enum values forged into the log: an import refuses them; written behind the ledger's back they grant nothing and the audit names them")
@@ -248,7 +248,7 @@ struct HostileStoredDataTests {
         item["name"] = .string("forged")
         #expect(await errorCode { try await f.bob.save(item) } == .permissionFailure)
         #expect(await errorCode { try await f.bob.setTitle("forged", for: share.url) } == .permissionFailure)
-        let report = try f.ledger.audit(scratchPath: f.dir.child("audit"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit"))
         #expect(!report.ok)
         #expect(report.firstBadPosition == first, "\(report.problems)")
         await f.ledger.close()
@@ -289,7 +289,7 @@ struct HostileStoredDataTests {
         // Refused (they break the sharing rules), and the ledger still answers.
         #expect(outcome == .invalidArguments, "\(String(describing: outcome))")
         _ = try ledger.statistics()
-        #expect(try ledger.audit(scratchPath: dir.child("audit")).ok)
+        #expect(try LedgerAudit(ledger).audit(scratchPath: dir.child("audit")).ok)
         await ledger.close()
         // Written behind the ledger's back, they are projected without a crash (no counter below
         // zero), and the audit names the first.
@@ -298,7 +298,7 @@ struct HostileStoredDataTests {
             .shareAccepted(ghost), .participantRemoved(removed),
         ])
         _ = try f.ledger.statistics()
-        let report = try f.ledger.audit(scratchPath: f.dir.child("audit"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit"))
         #expect(!report.ok)
         #expect(report.firstBadPosition == first + 1, "\(report.problems)")
         await f.ledger.close()

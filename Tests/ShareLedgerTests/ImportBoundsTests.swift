@@ -81,9 +81,9 @@ struct ImportBoundsTests {
         var configuration = Fixtures.configuration(f.dir.child("copy"))
         configuration.residualTaskWorker = nil
         let copy = try ShareLedger.open(configuration)
-        let summary = try await copy.importLog(from: try #require(FileHandle(forReadingAtPath: exported)))
+        let summary = try await LedgerAudit(copy).importLog(from: try #require(FileHandle(forReadingAtPath: exported)))
         #expect(summary.replayed == summary.events)
-        let report = try copy.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(copy).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         let bob = copy.container(SharingFixture.container, userRecordName: "_bob")
         #expect(try bob.participatingShares().count == 1)

@@ -287,7 +287,7 @@ struct InMemoryDomainTests {
         outcomes.add(seen)
         if !sealing { try pair.expectSameState() }
         // Every event the writer produced is one the rules could have produced (EventValidator).
-        let comparison = try pair.ledger.verifyReadModels(scratchPath: dir.child("rebuilt"))
+        let comparison = try LedgerAudit(pair.ledger).verifyReadModels(scratchPath: dir.child("rebuilt"))
         #expect(comparison.matches, "\(comparison.inadmissible?.text ?? "") \(comparison.differences)")
         await pair.ledger.close()
     }
@@ -332,7 +332,7 @@ struct InMemoryDomainTests {
         let withdrawn = try await pair.run("_carol", [.fetchMetadata(tokenText: second, shouldFetchRootRecord: false, desiredKeys: nil)])
         #expect(withdrawn.first?.failure?.code == .unknownItem)
         try pair.expectSameState()
-        let comparison = try pair.ledger.verifyReadModels(scratchPath: dir.child("rebuilt"))
+        let comparison = try LedgerAudit(pair.ledger).verifyReadModels(scratchPath: dir.child("rebuilt"))
         #expect(comparison.matches, "\(comparison.inadmissible?.text ?? "") \(comparison.differences)")
         await pair.ledger.close()
     }

@@ -69,7 +69,7 @@ struct InvitationSealingTests {
         _ = try await f.carol.accept(try await f.carol.shareMetadata(for: share.url))
         #expect(try f.carol.participatingShares(status: [.accepted]).count == 1)
 
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok && report.eventsWithPlaintextPersonalData == 0, "\(report.problems) \(report.projectionDifferences)")
         #expect(Self.scan(f.dir.child("ledger")).isEmpty)
         await f.ledger.close()
@@ -107,9 +107,9 @@ struct InvitationSealingTests {
                 try await f.carol.requestParticipantVerification(for: share.url, lookupInfo: LookupInfo(emailAddress: Self.email))
             } == .unknownItem)
         // History: the sealed events are marked erased.
-        let added = try f.ledger.history(of: .share(share.url)).filter { $0.name == "ParticipantAdded" }
+        let added = try LedgerAudit(f.ledger).history(of: .share(share.url)).filter { $0.name == "ParticipantAdded" }
         #expect(added.map(\.personalDataErased) == [true, false])
-        let lookups = try f.ledger.history(of: .user("_carol", container: Self.container)).filter { $0.name == "ShareParticipantFetched" }
+        let lookups = try LedgerAudit(f.ledger).history(of: .user("_carol", container: Self.container)).filter { $0.name == "ShareParticipantFetched" }
         #expect(lookups.count == 1 && lookups.allSatisfy(\.personalDataErased))
         // Keys: hers and her addresses' are gone, the other address's is not.
         let models = f.ledger.models
@@ -120,11 +120,11 @@ struct InvitationSealingTests {
         #expect(vault.hasKey(container: Self.container, user: try #require(models.addressHash(Self.container, email: Self.other)).subject))
 
         // Audit, verify, a rebuild agree; the rebuild gives the same erased answers.
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("scratch")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch")).ok)
         #expect(try f.ledger.log.verifyChain().isValid)
-        _ = try await f.ledger.rebuildReadModels()
+        _ = try await LedgerAudit(f.ledger).rebuildReadModels()
         #expect(try f.alice.share(for: share.url).participants.filter { $0.userIdentity.personalDataErased == true }.count == 1)
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("scratch2")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch2")).ok)
 
         // Export and every file: no plaintext of her addresses.
         try exportToFile(f.ledger, f.dir.child("export.ndjson"))
@@ -135,7 +135,7 @@ struct InvitationSealingTests {
         let there = try imported.container(Self.container, userRecordName: "_alice").share(for: share.url)
         #expect(there.participants.filter { $0.userIdentity.personalDataErased == true }.count == 1)
         #expect(there.participants.contains { $0.userIdentity.lookupInfo?.emailAddress == Self.other })
-        #expect(try imported.audit(scratchPath: f.dir.child("scratch3")).ok)
+        #expect(try LedgerAudit(imported).audit(scratchPath: f.dir.child("scratch3")).ok)
         await imported.close()
         #expect(Self.scan(f.dir.path).isEmpty)
         await f.ledger.close()
@@ -159,9 +159,9 @@ struct InvitationSealingTests {
         #expect(f.ledger.models.vault?.hasKey(container: Self.container, user: subject) == false)
         let seen = try f.alice.share(for: share.url)
         #expect(seen.participants.contains { $0.userIdentity.personalDataErased == true && $0.userIdentity.lookupInfo == nil })
-        #expect(try f.ledger.history(of: .user("_bob", container: Self.container)).filter { $0.name == "ShareParticipantFetched" }
+        #expect(try LedgerAudit(f.ledger).history(of: .user("_bob", container: Self.container)).filter { $0.name == "ShareParticipantFetched" }
             .allSatisfy(\.personalDataErased))
-        let forgotten = try #require(try f.ledger.history(of: .container(Self.container)).last)
+        let forgotten = try #require(try LedgerAudit(f.ledger).history(of: .container(Self.container)).last)
         #expect(forgotten.name == "PersonalDataForgotten" && forgotten.envelope.actor == "dsr-8")
         #expect(forgotten.envelope.stream == "address/" + subject)
         #expect(
@@ -172,7 +172,7 @@ struct InvitationSealingTests {
         let head = try f.ledger.statistics().events
         #expect(try await f.ledger.forget(address: LookupInfo(phoneNumber: Self.phone), in: Self.container) == false)
         #expect(try f.ledger.statistics().events == head)
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("scratch")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch")).ok)
         #expect(Self.scan(f.dir.child("ledger")).isEmpty)
 
         // A crash between the commit and the key's destruction: the next open destroys the key.
@@ -191,7 +191,7 @@ struct InvitationSealingTests {
         let again = try ShareLedger.open(configuration)
         let aliceAgain = again.container(Self.container, userRecordName: "_alice")
         #expect(try aliceAgain.share(for: share.url).participants.contains { $0.userIdentity.lookupInfo?.phoneNumber == Self.phone })
-        #expect(try again.audit(scratchPath: f.dir.child("scratch2")).ok)
+        #expect(try LedgerAudit(again).audit(scratchPath: f.dir.child("scratch2")).ok)
         await again.close()
     }
 
@@ -223,7 +223,7 @@ struct InvitationSealingTests {
             try ledger.models.participants(txn, share.token.text).first { $0.state.role != .owner }?.state
         })
         #expect(row.compactBytes().first == 0xC1 && row.lookupInfo.emailAddress == Self.email)
-        let report = try ledger.audit(scratchPath: dir.child("scratch"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: dir.child("scratch"))
         #expect(report.ok && report.eventsWithPlaintextPersonalData == 2)
         await ledger.close()
     }
@@ -267,7 +267,7 @@ struct InvitationSealingTests {
             #expect(erased.count == 1 && erased[0].address == nil)
         }
         #expect(Self.scan(f.dir.child("ledger")).isEmpty)
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems) \(report.projectionDifferences)")
         await f.ledger.close()
     }

@@ -172,7 +172,7 @@ struct MetadataCacheTests {
         f.ledger.metadataCache?.removeAll()
         #expect(try f.bob.shareMetadataWithoutLogging(for: share.url).share.title == "Damaged")
         #expect(try f.bob.shareMetadataWithoutLogging(for: share.url).share.title == "Damaged", "kept")
-        try await f.ledger.rebuildReadModels()
+        try await LedgerAudit(f.ledger).rebuildReadModels()
         #expect(try f.bob.shareMetadataWithoutLogging(for: share.url).share.title == "Groceries")
         #expect(try f.bob.shareMetadataWithoutLogging(for: share.url).share.title == "Groceries")
         await f.ledger.close()

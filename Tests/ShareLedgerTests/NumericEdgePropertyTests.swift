@@ -76,7 +76,7 @@ struct NumericEdgePropertyTests {
             try await Self.check(f, "d\(index)", date, storable: Self.storable(seconds))
             try await Self.check(f, "l\(index)", .list([.date(Date()), date]), storable: Self.storable(seconds))
         }
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit")).ok)
         await f.ledger.close()
     }
 

@@ -53,7 +53,7 @@ struct OneTimeURLTests {
         #expect(await errorCode { try await f.carol.accept(metadata) } == .unknownItem)
         // Bob again: he is the participant now; his accept again changes nothing.
         #expect(try await f.bob.accept(metadata).currentUserParticipant?.participantID == id)
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
         await f.ledger.close()
     }
 
@@ -91,17 +91,17 @@ struct OneTimeURLTests {
         #expect(a.code == .unknownItem && a.message == b.message)
         #expect(await errorCode { try f.carol.shareMetadataWithoutLogging(for: url) } == .unknownItem)
         // Fetches through it are part of the share's history.
-        let history = try f.ledger.history(of: .share(share.url))
+        let history = try LedgerAudit(f.ledger).history(of: .share(share.url))
         #expect(history.filter { $0.envelope.eventType.hasSuffix("ShareMetadataFetched") }.count >= 4)
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit")).ok)
 
         // Once the participant leaves, the URL is gone: nil for the owner, unknown to everyone.
         try await f.bob.leaveShare(share.url)
         #expect(try f.alice.share(for: share.url).oneTimeURL(for: id) == nil)
         #expect(await errorCode { try await f.bob.shareMetadata(for: url) } == .unknownItem)
         #expect(await errorCode { try await f.alice.shareMetadata(for: url) } == .unknownItem)
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt-left")).matches)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt-left")).matches)
         await f.ledger.close()
     }
 
@@ -120,7 +120,7 @@ struct OneTimeURLTests {
         let again = try await f.alice.addParticipant(.oneTimeURLParticipant(), to: share.url)
         let newURLs = again.participants.compactMap { again.oneTimeURL(for: $0.participantID) }
         #expect(newURLs.count == 1 && newURLs.first != url)
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit")).ok)
         await f.ledger.close()
     }
 
@@ -147,7 +147,7 @@ struct OneTimeURLTests {
         _ = try await f.alice.setPublicPermission(.readOnly, for: share.url)
         #expect(await errorCode { try await f.alice.addParticipant(.oneTimeURLParticipant(), to: share.url) } == .invalidArguments)
         #expect(await errorCode { try await f.carol.addParticipant(.oneTimeURLParticipant(), to: share.url) } == .permissionFailure)
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit")).ok)
         await f.ledger.close()
     }
 }

@@ -62,12 +62,12 @@ struct ParticipantLookupTests {
         let events = try Self.lookups(f.ledger)
         #expect(events.count == 8)
         #expect(events.allSatisfy { $0.stream == "user/_alice" && $0.actor == "_alice" })
-        let history = try f.ledger.history(of: .user("_alice", container: SharingFixture.container))
+        let history = try LedgerAudit(f.ledger).history(of: .user("_alice", container: SharingFixture.container))
         #expect(history.filter { $0.name == "ShareParticipantFetched" }.count == 8)
         // The user a lookup found has it in their history too; a stranger's address has no history.
-        let bobHistory = try f.ledger.history(of: .user("_bob", container: SharingFixture.container))
+        let bobHistory = try LedgerAudit(f.ledger).history(of: .user("_bob", container: SharingFixture.container))
         #expect(bobHistory.filter { $0.name == "ShareParticipantFetched" }.count == 2)
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit")).ok)
         await f.ledger.close()
     }
 

@@ -52,14 +52,14 @@ struct ReadModelSnapshotTests {
         let aside = f.dir.child("aside")
         try FileManager.default.moveItem(atPath: f.ledger.readModelSnapshotsDirectory, toPath: aside)
         for point in points {
-            let view = try f.ledger.snapshot(at: .position(LogPosition(point)), path: f.dir.child("full-\(point)"))
+            let view = try LedgerAudit(f.ledger).snapshot(at: .position(LogPosition(point)), path: f.dir.child("full-\(point)"))
             reference[point] = try dump(view)
             await view.close()
         }
         try FileManager.default.moveItem(atPath: aside, toPath: f.ledger.readModelSnapshotsDirectory)
         for point in points {
             #expect(try f.ledger.snapshots.usable(atOrBefore: point)?.position == (point >= second.position ? second.position : point >= first.position ? first.position : nil))
-            let view = try f.ledger.snapshot(at: .position(LogPosition(point)), path: f.dir.child("fast-\(point)"))
+            let view = try LedgerAudit(f.ledger).snapshot(at: .position(LogPosition(point)), path: f.dir.child("fast-\(point)"))
             #expect(same(try dump(view), reference[point]!), "at \(point)")
             await view.close()
         }
@@ -83,7 +83,7 @@ struct ReadModelSnapshotTests {
             atPath: (f.ledger.readModelSnapshotsDirectory as NSString).appendingPathComponent(".tmp-crashed"), withIntermediateDirectories: true)
         #expect(f.ledger.readModelSnapshots().count == 1)
         // The view is still right: replayed from the start.
-        let view = try f.ledger.snapshot(at: .position(LogPosition(saved.position)), path: f.dir.child("view"))
+        let view = try LedgerAudit(f.ledger).snapshot(at: .position(LogPosition(saved.position)), path: f.dir.child("view"))
         #expect(try view.statistics().shares == f.ledger.statistics().shares)
         await view.close()
         await f.ledger.close()
@@ -168,7 +168,7 @@ struct ScheduledSnapshotTests {
         #expect(positions(f) == [105])
 
         // A view as of 95 (every event so far is a registration: 95 users then).
-        let view = try f.ledger.snapshot(at: .position(LogPosition(95)), path: f.dir.child("view"))
+        let view = try LedgerAudit(f.ledger).snapshot(at: .position(LogPosition(95)), path: f.dir.child("view"))
         #expect(try view.statistics().users == 95)
         await view.close()
         await f.ledger.close()

@@ -34,7 +34,7 @@ struct ReadmeSharingTests {
         try await ledger.waitForResidualTasks()
         #expect("\(try bob.sharedDatabaseZones())" == "[Lists (owner _alice)]")
 
-        let report = try ledger.audit(scratchPath: dir.child("share-ledger-audit"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: dir.child("share-ledger-audit"))
         #expect("\(report.ok) \(report.events)" == "true 9")
         await ledger.close()
     }

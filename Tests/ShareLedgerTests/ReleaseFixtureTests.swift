@@ -33,7 +33,7 @@ struct ReleaseFixtureTests {
         #expect(stats.events == 416 && stats.headHash == Self.headHash)
         #expect(stats.shares == 12 && stats.participants == 19 && stats.acceptedParticipants == 11)
         #expect(stats.participantZones == 11 && stats.users == 14 && stats.records == 47 && stats.pendingResidualTasks == 0)
-        let report = try ledger.audit(scratchPath: dir.child("audit"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: dir.child("audit"))
         #expect(report.ok, "\(report)")
         // It keeps working: a new user shares a record, another accepts, the worker (with its lease
         // in the new worker_state database) completes the zone creation.
@@ -51,7 +51,7 @@ struct ReleaseFixtureTests {
         _ = try await guest.accept(try await guest.shareMetadata(for: share.url))
         #expect(try await ledger.completeResidualTasks() == 1)
         #expect(try guest.sharedDatabaseZones().map(\.zoneName) == ["After"])
-        let after = try ledger.audit(scratchPath: dir.child("audit2"))
+        let after = try LedgerAudit(ledger).audit(scratchPath: dir.child("audit2"))
         #expect(after.ok, "\(after)")
         await ledger.close()
     }

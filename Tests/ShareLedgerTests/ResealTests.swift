@@ -5,7 +5,7 @@ import ShareLedgerAudit
 import TestSupport
 import Testing
 
-/// Re-encrypting an old ledger into a new one (`ShareLedger.importResealingPersonalData(from:)`,
+/// Re-encrypting an old ledger into a new one (`LedgerAudit(ShareLedger).importResealingPersonalData(from:)`,
 /// `share-ledger import --reseal-personal-data --from OLD`; docs/operations.md, "Personal data written
 /// before crypto-shredding").
 @Suite("Re-encrypting a ledger with plaintext personal data into a new one")
@@ -96,12 +96,12 @@ struct ResealTests {
     func resealPlaintextLedger() async throws {
         let dir = TemporaryDirectory()
         let old = try await Self.plaintextLedger(dir.child("old"))
-        let before = try old.audit(scratchPath: dir.child("audit-old"))
+        let before = try LedgerAudit(old).audit(scratchPath: dir.child("audit-old"))
         #expect(before.ok && before.eventsWithPlaintextPersonalData >= 10)
         #expect(!CryptoShreddingTests.plaintextFound(under: dir.child("old"), needles: CryptoShreddingTests.needles(for: Self.secrets)).isEmpty)
 
         let new = try Self.newLedger(dir.child("new"), seed: 12)
-        let summary = try await new.importResealingPersonalData(from: old)
+        let summary = try await LedgerAudit(new).importResealingPersonalData(from: old)
         let oldHead = try old.log.head()
         #expect(summary.events == oldHead.position.rawValue && summary.headPosition == oldHead.position.rawValue)
         #expect(summary.plaintextEventsInSource == UInt64(before.eventsWithPlaintextPersonalData))
@@ -109,7 +109,7 @@ struct ResealTests {
         #expect(summary.headHash != oldHead.hash.hex)
 
         // Nothing in plaintext, in the events or anywhere in the directory.
-        let after = try new.audit(scratchPath: dir.child("audit-new"))
+        let after = try LedgerAudit(new).audit(scratchPath: dir.child("audit-new"))
         #expect(after.ok && after.eventsWithPlaintextPersonalData == 0, "\(after.problems) \(after.projectionDifferences)")
         #expect(try new.log.verifyChain().isValid)
         let found = CryptoShreddingTests.plaintextFound(under: dir.child("new"), needles: CryptoShreddingTests.needles(for: Self.secrets))
@@ -123,12 +123,12 @@ struct ResealTests {
         let url = try #require(try alice.ownedShares().first?.url)
         let bound = try await alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: "_zelda")), permission: .readOnly, to: url)
         #expect(bound.participants.count == 4 && bound.participants.contains { $0.userIdentity.userRecordID?.recordName == "_zelda" })
-        _ = try await new.rebuildReadModels()
-        #expect(try new.audit(scratchPath: dir.child("audit-rebuilt")).ok)
+        _ = try await LedgerAudit(new).rebuildReadModels()
+        #expect(try LedgerAudit(new).audit(scratchPath: dir.child("audit-rebuilt")).ok)
 
         // A target that is not empty is refused, and left as it was.
         let head = try new.log.head()
-        let again = await errorCode { try await new.importResealingPersonalData(from: old) }
+        let again = await errorCode { try await LedgerAudit(new).importResealingPersonalData(from: old) }
         #expect(again == .invalidArguments)
         #expect(try new.log.head() == head)
         await new.close()
@@ -144,7 +144,7 @@ struct ResealTests {
         let carols = CryptoShreddingTests.needles(for: Self.carols)
         #expect(!CryptoShreddingTests.plaintextFound(under: dir.child("old"), needles: carols).isEmpty)
         let new = try Self.newLedger(dir.child("new"), seed: 13)
-        let summary = try await new.importResealingPersonalData(from: old)
+        let summary = try await LedgerAudit(new).importResealingPersonalData(from: old)
         #expect(summary.plaintextEventsLeft == 0)
         #expect(CryptoShreddingTests.plaintextFound(under: dir.child("new"), needles: carols).isEmpty)
         let models = new.models
@@ -159,9 +159,9 @@ struct ResealTests {
         #expect(share.title == "Groceries")
         #expect(share.participants.filter { $0.userIdentity.personalDataErased == true }.count == 1)
         #expect(share.participants.contains { $0.userIdentity.lookupInfo?.emailAddress == Self.emails[3] })
-        let history = try new.history(of: .user("_carol", container: Self.container))
+        let history = try LedgerAudit(new).history(of: .user("_carol", container: Self.container))
         #expect(history.first { $0.name == "UserRegistered" }?.personalDataErased == true)
-        #expect(try new.audit(scratchPath: dir.child("audit")).ok)
+        #expect(try LedgerAudit(new).audit(scratchPath: dir.child("audit")).ok)
         // Reopening leaves them so.
         await new.close()
         let reopened = try Self.newLedger(dir.child("new"), seed: 14)

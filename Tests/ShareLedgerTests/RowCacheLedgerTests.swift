@@ -16,7 +16,7 @@ struct RowCacheLedgerTests {
         }
         _ = try await f.bob.accept(try await f.bob.shareMetadata(for: share.url))
         #expect((f.ledger.store.writerModels.rowCache?.hits ?? 0) > before)
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         await f.ledger.close()
     }
@@ -33,7 +33,7 @@ extension RowCacheLedgerTests {
         // The writer must not answer from a row the rolled-back transaction wrote.
         _ = try await f.alice.setTitle("Still here", for: share.url)
         #expect(try f.alice.shareMetadataWithoutLogging(for: share.url).share.title == "Still here")
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         await f.ledger.close()
     }

@@ -58,7 +58,7 @@ struct SchemaEvolutionTests {
     func importProjectAuditExport() async throws {
         let dir = TemporaryDirectory()
         let ledger = try ShareLedger.open(Fixtures.configuration(dir.child("ledger")))
-        let summary = try await ledger.importLog(from: try FileHandle(forReadingFrom: fixtureURL))
+        let summary = try await LedgerAudit(ledger).importLog(from: try FileHandle(forReadingFrom: fixtureURL))
         #expect(summary.events == 145)
         #expect(try ledger.log.verifyChain().isValid)
 
@@ -79,7 +79,7 @@ struct SchemaEvolutionTests {
         #expect(try ledger.statistics().users == 15)
 
         // Rebuilding from the log (upcasting again) gives the same read models.
-        let report = try ledger.audit(scratchPath: dir.child("scratch"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         #expect(report.projectionsMatch)
 
@@ -87,7 +87,7 @@ struct SchemaEvolutionTests {
         let exported = dir.child("export.ndjson")
         #expect(FileManager.default.createFile(atPath: exported, contents: nil))
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: exported))
-        try ledger.export(to: handle)
+        try LedgerAudit(ledger).export(to: handle)
         try handle.close()
         #expect(try Data(contentsOf: URL(fileURLWithPath: exported)) == Data(contentsOf: fixtureURL))
 
@@ -103,7 +103,7 @@ struct SchemaEvolutionTests {
         let stored = try #require(try ledger.log.event(at: head))
         #expect(stored.eventType == "shareledger.events.v1.UserRegistered")
         #expect(stored.schemaVersion == 2)
-        let after = try ledger.audit(scratchPath: dir.child("scratch2"))
+        let after = try LedgerAudit(ledger).audit(scratchPath: dir.child("scratch2"))
         #expect(after.ok, "\(after.problems)")
         await ledger.close()
     }

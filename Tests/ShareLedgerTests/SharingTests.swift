@@ -402,7 +402,7 @@ struct SharingIdentityTests {
         let again = try await f.alice.addParticipant(LookupInfo(phoneNumber: "+1 (555) 0199"), permission: .readOnly, to: share.url)
         #expect(again.participants.count == 3)
         #expect(again.participants.contains { $0.userIdentity.userRecordID?.recordName == "_finn" })
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("rebuilt")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("rebuilt")).ok)
         await f.ledger.close()
     }
 }

@@ -125,7 +125,7 @@ struct StorageFullTests {
         }
 
         // Reads, queries and the audit still work, and the read models equal a rebuild.
-        let report = try ledger.audit(scratchPath: dir.child("scratch"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         #expect(report.projectionsMatch)
         #expect(try ledger.log.verifyChain().isValid)
@@ -133,7 +133,7 @@ struct StorageFullTests {
         #expect(try alice.record(for: Self.recordID("root0")).recordType == "Note")
         #expect(try ledger.container(Self.container, userRecordName: "_u200").participatingShares(status: [.accepted]).count
             == (acceptedBefore > 0 ? 1 : 0))
-        #expect(try !ledger.history(of: .share(publicShares[0].url)).isEmpty)
+        #expect(try !LedgerAudit(ledger).history(of: .share(publicShares[0].url)).isEmpty)
         let statistics = try ledger.statistics()
         #expect(statistics.mapSizeBytes <= 2 << 20)
         // No worker ran: one pending task per accepted participant, none lost to the failures.
@@ -156,7 +156,7 @@ struct StorageFullTests {
         #expect(final.pendingResidualTasks == 0)
         #expect(final.participantZones == final.acceptedParticipants)
         #expect(try after.sharedDatabaseZones() == [RecordZoneID(zoneName: "Notes", ownerName: "_alice")])
-        let finalReport = try reopened.audit(scratchPath: dir.child("scratch"))
+        let finalReport = try LedgerAudit(reopened).audit(scratchPath: dir.child("scratch"))
         #expect(finalReport.ok, "\(finalReport.problems)")
         await reopened.close()
     }
@@ -230,7 +230,7 @@ struct StorageFullTests {
             }
             working.cancel()
             try? await working.value
-            let report = try ledger.audit(scratchPath: dir.child("scratch"))
+            let report = try LedgerAudit(ledger).audit(scratchPath: dir.child("scratch"))
             #expect(report.ok, "\(report.problems)")
             await ledger.close()
 
@@ -249,7 +249,7 @@ struct StorageFullTests {
             #expect(statistics.pendingResidualTasks == 0)
             #expect(statistics.parkedResidualTasks == 0)
             #expect(statistics.participantZones == statistics.acceptedParticipants)
-            let finalReport = try reopened.audit(scratchPath: dir.child("scratch"))
+            let finalReport = try LedgerAudit(reopened).audit(scratchPath: dir.child("scratch"))
             #expect(finalReport.ok, "\(finalReport.problems)")
             await reopened.close()
         } cleanup: {

@@ -87,7 +87,7 @@ struct StressTests {
         #expect(stats.pendingResidualTasks == 0)
         #expect(stats.participantZones == stats.acceptedParticipants)
         #expect(try f.ledger.log.verifyChain().isValid)
-        #expect(try f.ledger.audit(scratchPath: f.dir.child("audit")).ok)
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit")).ok)
         // Every writer got through its rounds (the work was really concurrent).
         #expect(rounds.value >= 128)
         await f.ledger.close()

@@ -152,7 +152,7 @@ struct SyncChangesTests {
         let token = try f.alice.recordZoneChanges(in: SharingFixture.zone).syncToken
         let databaseToken = try f.alice.databaseChanges(.private).syncToken
         _ = try await f.alice.save(Record(recordType: "Item", recordID: SharingFixture.recordID("later")))
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok && report.projectionsMatch, "\(report.problems)")
         await f.ledger.close()
 
@@ -161,7 +161,7 @@ struct SyncChangesTests {
         let reopened = try ShareLedger.open(configuration)
         let alice = reopened.container(SharingFixture.container, userRecordName: "_alice")
         #expect(Self.names(try alice.recordZoneChanges(in: SharingFixture.zone, since: token)) == ["later"])
-        _ = try await reopened.rebuildReadModels()
+        _ = try await LedgerAudit(reopened).rebuildReadModels()
         let afterRebuild = try alice.recordZoneChanges(in: SharingFixture.zone, since: token)
         #expect(Self.names(afterRebuild) == ["later"] && afterRebuild.deletedRecordIDs.isEmpty)
         #expect(try alice.databaseChanges(.private, since: databaseToken).changedZoneIDs.map(\.zoneName) == ["Notes"])
@@ -186,7 +186,7 @@ struct SyncChangesTests {
         try await f.alice.deleteShare(share.url)
         let gone = try f.alice.recordZoneChanges(in: SharingFixture.zone, since: invited.syncToken)
         #expect(gone.changedShares.isEmpty && gone.deletedRecordIDs.map(\.recordName) == [share.recordID.recordName])
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok && report.projectionsMatch, "\(report.problems)")
         await f.ledger.close()
     }
@@ -209,7 +209,7 @@ struct SyncChangesTests {
         let ledger = try ShareLedger.open(DerivedStateTests.configuration(path))
         let alice = ledger.container(SharingFixture.container, userRecordName: "_alice")
         #expect(Set(try alice.recordZoneChanges(in: SharingFixture.zone).changedRecords.map(\.recordID.recordName)) == ["list", "item"])
-        let report = try ledger.audit(scratchPath: f.dir.child("audit"))
+        let report = try LedgerAudit(ledger).audit(scratchPath: f.dir.child("audit"))
         #expect(report.ok && report.projectionsMatch, "\(report.problems)")
         await ledger.close()
     }

@@ -63,7 +63,7 @@ struct TwinRebuildTests {
         let shared = try f.bob.participatingShares(status: [.accepted]).count
         #expect(try !usesTwins(store))
 
-        var outcome = try await f.ledger.rebuildReadModels(rewritingEverything: true)
+        var outcome = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: true)
         #expect(outcome.switchedCopies)
         #expect(outcome.rewrittenDatabases == store.models.all.map(\.name))
         #expect(try usesTwins(store))
@@ -75,12 +75,12 @@ struct TwinRebuildTests {
         _ = try await f.alice.save(RecordZone(zoneID: RecordZoneID(zoneName: "After")))
         let after = try digest(f)
         #expect(after != healthy)
-        outcome = try await f.ledger.rebuildReadModels(rewritingEverything: true)
+        outcome = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: true)
         #expect(try outcome.switchedCopies && !usesTwins(store))
         #expect(try digest(f) == after)
-        outcome = try await f.ledger.rebuildReadModels(rewritingEverything: true)
+        outcome = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: true)
         #expect(try usesTwins(store))
-        let report = try f.ledger.audit(scratchPath: f.dir.child("scratch"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("scratch"))
         #expect(report.ok, "\(report.problems)")
         await f.ledger.close()
 
@@ -105,13 +105,13 @@ struct TwinRebuildTests {
             }
         }
         #expect(try digest(f) != healthy)
-        let outcome = try await f.ledger.rebuildReadModels(rewritingEverything: false)
+        let outcome = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: false)
         #expect(outcome.switchedCopies)
         #expect(try digest(f) == healthy)
         #expect(try usesTwins(store) && unusedEntries(store) == 0)
         // A few differences are still changed in place, in the copy in use.
         try store.environment.write { txn in try txn.put(models.sharesByOwner, key: Array("forged".utf8), value: []) }
-        let inPlace = try await f.ledger.rebuildReadModels(rewritingEverything: false)
+        let inPlace = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: false)
         #expect(!inPlace.switchedCopies && inPlace.changedEntries == 1)
         #expect(try usesTwins(store) && digest(f) == healthy)
         await f.ledger.close()
@@ -151,7 +151,7 @@ struct TwinRebuildTests {
         #expect(try replayed == f.ledger.log.head().position.rawValue)
         #expect(try usesTwins(store))
         #expect(try ReadModelRebuild.compare(store, scratch).differences.isEmpty)
-        let report = try f.ledger.audit(scratchPath: f.dir.child("audit"))
+        let report = try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit"))
         #expect(report.ok, "\(report.problems)")
         await f.ledger.close()
     }
@@ -170,7 +170,7 @@ struct TwinRebuildTests {
         #expect(try point != nil && unusedEntries(store) > 0)
         #expect(try !usesTwins(store) && digest(f) == healthy)
 
-        let outcome = try await f.ledger.rebuildReadModels(rewritingEverything: true)
+        let outcome = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: true)
         #expect(try outcome.switchedCopies && usesTwins(store))
         #expect(try digest(f) == healthy)
         await f.ledger.close()
@@ -181,7 +181,7 @@ struct TwinRebuildTests {
         let f = try await busyLedger()
         let store = f.ledger.log.store
         let healthy = try digest(f)
-        _ = try await f.ledger.rebuildReadModels(rewritingEverything: true)
+        _ = try await LedgerAudit(f.ledger).rebuildReadModels(rewritingEverything: true)
         #expect(try usesTwins(store))
         // A position whose hash is not the log's: everything is cleared and derived again on open.
         let head = try f.ledger.log.head()
@@ -228,7 +228,7 @@ struct TwinRebuildTests {
         #expect(writer.log.store.hasTwins)
         #expect(try writer.log.statistics().formatVersion == 5)
         #expect(try writer.readModelDigest().digest == healthy)
-        let outcome = try await writer.rebuildReadModels(rewritingEverything: true)
+        let outcome = try await LedgerAudit(writer).rebuildReadModels(rewritingEverything: true)
         #expect(try outcome.switchedCopies && usesTwins(writer.log.store))
         #expect(try writer.readModelDigest().digest == healthy)
         await writer.close()

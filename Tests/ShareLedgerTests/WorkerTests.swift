@@ -136,7 +136,7 @@ struct WorkerTests {
         _ = try await f.alice.removeParticipant(try f.bobID, from: share.url)
         #expect(try await f.ledger.completeResidualTasks() == 1)
         #expect(try f.bob.sharedDatabaseZones().isEmpty)
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
         await f.ledger.close()
     }
 
@@ -214,7 +214,7 @@ struct WorkerTests {
         #expect(report.completed == 1)
         #expect(try f.ledger.residualTasks().isEmpty)
         #expect(try f.bob.sharedDatabaseZones().count == 1)
-        #expect(try f.ledger.verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
         await f.ledger.close()
     }
 
@@ -361,7 +361,7 @@ struct WorkerTests {
         }
         #expect(completions.values.allSatisfy { $0 == 1 })
         #expect(UInt64(completions.count) == stats.acceptedParticipants)
-        #expect(try ledger.verifyReadModels(scratchPath: dir.child("rebuilt")).matches)
+        #expect(try LedgerAudit(ledger).verifyReadModels(scratchPath: dir.child("rebuilt")).matches)
         await ledger.close()
     }
 }
