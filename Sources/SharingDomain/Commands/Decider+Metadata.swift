@@ -60,9 +60,8 @@ extension Decider {
     }
 
     /// Decides a logged fetch: the event records who asked, for what, and what the metadata said of
-    /// them (or the error); the metadata itself is built after the commit
-    /// (``StepAnswer/metadata(token:fetchRoot:keys:)``), so the writer reads only the caller's
-    /// account, the share's row and the caller's participant entry.
+    /// them (or the error); the metadata itself is presented by the facade's commit step after the
+    /// command's last step (``StepAnswer/metadata(token:fetchRoot:keys:)``).
     package func fetchMetadata(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, fetchRoot: Bool, keys: [String]?) throws
         -> Decision
     {
@@ -118,7 +117,7 @@ extension Decider {
 
     /// What the caller may see of the share at `tokenText` in `txn` (the same rules and errors as a
     /// fetch, nothing logged): the standing the metadata reports. The facade's presenter builds the
-    /// metadata from it, for the answer of a logged fetch (after its commit) and for
+    /// metadata from it, for the answer of a logged fetch (in its commit step) and for
     /// `Container.shareMetadataWithoutLogging(for:)`.
     package func metadataStanding(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String) throws -> MetadataStanding {
         let (share, token, oneTime, membersOnly) = try fetchableShare(txn, tokenText: tokenText)
