@@ -94,7 +94,7 @@ extension DomainCommand {
             case .success(let answer):
                 do {
                     let output = try presenter.present(answer, container: container, viewer: viewer, txn)
-                    if answers.tags != nil, case .metadata(let token, false, _) = answer, case .metadata(let value) = output,
+                    if answers.tags != nil, case .metadata(let token, false, _, _) = answer, case .metadata(let value) = output,
                         let validator = try presenter.models.shareChangeTag(txn, token: token)
                     {
                         committed.metadataToKeep.append(

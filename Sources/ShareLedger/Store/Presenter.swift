@@ -39,8 +39,8 @@ struct Presenter: Sendable {
                 throw LedgerError(.unknownItem, "your change was committed, but a later change of the same call deleted the share")
             }
             return .share(share)
-        case .metadata(let token, let fetchRoot, let keys):
-            return .metadata(try metadata(txn, tokenText: token, container: container, viewer: viewer, fetchRoot: fetchRoot, keys: keys))
+        case .metadata(_, let fetchRoot, let keys, let standing):
+            return .metadata(try metadata(txn, standing: standing, fetchRoot: fetchRoot, keys: keys))
         case .lookedUpParticipant(let user, let lookup):
             var identity = try identity(txn, container, user: user)
             identity.lookupInfo = lookup
@@ -56,7 +56,14 @@ struct Presenter: Sendable {
         keys: [String]?
     ) throws -> Share.Metadata {
         let decider = Decider(models: models, container: container, actor: viewer, signedIn: true, now: 0)
-        let standing = try decider.metadataStanding(txn, tokenText: tokenText)
+        return try metadata(txn, standing: try decider.metadataStanding(txn, tokenText: tokenText), fetchRoot: fetchRoot, keys: keys)
+    }
+
+    /// The metadata a viewer with `standing` sees in `txn`: for a logged fetch, the standing its
+    /// decision holds, so nothing is decided twice.
+    func metadata(
+        _ txn: borrowing some ReadModelStore & ~Copyable, standing: MetadataStanding, fetchRoot: Bool, keys: [String]?
+    ) throws -> Share.Metadata {
         let share = standing.share
         let shareValue = try self.share(txn, token: standing.token, state: share, viewer: standing.viewer)
         let zoneID = RecordZoneID(zoneName: share.zoneName, ownerName: share.ownerName)

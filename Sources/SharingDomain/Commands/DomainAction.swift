@@ -120,9 +120,10 @@ package enum StepAnswer: Sendable {
     /// A share, as the command's actor may see it.
     case share(token: String)
     /// A share's metadata, as the command's actor (a signed-in user of the command's container)
-    /// fetched it: built from ``Decider/metadataStanding(_:tokenText:)`` in the command's transaction,
-    /// after its last step.
-    case metadata(token: String, fetchRoot: Bool, keys: [String]?)
+    /// fetched it, with the standing the fetch decided (``Decider/metadataStanding(_:tokenText:)``):
+    /// built from it in the command's transaction, after its last step. Indirect: a standing holds
+    /// the share's row.
+    indirect case metadata(token: String, fetchRoot: Bool, keys: [String]?, standing: MetadataStanding)
     /// A participant found by a lookup, not in any share yet: the account `user` of the command's
     /// container, found by `lookup`.
     case lookedUpParticipant(user: String, lookup: LookupInfo)
