@@ -81,6 +81,39 @@ struct AnswerFromCommitTests {
         await ledger.close()
     }
 
+    @Test("a batch whose transaction fails is run again command by command: the answers and the kept metadata come from the transactions that committed")
+    func retriedAlone() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(
+            LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readWrite, to: share.url)
+        let log = f.ledger.log
+        let ledger = f.ledger
+        let alice = f.alice
+        let bob = f.bob
+        let commits = log.groupCommits
+        log.setWriterPaused(true)
+        let titled = Task { try await alice.setTitle("Retried", for: share.url) }
+        try await waitForQueue(log, 1)
+        let failing = Task {
+            try await ledger.maintain { _ in throw LedgerError(.storageFailure, "a step that fails its whole batch") }
+        }
+        try await waitForQueue(log, 2)
+        let fetched = Task { try await bob.shareMetadata(for: share.url) }
+        try await waitForQueue(log, 3)
+        log.setWriterPaused(false)
+        let answer = try await titled.value
+        #expect(await errorCode { try await failing.value } == .storageFailure)
+        let metadata = try await fetched.value
+        #expect(log.groupCommits.commits >= commits.commits + 2, "the batch failed and its commands ran alone")
+        #expect(answer.title == "Retried")
+        #expect(metadata.share.title == "Retried" && metadata.share.recordChangeTag == answer.recordChangeTag)
+        let key = MetadataCache.Key(token: share.token.text, container: Self.container, viewer: "_bob")
+        #expect(ledger.metadataCache?.entry(key)?.validator == UInt64(answer.recordChangeTag))
+        #expect(try bob.shareMetadataWithoutLogging(for: share.url) == metadata)
+        await ledger.close()
+    }
+
     @Test("a share action opens no read transaction: not before its commit to check the account, not after it to answer")
     func noReadTransactions() async throws {
         let f = try await SharingFixture()
