@@ -83,10 +83,7 @@ struct AnswerFromCommitTests {
 
     @Test("a batch whose transaction fails is run again command by command: the answers and the kept metadata come from the transactions that committed")
     func retriedAlone() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(
-            LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readWrite, to: share.url)
+        let (f, share) = try await Self.sharedWithBob()
         let log = f.ledger.log
         let ledger = f.ledger
         let alice = f.alice
@@ -114,12 +111,39 @@ struct AnswerFromCommitTests {
         await ledger.close()
     }
 
+    @Test("a logged fetch answers from a kept answer built at the share's tag, but not in a transaction that may have changed rows behind the tags")
+    func keptAnswerInTheWriter() async throws {
+        let (f, share) = try await Self.sharedWithBob()
+        let real = try await f.bob.shareMetadata(for: share.url)
+        // The kept answer, marked so that a hit shows.
+        let cache = try #require(f.ledger.metadataCache)
+        let key = MetadataCache.Key(token: share.token.text, container: Self.container, viewer: "_bob")
+        var entry = try #require(cache.entry(key))
+        entry.metadata.share.title = "Marked"
+        cache.store(key, entry)
+        #expect(try await f.bob.shareMetadata(for: share.url).share.title == "Marked", "given from memory")
+        // The same fetch batched after maintenance work (which may repair rows without moving tags).
+        let log = f.ledger.log
+        let ledger = f.ledger
+        let bob = f.bob
+        log.setWriterPaused(true)
+        let maintenance = Task { try await ledger.maintain { _ in 0 } }
+        try await waitForQueue(log, 1)
+        let fetched = Task { try await bob.shareMetadata(for: share.url) }
+        try await waitForQueue(log, 2)
+        log.setWriterPaused(false)
+        _ = try await maintenance.value
+        #expect(try await fetched.value == real, "built again in that transaction")
+        // A change of the share moves its tag: built again, and kept.
+        _ = try await f.alice.setTitle("Changed", for: share.url)
+        #expect(try await f.bob.shareMetadata(for: share.url).share.title == "Changed")
+        #expect(cache.entry(key)?.metadata.share.title == "Changed")
+        await f.ledger.close()
+    }
+
     @Test("a share action opens no read transaction: not before its commit to check the account, not after it to answer")
     func noReadTransactions() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(
-            LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readWrite, to: share.url)
+        let (f, share) = try await Self.sharedWithBob()
         let store = f.ledger.store
         func reads() -> Int { store.readTransactions.load(ordering: .relaxed) }
         var before = reads()
@@ -172,6 +196,15 @@ struct AnswerFromCommitTests {
         try await f.ledger.forget(user: "_dana", in: Self.container)
         #expect(try diaryTitle() == nil, "the title sealed under the forgotten key is gone, kept or not")
         await f.ledger.close()
+    }
+
+    /// The fixture's ledger with alice's share, bob invited (pending).
+    static func sharedWithBob(_ label: String = #function) async throws -> (SharingFixture, Share) {
+        let f = try await SharingFixture(label)
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(
+            LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readWrite, to: share.url)
+        return (f, share)
     }
 
     private func waitForQueue(_ log: EventLog, _ count: Int) async throws {

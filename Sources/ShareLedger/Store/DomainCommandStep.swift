@@ -18,8 +18,8 @@ struct CommittedCommand: Sendable {
 struct AnswerPresentation: Sendable {
     /// The writer's presenter (its read models keep the rows the step decoded: ``LedgerStore/writerModels``).
     let presenter: Presenter
-    /// The share tags, whose generation a kept metadata answer records (nil: no answer is kept).
-    let tags: ShareTagTracker?
+    /// Kept metadata answers and the share tags whose generation they record (nil: none are kept).
+    let kept: (cache: MetadataCache, tags: ShareTagTracker)?
 }
 
 extension DomainCommand {
@@ -42,7 +42,7 @@ extension DomainCommand {
             if let refusal = try accountRefusal(txn, models: models) { return .failure(refusal) }
             // Read before any answer is built: an answer kept under a generation that moved on since
             // (a swap, a forget) is never given again.
-            let generation = answers.tags?.generation ?? 0
+            let generation = answers.kept?.tags.generation ?? 0
             let first = scope.head.position.rawValue + 1
             let results: [Result<StepAnswer, LedgerError>]
             if atomic && steps.count > 1 {
@@ -65,7 +65,10 @@ extension DomainCommand {
             } else {
                 results = try decideAndAppend(txn, log, &scope, models: models)
             }
-            var committed = try present(results, txn, answers, generation: generation)
+            // A kept answer is given only when nothing in this transaction may have changed rows
+            // without changing share tags (maintenance, a rebuild's swap, the derived state caught up).
+            let keptUsable = !scope.mayHaveChangedEverything
+            var committed = try present(results, txn, answers, generation: generation, keptUsable: keptUsable)
             let last = scope.head.position.rawValue
             guard last >= first else { return .success(committed) }
             try scope.recordCommand(txn, metadata, first: first, count: UInt32(last - first + 1), streamVersion: 0)
@@ -76,11 +79,14 @@ extension DomainCommand {
 
     /// The answers of `results`, presented for the command's actor in `txn` (the writer's, after the
     /// command's last step): the state exactly as the command leaves it, whatever commits after it.
-    /// A step whose answer cannot be presented (a row a later step of the same command deleted)
-    /// answers with that error; storage errors are thrown (they abort the transaction).
+    /// A logged fetch's metadata (without its root record) is a kept answer when one was built at
+    /// the share's change tag in `txn` and `generation` (and `keptUsable`), else it is built and
+    /// handed back to keep once committed (``MetadataCache``'s rules, as for a read). A step whose
+    /// answer cannot be presented (a row a later step of the same command deleted) answers with that
+    /// error; storage errors are thrown (they abort the transaction).
     private func present(
         _ results: [Result<StepAnswer, LedgerError>], _ txn: borrowing Transaction, _ answers: AnswerPresentation,
-        generation: UInt64
+        generation: UInt64, keptUsable: Bool
     ) throws -> CommittedCommand {
         let container = metadata.container
         let viewer = metadata.actor
@@ -93,17 +99,23 @@ extension DomainCommand {
                 committed.results.append(.failure(error))
             case .success(let answer):
                 do {
-                    let output = try presenter.present(answer, container: container, viewer: viewer, txn)
-                    if answers.tags != nil, case .metadata(let token, false, _, _) = answer, case .metadata(let value) = output,
+                    if let kept = answers.kept, case .metadata(let token, false, _, _) = answer,
                         let validator = try presenter.models.shareChangeTag(txn, token: token)
                     {
-                        committed.metadataToKeep.append(
-                            (
-                                MetadataCache.Key(token: token, container: container, viewer: viewer),
-                                MetadataCache.Entry(validator: validator, generation: generation, metadata: value)
-                            ))
+                        let key = MetadataCache.Key(token: token, container: container, viewer: viewer)
+                        if keptUsable, let hit = kept.cache.entry(key), hit.validator == validator, hit.generation == generation {
+                            committed.results.append(.success(.metadata(hit.metadata)))
+                            continue
+                        }
+                        let output = try presenter.present(answer, container: container, viewer: viewer, txn)
+                        if case .metadata(let value) = output {
+                            committed.metadataToKeep.append(
+                                (key, MetadataCache.Entry(validator: validator, generation: generation, metadata: value)))
+                        }
+                        committed.results.append(.success(output))
+                        continue
                     }
-                    committed.results.append(.success(output))
+                    committed.results.append(.success(try presenter.present(answer, container: container, viewer: viewer, txn)))
                 } catch let error as LedgerError {
                     committed.results.append(.failure(error))
                 }

@@ -18,7 +18,7 @@ package final class LedgerStore: Sendable {
     /// the writer's thread).
     let writerModels: ReadModels
     /// How the commit step presents answers: with ``writerModels``, whose row cache holds the rows
-    /// the step's decisions decoded, and with the share tags when metadata answers are kept.
+    /// the step's decisions decoded, and with the metadata cache and share tags when answers are kept.
     let answers: AnswerPresentation
     /// Share change tags known in memory; told about every commit by the log's writer.
     let shareTags: ShareTagTracker
@@ -41,13 +41,14 @@ package final class LedgerStore: Sendable {
     ) {
         self.log = log
         models = sealsPersonalData ? log.store.models : log.store.models.notSealingNewEvents()
-        shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
+        let tags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
+        shareTags = tags
         let rows = RowCache()
         writerModels = models.keepingRows(in: rows)
         log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
-        metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
-        answers = AnswerPresentation(
-            presenter: Presenter(models: writerModels, urlHost: shareURLHost), tags: capacity > 0 ? shareTags : nil)
+        let cache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
+        metadataCache = cache
+        answers = AnswerPresentation(presenter: Presenter(models: writerModels, urlHost: shareURLHost), kept: cache.map { ($0, tags) })
         keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, models.vault?.generation ?? 0))
         self.readOnly = readOnly
         self.path = path
