@@ -29,11 +29,11 @@ final class AfterCommitProbe: WriterProbe {
 @Suite("Answers from the commit")
 struct AnswerFromCommitTests {
     static let container = SharingFixture.container
+    static let bob = LookupInfo(userRecordID: RecordID(userRecordName: "_bob"))
 
     @Test("two commands in one group commit: each answer shows its own command's change, not the later one")
     func ownCommandInABatch() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let log = f.ledger.log
         let commits = log.groupCommits
         log.setWriterPaused(true)
@@ -83,7 +83,7 @@ struct AnswerFromCommitTests {
 
     @Test("a batch whose transaction fails is run again command by command: the answers and the kept metadata come from the transactions that committed")
     func retriedAlone() async throws {
-        let (f, share) = try await Self.sharedWithBob()
+        let (f, share) = try await SharingFixture.withShare(inviting: Self.bob, permission: .readWrite)
         let log = f.ledger.log
         let ledger = f.ledger
         let alice = f.alice
@@ -113,7 +113,7 @@ struct AnswerFromCommitTests {
 
     @Test("a logged fetch answers from a kept answer built at the share's tag, but not in a transaction that may have changed rows behind the tags")
     func keptAnswerInTheWriter() async throws {
-        let (f, share) = try await Self.sharedWithBob()
+        let (f, share) = try await SharingFixture.withShare(inviting: Self.bob, permission: .readWrite)
         let real = try await f.bob.shareMetadata(for: share.url)
         // The kept answer, marked so that a hit shows.
         let cache = try #require(f.ledger.metadataCache)
@@ -143,7 +143,7 @@ struct AnswerFromCommitTests {
 
     @Test("a share action opens no read transaction: not before its commit to check the account, not after it to answer")
     func noReadTransactions() async throws {
-        let (f, share) = try await Self.sharedWithBob()
+        let (f, share) = try await SharingFixture.withShare(inviting: Self.bob, permission: .readWrite)
         let store = f.ledger.store
         func reads() -> Int { store.readTransactions.load(ordering: .relaxed) }
         var before = reads()
@@ -163,8 +163,7 @@ struct AnswerFromCommitTests {
 
     @Test("without an account a batch call fails whole, in the writer's transaction: nothing is logged or changed")
     func batchWithoutAccount() async throws {
-        let f = try await SharingFixture()
-        let share = try await f.makeHierarchy()
+        let (f, share) = try await SharingFixture.withShare()
         let stranger = f.as_("_stranger")
         let head = try f.ledger.log.head().position
         #expect(await errorCode { try await stranger.shareMetadatas(for: [share.url]) } == .notAuthenticated)
@@ -196,15 +195,6 @@ struct AnswerFromCommitTests {
         try await f.ledger.forget(user: "_dana", in: Self.container)
         #expect(try diaryTitle() == nil, "the title sealed under the forgotten key is gone, kept or not")
         await f.ledger.close()
-    }
-
-    /// The fixture's ledger with alice's share, bob invited (pending).
-    static func sharedWithBob(_ label: String = #function) async throws -> (SharingFixture, Share) {
-        let f = try await SharingFixture(label)
-        let share = try await f.makeHierarchy()
-        _ = try await f.alice.addParticipant(
-            LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readWrite, to: share.url)
-        return (f, share)
     }
 
     private func waitForQueue(_ log: EventLog, _ count: Int) async throws {
