@@ -108,11 +108,6 @@ package struct CommitScope {
     /// Declares that the step may have changed anything the observer keeps (maintenance, imports).
     package mutating func invalidateEverything() { invalidatedEverything = true }
 
-    /// Whether a step of this transaction so far (or the derived state's catch-up before them)
-    /// declared that it may have changed anything: what was kept in memory from earlier commits may
-    /// not match what this transaction sees.
-    package var mayHaveChangedEverything: Bool { invalidatedEverything }
-
     /// Reads the head again after a step wrote events itself (an import) without ``append(_:)``.
     package mutating func reloadHead(_ txn: borrowing Transaction) throws {
         head = try store.readHead(txn)

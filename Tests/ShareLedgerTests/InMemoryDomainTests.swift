@@ -44,8 +44,20 @@ struct InMemoryDomainTests {
                     }
                 }
             }
-            // The ledger's answers are presented in its commit step, in the writer's transaction.
-            let actual = try await ledger.submit(command).results
+            let answers = try await ledger.submit(command).results
+            let actual = try ledger.read("presenting") { txn in
+                answers.map { result in
+                    result.flatMap { answer in
+                        Result { () throws(LedgerError) -> StepOutput in
+                            do {
+                                return try ledger.presenter.present(answer, container: InMemoryDomainTests.container, viewer: actor, txn)
+                            } catch {
+                                throw LedgerError.wrap(error, while: "presenting")
+                            }
+                        }
+                    }
+                }
+            }
             #expect(actual.count == expected.count)
             for (lmdb, memory) in zip(actual, expected) {
                 switch (lmdb, memory) {

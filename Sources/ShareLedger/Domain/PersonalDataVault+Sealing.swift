@@ -75,7 +75,6 @@ extension PersonalDataVault {
             let fields = try? Shareledger_Events_V1_PersonalFields(serializedBytes: plaintext)
         else { return nil }
         state.withLock { state in
-            state.boxesOpened &+= 1
             // Kept only while the key still exists: a destroy that ran since the open above has
             // already dropped this subject's entries, and must not see this one come back.
             guard state.keys[PersonalDataVault.subject(container, sealed.subject)] != nil else { return }

@@ -117,8 +117,6 @@ package final class PersonalDataVault: Sendable {
         /// sealing. Plaintext in this process's memory only; a subject's entries go when its key is
         /// destroyed, and all of them when the cache is full.
         var opened: [OpenedKey: Shareledger_Events_V1_PersonalFields] = [:]
-        /// Boxes opened with AES-GCM (not answered from ``opened``), for tests.
-        var boxesOpened = 0
         /// Boxes sealed already for an address subject (`#E…`, `#P…`), by container, subject and
         /// plaintext: an address is invited and looked up again and again, and sealing the same
         /// plaintext under the same key again gives nothing a reused box does not, since the keyed
@@ -245,9 +243,6 @@ package final class PersonalDataVault: Sendable {
     func noteFile(_ state: inout State) {
         state.file = PersonalDataVault.fileIdentity(fileURL.path)
     }
-
-    /// Boxes opened with AES-GCM so far, rather than answered from those kept (for tests).
-    var boxesOpened: Int { state.withLock { $0.boxesOpened } }
 
     /// How many times this vault's keys went (see ``State/generation``).
     var generation: UInt64 { state.withLock { $0.generation } }

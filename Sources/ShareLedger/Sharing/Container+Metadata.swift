@@ -104,10 +104,8 @@ extension Container {
             throw LedgerError(
                 .limitExceeded, "\(distinct.count) \(what); the limit is \(Container.maxItemsPerOperation). Split the request")
         }
-        // Without an account the whole request fails, as in CloudKit (not each item): each command
-        // needs one, so the first is refused whole in the writer's transaction and nothing is done.
-        // An empty request submits nothing, so it is checked here.
-        if distinct.isEmpty { _ = try registeredUser() }
+        // Without an account the whole request fails, as in CloudKit (not each item).
+        _ = try registeredUser()
         var start = 0
         while start < distinct.count {
             let chunk = Array(distinct[start..<min(start + max(1, chunkSize), distinct.count)])
@@ -116,7 +114,7 @@ extension Container {
                 for item in chunk { await perItem(item, .failure(LedgerError(.operationCancelled, "the operation was cancelled"))) }
                 continue
             }
-            for (item, result) in zip(chunk, try await run(chunk.map(step), needsAccount: true)) {
+            for (item, result) in zip(chunk, try await run(chunk.map(step))) {
                 await perItem(
                     item,
                     result.flatMap { output in

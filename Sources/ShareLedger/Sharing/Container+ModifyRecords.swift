@@ -42,10 +42,7 @@ extension Container {
             throw LedgerError(
                 .limitExceeded, "\(changes.count) record changes; the limit is \(Container.maxItemsPerOperation). Split the request")
         }
-        // The caller's name stands for the default owner. Whether it is a registered account is
-        // checked once, in the writer's transaction: the first command is refused whole without one
-        // (``DomainCommand/needsAccount``), before anything changed. An empty request submits nothing.
-        let user = try changes.isEmpty ? registeredUser() : signedInUser()
+        let user = try registeredUser()
         // The changes by zone, zones in the order they first appear; the default owner is the caller.
         var byZone: [RecordZoneID: [Int]] = [:]
         var zones: [RecordZoneID] = []
@@ -68,7 +65,7 @@ extension Container {
                 case .deleteIfUnchanged(let id, let tag): return .deleteRecordIfUnchanged(id, changeTag: tag)
                 }
             }
-            for (index, output) in zip(indices, try await run(steps, atomic: atomically, needsAccount: true)) {
+            for (index, output) in zip(indices, try await run(steps, atomic: atomically)) {
                 results[index] = output.flatMap { output in
                     switch (changes[index], output) {
                     case (.save, .record(let record)), (.saving, .record(let record)): return .success(record)

@@ -30,21 +30,41 @@ public struct Container: Sendable {
         return userRecordName
     }
 
-    /// Runs `steps` as one command; `atomic` makes it all or nothing (see ``DomainCommand/atomic``);
-    /// `needsAccount` fails the whole command, before any step, without a registered account
-    /// (``DomainCommand/needsAccount``). Each answer shows the state exactly as the command left it,
-    /// built in the transaction that committed it: commits after it do not show, and no read
-    /// transaction follows the commit.
-    func run(_ steps: [DomainAction], atomic: Bool = false, needsAccount: Bool = false) async throws(LedgerError)
-        -> [Result<StepOutput, LedgerError>]
-    {
+    /// Runs `steps` as one command; `atomic` makes it all or nothing (see ``DomainCommand/atomic``).
+    func run(_ steps: [DomainAction], atomic: Bool = false) async throws(LedgerError) -> [Result<StepOutput, LedgerError>] {
         try Decider.checkContainer(containerIdentifier)
         let user = validUser
         let metadata = CommandMetadata(container: containerIdentifier, actor: user ?? "(no account)")
         let command = DomainCommand(
             metadata: metadata, signedIn: user != nil, steps: steps,
-            bytes: steps.reduce(0) { $0 + $1.approximateBytes }, atomic: atomic, needsAccount: needsAccount)
-        return try await ledger.submit(command).results
+            bytes: steps.reduce(0) { $0 + $1.approximateBytes }, atomic: atomic)
+        let results = try await ledger.submit(command).results
+        // The answers are built here, after the commit, in one short read transaction. Metadata a
+        // fetch asked for may be a kept answer (``shareMetadataWithoutLogging(for:)``'s).
+        let presenter = ledger.presenter
+        let container = containerIdentifier
+        let ledger = self.ledger
+        let generation = ledger.shareTags.generation
+        return try ledger.read("reading the results") { txn in
+            results.map { result in
+                result.flatMap { answer in
+                    do {
+                        if case .metadata(let token, false, _) = answer {
+                            return .success(
+                                .metadata(
+                                    try Container.metadata(
+                                        txn, ledger: ledger, token: token, container: container, viewer: metadata.actor,
+                                        cache: ledger.metadataCache, generation: generation)))
+                        }
+                        return .success(try presenter.present(answer, container: container, viewer: metadata.actor, txn))
+                    } catch let error as LedgerError {
+                        return .failure(error)
+                    } catch {
+                        return .failure(LedgerError.wrap(error, while: "reading the result"))
+                    }
+                }
+            }
+        }
     }
 
     func runOne(_ step: DomainAction) async throws(LedgerError) -> StepOutput {

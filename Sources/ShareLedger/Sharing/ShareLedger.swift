@@ -358,7 +358,7 @@ public final class ShareLedger: Sendable {
         Array(SHA256.hash(data: Array(text.utf8)))
     }
 
-    func submit(_ command: DomainCommand) async throws(LedgerError) -> CommittedCommand {
+    func submit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
         guard !configuration.readOnly else {
             throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
         }
@@ -368,9 +368,9 @@ public final class ShareLedger: Sendable {
         return try await commit(command)
     }
 
-    /// Submits `command` to the log's writer and returns its answers once committed
+    /// Submits `command` to the log's writer and returns its outcome once committed
     /// (``LedgerStore/commit(_:)``).
-    func commit(_ command: DomainCommand) async throws(LedgerError) -> CommittedCommand {
+    func commit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
         try await store.commit(command)
     }
 

@@ -17,9 +17,6 @@ package final class LedgerStore: Sendable {
     /// ``models`` with the writer's ``RowCache``: for the commit steps of sharing commands only (on
     /// the writer's thread).
     let writerModels: ReadModels
-    /// How the commit step presents answers: with ``writerModels``, whose row cache holds the rows
-    /// the step's decisions decoded, and with the metadata cache and share tags when answers are kept.
-    let answers: AnswerPresentation
     /// Share change tags known in memory; told about every commit by the log's writer.
     let shareTags: ShareTagTracker
     /// Presented metadata, reused while its share is unchanged (nil when the configuration turns it off).
@@ -41,14 +38,11 @@ package final class LedgerStore: Sendable {
     ) {
         self.log = log
         models = sealsPersonalData ? log.store.models : log.store.models.notSealingNewEvents()
-        let tags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
-        shareTags = tags
+        shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
         let rows = RowCache()
         writerModels = models.keepingRows(in: rows)
         log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
-        let cache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
-        metadataCache = cache
-        answers = AnswerPresentation(presenter: Presenter(models: writerModels, urlHost: shareURLHost), kept: cache.map { ($0, tags) })
+        metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
         keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, models.vault?.generation ?? 0))
         self.readOnly = readOnly
         self.path = path
@@ -77,38 +71,27 @@ package final class LedgerStore: Sendable {
         }.get()
     }
 
-    /// Submits `command` to the log's writer and returns its answers once committed, without the
+    /// Submits `command` to the log's writer and returns its outcome once committed, without the
     /// caller-side checks of ``ShareLedger/submit(_:)`` (the worker completes its tasks even while
-    /// cancelled). The answers are presented in the transaction that committed the command
-    /// (``DomainCommand/commitStep(models:answers:)``): no read transaction follows the commit. The
-    /// metadata answers it built are kept in ``metadataCache`` here, after the commit.
-    func commit(_ command: DomainCommand) async throws(LedgerError) -> CommittedCommand {
-        // Its answers may open boxes: not with keys another process destroyed. (A forget commits in
-        // LMDB's write lock, which the writer's transaction holds while it presents.)
+    /// cancelled).
+    func commit(_ command: DomainCommand) async throws(LedgerError) -> DomainOutcome {
+        // Its answers may open boxes: not with keys another process destroyed.
         try noticeKeyStoreChanges()
-        let committed: CommittedCommand
         do {
             // The rules and projections reach the read models only through `ReadModelStore`, on the
             // writer's transaction.
-            committed = try await log.writer.submit(bytes: command.bytes, command.commitStep(models: writerModels, answers: answers))
+            return try await log.writer.submit(
+                bytes: command.bytes, command.commitStep(models: writerModels))
                 .get().get()
         } catch {
             throw log.namingTheFile(error)
         }
-        if let metadataCache {
-            for kept in committed.metadataToKeep { metadataCache.store(kept.key, kept.entry) }
-        }
-        return committed
     }
-
-    /// Read transactions begun through ``read(_:_:)`` (for tests: which calls read after writing).
-    let readTransactions = Atomic<Int>(0)
 
     /// Runs `body` in a short read transaction, mapping errors to ``LedgerError``, after
     /// ``noticeKeyStoreChanges()``.
     package func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
         try noticeKeyStoreChanges()
-        readTransactions.add(1, ordering: .relaxed)
         return try log.read(doing(), body)
     }
 
@@ -138,8 +121,6 @@ package final class LedgerStore: Sendable {
 
     /// What turns the domain's answers into public values, for this ledger's read models and host.
     var presenter: Presenter { Presenter(models: models, urlHost: shareURLHost) }
-
-
 }
 
 /// Bookkeeping the writer runs in its transaction (see ``LedgerStore/maintain(alone:replicating:_:)``).

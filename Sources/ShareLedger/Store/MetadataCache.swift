@@ -4,10 +4,8 @@ import LMDB
 import SharingDomain
 import Synchronization
 
-/// Share metadata already presented to a viewer, reused while the share is unchanged: by
-/// ``Container/shareMetadataWithoutLogging(for:)`` in its read transaction, and by a logged fetch in
-/// the writer's commit step (``DomainCommand/commitStep(models:answers:)``), which keeps the answers
-/// it builds only once they are committed.
+/// Share metadata already presented to a viewer, reused while the share is unchanged
+/// (``Container/shareMetadataWithoutLogging(for:)``).
 ///
 /// The validator is the share's change tag, read from its row in the same read transaction as the
 /// answer. Every event that changes a share or one of its participants (a participant added,

@@ -13,9 +13,8 @@ struct Presenter: Sendable {
     static func date(_ micros: Int64) -> Date { Date(micros: micros) }
 
     /// Builds a step's answer (``StepAnswer``) from the read models as `txn` sees them, for the
-    /// caller `viewer` in `container`: the commit step calls it in the writer's transaction, right
-    /// after the command's last step (``DomainCommand/commitStep(models:answers:)``). A row the step
-    /// wrote but a later step of the same command deleted answers with the error of a missing item.
+    /// caller `viewer` in `container`. A row the step wrote but a later command of the same commit
+    /// deleted answers with the error of a missing item.
     func present(
         _ answer: StepAnswer, container: String, viewer: String, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws -> StepOutput {
@@ -26,21 +25,21 @@ struct Presenter: Sendable {
             return .user(try identity(txn, container, user: name))
         case .zone(let owner, let zoneName):
             guard let state = try models.zone(txn, container, owner: owner, zone: zoneName) else {
-                throw LedgerError(.zoneNotFound, "the zone was saved, but a later change of the same call deleted it")
+                throw LedgerError(.zoneNotFound, "the zone was saved, but deleted right after")
             }
             return .zone(zone(state, id: RecordZoneID(zoneName: zoneName, ownerName: owner)))
         case .record(let zoneKey, let name, let id):
             guard let state = try models.record(txn, zoneID: zoneKey, name) else {
-                throw LedgerError(.unknownItem, "record \(name) was saved, but a later change of the same call deleted it")
+                throw LedgerError(.unknownItem, "record \(name) was saved, but deleted right after")
             }
             return .record(try record(txn, state, id: id))
         case .share(let token):
             guard let share = try share(txn, token: token, viewer: viewer) else {
-                throw LedgerError(.unknownItem, "your change was committed, but a later change of the same call deleted the share")
+                throw LedgerError(.unknownItem, "your change was committed, but the share was deleted right after it")
             }
             return .share(share)
-        case .metadata(_, let fetchRoot, let keys, let standing):
-            return .metadata(try metadata(txn, standing: standing, fetchRoot: fetchRoot, keys: keys))
+        case .metadata(let token, let fetchRoot, let keys):
+            return .metadata(try metadata(txn, tokenText: token, container: container, viewer: viewer, fetchRoot: fetchRoot, keys: keys))
         case .lookedUpParticipant(let user, let lookup):
             var identity = try identity(txn, container, user: user)
             identity.lookupInfo = lookup
@@ -50,20 +49,13 @@ struct Presenter: Sendable {
 
     /// The metadata of the share at `tokenText` as `viewer`, a signed-in user of `container`, sees
     /// it in `txn` (the same rules and errors as a fetch, nothing logged: ``Decider/metadataStanding(_:tokenText:)``):
-    /// the answer of a logged fetch, built in its commit step, and of ``Container/shareMetadataWithoutLogging(for:)``.
+    /// the answer of a logged fetch, built after its commit, and of ``Container/shareMetadataWithoutLogging(for:)``.
     func metadata(
         _ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, container: String, viewer: String, fetchRoot: Bool,
         keys: [String]?
     ) throws -> Share.Metadata {
         let decider = Decider(models: models, container: container, actor: viewer, signedIn: true, now: 0)
-        return try metadata(txn, standing: try decider.metadataStanding(txn, tokenText: tokenText), fetchRoot: fetchRoot, keys: keys)
-    }
-
-    /// The metadata a viewer with `standing` sees in `txn`: for a logged fetch, the standing its
-    /// decision holds, so nothing is decided twice.
-    func metadata(
-        _ txn: borrowing some ReadModelStore & ~Copyable, standing: MetadataStanding, fetchRoot: Bool, keys: [String]?
-    ) throws -> Share.Metadata {
+        let standing = try decider.metadataStanding(txn, tokenText: tokenText)
         let share = standing.share
         let shareValue = try self.share(txn, token: standing.token, state: share, viewer: standing.viewer)
         let zoneID = RecordZoneID(zoneName: share.zoneName, ownerName: share.ownerName)

@@ -60,9 +60,9 @@ extension Decider {
     }
 
     /// Decides a logged fetch: the event records who asked, for what, and what the metadata said of
-    /// them (or the error); the metadata itself is presented by the facade's commit step after the
-    /// command's last step, from the standing decided here
-    /// (``StepAnswer/metadata(token:fetchRoot:keys:standing:)``).
+    /// them (or the error); the metadata itself is built after the commit
+    /// (``StepAnswer/metadata(token:fetchRoot:keys:)``), so the writer reads only the caller's
+    /// account, the share's row and the caller's participant entry.
     package func fetchMetadata(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, fetchRoot: Bool, keys: [String]?) throws
         -> Decision
     {
@@ -73,17 +73,17 @@ extension Decider {
             e.errorCode = Int32(error.code.rawValue)
             return Decision(events: [event(stream, .shareMetadataFetched(e))], outcome: .failed(error))
         }
-        let found: (share: ShareState, token: String, oneTime: ParticipantState?, membersOnly: Bool)
+        let share: ShareState
         let standing: Standing
         do {
-            found = try fetchableShare(txn, tokenText: tokenText)
+            let found = try fetchableShare(txn, tokenText: tokenText)
+            share = found.share
             // Known from here on, failed or not: the fetch is part of the share's history.
-            e.shareContainer = found.share.container
-            standing = try self.standing(txn, found.share, token: found.token, oneTime: found.oneTime, membersOnly: found.membersOnly)
+            e.shareContainer = share.container
+            standing = try self.standing(txn, share, token: found.token, oneTime: found.oneTime, membersOnly: found.membersOnly)
         } catch let error as LedgerError {
             return failed(error)
         }
-        let share = found.share
         let (role, status, permission) = standing.reported
         if fetchRoot, !share.rootRecordName.isEmpty, try models.record(txn, zoneID: share.zoneID, share.rootRecordName) != nil {
             e.rootRecordFetched = true
@@ -91,11 +91,8 @@ extension Decider {
         e.participantRole = role
         e.participantStatus = status
         e.participantPermission = permission
-        // A fetch changes no standing and no share row, so what is decided here is what the answer shows.
-        let decided = try metadataStanding(txn, found, reported: standing, tokenText: tokenText)
         return .output(
-            [event(stream, .shareMetadataFetched(e))],
-            .metadata(token: tokenText, fetchRoot: fetchRoot, keys: keys, standing: decided))
+            [event(stream, .shareMetadataFetched(e))], .metadata(token: tokenText, fetchRoot: fetchRoot, keys: keys))
     }
 
     /// The share at `tokenText` (a share's token, or a one-time URL's: with its participant while the
@@ -121,26 +118,16 @@ extension Decider {
 
     /// What the caller may see of the share at `tokenText` in `txn` (the same rules and errors as a
     /// fetch, nothing logged): the standing the metadata reports. The facade's presenter builds the
-    /// metadata from it, for the answer of a logged fetch (in its commit step) and for
+    /// metadata from it, for the answer of a logged fetch (after its commit) and for
     /// `Container.shareMetadataWithoutLogging(for:)`.
     package func metadataStanding(_ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String) throws -> MetadataStanding {
-        let found = try fetchableShare(txn, tokenText: tokenText)
-        let standing = try self.standing(txn, found.share, token: found.token, oneTime: found.oneTime, membersOnly: found.membersOnly)
-        return try metadataStanding(txn, found, reported: standing, tokenText: tokenText)
-    }
-
-    /// The standing of ``metadataStanding(_:tokenText:)`` from the share found and the standing decided.
-    private func metadataStanding(
-        _ txn: borrowing some ReadModelStore & ~Copyable,
-        _ found: (share: ShareState, token: String, oneTime: ParticipantState?, membersOnly: Bool), reported standing: Standing,
-        tokenText: String
-    ) throws -> MetadataStanding {
-        let (share, token) = (found.share, found.token)
-        let (role, status, permission) = standing.reported
+        let (share, token, oneTime, membersOnly) = try fetchableShare(txn, tokenText: tokenText)
+        let (role, status, permission) = try self.standing(
+            txn, share, token: token, oneTime: oneTime, membersOnly: membersOnly).reported
         return MetadataStanding(
             share: share, token: token, viewer: share.container == container ? actor : nil, role: role.role,
             status: status.status, permission: permission.permission,
-            oneTimeToken: found.oneTime == nil ? nil : try activeEntry(txn, share, token) == nil ? tokenText : nil)
+            oneTimeToken: oneTime == nil ? nil : try activeEntry(txn, share, token) == nil ? tokenText : nil)
     }
 
     // MARK: - Accepting
@@ -199,7 +186,7 @@ extension Decider {
 }
 
 /// The caller's standing in a share whose metadata it fetches (``Decider/metadataStanding(_:tokenText:)``).
-package struct MetadataStanding: Sendable {
+package struct MetadataStanding {
     /// The share's row.
     package var share: ShareState
     /// The share's token (a one-time URL's token text names another).

@@ -104,9 +104,9 @@ package enum StepOutput: Sendable {
     case participant(Share.Participant)
 }
 
-/// What a step gives its caller, as data: either complete now, or which read-model row to present.
-/// The facade's commit step presents it in the same write transaction, right after the command's
-/// last step, so the caller sees the state exactly as its own command left it.
+/// What a step gives its caller, as data: either complete now, or which read-model row to present
+/// after the commit (by the facade's presenter, in the caller's own read
+/// transaction, not on the writer thread: the writer's time goes to deciding and applying only).
 package enum StepAnswer: Sendable {
     /// The answer itself (no row to read). Indirect: a `StepOutput` is over a kilobyte inline (share
     /// metadata), and every answer is moved through the writer's results; the other cases are small.
@@ -120,10 +120,9 @@ package enum StepAnswer: Sendable {
     /// A share, as the command's actor may see it.
     case share(token: String)
     /// A share's metadata, as the command's actor (a signed-in user of the command's container)
-    /// fetched it, with the standing the fetch decided (``Decider/metadataStanding(_:tokenText:)``):
-    /// built from it in the command's transaction, after its last step. Indirect: a standing holds
-    /// the share's row.
-    indirect case metadata(token: String, fetchRoot: Bool, keys: [String]?, standing: MetadataStanding)
+    /// fetched it: built after the commit from ``Decider/metadataStanding(_:tokenText:)``,
+    /// by the caller, possibly from a kept answer, so the writer spends no time on it.
+    case metadata(token: String, fetchRoot: Bool, keys: [String]?)
     /// A participant found by a lookup, not in any share yet: the account `user` of the command's
     /// container, found by `lookup`.
     case lookedUpParticipant(user: String, lookup: LookupInfo)
@@ -135,7 +134,7 @@ package struct Decision {
     package var outcome: Outcome
 
     package enum Outcome {
-        /// What to answer the caller (presented after the command's last step).
+        /// What to answer the caller, after the commit.
         case answer(StepAnswer)
         /// The step failed (its events, if any, still record the attempt: a failed metadata fetch).
         case failed(LedgerError)
@@ -174,22 +173,27 @@ package struct DomainCommand: Sendable {
     /// All or nothing: when one step fails, none of the command's steps changes anything and the
     /// ones that would have succeeded answer `batchRequestFailed` (CloudKit's atomic zones).
     package var atomic = false
-    /// The whole command fails with `notAuthenticated` (no step is decided, nothing is logged) unless
-    /// its actor is a signed-in user registered in its container (``accountRefusal(_:models:)``): a
-    /// batch call without an account fails as a whole, as in CloudKit, not item by item.
-    package var needsAccount = false
 
     /// Makes the value from its fields.
-    package init(
-        metadata: CommandMetadata, signedIn: Bool, steps: [DomainAction], bytes: Int, atomic: Bool = false,
-        needsAccount: Bool = false
-    ) {
+    package init(metadata: CommandMetadata, signedIn: Bool, steps: [DomainAction], bytes: Int, atomic: Bool = false) {
         self.metadata = metadata
         self.signedIn = signedIn
         self.steps = steps
         self.bytes = bytes
         self.atomic = atomic
-        self.needsAccount = needsAccount
+    }
+}
+
+/// What a domain command did: one result per step, in order.
+package struct DomainOutcome: Sendable {
+    package var results: [Result<StepAnswer, LedgerError>]
+    /// The positions of the events the command appended (nil when it appended none).
+    package var positions: ClosedRange<LogPosition>?
+
+    /// Makes the value from its fields.
+    package init(results: [Result<StepAnswer, LedgerError>], positions: ClosedRange<LogPosition>?) {
+        self.results = results
+        self.positions = positions
     }
 }
 

@@ -32,18 +32,4 @@ extension DomainCommand {
         }
         return results
     }
-
-    /// Why the whole command is refused before any step is decided, or nil: for a command that
-    /// ``needsAccount``, an actor who is not a signed-in user registered in the command's container
-    /// gets the error every step would give (``Decider/requireSignedIn(_:)``), once.
-    package func accountRefusal(_ state: borrowing some ReadModelStore & ~Copyable, models: ReadModels) throws -> LedgerError? {
-        guard needsAccount else { return nil }
-        let decider = Decider(models: models, container: metadata.container, actor: metadata.actor, signedIn: signedIn, now: 0)
-        do {
-            try decider.requireSignedIn(state)
-            return nil
-        } catch let error as LedgerError {
-            return error
-        }
-    }
 }
