@@ -26,7 +26,6 @@ public struct LedgerAudit: Sendable {
     var log: EventLog { ledger.log }
     var configuration: ShareLedger.Configuration { ledger.configuration }
     var models: ReadModels { ledger.models }
-    var store: LedgerStore { ledger.store }
     var snapshots: ReadModelSnapshotStore { ledger.snapshots }
 
     /// ``ShareLedger/read(_:_:)``: a short read transaction.
