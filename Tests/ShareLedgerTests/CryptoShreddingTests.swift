@@ -312,6 +312,44 @@ struct CryptoShreddingTests {
         #expect(vault.open(other, container: "c") == fields)
     }
 
+    @Test("a presented identity is kept while its row and the keys are unchanged, and is built again once the key is destroyed, the row untouched")
+    func keptIdentitiesGoWithTheKey() async throws {
+        let (f, share, _) = try await Self.ledgerWithDana()
+        let before = try #require(try Self.identity(f, "_dana"))
+        #expect(before.nameComponents?.givenName == Self.given && before.personalDataErased == nil)
+        #expect(f.ledger.store.identities.count > 0, "the answers above kept identities")
+        #expect(try Self.identity(f, "_dana") == before, "the kept identity answers the same")
+        // The key goes without any commit touching Dana's row (as a key store another process cut).
+        let vault = try #require(f.ledger.models.vault)
+        #expect(try vault.destroy(container: Self.container, user: "_dana"))
+        let after = try #require(try Self.identity(f, "_dana"))
+        #expect(after.personalDataErased == true && after.nameComponents == nil)
+        let seen = try f.alice.share(for: share.url)
+        let participant = try #require(seen.participants.first { $0.userIdentity.userRecordID?.recordName == "_dana" })
+        #expect(participant.userIdentity.personalDataErased == true && participant.userIdentity.nameComponents == nil)
+        await f.ledger.close()
+    }
+
+    @Test("the identity cache answers only for the same row bytes and key store generation")
+    func identityCacheValidators() {
+        let cache = IdentityCache(capacity: 4, shards: 2)
+        let key = IdentityCache.Key(bytes: Array("c\u{0}_dana\u{0}".utf8))
+        var identity = UserIdentity(
+            userRecordID: RecordID(userRecordName: "_dana"), lookupInfo: nil, nameComponents: nil, hasiCloudAccount: true)
+        identity.personalDataErased = true
+        let row: [UInt8] = [1, 2, 3]
+        row.withUnsafeBytes { cache.keep(key, row: $0, generation: 7, identity) }
+        #expect(row.withUnsafeBytes { cache.identity(key, row: $0, generation: 7) } == identity)
+        #expect(row.withUnsafeBytes { cache.identity(key, row: $0, generation: 8) } == nil, "keys went since")
+        #expect([UInt8]([1, 2, 4]).withUnsafeBytes { cache.identity(key, row: $0, generation: 7) } == nil, "another row")
+        #expect([UInt8]([1, 2]).withUnsafeBytes { cache.identity(key, row: $0, generation: 7) } == nil, "a shorter row")
+        #expect(row.withUnsafeBytes { cache.identity(IdentityCache.Key(bytes: [9]), row: $0, generation: 7) } == nil)
+        for index in 0..<16 { row.withUnsafeBytes { cache.keep(IdentityCache.Key(bytes: [UInt8(index)]), row: $0, generation: 7, identity) } }
+        #expect(cache.count <= 4, "bounded by its capacity")
+        cache.removeAll()
+        #expect(cache.count == 0)
+    }
+
     @Test("keys come from the injected random source: the same seed gives the same key store")
     func deterministic() throws {
         let dirs = [TemporaryDirectory("deterministic-1"), TemporaryDirectory("deterministic-2")]

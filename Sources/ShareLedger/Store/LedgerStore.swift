@@ -21,6 +21,8 @@ package final class LedgerStore: Sendable {
     let shareTags: ShareTagTracker
     /// Presented metadata, reused while its share is unchanged (nil when the configuration turns it off).
     let metadataCache: MetadataCache?
+    /// Presented user identities, reused while their rows are unchanged.
+    let identities = IdentityCache()
     /// Whether the ledger was opened read-only (nothing is submitted to the writer).
     let readOnly: Bool
     /// The ledger's directory (for errors).
@@ -117,10 +119,13 @@ package final class LedgerStore: Sendable {
     func dropKeptAnswers() {
         shareTags.committed(0, appended: false, tokens: [], everything: true)
         metadataCache?.removeAll()
+        identities.removeAll()
     }
 
     /// What turns the domain's answers into public values, for this ledger's read models and host.
-    var presenter: Presenter { Presenter(models: models, urlHost: shareURLHost) }
+    var presenter: Presenter {
+        Presenter(models: models, urlHost: shareURLHost, identities: identities, keyGeneration: models.vault?.generation ?? 0)
+    }
 }
 
 /// Bookkeeping the writer runs in its transaction (see ``LedgerStore/maintain(alone:replicating:_:)``).

@@ -9,6 +9,11 @@ struct Presenter: Sendable {
     let models: ReadModels
     /// The host of share URLs.
     let urlHost: String
+    /// Identities presented before, reused while their rows are unchanged (nil: none kept).
+    var identities: IdentityCache? = nil
+    /// The key store's generation when this presenter was made (before it read anything): what
+    /// ``identities`` keeps is built at it.
+    var keyGeneration: UInt64 = 0
 
     static func date(_ micros: Int64) -> Date { Date(micros: micros) }
 
@@ -73,14 +78,37 @@ struct Presenter: Sendable {
 
     /// The identity of account `user`: its name components, when it gave any; with `withAddress`,
     /// the email address it registered (else its phone number) as the lookup info, otherwise its
-    /// user record id. A forgotten user shows erased, with neither.
+    /// user record id. A forgotten user shows erased, with neither. Reused from ``identities``
+    /// while the account's row has the bytes it was built from.
     func identity(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, withAddress: Bool = false)
         throws -> UserIdentity
     {
+        var key = ReadModels.userKey(container, user)
+        guard let identities, ReadModels.isStorable(key) else {
+            return identity(of: try models.user(txn, container, user), container, user: user, withAddress: withAddress)
+        }
+        // The cache's key: the row's key and the address flag (the row is read by all but the flag).
+        key.append(withAddress ? 1 : 0)
+        let cacheKey = IdentityCache.Key(bytes: key)
+        let (models, generation) = (self.models, keyGeneration)
+        let found = try key.withUnsafeBytes { keyBytes in
+            try txn.withValue(models.users, key: UnsafeRawBufferPointer(rebasing: keyBytes.dropLast())) { row -> UserIdentity in
+                if let kept = identities.identity(cacheKey, row: row, generation: generation) { return kept }
+                let state = try UserState.decodeStored(row, database: models.users.name)
+                let built = identity(of: state, container, user: user, withAddress: withAddress)
+                identities.keep(cacheKey, row: row, generation: generation, built)
+                return built
+            }
+        }
+        return found ?? identity(of: nil, container, user: user, withAddress: withAddress)
+    }
+
+    /// The identity of account `user` whose row is `state` (nil: no row).
+    private func identity(of state: UserState?, _ container: String, user: String, withAddress: Bool) -> UserIdentity {
         var names: PersonNameComponents?
         var erased = false
         var lookup = LookupInfo(userRecordID: RecordID(userRecordName: user))
-        if let state = try models.user(txn, container, user) {
+        if let state {
             // Sealed rows are opened here, at answer time: the row itself holds only ciphertext.
             let personal = models.personalFields(of: state, container: container)
             erased = personal.erased
