@@ -339,11 +339,11 @@ struct CryptoShreddingTests {
         identity.personalDataErased = true
         let row: [UInt8] = [1, 2, 3]
         row.withUnsafeBytes { cache.keep(key, row: $0, generation: 7, identity) }
-        #expect(row.withUnsafeBytes { cache.identity(key, row: $0, generation: 7) } == identity)
-        #expect(row.withUnsafeBytes { cache.identity(key, row: $0, generation: 8) } == nil, "keys went since")
-        #expect([UInt8]([1, 2, 4]).withUnsafeBytes { cache.identity(key, row: $0, generation: 7) } == nil, "another row")
-        #expect([UInt8]([1, 2]).withUnsafeBytes { cache.identity(key, row: $0, generation: 7) } == nil, "a shorter row")
-        #expect(row.withUnsafeBytes { cache.identity(IdentityCache.Key(bytes: [9]), row: $0, generation: 7) } == nil)
+        #expect(row.withUnsafeBytes { cache.value(key, row: $0, generation: 7) } == identity)
+        #expect(row.withUnsafeBytes { cache.value(key, row: $0, generation: 8) } == nil, "keys went since")
+        #expect([UInt8]([1, 2, 4]).withUnsafeBytes { cache.value(key, row: $0, generation: 7) } == nil, "another row")
+        #expect([UInt8]([1, 2]).withUnsafeBytes { cache.value(key, row: $0, generation: 7) } == nil, "a shorter row")
+        #expect(row.withUnsafeBytes { cache.value(IdentityCache.Key(bytes: [9]), row: $0, generation: 7) } == nil)
         for index in 0..<16 { row.withUnsafeBytes { cache.keep(IdentityCache.Key(bytes: [UInt8(index)]), row: $0, generation: 7, identity) } }
         #expect(cache.count <= 4, "bounded by its capacity")
         cache.removeAll()

@@ -195,6 +195,21 @@ struct InvitationSealingTests {
         await again.close()
     }
 
+    @Test("a presented invitation is kept while its row and the keys are unchanged, and shows erased once the address's key is destroyed, the row untouched")
+    func keptInvitationsGoWithTheKey() async throws {
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(phoneNumber: Self.phone), permission: .readOnly)
+        #expect(try f.alice.share(for: share.url).participants.contains { $0.userIdentity.lookupInfo?.phoneNumber == Self.phone })
+        #expect(f.ledger.store.participantRows.count > 0, "the answer above kept its participant rows")
+        #expect(try f.alice.share(for: share.url).participants.contains { $0.userIdentity.lookupInfo?.phoneNumber == Self.phone })
+        // The key goes without any commit touching the invitation's row (as a key store another process cut).
+        let subject = try #require(f.ledger.models.addressHash(Self.container, phone: Self.phone)).subject
+        #expect(try #require(f.ledger.models.vault).destroy(container: Self.container, user: subject))
+        let seen = try f.alice.share(for: share.url)
+        #expect(!seen.participants.contains { $0.userIdentity.lookupInfo?.phoneNumber == Self.phone })
+        #expect(seen.participants.contains { $0.userIdentity.personalDataErased == true })
+        await f.ledger.close()
+    }
+
     @Test("with sealing off (bench --plaintext-personal-data), invitations and lookups are written in plaintext as before, and audit counts them")
     func sealingOff() async throws {
         let dir = TemporaryDirectory()

@@ -23,6 +23,8 @@ package final class LedgerStore: Sendable {
     let metadataCache: MetadataCache?
     /// Presented user identities, reused while their rows are unchanged.
     let identities = IdentityCache()
+    /// Presented participant rows, reused while unchanged.
+    let participantRows = ParticipantRowCache()
     /// Whether the ledger was opened read-only (nothing is submitted to the writer).
     let readOnly: Bool
     /// The ledger's directory (for errors).
@@ -120,11 +122,14 @@ package final class LedgerStore: Sendable {
         shareTags.committed(0, appended: false, tokens: [], everything: true)
         metadataCache?.removeAll()
         identities.removeAll()
+        participantRows.removeAll()
     }
 
     /// What turns the domain's answers into public values, for this ledger's read models and host.
     var presenter: Presenter {
-        Presenter(models: models, urlHost: shareURLHost, identities: identities, keyGeneration: models.vault?.generation ?? 0)
+        Presenter(
+            models: models, urlHost: shareURLHost, identities: identities, participantRows: participantRows,
+            keyGeneration: models.vault?.generation ?? 0)
     }
 }
 

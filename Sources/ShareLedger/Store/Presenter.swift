@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 import LMDB
@@ -11,6 +12,8 @@ struct Presenter: Sendable {
     let urlHost: String
     /// Identities presented before, reused while their rows are unchanged (nil: none kept).
     var identities: IdentityCache? = nil
+    /// Participant rows presented before, reused while unchanged (nil: none kept).
+    var participantRows: ParticipantRowCache? = nil
     /// The key store's generation when this presenter was made (before it read anything): what
     /// ``identities`` keeps is built at it.
     var keyGeneration: UInt64 = 0
@@ -93,7 +96,7 @@ struct Presenter: Sendable {
         let (models, generation) = (self.models, keyGeneration)
         let found = try key.withUnsafeBytes { keyBytes in
             try txn.withValue(models.users, key: UnsafeRawBufferPointer(rebasing: keyBytes.dropLast())) { row -> UserIdentity in
-                if let kept = identities.identity(cacheKey, row: row, generation: generation) { return kept }
+                if let kept = identities.value(cacheKey, row: row, generation: generation) { return kept }
                 let state = try UserState.decodeStored(row, database: models.users.name)
                 let built = identity(of: state, container, user: user, withAddress: withAddress)
                 identities.keep(cacheKey, row: row, generation: generation, built)
@@ -136,23 +139,62 @@ struct Presenter: Sendable {
         return identity
     }
 
-    func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, id: String, _ state: ParticipantState) throws
-        -> Share.Participant
+    /// A participant as answers show it, from its row (decoded, its address opened).
+    func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, id: String, _ row: PresentedParticipantRow)
+        throws -> Share.Participant
     {
+        let state = row.state
         var identity: UserIdentity
-        // A sealed invitation's address is opened here, at answer time; erased once it was forgotten.
-        let (lookup, erased) = models.lookup(of: state, container: container)
         if state.userRecordName.isEmpty {
-            identity = UserIdentity(userRecordID: nil, lookupInfo: lookup.lookupInfo, nameComponents: nil, hasiCloudAccount: false)
+            identity = UserIdentity(userRecordID: nil, lookupInfo: row.lookupInfo, nameComponents: nil, hasiCloudAccount: false)
         } else {
             identity = try self.identity(txn, container, user: state.userRecordName)
-            if let lookup = lookup.lookupInfo { identity.lookupInfo = lookup }
+            if let lookup = row.lookupInfo { identity.lookupInfo = lookup }
         }
-        if erased { identity.personalDataErased = true }
+        if row.erased { identity.personalDataErased = true }
         return Share.Participant(
             participantID: id, userIdentity: identity, role: state.role.role, permission: state.permission.permission,
             acceptanceStatus: state.status.status, dateAddedToShare: Presenter.date(state.addedAtMicros),
             isApprovedRequester: state.approvedRequester)
+    }
+
+    /// `state` as answers show it: a sealed invitation's address is opened here, at answer time;
+    /// erased once it was forgotten.
+    private func presentedRow(_ state: ParticipantState, container: String) -> PresentedParticipantRow {
+        let (lookup, erased) = models.lookup(of: state, container: container)
+        return PresentedParticipantRow(container: container, state: state, lookupInfo: lookup.lookupInfo, erased: erased)
+    }
+
+    /// Every participant row of share `token` (removed ones included), by participant id, in key
+    /// order; reused from ``participantRows`` while a row has the bytes it was presented from.
+    private func participants(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, container: String) throws
+        -> [(id: String, row: PresentedParticipantRow)]
+    {
+        let prefix = Array(token.utf8)
+        guard let participantRows, !prefix.isEmpty, prefix.count <= ReadModels.maxKeyBytes else {
+            return try models.participants(txn, token).map { ($0.id, presentedRow($0.state, container: container)) }
+        }
+        let (generation, table) = (keyGeneration, models.participants)
+        var out: [(id: String, row: PresentedParticipantRow)] = []
+        try prefix.withUnsafeBytes { p in
+            try txn.visit(table, from: p) { key, value in
+                guard key.count >= p.count, KeyOrder.compare(UnsafeRawBufferPointer(rebasing: key[..<p.count]), p) == 0 else {
+                    return false
+                }
+                let id = String(decoding: UnsafeRawBufferPointer(rebasing: key[p.count...]), as: UTF8.self)
+                let cacheKey = ParticipantRowCache.Key(bytes: Array(key.bindMemory(to: UInt8.self)))
+                if let kept = participantRows.value(cacheKey, row: value, generation: generation), kept.container == container {
+                    out.append((id, kept))
+                } else {
+                    let state = try ParticipantState.decodeStored(value, database: table.name)
+                    let row = presentedRow(state, container: container)
+                    participantRows.keep(cacheKey, row: value, generation: generation, row)
+                    out.append((id, row))
+                }
+                return true
+            }
+        }
+        return out
     }
 
     /// The share as `viewer` may see it: the owner and accepted administrators see every participant;
@@ -163,7 +205,7 @@ struct Presenter: Sendable {
     }
 
     func share(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, state: ShareState, viewer: String?) throws -> Share {
-        let all = try models.participants(txn, token)
+        let all = try participants(txn, token: token, container: state.container)
         var viewerEntry: (id: String, state: ParticipantState)?
         if let viewer { viewerEntry = try models.participant(txn, of: viewer, in: state, token: token) }
         let seesAll =
@@ -173,13 +215,14 @@ struct Presenter: Sendable {
         var visible: [Share.Participant] = []
         var owner: Share.Participant?
         var current: Share.Participant?
-        for (id, participantState) in all {
+        for (id, row) in all {
+            let participantState = row.state
             let isViewer = viewerEntry?.id == id
             let isOwner = id == state.ownerParticipantID
             let shown = seesAll || isOwner || (isViewer && participantState.status != .statusRemoved)
                 || participantState.status == .statusAccepted
             guard shown || isViewer else { continue }
-            let value = try participant(txn, state.container, id: id, participantState)
+            let value = try participant(txn, state.container, id: id, row)
             if isOwner { owner = value }
             if isViewer { current = value }
             if shown { visible.append(value) }
@@ -213,8 +256,8 @@ struct Presenter: Sendable {
             share.blockedIdentities = try models.accessEntries(txn, token, .blocked).map { entry in
                 Share.BlockedIdentity(userIdentity: try identity(txn, state.container, user: entry.user))
             }
-            for (id, participantState) in all where !participantState.oneTimeToken.isEmpty {
-                if let oneTime = ShareToken(participantState.oneTimeToken),
+            for (id, row) in all where !row.state.oneTimeToken.isEmpty {
+                if let oneTime = ShareToken(row.state.oneTimeToken),
                     let url = ShareURL.make(host: urlHost, token: oneTime, title: title)
                 {
                     share.oneTimeURLs.append(Share.OneTimeURL(participantID: id, url: url))

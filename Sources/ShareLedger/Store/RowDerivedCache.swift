@@ -1,0 +1,104 @@
+import ByteKeys
+import Synchronization
+
+/// What an answer derives from a read-model row (a user's identity, a participant's row decoded
+/// with its address opened), kept by the row's key and reused while the row the caller's
+/// transaction reads has the same bytes and the key store's generation has not moved.
+///
+/// A share's answer shows its participants, each a participant row decoded, its sealed address
+/// opened and its user's row decoded and opened; for a share with many participants that was most
+/// of the cost of answering an accept, and the next answer about the same share decoded them all
+/// again. An entry holds the exact bytes of the row it was derived from and the key store's
+/// generation (``PersonalDataVault/generation``, moved on whenever keys go) read before deriving it.
+/// What it holds is a function of the key, the row and the keys that open it, so a kept entry is
+/// never stale: a changed row, or destroyed keys, make it a miss, and it is derived again. Every
+/// entry goes when the ledger drops its kept answers (``LedgerStore/dropKeptAnswers()``).
+///
+/// Plaintext names and addresses in this process's memory only, as the key store's own cache of
+/// opened boxes. Bounded: past ``capacity`` entries (spread over the shards) a shard starts over.
+final class RowDerivedCache<Value: Sendable>: Sendable {
+    /// A kept value with the row bytes and generation it was derived at; a class, so that a
+    /// lookup under the lock copies one reference, not the value's strings.
+    final class Entry: Sendable {
+        let row: [UInt8]
+        let generation: UInt64
+        let value: Value
+
+        init(row: [UInt8], generation: UInt64, value: Value) {
+            self.row = row
+            self.generation = generation
+            self.value = value
+        }
+    }
+
+    /// The row's key, with whatever else the value depends on appended.
+    struct Key: Hashable, Sendable {
+        var bytes: [UInt8]
+
+        /// The bytes in one call (an array's own hash feeds the hasher one byte at a time).
+        func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
+    }
+
+    /// One lock per shard of the keys: every caller presenting a share looks up each participant,
+    /// and one lock for all of them was contended on two cores.
+    private final class Shard: Sendable {
+        let entries = Mutex<[Key: Entry]>([:])
+    }
+
+    /// Entries kept, in all shards together, before a shard starts over.
+    let capacity: Int
+    private let shards: [Shard]
+
+    init(capacity: Int = 16_384, shards: Int = 16) {
+        self.capacity = capacity
+        self.shards = (0..<max(1, shards)).map { _ in Shard() }
+    }
+
+    private func shard(_ key: Key) -> Shard {
+        var hasher = Hasher()
+        key.hash(into: &hasher)
+        return shards[Int(UInt(bitPattern: hasher.finalize()) % UInt(shards.count))]
+    }
+
+    /// The kept value for `key`, when it was derived from a row with exactly the bytes of `row` at
+    /// key store generation `generation`.
+    func value(_ key: Key, row: UnsafeRawBufferPointer, generation: UInt64) -> Value? {
+        guard let entry = shard(key).entries.withLock({ $0[key] }), entry.generation == generation,
+            KeyOrder.compare(entry.row, row) == 0
+        else { return nil }
+        return entry.value
+    }
+
+    /// Keeps `value`, derived from `row` at key store generation `generation`, for `key`.
+    func keep(_ key: Key, row: UnsafeRawBufferPointer, generation: UInt64, _ value: Value) {
+        let entry = Entry(row: Array(row.bindMemory(to: UInt8.self)), generation: generation, value: value)
+        let limit = max(1, capacity / shards.count)
+        shard(key).entries.withLock { entries in
+            if entries.count >= limit, entries[key] == nil { entries.removeAll(keepingCapacity: true) }
+            entries[key] = entry
+        }
+    }
+
+    /// The number of kept values.
+    var count: Int { shards.reduce(0) { total, shard in total + shard.entries.withLock { $0.count } } }
+
+    /// Forgets every kept value.
+    func removeAll() { for shard in shards { shard.entries.withLock { $0.removeAll() } } }
+}
+
+/// User identities already presented, by the user row's key and whether the identity carries the
+/// registered address (``Presenter/identity(_:_:user:withAddress:)``).
+typealias IdentityCache = RowDerivedCache<UserIdentity>
+
+/// A participant row as an answer shows it: decoded, with its address opened (erased once its key
+/// is gone), by the row's key (``Presenter/share(_:token:state:viewer:)``).
+struct PresentedParticipantRow: Sendable {
+    /// The share's container, whose keys opened the address.
+    var container: String
+    var state: ParticipantState
+    var lookupInfo: LookupInfo?
+    var erased: Bool
+}
+
+/// Participant rows already presented.
+typealias ParticipantRowCache = RowDerivedCache<PresentedParticipantRow>
