@@ -140,6 +140,29 @@ struct WorkerTests {
         await f.ledger.close()
     }
 
+    @Test("removed from one of two accepted shares in the same zone: the zone is kept; removed from the other too: it goes; the rebuild's rules agree")
+    func zoneKeptByAnotherShare() async throws {
+        let (f, first) = try await SharingFixture.withShare()
+        try await f.bobAccepts(first)
+        _ = try await f.alice.save(Record(recordType: "List", recordID: SharingFixture.recordID("second")))
+        let second = try await f.alice.share(rootRecord: SharingFixture.recordID("second"), title: "Second")
+        _ = try await f.alice.addParticipant(LookupInfo(emailAddress: "bob@example.com"), permission: .readOnly, to: second.url)
+        _ = try await f.bob.accept(try await f.bob.shareMetadata(for: second.url))
+        #expect(try await f.ledger.completeResidualTasks() == 2)
+        #expect(try f.bob.sharedDatabaseZones().count == 1)
+        func bobsID(in share: Share) throws -> String {
+            try #require(try f.alice.share(for: share.url).participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" }?.participantID)
+        }
+        _ = try await f.alice.removeParticipant(try bobsID(in: first), from: first.url)
+        #expect(try await f.ledger.completeResidualTasks() == 1)
+        #expect(try f.bob.sharedDatabaseZones().count == 1, "the second share keeps the zone")
+        _ = try await f.alice.removeParticipant(try bobsID(in: second), from: second.url)
+        #expect(try await f.ledger.completeResidualTasks() == 1)
+        #expect(try f.bob.sharedDatabaseZones().isEmpty)
+        #expect(try LedgerAudit(f.ledger).verifyReadModels(scratchPath: f.dir.child("rebuilt")).matches)
+        await f.ledger.close()
+    }
+
     @Test("a later task of the same participant and zone waits behind a failing earlier one")
     func orderKeptBehindFailure() async throws {
         let clock = ManualClock()

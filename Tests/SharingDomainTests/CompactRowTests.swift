@@ -123,6 +123,25 @@ struct CompactRowTests {
         #expect([UInt8]([0xC1, 1, 2]).withUnsafeBytes { ShareState.storedChangeTag($0) } == nil)
     }
 
+    @Test("the zone id reads from both compact layouts without decoding the row; the protobuf layout and damage are nil (decode instead)")
+    func zoneID() throws {
+        var random = SplitMix64(state: 13)
+        for _ in 0..<200 {
+            var row = Self.share(&random)
+            if random.next() % 2 == 0 { row.allowsAccessRequests = true }
+            let bytes = row.compactBytes()
+            #expect(bytes.withUnsafeBytes { ShareState.storedZoneID($0) } == row.zoneID)
+            for cut in [1, 9, bytes.count / 2] where cut < bytes.count {
+                let read = Array(bytes[..<cut]).withUnsafeBytes { ShareState.storedZoneID($0) }
+                #expect(read == nil || read == row.zoneID, "a cut row is nil unless the zone id is whole before the cut")
+            }
+            let old: [UInt8] = try row.legacy.serializedBytes()
+            #expect(old.withUnsafeBytes { ShareState.storedZoneID($0) } == nil)
+        }
+        #expect([UInt8]([0xC7, 1, 2]).withUnsafeBytes { ShareState.storedZoneID($0) } == nil)
+        #expect([UInt8]().withUnsafeBytes { ShareState.storedZoneID($0) } == nil)
+    }
+
     @Test("a record's parent and share token read from its stored bytes equal the decoded row's; damage is nil")
     func recordLinkScan() throws {
         var random = SplitMix64(state: 11)

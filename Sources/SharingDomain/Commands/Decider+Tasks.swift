@@ -10,7 +10,8 @@ extension Decider {
     /// when a removal task completes. Shared by ``completeTask`` and the ``EventValidator``.
     package func zoneKept(_ txn: borrowing some ReadModelStore & ~Copyable, _ task: ResidualTaskState) throws -> Bool {
         for (token, participantID) in try models.participations(txn, task.container, user: task.userRecordName) {
-            guard let share = try models.share(txn, token), share.zoneID == task.zoneID,
+            // The zone first, from the stored row (most of a user's shares are in other zones).
+            guard try models.shareZoneID(txn, token) == task.zoneID,
                 let participant = try models.participant(txn, token, participantID),
                 participant.status == .statusAccepted
             else { continue }

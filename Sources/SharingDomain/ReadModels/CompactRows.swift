@@ -242,6 +242,13 @@ package struct CompactReader {
         return count == 0 ? Data() : Data(UnsafeRawBufferPointer(rebasing: bytes[start..<offset]))
     }
 
+    /// Steps over a length-delimited field (a string or a byte string) without copying it.
+    package mutating func skipBytes() throws(LedgerError) {
+        let count = try varint()
+        guard count <= UInt64(bytes.count - offset) else { throw damaged() }
+        offset += Int(count)
+    }
+
     package mutating func string() throws(LedgerError) -> String {
         let count = try varint()
         guard count <= UInt64(bytes.count - offset) else { throw damaged() }
@@ -345,6 +352,20 @@ extension ShareState: CompactRow {
         ownerParticipantID = try r.string()
         activeParticipantCount = try r.uint32()
         unmatchedPendingCount = try r.uint32()
+    }
+
+    /// The zone id of a stored share row in a compact layout, without decoding the rest (no
+    /// string is made); nil for a row in the protobuf layout of earlier releases (decode it whole)
+    /// or bytes that are not a row.
+    package static func storedZoneID(_ bytes: UnsafeRawBufferPointer) -> UInt64? {
+        guard let first = bytes.first, first >= 0x80, ShareState.reads(layout: first) else { return nil }
+        var reader = CompactReader(bytes, database: "rm_shares")
+        reader.offset = 1
+        // changeTag, container, ownerName, zoneName, then zoneID (``writeCompact(_:)``).
+        guard (try? reader.fixed64()) != nil, (try? reader.skipBytes()) != nil, (try? reader.skipBytes()) != nil,
+            (try? reader.skipBytes()) != nil
+        else { return nil }
+        return try? reader.varint()
     }
 
     /// The change tag of a stored share row in either layout, without decoding the rest; nil for

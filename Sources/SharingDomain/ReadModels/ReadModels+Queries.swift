@@ -49,6 +49,22 @@ extension ReadModels {
         }
     }
 
+    /// The zone id of share `token` (nil when there is no such share), read from its stored row
+    /// without decoding the rest where its layout allows: for walks over a user's participations,
+    /// which need nothing else of most shares they pass.
+    package func shareZoneID(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> UInt64? {
+        let key = Array(token.utf8)
+        guard ReadModels.isStorable(key) else { return nil }
+        let stored = try key.withUnsafeBytes { k in
+            try txn.withValue(shares, key: k) { raw -> UInt64? in ShareState.storedZoneID(raw) }
+        }
+        switch stored {
+        case .none: return nil  // no row
+        case .some(.some(let zoneID)): return zoneID
+        case .some(.none): return try share(txn, token)?.zoneID  // an earlier release's layout
+        }
+    }
+
     package func share(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> ShareState? {
         try message(ShareState.self, txn, shares, Array(token.utf8))
     }
