@@ -96,6 +96,7 @@ package final class RowCache: @unchecked Sendable {
     }
 
     /// The kept row of `key` in `db`: `.some(nil)` when it is known to be absent, `nil` when unknown.
+    @inline(__always)
     package func row<M: StoredRow>(_ type: M.Type, _ db: ReadModelTable, _ key: [UInt8]) -> M?? {
         guard let row = rows[Key(db: db.index, key: key)] else { return nil }
         switch row {
@@ -121,6 +122,7 @@ package final class RowCache: @unchecked Sendable {
     /// Keeps `row` (nil: there is none) as the row of `key` in `db` in the open transaction. A row of
     /// a type the cache cannot hold (no ``StoredRow/cached`` form: a protobuf row) makes the key
     /// unknown instead, so that no later read of it is answered from what was kept before.
+    @inline(__always)
     package func keep<M: StoredRow>(_ db: ReadModelTable, _ key: [UInt8], row: M?) {
         switch (row, row?.cached) {
         case (.some, nil): forget(db, key)
