@@ -123,6 +123,13 @@ struct BenchCommand: AsyncParsableCommand {
             try BenchPage.write(files: fromJSON, to: html)
             return
         }
+        #if DEBUG
+            // scripts/run builds for debugging (the build the tests reuse); its figures say little.
+            FileHandle.standardError.write(
+                Data(
+                    ("bench: this share-ledger is a debug build, several times slower than a release build; for figures: "
+                        + "swift build -c release --product share-ledger, then .build/release/share-ledger bench\n").utf8))
+        #endif
         let root = URL(fileURLWithPath: path)
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         var samples: [String: [Double]] = [:]
