@@ -1,4 +1,3 @@
-import ByteKeys
 import EventLog
 import Foundation
 import LMDB
@@ -93,13 +92,12 @@ struct Presenter: Sendable {
         // The cache's key: the row's key and the address flag (the row is read by all but the flag).
         key.append(withAddress ? 1 : 0)
         let cacheKey = IdentityCache.Key(bytes: key)
-        let (models, generation) = (self.models, keyGeneration)
         let found = try key.withUnsafeBytes { keyBytes in
             try txn.withValue(models.users, key: UnsafeRawBufferPointer(rebasing: keyBytes.dropLast())) { row -> UserIdentity in
-                if let kept = identities.value(cacheKey, row: row, generation: generation) { return kept }
+                if let kept = identities.value(cacheKey, row: row, generation: keyGeneration) { return kept }
                 let state = try UserState.decodeStored(row, database: models.users.name)
                 let built = identity(of: state, container, user: user, withAddress: withAddress)
-                identities.keep(cacheKey, row: row, generation: generation, built)
+                identities.keep(cacheKey, row: row, generation: keyGeneration, built)
                 return built
             }
         }
@@ -170,29 +168,22 @@ struct Presenter: Sendable {
     private func participants(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, container: String) throws
         -> [(id: String, row: PresentedParticipantRow)]
     {
-        let prefix = Array(token.utf8)
-        guard let participantRows, !prefix.isEmpty, prefix.count <= ReadModels.maxKeyBytes else {
+        guard let participantRows else {
             return try models.participants(txn, token).map { ($0.id, presentedRow($0.state, container: container)) }
         }
-        let (generation, table) = (keyGeneration, models.participants)
+        let prefixCount = token.utf8.count
         var out: [(id: String, row: PresentedParticipantRow)] = []
-        try prefix.withUnsafeBytes { p in
-            try txn.visit(table, from: p) { key, value in
-                guard key.count >= p.count, KeyOrder.compare(UnsafeRawBufferPointer(rebasing: key[..<p.count]), p) == 0 else {
-                    return false
-                }
-                let id = String(decoding: UnsafeRawBufferPointer(rebasing: key[p.count...]), as: UTF8.self)
-                let cacheKey = ParticipantRowCache.Key(bytes: Array(key.bindMemory(to: UInt8.self)))
-                if let kept = participantRows.value(cacheKey, row: value, generation: generation), kept.container == container {
-                    out.append((id, kept))
-                } else {
-                    let state = try ParticipantState.decodeStored(value, database: table.name)
-                    let row = presentedRow(state, container: container)
-                    participantRows.keep(cacheKey, row: value, generation: generation, row)
-                    out.append((id, row))
-                }
-                return true
+        try models.visit(txn, models.participants, prefix: Array(token.utf8)) { key, value in
+            let id = String(decoding: UnsafeRawBufferPointer(rebasing: key[prefixCount...]), as: UTF8.self)
+            let cacheKey = ParticipantRowCache.Key(bytes: Array(key.bindMemory(to: UInt8.self)))
+            if let kept = participantRows.value(cacheKey, row: value, generation: keyGeneration), kept.container == container {
+                out.append((id, kept))
+            } else {
+                let row = presentedRow(try ParticipantState.decodeStored(value, database: models.participants.name), container: container)
+                participantRows.keep(cacheKey, row: value, generation: keyGeneration, row)
+                out.append((id, row))
             }
+            return true
         }
         return out
     }

@@ -362,10 +362,13 @@ extension ShareState: CompactRow {
         var reader = CompactReader(bytes, database: "rm_shares")
         reader.offset = 1
         // changeTag, container, ownerName, zoneName, then zoneID (``writeCompact(_:)``).
-        guard (try? reader.fixed64()) != nil, (try? reader.skipBytes()) != nil, (try? reader.skipBytes()) != nil,
-            (try? reader.skipBytes()) != nil
-        else { return nil }
-        return try? reader.varint()
+        do {
+            _ = try reader.fixed64()
+            for _ in 0..<3 { try reader.skipBytes() }
+            return try reader.varint()
+        } catch {
+            return nil
+        }
     }
 
     /// The change tag of a stored share row in either layout, without decoding the rest; nil for

@@ -351,18 +351,30 @@ package final class ReadModels: Sendable {
     package func scan(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, prefix: [UInt8], limit: Int = .max)
         throws -> [(suffix: [UInt8], value: [UInt8])]
     {
-        guard prefix.count <= ReadModels.maxKeyBytes else { return [] }
         var out: [(suffix: [UInt8], value: [UInt8])] = []
-        try prefix.withUnsafeBytes { p in
-            try txn.visit(db, from: prefix.isEmpty ? nil : p) { key, value in
-                guard out.count < limit else { return false }
-                guard prefix.isEmpty || (key.count >= prefix.count && memcmp(p.baseAddress!, key.baseAddress!, prefix.count) == 0)
-                else { return false }
-                out.append((Array(key[prefix.count...]), Array(value)))
-                return true
-            }
+        try visit(txn, db, prefix: prefix) { key, value in
+            guard out.count < limit else { return false }
+            out.append((Array(key[prefix.count...]), Array(value)))
+            return true
         }
         return out
+    }
+
+    /// Visits the entries of `db` whose key starts with `prefix` (every entry for an empty prefix;
+    /// none for a prefix no key can start with), in key order, while `body` returns true: each
+    /// whole key and its value, valid only inside `body`.
+    package func visit(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, prefix: [UInt8],
+        _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
+        guard prefix.count <= ReadModels.maxKeyBytes else { return }
+        try prefix.withUnsafeBytes { p in
+            try txn.visit(db, from: prefix.isEmpty ? nil : p) { key, value in
+                guard prefix.isEmpty || (key.count >= prefix.count && memcmp(p.baseAddress!, key.baseAddress!, prefix.count) == 0)
+                else { return false }
+                return try body(key, value)
+            }
+        }
     }
 
     // MARK: - Counters
