@@ -70,7 +70,7 @@ public struct BenchmarkEnvelope: Sendable {
 }
 
 /// One step of a share command, built ahead of time (with its random inputs drawn) so that a
-/// benchmark measures only ``ShareLedger/benchmarkDecideAndApply(_:container:actor:)``.
+/// benchmark measures only ``ShareLedger/benchmarkDecideAndApply(_:container:actor:rowCache:)``.
 public struct BenchmarkStep: Sendable {
     let action: DomainAction
 
@@ -114,15 +114,19 @@ public struct BenchmarkStep: Sendable {
 extension ShareLedger {
     /// Decides `step` as `actor` against the read models and applies its events to them, as the
     /// writer does inside a group commit, in a write transaction that is then aborted: the ledger is
-    /// left as it was, so the same step can be measured again. Not the log append (see
-    /// ``BenchmarkEnvelope``), not the commit.
+    /// left as it was, so the same step can be measured again. Not the log append, not the commit
+    /// (see ``BenchmarkEnvelope``).
+    ///
+    /// With `rowCache` (the default), reads go through a row cache as the writer's do, empty at the
+    /// start of each step: each row is decoded at most once per step, as on a writer that holds none
+    /// of the step's rows yet. Without it, every read decodes its row, as a rebuild's replay does.
     ///
     /// Call it only while nothing else writes to the ledger (LMDB serializes write transactions: a
     /// concurrent command would wait). Returns the number of events the step produced; throws the
     /// step's ``LedgerError`` when it is refused.
     @discardableResult
-    public func benchmarkDecideAndApply(_ step: BenchmarkStep, container: String, actor: String) throws -> Int {
-        try rehearse(step.action, container: container, actor: actor)
+    public func benchmarkDecideAndApply(_ step: BenchmarkStep, container: String, actor: String, rowCache: Bool = true) throws -> Int {
+        try rehearse(step.action, container: container, actor: actor, rowCache: rowCache)
     }
 }
 

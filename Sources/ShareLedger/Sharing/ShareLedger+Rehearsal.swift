@@ -1,10 +1,39 @@
 import EventLog
 import LMDB
 import SharingDomain
+import Synchronization
 
 /// Thrown to abort a rehearsal's write transaction after the action was decided and applied.
 private struct RehearsalRollback: Error {
     var events: Int
+}
+
+/// The row cache of rehearsals (``ShareLedger/rehearse(_:container:actor:rowCache:)``) and the read
+/// models that keep rows in it, with the serial of the last rehearsal: each rehearsal is a
+/// transaction of its own to the cache.
+package final class RehearsalRows: Sendable {
+    /// The read models with ``cache`` as their row cache (built once: a rehearsal allocates none).
+    private let models: ReadModels
+    private let cache: RowCache
+    private let serial = Mutex<UInt64>(0)
+
+    /// Rehearsals of `models` with a row cache of their own.
+    init(_ models: ReadModels) {
+        let cache = RowCache(capacity: 4_096)
+        self.cache = cache
+        self.models = models.keepingRows(in: cache)
+    }
+
+    /// The read models, their cache begun for a new rehearsal in the write transaction
+    /// `transactionID`. Only inside that transaction: LMDB's write lock keeps a second rehearsal
+    /// (the cache is for one thread at a time) waiting until it ends.
+    func begin(transactionID: UInt64) -> ReadModels {
+        serial.withLock { serial in
+            serial &+= 1
+            cache.begin(serial: serial, transactionID: transactionID)
+        }
+        return models
+    }
 }
 
 extension ShareLedger {
@@ -14,27 +43,31 @@ extension ShareLedger {
     /// be measured again (the hot-path benchmarks, through ShareLedgerBenchmarkSupport). Not the log
     /// append, not the commit.
     ///
+    /// With `rowCache`, reads go through a ``RowCache`` as the writer's do, begun empty for each
+    /// rehearsal (the transaction is aborted, so nothing it kept follows it): each row is decoded at
+    /// most once per action, as on a writer whose cache holds none of the rows yet. Without it,
+    /// every read decodes its row, as a rebuild's replay does.
+    ///
     /// Call it only while nothing else writes to the ledger (LMDB serializes write transactions: a
     /// concurrent command would wait). Returns the number of events the action produced; throws the
     /// action's ``LedgerError`` when it is refused.
-    package func rehearse(_ action: DomainAction, container: String, actor: String) throws -> Int {
+    package func rehearse(_ action: DomainAction, container: String, actor: String, rowCache: Bool = true) throws -> Int {
         guard !configuration.readOnly else {
             throw LedgerError(.readOnly, "the ledger at \(configuration.path) was opened read-only")
         }
-        let models = self.models
-        let decider = Decider(
-            models: models, container: container, actor: actor, signedIn: true, now: configuration.clock.nowMicros())
-        let projector = Projector(models: models)
+        let now = configuration.clock.nowMicros()
         do {
             _ = try log.store.environment.write { txn -> Int in
+                let models = rowCache ? store.rehearsalRows.begin(transactionID: txn.id) : models
+                let decider = Decider(models: models, container: container, actor: actor, signedIn: true, now: now)
+                let projector = Projector(models: models)
                 let decision = try decider.decide(action, txn)
-                var position = try log.store.readHead(txn).position.rawValue
+                var position = try log.store.readHeadPosition(txn)
                 for pending in decision.events {
                     position += 1
                     try projector.apply(
                         pending.event,
-                        Projector.Context(
-                            position: position, recordedAtMicros: decider.now, container: container, actor: actor),
+                        Projector.Context(position: position, recordedAtMicros: now, container: container, actor: actor),
                         txn)
                 }
                 if case .failed(let error) = decision.outcome { throw error }

@@ -25,6 +25,8 @@ package final class LedgerStore: Sendable {
     let identities = IdentityCache()
     /// Presented participant rows, reused while unchanged.
     let participantRows = ParticipantRowCache()
+    /// The row cache of rehearsed actions (the hot-path benchmarks), apart from the writer's.
+    let rehearsalRows: RehearsalRows
     /// Whether the ledger was opened read-only (nothing is submitted to the writer).
     let readOnly: Bool
     /// The ledger's directory (for errors).
@@ -45,6 +47,7 @@ package final class LedgerStore: Sendable {
         shareTags = ShareTagTracker(environment: log.store.environment, capacity: max(1, capacity))
         let rows = RowCache()
         writerModels = models.keepingRows(in: rows)
+        rehearsalRows = RehearsalRows(models)
         log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
         keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, models.vault?.generation ?? 0))
