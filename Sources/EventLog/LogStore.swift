@@ -463,6 +463,17 @@ package final class LogStore: Sendable {
 
     // MARK: - Head
 
+    /// The position of the last entry (0 for an empty log), read without its hash.
+    package func readHeadPosition(_ txn: borrowing Transaction) throws -> UInt64 {
+        try txn.withCursor(log) { cursor in
+            guard let entry = try cursor.last() else { return 0 }
+            guard let position = BigEndian.uint64(entry.key) else {
+                throw LedgerError(.corruptedData, "the last log entry is malformed (key \(entry.key.count) bytes)")
+            }
+            return position
+        }
+    }
+
     /// The head: the last log entry's position, hash and recorded time (the log's zero head when it
     /// is empty). The entry's last 32 bytes are its hash; its recorded time is the envelope's field 2.
     package func readHead(_ txn: borrowing Transaction) throws -> LogHead {

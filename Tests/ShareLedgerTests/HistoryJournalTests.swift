@@ -29,6 +29,27 @@ struct HistoryJournalTests {
         #expect(throws: LedgerError.self) { try (bytes + [0]).withUnsafeBytes { try HistoryJournalEntry(decoding: $0) } }
     }
 
+    @Test("the projection's entry (one token at most, two users at most, held inline) is byte for byte the entry of the same fields")
+    func inlineEntryEncoding() throws {
+        var random = SplitMix64(state: 0x7A0)
+        let names = ["", "a", "_alice", "_bob", "T0K3N", "a name longer than fifteen bytes", String(repeating: "é", count: 40)]
+        for _ in 0..<500 {
+            let container = names.randomElement(using: &random)!
+            let token = Bool.random(using: &random) ? names.randomElement(using: &random)! : nil
+            let a = Bool.random(using: &random) ? names.randomElement(using: &random)! : nil
+            let b = Bool.random(using: &random) ? names.randomElement(using: &random)! : nil
+            let users = TwoNames(a, b)
+            var listed: [String] = []
+            users.forEach { listed.append($0) }
+            #expect(listed == [a, b].compactMap { $0 })
+            #expect(users.count == listed.count)
+            let entry = HistoryJournalEntry(container: container, tokens: token.map { [$0] } ?? [], users: listed)
+            let bytes = HistoryJournalEntry.encode(container: container, token: token, users: users)
+            #expect(bytes == entry.encoded())
+            #expect(try bytes.withUnsafeBytes { try HistoryJournalEntry(decoding: $0) } == entry)
+        }
+    }
+
     @Test("testing an encoded entry for an index key in place agrees with decoding it, and never traps on damage")
     func namesInPlace() throws {
         var random = SplitMix64(state: 0x5EED)

@@ -22,6 +22,24 @@ struct RowCacheTests {
         cache.row(ShareState.self, shares, Array(key.utf8)).map { $0.map(\.title) }
     }
 
+    @Test("a key held as a string (a share's token) and the same bytes held as an array are one key")
+    func textAndByteKeys() {
+        let cache = RowCache()
+        cache.begin(serial: 1, transactionID: 10)
+        for name in ["a", "T0K3N", "a token longer than fifteen bytes", "é"] {
+            let text = RowCache.Key(db: shares.index, text: name)
+            let bytes = RowCache.Key(db: shares.index, key: Array(name.utf8))
+            #expect(text == bytes)
+            #expect(text.hashValue == bytes.hashValue)
+            #expect(text != RowCache.Key(db: outbox.index, text: name))
+            #expect(text != RowCache.Key(db: shares.index, key: Array(name.utf8) + [0]))
+            cache.keep(text, share(name))
+            #expect(title(cache, name) == .some(name))
+            cache.keep(shares, Array(name.utf8), share(name + "!"))
+            #expect(cache.row(ShareState.self, text).map { $0.map(\.title) } == .some(name + "!"))
+        }
+    }
+
     @Test("rows of a committed transaction are kept for the next; an aborted one's never are")
     func commitAndAbort() {
         let cache = RowCache()

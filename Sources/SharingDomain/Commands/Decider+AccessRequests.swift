@@ -16,7 +16,7 @@ extension Decider {
 
     /// The actor is blocked from share `token`: the answer of an unknown URL, which tells them nothing.
     package func refuseBlocked(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws {
-        if try models.accessEntry(txn, token, .blocked, user: actor) != nil {
+        if try models.hasAccessEntry(txn, token, .blocked, user: actor) {
             throw LedgerError(.unknownItem, Decider.shareNotFound)
         }
     }
@@ -55,7 +55,7 @@ extension Decider {
         }
         guard share.allowsAccessRequests else { throw LedgerError(.unknownItem, Decider.shareNotFound) }
         try refuseBlocked(txn, tokenText)
-        if try models.accessEntry(txn, tokenText, .request, user: actor) != nil { return .output(.none) }
+        if try models.hasAccessEntry(txn, tokenText, .request, user: actor) { return .output(.none) }
         let pending = try models.scan(
             txn, models.access, prefix: Array(tokenText.utf8) + [ReadModels.AccessKind.request.rawValue],
             limit: Decider.maxPendingAccessRequests)
@@ -73,7 +73,7 @@ extension Decider {
     /// The user's pending request, or `unknownItem` (never requested, withdrawn by an invitation or a
     /// block, denied, or approved already).
     package func requirePendingRequest(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, user: String) throws {
-        guard try models.accessEntry(txn, token, .request, user: user) != nil else {
+        guard try models.hasAccessEntry(txn, token, .request, user: user) else {
             throw LedgerError(
                 .unknownItem, "user \(user) has no pending access request to this share (it was answered already, or "
                     + "never made); fetch the share for its current requesters, or invite the user with addParticipant")
@@ -113,7 +113,7 @@ extension Decider {
         let share = try liveShare(txn, token)
         try requireManager(txn, share, token)
         try checkBlockable(txn, share, user: user)
-        if try models.accessEntry(txn, token, .blocked, user: user) != nil { return .output(shareOutput(token)) }
+        if try models.hasAccessEntry(txn, token, .blocked, user: user) { return .output(shareOutput(token)) }
         var events: [PendingEvent] = []
         if let entry = try models.participant(txn, of: user, in: share, token: token), entry.state.status != .statusRemoved {
             var removed = Shareledger_Events_V1_ParticipantRemoved()
@@ -146,7 +146,7 @@ extension Decider {
         try requireSignedIn(txn)
         let share = try liveShare(txn, token)
         try requireManager(txn, share, token)
-        guard try models.accessEntry(txn, token, .blocked, user: user) != nil else {
+        guard try models.hasAccessEntry(txn, token, .blocked, user: user) else {
             throw LedgerError(
                 .unknownItem, "user \(user) is not blocked from this share; fetch the share for its blocked identities")
         }

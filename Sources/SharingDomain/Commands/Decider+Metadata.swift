@@ -67,7 +67,8 @@ extension Decider {
         -> Decision
     {
         var e = Shareledger_Events_V1_ShareMetadataFetched()
-        e.token = String(tokenText.prefix(64))
+        // At most 64 characters of what the caller sent (a string of at most 64 bytes is kept as it is).
+        e.token = tokenText.utf8.count <= 64 ? tokenText : String(tokenText.prefix(64))
         let stream = signedIn ? Streams.user(actor) : Streams.anonymous
         func failed(_ error: LedgerError) -> Decision {
             e.errorCode = Int32(error.code.rawValue)

@@ -108,13 +108,13 @@ extension Decider {
         guard user != share.ownerName else {
             throw LedgerError(.invalidArguments, "the owner is a participant already")
         }
-        if !user.isEmpty, try models.accessEntry(txn, token, .blocked, user: user) != nil {
+        if !user.isEmpty, try models.hasAccessEntry(txn, token, .blocked, user: user) {
             throw LedgerError(
                 .invalidArguments, "that user is blocked from this share; unblock the identity (unblockIdentities) before "
                     + "inviting it")
         }
         // Inviting a user who asked to join is approving their request (CloudKit's isApprovedRequester).
-        let approved = user.isEmpty ? false : try models.accessEntry(txn, token, .request, user: user) != nil
+        let approved = user.isEmpty ? false : try models.hasAccessEntry(txn, token, .request, user: user)
         // The same identity again: by account, or by the email/phone an invitation went to.
         let existing = try invitation(txn, share, token, user: user, lookup: lookup)
         if let existing, existing.state.status != .statusRemoved {
@@ -144,16 +144,19 @@ extension Decider {
         var existing: (id: String, state: ParticipantState)?
         if !user.isEmpty { existing = try models.participant(txn, of: user, in: share, token: token) }
         if existing == nil {
-            var wanted = models.addressMatch(container, email: lookup.emailAddress ?? "", phone: lookup.phoneNumber ?? "")
             // Invited by account: an earlier invitation to the account's email or phone is the same person.
             // (Sealed since crypto-shredding: opened with the key store; nothing for a forgotten user.)
+            // Otherwise the address invited. (The keyed hashes of one of them only: each is an HMAC.)
+            let wanted: ReadModels.AddressMatch
             if !user.isEmpty, let state = try models.user(txn, container, user),
                 let fields = models.personalFields(of: state, container: container).fields
             {
                 wanted = models.addressMatch(container, email: fields.emailAddress, phone: fields.phoneNumber)
+            } else {
+                wanted = models.addressMatch(container, email: lookup.emailAddress ?? "", phone: lookup.phoneNumber ?? "")
             }
             // By keyed hash for sealed invitations, by plaintext for older ones.
-            if !wanted.isEmpty { existing = try models.participants(txn, token).first { wanted.matches($0.state) } }
+            if !wanted.isEmpty { existing = try models.firstParticipant(txn, token) { wanted.matches($0) } }
         }
         return existing
     }

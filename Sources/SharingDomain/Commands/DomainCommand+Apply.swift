@@ -23,7 +23,7 @@ extension DomainCommand {
                 let position = try append(pending)
                 let context = Projector.Context(
                     position: position, recordedAtMicros: recordedAt, container: metadata.container, actor: metadata.actor)
-                for token in try projector.apply(pending.event, context, state) { changed(token) }
+                if let token = try projector.apply(pending.event, context, state) { changed(token) }
             }
             switch decision.outcome {
             case .failed(let error): results.append(.failure(error))

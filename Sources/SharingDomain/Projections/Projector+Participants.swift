@@ -57,7 +57,7 @@ extension Projector {
             try m.add(txn, .participants, 1)
         }
         share.changeTag += 1
-        try m.put(txn, m.shares, Array(e.token.utf8), share)
+        try m.put(txn, m.shares, text: e.token, share)
     }
 
     func participantUpdated(
@@ -99,7 +99,7 @@ extension Projector {
         try m.put(txn, m.participants, key, state)
         Projector.decrement(&share.activeParticipantCount)
         share.changeTag += 1
-        try m.put(txn, m.shares, Array(e.token.utf8), share)
+        try m.put(txn, m.shares, text: e.token, share)
         try m.add(txn, .participants, -1)
         try deleteVerifications(token: e.token, participantID: e.participantID, txn)
     }
@@ -134,7 +134,7 @@ extension Projector {
         // The user is in the share now: their pending access request, if any, is answered.
         try m.deleteRow(txn, m.access, ReadModels.accessKey(e.token, .request, user: e.userRecordName))
         share.changeTag += 1
-        try m.put(txn, m.shares, Array(e.token.utf8), share)
+        try m.put(txn, m.shares, text: e.token, share)
         try deleteVerifications(token: e.token, participantID: e.participantID, txn)
     }
 

@@ -25,7 +25,7 @@ extension Projector {
         share.createdAtMicros = context.recordedAtMicros
         share.ownerParticipantID = e.ownerParticipantID
         share.activeParticipantCount = 1
-        try m.put(txn, m.shares, Array(e.token.utf8), share)
+        try m.put(txn, m.shares, text: e.token, share)
 
         var owner = ParticipantState()
         owner.userRecordName = e.ownerName

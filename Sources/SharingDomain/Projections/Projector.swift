@@ -39,28 +39,28 @@ package struct Projector {
         if count > 0 { count -= 1 }
     }
 
-    /// Applies `event`; returns the shares (tokens) it is about: every share whose row it may have
-    /// changed is among them (one at most).
+    /// Applies `event`; returns the share (token) it is about, if any: every share whose row it may
+    /// have changed is that one (an event is about one share at most).
     @discardableResult
-    package func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws -> [String] {
+    package func apply(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws -> String? {
         // Who and what the event is about, read before it changes the read models.
-        let (tokens, users) = try subjects(of: event, context, txn)
+        let (token, users) = try subjects(of: event, context, txn)
         // A share record as sync sees it: the change index moves it on every event that changes it.
-        let shareChange = Projector.changesShareRecord(event) ? tokens.first : nil
+        let shareChange = Projector.changesShareRecord(event) ? token : nil
         let before = try shareChange.flatMap { try models.share(txn, $0) }
         try project(event, context, txn)
         if let shareChange { try models.noteShareChange(txn, token: shareChange, before: before, position: context.position) }
         try models.journalHistory(
-            txn, position: context.position, HistoryJournalEntry(container: context.container, tokens: tokens, users: users))
-        return tokens
+            txn, position: context.position, container: context.container, token: token, users: users)
+        return token
     }
 
-    /// The shares (tokens) and users an event is about, for the history indexes: at most one token,
-    /// and the actor plus at most one other user, each list sorted and without repeats, with no empty
-    /// name and neither `system` nor `(no account)` among the users. (Small arrays, not sets: this
-    /// runs for every event the writer appends and every event a rebuild replays.)
+    /// The share (token) and users an event is about, for the history indexes: at most one token,
+    /// and the actor plus at most one other user, sorted and without repeats, with no empty name and
+    /// neither `system` nor `(no account)` among the users. (Held inline, not in arrays: this runs
+    /// for every event the writer appends and every event a rebuild replays.)
     private func subjects(of event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws
-        -> (tokens: [String], users: [String])
+        -> (token: String?, users: TwoNames)
     {
         var other = ""
         var token: String?
@@ -104,13 +104,10 @@ package struct Projector {
             if let task = try task(e.taskID) { token = task.token }
         }
         func indexed(_ user: String) -> Bool { !user.isEmpty && user != "system" && user != "(no account)" }
-        var users: [String] = []
-        users.reserveCapacity(2)
-        if indexed(context.actor) { users.append(context.actor) }
-        if indexed(other) && other != context.actor {
-            if let first = users.first, other < first { users.insert(other, at: 0) } else { users.append(other) }
-        }
-        return (token.map { [$0] } ?? [], users)
+        let actor = indexed(context.actor) ? context.actor : nil
+        let about = indexed(other) && other != context.actor ? other : nil
+        if let actor, let about, about < actor { return (token, TwoNames(about, actor)) }
+        return (token, TwoNames(actor, about))
     }
 
     /// Whether `event` changes what a share's record shows (its fields, participants, requesters
@@ -196,7 +193,7 @@ package struct Projector {
         guard var share = try models.share(txn, token) else { return }
         change(&share)
         share.changeTag += 1
-        try models.put(txn, models.shares, Array(token.utf8), share)
+        try models.put(txn, models.shares, text: token, share)
     }
 
     /// Deletes `user`'s `rm_access` entry of kind `remove`, writes one of kind `add` (at the event's

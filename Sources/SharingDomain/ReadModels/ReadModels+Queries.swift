@@ -66,7 +66,7 @@ extension ReadModels {
     }
 
     package func share(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> ShareState? {
-        try message(ShareState.self, txn, shares, Array(token.utf8))
+        try message(ShareState.self, txn, shares, text: token)
     }
 
     package func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ participantID: String) throws -> ParticipantState? {
@@ -87,9 +87,41 @@ extension ReadModels {
         }
     }
 
+    /// The first participant of share `token` (removed ones included, by participant id) for which
+    /// `test` holds: ``participants(_:_:)`` without building the list, stopping at the match.
+    package func firstParticipant(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, where test: (ParticipantState) -> Bool
+    ) throws -> (id: String, state: ParticipantState)? {
+        let prefix = Array(token.utf8)
+        var found: (id: String, state: ParticipantState)?
+        try visit(txn, participants, prefix: prefix) { key, value in
+            let rowKey = Array(key)
+            let state: ParticipantState
+            if let rowCache, case .some(.some(let kept)) = rowCache.row(ParticipantState.self, participants, rowKey) {
+                state = kept
+            } else {
+                state = try ParticipantState.decodeStored(value, database: participants.name)
+                rowCache?.keep(participants, rowKey, row: state)
+            }
+            guard test(state) else { return true }
+            found = (String(decoding: key[prefix.count...], as: UTF8.self), state)
+            return false
+        }
+        return found
+    }
+
     /// The participant id `user` has (or had) in share `token`.
     package func participantID(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, token: String) throws -> String? {
-        try string(txn, sharesByUser, ReadModels.key(container, user, token))
+        // The key of ``key(_:_:_:)``, built on the stack.
+        try ReadModels.withKey(count: container.utf8.count + user.utf8.count + token.utf8.count + 2) { key in
+            key.append(container)
+            key.append(0)
+            key.append(user)
+            key.append(0)
+            key.append(token)
+        } _: { key in
+            try txn.withValue(sharesByUser, key: key) { String(decoding: $0, as: UTF8.self) }
+        }
     }
 
     /// The user's participant entry in the share, if any (any status).
@@ -153,10 +185,17 @@ extension ReadModels {
     }
 
     /// The entry of `user` of the given kind in share `token` (a pending access request, or a block).
-    package func accessEntry(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind, user: String) throws
-        -> AccessEntryState?
+    package func hasAccessEntry(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind, user: String) throws
+        -> Bool
     {
-        try message(AccessEntryState.self, txn, access, ReadModels.accessKey(token, kind, user: user))
+        // The key of ``accessKey(_:_:user:)``, built on the stack.
+        try ReadModels.withKey(count: token.utf8.count + 1 + user.utf8.count) { key in
+            key.append(token)
+            key.append(kind.rawValue)
+            key.append(user)
+        } _: { key in
+            try txn.withValue(access, key: key) { _ in true }
+        } ?? false
     }
 
     /// Every entry of the given kind in share `token`, by user record name, in name order.
@@ -174,7 +213,7 @@ extension ReadModels {
     package func oneTimeURL(_ txn: borrowing some ReadModelStore & ~Copyable, _ oneTimeToken: String) throws
         -> (token: String, participantID: String)?
     {
-        guard ShareToken(oneTimeToken) != nil, let value = try string(txn, oneTimeURLs, Array(oneTimeToken.utf8)),
+        guard ShareToken(oneTimeToken) != nil, let value = try string(txn, oneTimeURLs, text: oneTimeToken),
             value.utf8.count > ShareToken.length
         else { return nil }
         let split = value.utf8.index(value.utf8.startIndex, offsetBy: ShareToken.length)

@@ -296,6 +296,43 @@ package final class ReadModels: Sendable {
 
     package static func isStorable(_ key: [UInt8]) -> Bool { !key.isEmpty && key.count <= maxKeyBytes }
 
+    /// Calls `body` with a key of `count` bytes that `build` writes on the stack, or returns nil
+    /// when no such key can be stored (empty, or longer than ``maxKeyBytes``): for lookups whose key
+    /// is not kept, which then allocate nothing for it.
+    @inline(__always)
+    package static func withKey<R>(
+        count: Int, _ build: (inout KeyWriter) -> Void, _ body: (UnsafeRawBufferPointer) throws -> R?
+    ) rethrows -> R? {
+        guard count > 0, count <= maxKeyBytes else { return nil }
+        return try withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { buffer in
+            var writer = KeyWriter(buffer: buffer)
+            build(&writer)
+            precondition(writer.count == count, "a key's parts do not add up to its length")
+            return try body(UnsafeRawBufferPointer(buffer))
+        }
+    }
+
+    /// Writes a key's parts into a buffer of the key's exact length (``withKey(count:_:_:)``).
+    package struct KeyWriter {
+        fileprivate let buffer: UnsafeMutableRawBufferPointer
+        fileprivate var count = 0
+
+        /// Appends a byte.
+        package mutating func append(_ byte: UInt8) {
+            buffer[count] = byte
+            count += 1
+        }
+
+        /// Appends the UTF-8 bytes of `text`.
+        package mutating func append(_ text: String) {
+            var text = text
+            text.withUTF8 { utf8 in
+                UnsafeMutableRawBufferPointer(rebasing: buffer[count..<count + utf8.count]).copyMemory(from: UnsafeRawBufferPointer(utf8))
+                count += utf8.count
+            }
+        }
+    }
+
     // Inlined (with `decode`, `put` and the row cache's `row`) into each typed read, where the row
     // type is known: called generically, every read looked up the metadata of `M?` and `M??` in the
     // runtime's generic-metadata cache, 8 % of a rebuild's samples.
@@ -311,6 +348,33 @@ package final class ReadModels: Sendable {
             return row
         }
         return try decode(M.self, txn, db, key)
+    }
+
+    /// The row whose key is the UTF-8 bytes of `text` (a share's token): ``message(_:_:_:_:)`` without
+    /// copying the key, neither for the row cache nor for the store.
+    @inline(__always)
+    package func message<M: StoredRow>(
+        _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, text: String
+    ) throws -> M? {
+        let count = text.utf8.count
+        guard count > 0, count <= ReadModels.maxKeyBytes else { return nil }
+        let key = RowCache.Key(db: db.index, text: text)
+        if let rowCache, RowCache.keeps(db) {
+            if let kept = rowCache.row(M.self, key) { return kept }
+            let row = try key.withBytes { k in try txn.withValue(db, key: k) { raw in try M.decodeStored(raw, database: db.name) } }
+            rowCache.keep(key, row: row)
+            return row
+        }
+        return try key.withBytes { k in try txn.withValue(db, key: k) { raw in try M.decodeStored(raw, database: db.name) } }
+    }
+
+    /// Writes `row` under the UTF-8 bytes of `text`: ``put(_:_:_:_:)`` without copying the key.
+    @inline(__always)
+    package func put<M: StoredRow>(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, text: String, _ row: M) throws {
+        let key = RowCache.Key(db: db.index, text: text)
+        let value = try row.storedBytes()
+        try key.withBytes { k in try value.withUnsafeBytes { v in try txn.put(db, key: k, value: v, flags: []) } }
+        if let rowCache, RowCache.keeps(db) { rowCache.keep(key, row: row) }
     }
 
     /// The row of `key` in `db`, decoded from its stored bytes.
@@ -338,6 +402,15 @@ package final class ReadModels: Sendable {
 
     package func putRaw(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: [UInt8], _ value: [UInt8]) throws {
         try txn.put(db, key: key, value: value)
+    }
+
+    /// The value under the UTF-8 bytes of `text`, as a string (the key not copied).
+    package func string(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, text: String) throws -> String? {
+        var key = text
+        return try key.withUTF8 { k in
+            guard k.count > 0, k.count <= ReadModels.maxKeyBytes else { return nil }
+            return try txn.withValue(db, key: UnsafeRawBufferPointer(k)) { String(decoding: $0, as: UTF8.self) }
+        }
     }
 
     package func string(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: [UInt8]) throws -> String? {
@@ -384,14 +457,23 @@ package final class ReadModels: Sendable {
     }
 
     package func counter(_ txn: borrowing some ReadModelStore & ~Copyable, _ counter: Counter) throws -> UInt64 {
-        try txn.get(counters, key: Array(counter.rawValue.utf8)).flatMap { BigEndian.uint64($0) } ?? 0
+        var name = counter.rawValue
+        return try name.withUTF8 { key in
+            try txn.withValue(counters, key: UnsafeRawBufferPointer(key)) { BigEndian.uint64($0) } ?? nil
+        } ?? 0
     }
 
+    /// Adds `delta` to `counter` (its key and value written from the stack: no allocation).
     package func add(_ txn: borrowing some ReadModelStore & ~Copyable, _ counter: Counter, _ delta: Int64) throws {
         guard delta != 0 else { return }
         let current = try self.counter(txn, counter)
         let next = delta < 0 ? current &- UInt64(-delta) : current &+ UInt64(delta)
-        try txn.put(counters, key: Array(counter.rawValue.utf8), value: BigEndian.bytes(of: next))
+        var name = counter.rawValue
+        try name.withUTF8 { key in
+            try BigEndian.withBytes(of: next) { value in
+                try txn.put(counters, key: UnsafeRawBufferPointer(key), value: value, flags: [])
+            }
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 import EventLog
+import Foundation
 
 /// Decoded read-model rows kept between reads, so a hot share, participant, zone or user is not
 /// decoded again for every action that reads it (``ReadModels/message(_:_:_:_:)``).
@@ -25,15 +26,51 @@ package final class RowCache: @unchecked Sendable {
     // @unchecked: used by one thread only, the log writer's; `committed(_:)` is called by the
     // writer's commit observer on that same thread.
 
+    /// A row's table and key. The key is held as an array of bytes or, for a table keyed by one
+    /// name (a share's token), as the string whose UTF-8 bytes it is: a lookup by a token then copies
+    /// nothing. The two forms of the same bytes are the same key.
     package struct Key: Hashable {
         package var db: Int
-        package var key: [UInt8]
+        private var storage: Storage
+
+        private enum Storage {
+            case bytes([UInt8])
+            case text(String)
+        }
+
+        /// The key `key` in the table numbered `db`.
+        package init(db: Int, key: [UInt8]) {
+            self.db = db
+            storage = .bytes(key)
+        }
+
+        /// The key made of the UTF-8 bytes of `text` in the table numbered `db`.
+        package init(db: Int, text: String) {
+            self.db = db
+            storage = .text(text)
+        }
+
+        /// Calls `body` with the key's bytes.
+        @inline(__always)
+        package func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+            switch storage {
+            case .bytes(let bytes): return try bytes.withUnsafeBytes(body)
+            case .text(var text): return try text.withUTF8 { try body(UnsafeRawBufferPointer($0)) }
+            }
+        }
 
         /// The key's bytes in one call (the synthesized hash feeds the hasher one byte at a time,
         /// which showed in the writer's profile).
         package func hash(into hasher: inout Hasher) {
             hasher.combine(db)
-            key.withUnsafeBytes { hasher.combine(bytes: $0) }
+            withBytes { hasher.combine(bytes: $0) }
+        }
+
+        package static func == (a: Key, b: Key) -> Bool {
+            guard a.db == b.db else { return false }
+            return a.withBytes { x in
+                b.withBytes { y in x.count == y.count && (x.isEmpty || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) }
+            }
         }
     }
 
@@ -98,7 +135,13 @@ package final class RowCache: @unchecked Sendable {
     /// The kept row of `key` in `db`: `.some(nil)` when it is known to be absent, `nil` when unknown.
     @inline(__always)
     package func row<M: StoredRow>(_ type: M.Type, _ db: ReadModelTable, _ key: [UInt8]) -> M?? {
-        guard let row = rows[Key(db: db.index, key: key)] else { return nil }
+        row(M.self, Key(db: db.index, key: key))
+    }
+
+    /// The kept row of `key`: `.some(nil)` when it is known to be absent, `nil` when unknown.
+    @inline(__always)
+    package func row<M: StoredRow>(_ type: M.Type, _ key: Key) -> M?? {
+        guard let row = rows[key] else { return nil }
         switch row {
         case .absent:
             hits += 1
@@ -124,27 +167,37 @@ package final class RowCache: @unchecked Sendable {
     /// unknown instead, so that no later read of it is answered from what was kept before.
     @inline(__always)
     package func keep<M: StoredRow>(_ db: ReadModelTable, _ key: [UInt8], row: M?) {
+        keep(Key(db: db.index, key: key), row: row)
+    }
+
+    /// Keeps `row` (nil: there is none) as the row of `key` in the open transaction; a row the
+    /// cache cannot hold makes the key unknown.
+    @inline(__always)
+    package func keep<M: StoredRow>(_ key: Key, row: M?) {
         switch (row, row?.cached) {
-        case (.some, nil): forget(db, key)
-        case (_, let cached): keep(db, key, cached)
+        case (.some, nil): forget(key)
+        case (_, let cached): keep(key, cached)
         }
     }
 
-    /// Makes `key` in `db` unknown in the open transaction (undone with it).
-    private func forget(_ db: ReadModelTable, _ key: [UInt8]) {
-        let cacheKey = Key(db: db.index, key: key)
+    /// Makes `cacheKey` unknown in the open transaction (undone with it).
+    private func forget(_ cacheKey: Key) {
         if let before = rows.removeValue(forKey: cacheKey) { undo.append((cacheKey, before)) }
     }
 
     /// Keeps `row` (nil: there is none) as the row of `key` in `db` in the open transaction.
     package func keep(_ db: ReadModelTable, _ key: [UInt8], _ row: CachedRow?) {
+        keep(Key(db: db.index, key: key), row)
+    }
+
+    /// Keeps `row` (nil: there is none) as the row of `cacheKey` in the open transaction.
+    package func keep(_ cacheKey: Key, _ row: CachedRow?) {
         if rows.count >= capacity {
             // Start over. Every row this transaction kept goes too, so the undo list has nothing
             // left to take back: what it keeps from here on is undone key by key (to "unknown").
             rows.removeAll(keepingCapacity: true)
             undo.removeAll(keepingCapacity: true)
         }
-        let cacheKey = Key(db: db.index, key: key)
         let before = rows.updateValue(row.map { .present($0) } ?? .absent, forKey: cacheKey)
         undo.append((cacheKey, before))
     }

@@ -14,7 +14,7 @@ extension EventValidator {
         guard share.allowsAccessRequests else { throw Self.refuse("the share does not allow access requests") }
         try d.refuseBlocked(txn, e.token)
         guard try d.activeEntry(txn, share, e.token) == nil,
-            try m.accessEntry(txn, e.token, .request, user: actor) == nil
+            !(try m.hasAccessEntry(txn, e.token, .request, user: actor))
         else { throw Self.refuse("the user is a participant, or has a pending request, already") }
     }
 
@@ -31,7 +31,7 @@ extension EventValidator {
         let m = models
         let share = try requireManagerOf(e.token, d, txn)
         try d.checkBlockable(txn, share, user: e.userRecordName)
-        guard try m.accessEntry(txn, e.token, .blocked, user: e.userRecordName) == nil else {
+        guard !(try m.hasAccessEntry(txn, e.token, .blocked, user: e.userRecordName)) else {
             throw Self.refuse("user \(e.userRecordName) is blocked already")
         }
         if try d.activeEntryOf(txn, share, e.token, user: e.userRecordName) != nil {
@@ -44,7 +44,7 @@ extension EventValidator {
     ) throws {
         let m = models
         try requireManagerOf(e.token, d, txn)
-        guard try m.accessEntry(txn, e.token, .blocked, user: e.userRecordName) != nil else {
+        guard try m.hasAccessEntry(txn, e.token, .blocked, user: e.userRecordName) else {
             throw Self.refuse("user \(e.userRecordName) is not blocked")
         }
     }

@@ -42,7 +42,7 @@ extension EventValidator {
                 }
             }
         }
-        if !e.userRecordName.isEmpty, try m.accessEntry(txn, e.token, .blocked, user: e.userRecordName) != nil {
+        if !e.userRecordName.isEmpty, try m.hasAccessEntry(txn, e.token, .blocked, user: e.userRecordName) {
             throw Self.refuse("user \(e.userRecordName) is blocked from the share")
         }
         try checkSealedLookup(e.sealedLookup, sealed: e.hasSealedLookup, e.lookupInfo)
@@ -56,7 +56,7 @@ extension EventValidator {
         }
         if e.approvedRequester {
             guard e.role != .publicUser, !e.userRecordName.isEmpty,
-                try m.accessEntry(txn, e.token, .request, user: e.userRecordName) != nil
+                try m.hasAccessEntry(txn, e.token, .request, user: e.userRecordName)
             else { throw Self.refuse("it approves an access request that user \(e.userRecordName) has not made") }
         }
         if !active, share.activeParticipantCount >= Decider.Limits.maxParticipants {
