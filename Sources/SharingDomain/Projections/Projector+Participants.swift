@@ -4,10 +4,11 @@ import Foundation
 /// Projecting the events about participants: invitations, changes, verification, acceptance, lookups.
 extension Projector {
     func participantAdded(
-        _ e: Shareledger_Events_V1_ParticipantAdded, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
+        _ e: Shareledger_Events_V1_ParticipantAdded, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable,
+        share: ShareState?
     ) throws {
         let m = models
-        guard var share = try m.share(txn, e.token) else { return }
+        guard var share else { return }
         let key = ReadModels.participantKey(e.token, e.participantID)
         let previous = try m.message(ParticipantState.self, txn, m.participants, key)
         var state = previous ?? ParticipantState()
@@ -61,7 +62,8 @@ extension Projector {
     }
 
     func participantUpdated(
-        _ e: Shareledger_Events_V1_ParticipantUpdated, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
+        _ e: Shareledger_Events_V1_ParticipantUpdated, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable,
+        share: ShareState?
     ) throws {
         let m = models
         let key = ReadModels.participantKey(e.token, e.participantID)
@@ -69,14 +71,15 @@ extension Projector {
         state.role = e.role
         state.permission = e.permission
         try m.put(txn, m.participants, key, state)
-        try updateShare(e.token, txn) { _ in }
+        try updateShare(share, token: e.token, txn) { _ in }
     }
 
     func participantRemoved(
-        _ e: Shareledger_Events_V1_ParticipantRemoved, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
+        _ e: Shareledger_Events_V1_ParticipantRemoved, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable,
+        share: ShareState?
     ) throws {
         let m = models
-        guard var share = try m.share(txn, e.token) else { return }
+        guard var share else { return }
         let key = ReadModels.participantKey(e.token, e.participantID)
         guard var state = try m.message(ParticipantState.self, txn, m.participants, key),
             state.status != .statusRemoved
@@ -117,10 +120,11 @@ extension Projector {
     }
 
     func participantVerified(
-        _ e: Shareledger_Events_V1_ParticipantVerified, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
+        _ e: Shareledger_Events_V1_ParticipantVerified, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable,
+        share: ShareState?
     ) throws {
         let m = models
-        guard var share = try m.share(txn, e.token) else { return }
+        guard var share else { return }
         let key = ReadModels.participantKey(e.token, e.participantID)
         guard var state = try m.message(ParticipantState.self, txn, m.participants, key) else { return }
         if state.userRecordName.isEmpty && state.status == .statusPending {
@@ -139,10 +143,11 @@ extension Projector {
     }
 
     func shareAccepted(
-        _ e: Shareledger_Events_V1_ShareAccepted, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
+        _ e: Shareledger_Events_V1_ShareAccepted, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable,
+        share: ShareState?
     ) throws {
         let m = models
-        guard let share = try m.share(txn, e.token) else { return }
+        guard var share else { return }
         let key = ReadModels.participantKey(e.token, e.participantID)
         guard var state = try m.message(ParticipantState.self, txn, m.participants, key) else { return }
         if !state.oneTimeToken.isEmpty {
@@ -159,7 +164,8 @@ extension Projector {
         try scheduleZoneTask(
             .createZone, share: share, token: e.token, user: e.userRecordName,
             id: Projector.taskID(position: context.position, index: 0), context, txn)
-        try updateShare(e.token, txn) { _ in }
+        share.changeTag += 1
+        try m.put(txn, m.shares, text: e.token, share)
     }
 
     /// A lookup changes nothing but the log, except that a lookup sealed to a forgotten address

@@ -57,10 +57,11 @@ extension Projector {
     }
 
     func shareDeleted(
-        _ e: Shareledger_Events_V1_ShareDeleted, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
+        _ e: Shareledger_Events_V1_ShareDeleted, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable,
+        share: ShareState?
     ) throws {
         let m = models
-        guard let share = try m.share(txn, e.token) else { return }
+        guard let share else { return }
         let participants = try m.participants(txn, e.token)
         var taskIndex = 0
         for (id, participant) in participants {
@@ -108,18 +109,20 @@ extension Projector {
     }
 
     func shareTitleChanged(
-        _ e: Shareledger_Events_V1_ShareTitleChanged, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
+        _ e: Shareledger_Events_V1_ShareTitleChanged, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable,
+        share: ShareState?
     ) throws {
-        try updateShare(e.token, txn) { share in
+        try updateShare(share, token: e.token, txn) { share in
             share.title = e.title
             if e.hasSealedTitle { share.sealedTitle = e.sealedTitle } else { share.clearSealedTitle() }
         }
     }
 
     func accessRequestsAllowedChanged(
-        _ e: Shareledger_Events_V1_AccessRequestsAllowedChanged, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable
+        _ e: Shareledger_Events_V1_AccessRequestsAllowedChanged, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable,
+        share: ShareState?
     ) throws {
-        try updateShare(e.token, txn) { $0.allowsAccessRequests = e.allowed }
+        try updateShare(share, token: e.token, txn) { $0.allowsAccessRequests = e.allowed }
 
     // The requesters and blocked identities are part of the share (CloudKit's CKShare.requesters,
     // blockedIdentities): each change of them is a change of the share and moves its change tag.

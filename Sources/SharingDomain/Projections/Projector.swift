@@ -47,9 +47,25 @@ package struct Projector {
         let (token, users) = try subjects(of: event, context, txn)
         // A share record as sync sees it: the change index moves it on every event that changes it.
         let shareChange = Projector.changesShareRecord(event) ? token : nil
+        // The share's row before the event, read once: the projection of the event starts from it
+        // (no second read), and its zone and record name, which never change, name the change.
         let before = try shareChange.flatMap { try models.share(txn, $0) }
-        try project(event, context, txn)
-        if let shareChange { try models.noteShareChange(txn, token: shareChange, before: before, position: context.position) }
+        try project(event, context, txn, share: before)
+        if let shareChange {
+            // Only a creation makes a share row and only a deletion removes one; no event changes a
+            // share's zone or record name, so every other event's change is named by the row before.
+            let change: (share: ShareState, deleted: Bool)?
+            switch event {
+            case .shareCreated: change = try models.share(txn, shareChange).map { ($0, false) } ?? before.map { ($0, true) }
+            case .shareDeleted: change = before.map { ($0, true) }
+            default: change = before.map { ($0, false) }
+            }
+            if let change {
+                try models.noteShareChange(
+                    txn, token: shareChange, zoneID: change.share.zoneID, recordName: change.share.shareRecordName,
+                    deleted: change.deleted, position: context.position)
+            }
+        }
         try models.journalHistory(
             txn, position: context.position, container: context.container, token: token, users: users)
         return token
@@ -124,8 +140,12 @@ package struct Projector {
     }
 
     /// Applies `event` to the read models: one function per event, by aggregate (`Projector+Users`,
-    /// `+Records`, `+Shares`, `+Participants`, `+AccessRequests`, `+Tasks`).
-    private func project(_ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable) throws {
+    /// `+Records`, `+Shares`, `+Participants`, `+AccessRequests`, `+Tasks`). `share` is the row of the
+    /// share the event changes (``changesShareRecord(_:)``) as it stood before the event, read by
+    /// ``apply(_:_:_:)``; nil for other events, or when there is no such share.
+    private func project(
+        _ event: DomainEvent, _ context: Context, _ txn: borrowing some ReadModelStore & ~Copyable, share: ShareState?
+    ) throws {
         switch event {
         case .userRegistered(let e) where e.hasSealed:
             try userRegisteredSealed(e, context, txn)
@@ -144,24 +164,24 @@ package struct Projector {
         case .shareCreated(let e):
             try shareCreated(e, context, txn)
         case .shareDeleted(let e):
-            try shareDeleted(e, context, txn)
+            try shareDeleted(e, context, txn, share: share)
         case .shareTitleChanged(let e):
-            try shareTitleChanged(e, context, txn)
+            try shareTitleChanged(e, context, txn, share: share)
         case .publicPermissionChanged(let e):
-            try updateShare(e.token, txn) { $0.publicPermission = e.newPermission }
+            try updateShare(share, token: e.token, txn) { $0.publicPermission = e.newPermission }
 
         case .participantAdded(let e):
-            try participantAdded(e, context, txn)
+            try participantAdded(e, context, txn, share: share)
         case .participantUpdated(let e):
-            try participantUpdated(e, context, txn)
+            try participantUpdated(e, context, txn, share: share)
         case .participantRemoved(let e):
-            try participantRemoved(e, context, txn)
+            try participantRemoved(e, context, txn, share: share)
         case .verificationRequested(let e):
             try verificationRequested(e, context, txn)
         case .participantVerified(let e):
-            try participantVerified(e, context, txn)
+            try participantVerified(e, context, txn, share: share)
         case .shareAccepted(let e):
-            try shareAccepted(e, context, txn)
+            try shareAccepted(e, context, txn, share: share)
         case .shareMetadataFetched:
             // A fetch changes nothing but the log (it is there for the audit trail).
             break
@@ -169,18 +189,18 @@ package struct Projector {
         case .shareParticipantFetched(let e):
             try shareParticipantFetched(e, context, txn)
         case .accessRequestsAllowedChanged(let e):
-            try accessRequestsAllowedChanged(e, context, txn)
+            try accessRequestsAllowedChanged(e, context, txn, share: share)
         case .accessRequested(let e):
-            try changeAccess(e.token, user: e.userRecordName, remove: nil, add: .request, context, txn)
+            try changeAccess(e.token, user: e.userRecordName, remove: nil, add: .request, context, txn, share: share)
 
         case .accessRequestDenied(let e):
-            try changeAccess(e.token, user: e.userRecordName, remove: .request, add: nil, context, txn)
+            try changeAccess(e.token, user: e.userRecordName, remove: .request, add: nil, context, txn, share: share)
 
         case .identityBlocked(let e):
-            try changeAccess(e.token, user: e.userRecordName, remove: .request, add: .blocked, context, txn)
+            try changeAccess(e.token, user: e.userRecordName, remove: .request, add: .blocked, context, txn, share: share)
 
         case .identityUnblocked(let e):
-            try changeAccess(e.token, user: e.userRecordName, remove: .blocked, add: nil, context, txn)
+            try changeAccess(e.token, user: e.userRecordName, remove: .blocked, add: nil, context, txn, share: share)
 
         case .participantZoneCreated(let e):
             try participantZoneCreated(e, context, txn)
@@ -189,8 +209,12 @@ package struct Projector {
         }
     }
 
-    func updateShare(_ token: String, _ txn: borrowing some ReadModelStore & ~Copyable, _ change: (inout ShareState) -> Void) throws {
-        guard var share = try models.share(txn, token) else { return }
+    /// Changes share `token` whose row is `share` (nil: there is no such share, nothing changes)
+    /// with `change`, moves its change tag and writes it.
+    func updateShare(
+        _ share: ShareState?, token: String, _ txn: borrowing some ReadModelStore & ~Copyable, _ change: (inout ShareState) -> Void
+    ) throws {
+        guard var share else { return }
         change(&share)
         share.changeTag += 1
         try models.put(txn, models.shares, text: token, share)
@@ -200,7 +224,7 @@ package struct Projector {
     /// time), and moves the share's change tag.
     func changeAccess(
         _ token: String, user: String, remove: ReadModels.AccessKind?, add: ReadModels.AccessKind?, _ context: Context,
-        _ txn: borrowing some ReadModelStore & ~Copyable
+        _ txn: borrowing some ReadModelStore & ~Copyable, share: ShareState?
     ) throws {
         if let remove { try models.deleteRow(txn, models.access, ReadModels.accessKey(token, remove, user: user)) }
         if let add {
@@ -208,7 +232,7 @@ package struct Projector {
             state.atMicros = context.recordedAtMicros
             try models.put(txn, models.access, ReadModels.accessKey(token, add, user: user), state)
         }
-        try updateShare(token, txn) { _ in }
+        try updateShare(share, token: token, txn) { _ in }
     }
 
     /// Moves an invitation's `rm_addresses` entry from the address it went to before (if any) to the

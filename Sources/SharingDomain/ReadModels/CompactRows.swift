@@ -21,7 +21,10 @@ package protocol StoredRow: Sendable {
 extension StoredRow where Self: SwiftProtobuf.Message {
     package static func decodeStored(_ bytes: UnsafeRawBufferPointer, database: String) throws -> Self {
         do {
-            return try Self(serializedBytes: Array(bytes.bindMemory(to: UInt8.self)))
+            // Decoded in place (`init(serializedBytes:)` wants an owning collection: a copy).
+            var row = Self()
+            try row.merge(serializedBytes: bytes.bytes)
+            return row
         } catch {
             throw LedgerError(
                 .corruptedData, "a value in read model \(database) does not decode (\(error)); run `share-ledger rebuild`")

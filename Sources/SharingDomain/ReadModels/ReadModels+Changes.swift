@@ -137,28 +137,42 @@ extension ReadModels {
     package func noteRecordChange(
         _ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ entry: RecordChangeEntry
     ) throws {
-        let pointer = ReadModels.recordChangePointerKey(zoneID: zoneID, entry.recordName)
-        if let previous = try txn.get(recordChanges, key: pointer).flatMap({ BigEndian.uint64($0) }) {
-            try txn.delete(recordChanges, key: ReadModels.recordChangeKey(zoneID: zoneID, position: previous))
+        let value = entry.value
+        // The keys of ``recordChangePointerKey(zoneID:_:)`` and ``recordChangeKey(zoneID:position:)``,
+        // and the pointer's value, built on the stack (a record name fits a key: at most 255 bytes).
+        func withChangeKey(_ position: UInt64, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+            _ = try ReadModels.withKey(count: 17) { key in
+                key.append(bigEndian: zoneID)
+                key.append(0)
+                key.append(bigEndian: position)
+            } _: { key -> Void? in try body(key) }
         }
-        try txn.put(recordChanges, key: ReadModels.recordChangeKey(zoneID: zoneID, position: entry.position), value: entry.value)
-        try txn.put(recordChanges, key: pointer, value: BigEndian.bytes(of: entry.position))
+        _ = try ReadModels.withKey(count: 9 + entry.recordName.utf8.count) { key in
+            key.append(bigEndian: zoneID)
+            key.append(1)
+            key.append(entry.recordName)
+        } _: { pointer -> Void? in
+            if let previous = try txn.withValue(recordChanges, key: pointer, { BigEndian.uint64($0) }) ?? nil {
+                try withChangeKey(previous) { key in try txn.delete(recordChanges, key: key, value: nil) }
+            }
+            try withChangeKey(entry.position) { key in
+                try value.withUnsafeBytes { value in try txn.put(recordChanges, key: key, value: value, flags: []) }
+            }
+            try BigEndian.withBytes(of: entry.position) { value in try txn.put(recordChanges, key: pointer, value: value, flags: []) }
+            return ()
+        }
     }
 
-    /// Records the change of a share record by the event at `position`: saved while the share
-    /// exists, a tombstone once it was deleted (`before`: the share as it was before the event).
+    /// Records the change of share `token`'s record (`recordName` in the zone numbered `zoneID`, which
+    /// never change for a share) by the event at `position`: saved while the share exists, a
+    /// tombstone once it was `deleted`.
     package func noteShareChange(
-        _ txn: borrowing some ReadModelStore & ~Copyable, token: String, before: ShareState?, position: UInt64
+        _ txn: borrowing some ReadModelStore & ~Copyable, token: String, zoneID: UInt64, recordName: String, deleted: Bool,
+        position: UInt64
     ) throws {
-        if let after = try share(txn, token) {
-            try noteRecordChange(
-                txn, zoneID: after.zoneID,
-                RecordChangeEntry(position: position, recordName: after.shareRecordName, deleted: false, isShare: true, shareToken: token))
-        } else if let before {
-            try noteRecordChange(
-                txn, zoneID: before.zoneID,
-                RecordChangeEntry(position: position, recordName: before.shareRecordName, deleted: true, shareToken: token))
-        }
+        try noteRecordChange(
+            txn, zoneID: zoneID,
+            RecordChangeEntry(position: position, recordName: recordName, deleted: deleted, isShare: !deleted, shareToken: token))
     }
 
     /// Forgets every change of a deleted zone (its id is never used again).

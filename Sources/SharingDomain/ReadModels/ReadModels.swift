@@ -323,6 +323,15 @@ package final class ReadModels: Sendable {
             count += 1
         }
 
+        /// Appends the 8 big-endian bytes of `value`.
+        package mutating func append(bigEndian value: UInt64) {
+            var be = value.bigEndian
+            withUnsafeBytes(of: &be) { bytes in
+                UnsafeMutableRawBufferPointer(rebasing: buffer[count..<count + 8]).copyMemory(from: bytes)
+            }
+            count += 8
+        }
+
         /// Appends the UTF-8 bytes of `text`.
         package mutating func append(_ text: String) {
             var text = text
