@@ -97,66 +97,37 @@ let benchmarks: @Sendable () -> Void = {
     // Each step twice: `decide.<step>` reads through a row cache as the writer does (empty at the
     // start of the step, so each row it reads is decoded once), `decide.<step>.uncached` decodes
     // every read, as a rebuild's replay does.
-    for rowCache in [true, false] {
-        let suffix = rowCache ? "" : ".uncached"
-
-        Benchmark("decide.createShare" + suffix) { benchmark in
-            let fixture = try await Fixture.make()
-            let step = BenchmarkStep.createShare(
-                fixture.ledger, rootRecord: RecordID(recordName: "board0", zoneID: RecordZoneID(zoneName: "Boards")),
-                title: "Planning")
-            benchmark.startMeasurement()
-            for _ in benchmark.scaledIterations {
-                blackHole(
-                    try fixture.ledger.benchmarkDecideAndApply(
-                        step, container: Fixture.container, actor: "_owner", rowCache: rowCache))
+    func decide(_ name: String, actor: String, _ step: @escaping @Sendable (Fixture) throws -> BenchmarkStep) {
+        for rowCache in [true, false] {
+            Benchmark("decide." + name + (rowCache ? "" : ".uncached")) { benchmark in
+                let fixture = try await Fixture.make()
+                let step = try step(fixture)
+                benchmark.startMeasurement()
+                for _ in benchmark.scaledIterations {
+                    blackHole(
+                        try fixture.ledger.benchmarkDecideAndApply(step, container: Fixture.container, actor: actor, rowCache: rowCache))
+                }
+                benchmark.stopMeasurement()
+                await fixture.close()
             }
-            benchmark.stopMeasurement()
-            await fixture.close()
-        }
-
-        Benchmark("decide.invite" + suffix) { benchmark in
-            let fixture = try await Fixture.make()
-            let step = try BenchmarkStep.addParticipant(
-                fixture.ledger, LookupInfo(emailAddress: "guest@example.com"), permission: .readWrite, to: fixture.shareURL)
-            benchmark.startMeasurement()
-            for _ in benchmark.scaledIterations {
-                blackHole(
-                    try fixture.ledger.benchmarkDecideAndApply(
-                        step, container: Fixture.container, actor: "_owner", rowCache: rowCache))
-            }
-            benchmark.stopMeasurement()
-            await fixture.close()
-        }
-
-        // Deciding a fetch reads the caller's account, the share and the caller's standing: the
-        // logged ShareMetadataFetched records what the metadata said of them.
-        Benchmark("decide.fetchMetadata" + suffix) { benchmark in
-            let fixture = try await Fixture.make()
-            let step = BenchmarkStep.fetchMetadata(fixture.shareURL)
-            benchmark.startMeasurement()
-            for _ in benchmark.scaledIterations {
-                blackHole(
-                    try fixture.ledger.benchmarkDecideAndApply(
-                        step, container: Fixture.container, actor: "_member", rowCache: rowCache))
-            }
-            benchmark.stopMeasurement()
-            await fixture.close()
-        }
-
-        Benchmark("decide.accept" + suffix) { benchmark in
-            let fixture = try await Fixture.make()
-            let step = BenchmarkStep.accept(fixture.ledger, fixture.memberMetadata)
-            benchmark.startMeasurement()
-            for _ in benchmark.scaledIterations {
-                blackHole(
-                    try fixture.ledger.benchmarkDecideAndApply(
-                        step, container: Fixture.container, actor: "_member", rowCache: rowCache))
-            }
-            benchmark.stopMeasurement()
-            await fixture.close()
         }
     }
+
+    decide("createShare", actor: "_owner") { fixture in
+        BenchmarkStep.createShare(
+            fixture.ledger, rootRecord: RecordID(recordName: "board0", zoneID: RecordZoneID(zoneName: "Boards")), title: "Planning")
+    }
+
+    decide("invite", actor: "_owner") { fixture in
+        try BenchmarkStep.addParticipant(
+            fixture.ledger, LookupInfo(emailAddress: "guest@example.com"), permission: .readWrite, to: fixture.shareURL)
+    }
+
+    // Deciding a fetch reads the caller's account, the share and the caller's standing: the logged
+    // ShareMetadataFetched records what the metadata said of them.
+    decide("fetchMetadata", actor: "_member") { fixture in BenchmarkStep.fetchMetadata(fixture.shareURL) }
+
+    decide("accept", actor: "_member") { fixture in BenchmarkStep.accept(fixture.ledger, fixture.memberMetadata) }
 
     // MARK: Queries
 

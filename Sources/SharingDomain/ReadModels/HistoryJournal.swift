@@ -36,10 +36,9 @@ package struct HistoryJournalEntry: Equatable {
     package static let layoutVersion: UInt8 = 1
 
     package func encoded() -> [UInt8] {
-        func size(_ value: String) -> Int { 2 + min(value.utf8.count, Int(UInt16.max)) }
         var writer = Writer(
-            capacity: 3 + size(container) + tokens.prefix(255).reduce(0) { $0 + size($1) }
-                + users.prefix(255).reduce(0) { $0 + size($1) })
+            capacity: 3 + Writer.size(container) + tokens.prefix(255).reduce(0) { $0 + Writer.size($1) }
+                + users.prefix(255).reduce(0) { $0 + Writer.size($1) })
         writer.string(container)
         writer.out.append(UInt8(min(tokens.count, 255)))
         for token in tokens.prefix(255) { writer.string(token) }

@@ -75,16 +75,12 @@ extension ReadModels {
 
     /// Every participant of a share (removed ones included), by participant id.
     package func participants(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws -> [(id: String, state: ParticipantState)] {
-        let prefix = Array(token.utf8)
-        return try scan(txn, participants, prefix: prefix).map { entry in
-            let id = String(decoding: entry.suffix, as: UTF8.self)
-            if let rowCache, case .some(.some(let kept)) = rowCache.row(ParticipantState.self, participants, prefix + entry.suffix) {
-                return (id, kept)
-            }
-            let state = try entry.value.withUnsafeBytes { try ParticipantState.decodeStored($0, database: participants.name) }
-            rowCache?.keep(participants, prefix + entry.suffix, row: state)
-            return (id, state)
+        var out: [(id: String, state: ParticipantState)] = []
+        try visitParticipants(txn, token) { id, state in
+            out.append((id(), state))
+            return true
         }
+        return out
     }
 
     /// The first participant of share `token` (removed ones included, by participant id) for which
@@ -92,8 +88,22 @@ extension ReadModels {
     package func firstParticipant(
         _ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, where test: (ParticipantState) -> Bool
     ) throws -> (id: String, state: ParticipantState)? {
-        let prefix = Array(token.utf8)
         var found: (id: String, state: ParticipantState)?
+        try visitParticipants(txn, token) { id, state in
+            guard test(state) else { return true }
+            found = (id(), state)
+            return false
+        }
+        return found
+    }
+
+    /// Visits the participants of share `token` in participant-id order while `body` returns true:
+    /// each row from the row cache, or decoded (and kept), with its id made on demand.
+    private func visitParticipants(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ token: String,
+        _ body: (_ id: () -> String, _ state: ParticipantState) throws -> Bool
+    ) throws {
+        let prefix = Array(token.utf8)
         try visit(txn, participants, prefix: prefix) { key, value in
             let rowKey = Array(key)
             let state: ParticipantState
@@ -103,11 +113,8 @@ extension ReadModels {
                 state = try ParticipantState.decodeStored(value, database: participants.name)
                 rowCache?.keep(participants, rowKey, row: state)
             }
-            guard test(state) else { return true }
-            found = (String(decoding: key[prefix.count...], as: UTF8.self), state)
-            return false
+            return try body({ String(decoding: key[prefix.count...], as: UTF8.self) }, state)
         }
-        return found
     }
 
     /// The participant id `user` has (or had) in share `token`.

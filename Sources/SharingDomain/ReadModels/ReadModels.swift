@@ -342,21 +342,14 @@ package final class ReadModels: Sendable {
         }
     }
 
-    // Inlined (with `decode`, `put` and the row cache's `row`) into each typed read, where the row
+    // Inlined (with `put` and the row cache's `row`) into each typed read, where the row
     // type is known: called generically, every read looked up the metadata of `M?` and `M??` in the
     // runtime's generic-metadata cache, 8 % of a rebuild's samples.
     @inline(__always)
     package func message<M: StoredRow>(
         _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: [UInt8]
     ) throws -> M? {
-        guard ReadModels.isStorable(key) else { return nil }
-        if let rowCache, RowCache.keeps(db) {
-            if let kept = rowCache.row(M.self, db, key) { return kept }
-            let row = try decode(M.self, txn, db, key)
-            rowCache.keep(db, key, row: row)
-            return row
-        }
-        return try decode(M.self, txn, db, key)
+        try message(M.self, txn, db, RowCache.Key(db: db.index, key: key))
     }
 
     /// The row whose key is the UTF-8 bytes of `text` (a share's token): ``message(_:_:_:_:)`` without
@@ -365,41 +358,40 @@ package final class ReadModels: Sendable {
     package func message<M: StoredRow>(
         _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, text: String
     ) throws -> M? {
-        let count = text.utf8.count
-        guard count > 0, count <= ReadModels.maxKeyBytes else { return nil }
-        let key = RowCache.Key(db: db.index, text: text)
-        if let rowCache, RowCache.keeps(db) {
-            if let kept = rowCache.row(M.self, key) { return kept }
-            let row = try key.withBytes { k in try txn.withValue(db, key: k) { raw in try M.decodeStored(raw, database: db.name) } }
-            rowCache.keep(key, row: row)
-            return row
-        }
-        return try key.withBytes { k in try txn.withValue(db, key: k) { raw in try M.decodeStored(raw, database: db.name) } }
+        try message(M.self, txn, db, RowCache.Key(db: db.index, text: text))
+    }
+
+    /// The row of `key` in `db` (nil for a key that cannot be stored), from the row cache when it
+    /// keeps the table, else decoded from its stored bytes (and then kept).
+    @inline(__always)
+    private func message<M: StoredRow>(
+        _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: RowCache.Key
+    ) throws -> M? {
+        guard key.withBytes({ !$0.isEmpty && $0.count <= ReadModels.maxKeyBytes }) else { return nil }
+        let rowCache = RowCache.keeps(db) ? rowCache : nil
+        if let rowCache, let kept = rowCache.row(M.self, key) { return kept }
+        let row = try key.withBytes { k in try txn.withValue(db, key: k) { raw in try M.decodeStored(raw, database: db.name) } }
+        rowCache?.keep(key, row: row)
+        return row
+    }
+
+    @inline(__always)
+    package func put<M: StoredRow>(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: [UInt8], _ row: M) throws {
+        try put(txn, db, RowCache.Key(db: db.index, key: key), row)
     }
 
     /// Writes `row` under the UTF-8 bytes of `text`: ``put(_:_:_:_:)`` without copying the key.
     @inline(__always)
     package func put<M: StoredRow>(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, text: String, _ row: M) throws {
-        let key = RowCache.Key(db: db.index, text: text)
+        try put(txn, db, RowCache.Key(db: db.index, text: text), row)
+    }
+
+    /// Writes `row` under `key` in `db`, and keeps it in the row cache when it keeps the table.
+    @inline(__always)
+    private func put<M: StoredRow>(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: RowCache.Key, _ row: M) throws {
         let value = try row.storedBytes()
         try key.withBytes { k in try value.withUnsafeBytes { v in try txn.put(db, key: k, value: v, flags: []) } }
         if let rowCache, RowCache.keeps(db) { rowCache.keep(key, row: row) }
-    }
-
-    /// The row of `key` in `db`, decoded from its stored bytes.
-    @inline(__always)
-    private func decode<M: StoredRow>(
-        _ type: M.Type, _ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: [UInt8]
-    ) throws -> M? {
-        try key.withUnsafeBytes { k in
-            try txn.withValue(db, key: k) { raw in try M.decodeStored(raw, database: db.name) }
-        }
-    }
-
-    @inline(__always)
-    package func put<M: StoredRow>(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: [UInt8], _ row: M) throws {
-        try txn.put(db, key: key, value: try row.storedBytes())
-        if let rowCache, RowCache.keeps(db) { rowCache.keep(db, key, row: row) }
     }
 
     /// Deletes the row of `key` in `db` (and forgets it in the ``rowCache``); returns whether there was one.
@@ -415,17 +407,18 @@ package final class ReadModels: Sendable {
 
     /// The value under the UTF-8 bytes of `text`, as a string (the key not copied).
     package func string(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, text: String) throws -> String? {
-        var key = text
-        return try key.withUTF8 { k in
-            guard k.count > 0, k.count <= ReadModels.maxKeyBytes else { return nil }
-            return try txn.withValue(db, key: UnsafeRawBufferPointer(k)) { String(decoding: $0, as: UTF8.self) }
-        }
+        try string(txn, db, RowCache.Key(db: db.index, text: text))
     }
 
     package func string(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: [UInt8]) throws -> String? {
-        guard ReadModels.isStorable(key) else { return nil }
-        return try key.withUnsafeBytes { k in
-            try txn.withValue(db, key: k) { String(decoding: $0, as: UTF8.self) }
+        try string(txn, db, RowCache.Key(db: db.index, key: key))
+    }
+
+    /// The value under `key` as a string (nil for none, or a key that cannot be stored).
+    private func string(_ txn: borrowing some ReadModelStore & ~Copyable, _ db: ReadModelTable, _ key: RowCache.Key) throws -> String? {
+        try key.withBytes { k in
+            guard !k.isEmpty, k.count <= ReadModels.maxKeyBytes else { return nil }
+            return try txn.withValue(db, key: k) { String(decoding: $0, as: UTF8.self) }
         }
     }
 
