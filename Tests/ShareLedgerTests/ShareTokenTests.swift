@@ -98,6 +98,50 @@ struct ShareTokenTests {
         #expect(ShareURL.token(in: URL(string: "https://www.icloud.com/notes/\(token.text)")!) == token)
     }
 
+    @Test("a share URL written directly is the one URLComponents writes, for plain and other hosts and any title")
+    func urlsAsComponentsWriteThem() throws {
+        var generator = SplitMix64(state: 11)
+        let titles = [
+            nil, "", "Nora's log", "Trip: Tokyo 2026!", "Café au lait", "e\u{301}t\u{E9}", "日本の旅", "👩‍👩‍👧 family",
+            "tab\tnew\nline", "100% #1 ?q=a&b", String(repeating: "x", count: 300),
+        ]
+        let hosts = ["share.example.com", "Share.Example.COM", "127.0.0.1", "a-b.c", "münchen.example", "h_1.example"]
+        for host in hosts {
+            for title in titles {
+                let token = ShareToken.generate(using: &generator)
+                var components = URLComponents()
+                components.scheme = "https"
+                components.host = host
+                components.path = "/share/\(token.text)"
+                if let title, !title.isEmpty {
+                    components.fragment = String(
+                        title.unicodeScalars.map { scalar -> Character in
+                            scalar.isASCII && CharacterSet.alphanumerics.contains(scalar) ? Character(scalar) : "_"
+                        })
+                }
+                let made = ShareURL.make(host: host, token: token, title: title)
+                #expect(made?.absoluteString == components.url?.absoluteString, "host \(host), title \(title ?? "nil")")
+                #expect(made == components.url)
+                #expect(made.flatMap(ShareURL.token(in:)) == token)
+            }
+        }
+    }
+
+    @Test("the token is the last of two or more non-empty path components, as a split on / finds it")
+    func tokenIsTheLastComponent() throws {
+        let token = ShareToken.generate().text
+        let paths = [
+            "/share/\(token)", "//share//\(token)//", "/\(token)", "/a/b/c/\(token)", "/a/\(token)/", "/\(token)/\(token)",
+            "/", "", "/a/b", "/share/\(token)x", "/share/%30\(token.dropFirst())",
+        ]
+        for path in paths {
+            let url = try #require(URL(string: "https://h" + path))
+            let components = url.path.split(separator: "/", omittingEmptySubsequences: true)
+            let expected = components.count >= 2 ? components.last.flatMap { ShareToken($0) } : nil
+            #expect(ShareURL.token(in: url) == expected, "path \(path)")
+        }
+    }
+
     @Test("URLs that cannot be share URLs give no token", arguments: [
         "ftp://h/share/0abcdefghijklmnopqrstuvwxy", "https:///share/0abcdefghijklmnopqrstuvwxy",
         "https://h/0abcdefghijklmnopqrstuvwxy", "https://h/share/0abcdefghijklmnopqrstuvwxy/extra",

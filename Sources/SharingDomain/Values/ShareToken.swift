@@ -48,18 +48,36 @@ public struct ShareToken: Sendable, Hashable, Codable, CustomStringConvertible {
 
     /// Parses the text form; `nil` unless it has a token's shape (`0` and 25 of `0-9A-Za-z`).
     public init?(_ text: some StringProtocol) {
-        let bytes = text.utf8
-        guard bytes.count == ShareToken.length, bytes.first == UInt8(ascii: "0") else { return nil }
+        guard ShareToken.hasShape(text.utf8) else { return nil }
+        self.text = String(text)
+    }
+
+    /// Parses the text form; `nil` unless it has a token's shape (`0` and 25 of `0-9A-Za-z`).
+    public init?(_ text: String) {
+        // The common case, without the generic entry point's unspecialized walk.
+        guard ShareToken.hasShape(text.utf8) else { return nil }
+        self.text = text
+    }
+
+    /// Parses the text form; `nil` unless it has a token's shape (`0` and 25 of `0-9A-Za-z`).
+    public init?(_ text: Substring) {
+        guard ShareToken.hasShape(text.utf8) else { return nil }
+        self.text = String(text)
+    }
+
+    /// Whether `bytes` have a token's shape: `0` and 25 of `0-9A-Za-z`.
+    private static func hasShape(_ bytes: some Collection<UInt8>) -> Bool {
+        guard bytes.count == ShareToken.length, bytes.first == UInt8(ascii: "0") else { return false }
         for byte in bytes.dropFirst() {
             switch byte {
             case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
                 UInt8(ascii: "a")...UInt8(ascii: "z"):
                 continue
             default:
-                return nil
+                return false
             }
         }
-        self.text = String(text)
+        return true
     }
 
     /// The text form.
@@ -93,19 +111,53 @@ public enum ShareURL {
     /// The URL of `token` on `host`, with `title` (if any) mangled into the fragment: every character
     /// other than an ASCII letter or digit becomes `_` (`Nora's log` → `Nora_s_log`).
     public static func make(host: String, token: ShareToken, title: String? = nil) -> URL? {
-        var components = URLComponents()
-        components.scheme = "https"
-        components.host = host
-        components.path = "/share/\(token.text)"
-        if let title, !title.isEmpty { components.fragment = mangle(title) }
-        return components.url
+        let fragment = title.flatMap { $0.isEmpty ? nil : mangle($0) }
+        guard isPlainHost(host) else {
+            // A host with characters a URL must escape: URLComponents escapes them.
+            var components = URLComponents()
+            components.scheme = "https"
+            components.host = host
+            components.path = "/share/\(token.text)"
+            components.fragment = fragment
+            return components.url
+        }
+        // Nothing here needs escaping (a plain host, the token's and the mangled title's letters and
+        // digits): the text is the URL, as URLComponents would have written it, built directly.
+        var text = "https://"
+        text.reserveCapacity(16 + host.utf8.count + ShareToken.length + (fragment?.utf8.count ?? 0))
+        text += host
+        text += "/share/"
+        text += token.text
+        if let fragment {
+            text += "#"
+            text += fragment
+        }
+        return URL(string: text)
+    }
+
+    /// Whether `host` is a non-empty run of ASCII letters, digits, dots and hyphens: a host name or
+    /// an IPv4 address, which a URL holds as it is.
+    static func isPlainHost(_ host: String) -> Bool {
+        !host.isEmpty
+            && host.utf8.allSatisfy { byte in
+                isASCIILetterOrDigit(UInt32(byte)) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
+            }
+    }
+
+    private static func isASCIILetterOrDigit(_ value: UInt32) -> Bool {
+        (0x30...0x39).contains(value) || (0x41...0x5A).contains(value) || (0x61...0x7A).contains(value)
     }
 
     /// The title as it appears in a URL's fragment.
     public static func mangle(_ title: String) -> String {
-        String(title.unicodeScalars.map { scalar -> Character in
-            scalar.isASCII && (CharacterSet.alphanumerics.contains(scalar)) ? Character(scalar) : "_"
-        })
+        // Per Unicode scalar: the ASCII letters and digits (the ASCII members of
+        // `CharacterSet.alphanumerics`) stay, everything else is one `_`.
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(title.utf8.count)
+        for scalar in title.unicodeScalars {
+            bytes.append(isASCIILetterOrDigit(scalar.value) ? UInt8(truncatingIfNeeded: scalar.value) : UInt8(ascii: "_"))
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// The token of a share URL, or `nil` when `url` cannot be one of this ledger's share URLs
@@ -116,8 +168,27 @@ public enum ShareURL {
             let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http",
             let host = url.host, !host.isEmpty
         else { return nil }
-        let components = url.path.split(separator: "/", omittingEmptySubsequences: true)
-        guard components.count >= 2, let last = components.last else { return nil }
-        return ShareToken(last)
+        // The last of two or more non-empty path components.
+        let path = url.path
+        var components = 0
+        var last: Range<String.Index>?
+        var start: String.Index?
+        var index = path.startIndex
+        while true {
+            let atEnd = index == path.endIndex
+            if atEnd || path.utf8[index] == UInt8(ascii: "/") {
+                if let begun = start {
+                    components += 1
+                    last = begun..<index
+                    start = nil
+                }
+                if atEnd { break }
+            } else if start == nil {
+                start = index
+            }
+            index = path.utf8.index(after: index)
+        }
+        guard components >= 2, let last else { return nil }
+        return ShareToken(path[last])
     }
 }
