@@ -42,6 +42,26 @@ struct AuthenticationTests {
         await f.ledger.close()
     }
 
+    @Test("an account found once is known without a read; a name not found is asked again; containers stay apart")
+    func registeredAccountsKept() async throws {
+        let (f, share) = try await SharingFixture.withShare()
+        let late = f.as_("_late")
+        #expect(await errorCode { try late.ownedShares() } == .notAuthenticated)
+        #expect(await errorCode { try late.share(for: share.url) } == .notAuthenticated)
+        let kept = f.ledger.store.registeredUsersKept
+        // Registered after a refusal: the refusal was not kept.
+        try await f.ledger.registerUser("_late", in: SharingFixture.container, emailAddress: "late@example.com")
+        #expect(try late.ownedShares().isEmpty)
+        #expect(f.ledger.store.registeredUsersKept == kept + 1)
+        #expect(try f.alice.share(for: share.url).owner.userIdentity.userRecordID?.recordName == "_alice")
+        #expect(try f.alice.share(for: share.url).participants.count == 1)
+        // Alice is known in her container; in another one she is still nobody.
+        let elsewhere = f.ledger.container("iCloud.com.example.other", userRecordName: "_alice")
+        #expect(await errorCode { try elsewhere.ownedShares() } == .notAuthenticated)
+        #expect(await errorCode { try await elsewhere.shareMetadatas(for: [share.url]) } == .notAuthenticated)
+        await f.ledger.close()
+    }
+
     @Test("a well-formed but unregistered user gets notAuthenticated from every query, as docs/semantics.md says")
     func unregisteredUserQueries() async throws {
         let (f, share) = try await SharingFixture.withShare()

@@ -99,12 +99,8 @@ public struct Container: Sendable {
     func registeredUser() throws(LedgerError) -> String {
         try Decider.checkContainer(containerIdentifier)
         let user = try signedInUser()
-        let ledger = self.ledger
         let container = containerIdentifier
-        let registered = try ledger.read("checking the signed-in user") { txn in
-            try ledger.models.userExists(txn, container, user)
-        }
-        guard registered else {
+        guard try ledger.store.isRegistered(user, in: container) else {
             throw LedgerError(
                 .notAuthenticated, "the signed-in user is not registered in container \(container): register the user "
                     + "in this container and act as that user")

@@ -35,6 +35,16 @@ package final class LedgerStore: Sendable {
     let shareURLHost: String
     /// The log's last commit and the key store's generation when ``noticeKeyStoreChanges()`` last looked.
     private let keyStoreSeen: Mutex<(committed: UInt64, generation: UInt64)>
+    /// Accounts found registered, with the ``ShareTagTracker/generation`` they were found in.
+    private let registeredUsers = Mutex<(generation: UInt64, users: Set<RegisteredUser>)>((0, []))
+    /// The most accounts ``registeredUsers`` keeps before it starts over.
+    static let registeredUsersCapacity = 65_536
+
+    /// An account of a container.
+    private struct RegisteredUser: Hashable {
+        var container: String
+        var user: String
+    }
 
     /// The glue of `log`, opened with the ledger's configuration: its read models (sealing new events or not),
     /// the row cache and tag tracker the log's writer tells about every commit, the metadata cache.
@@ -118,6 +128,32 @@ package final class LedgerStore: Sendable {
         if generation != seen.generation { dropKeptAnswers() }
         keyStoreSeen.withLock { $0 = (committed, generation) }
     }
+
+    /// Whether `user` is a registered account of `container`: known in memory once found, else read
+    /// (and kept when found). Users are never deleted, so an account found once stays; what is kept
+    /// is dropped all the same with every new generation of kept answers (maintenance work, such as
+    /// a rebuild's swap, may have written any row), read before the transaction.
+    func isRegistered(_ user: String, in container: String) throws(LedgerError) -> Bool {
+        let key = RegisteredUser(container: container, user: user)
+        let generation = shareTags.generation
+        if registeredUsers.withLock({ $0.generation == generation && $0.users.contains(key) }) { return true }
+        let models = self.models
+        let found = try read("checking the signed-in user") { txn in try models.userExists(txn, container, user) }
+        guard found else { return false }
+        registeredUsers.withLock { kept in
+            if kept.generation != generation {
+                // Kept in an older generation (or this lookup's is older): start over in this one.
+                guard generation > kept.generation else { return }
+                kept = (generation, [])
+            }
+            if kept.users.count >= LedgerStore.registeredUsersCapacity { kept.users.removeAll(keepingCapacity: true) }
+            kept.users.insert(key)
+        }
+        return true
+    }
+
+    /// How many accounts ``isRegistered(_:in:)`` knows in memory (for tests).
+    package var registeredUsersKept: Int { registeredUsers.withLock { $0.users.count } }
 
     /// Kept metadata answers may name a forgotten person: rows changed without any share's tag
     /// changing, so every kept answer is dropped (as after maintenance work: a new generation).
