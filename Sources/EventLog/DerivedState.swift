@@ -213,6 +213,11 @@ package enum DerivedState {
             underlying: error.description)
     }
 
+    /// The error of a position record of `count` bytes (it has 40: a position and a hash).
+    static func badPositionRecord(count: Int) -> LedgerError {
+        LedgerError(.corruptedData, "the position record of derived/ is \(count) bytes, expected 40; " + damagedAdvice)
+    }
+
     /// What to do about a damaged `derived/`.
     static let damagedAdvice =
         "derived/ is a cache of the log (data.mdb), not the log, which this damage does not touch: `share-ledger rebuild` "

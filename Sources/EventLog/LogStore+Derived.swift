@@ -13,19 +13,32 @@ extension LogStore {
 
     /// The position record itself; nil when there is none (a new companion: nothing derived yet).
     package func recordedDerivedPosition(_ txn: borrowing Transaction) throws -> (position: UInt64, hash: EventHash)? {
+        try withDerivedPositionRecord(txn) { value in
+            guard let position = BigEndian.uint64(value), let hash = EventHash(bytes: value[8...]) else {
+                throw DerivedState.badPositionRecord(count: value.count)
+            }
+            return (position, hash)
+        }
+    }
+
+    /// The position of ``recordedDerivedPosition(_:)`` without its hash (which every read would
+    /// otherwise copy out).
+    package func recordedDerivedPositionOnly(_ txn: borrowing Transaction) throws -> UInt64? {
+        try withDerivedPositionRecord(txn) { value in
+            guard let position = BigEndian.uint64(value) else { throw DerivedState.badPositionRecord(count: value.count) }
+            return position
+        }
+    }
+
+    /// `body` on the 40 bytes of the position record; nil when there is none.
+    private func withDerivedPositionRecord<R>(_ txn: borrowing Transaction, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
         guard let derivedMeta else { return nil }
-        let record = try DerivedState.positionKey.withUnsafeBytes { key in
-            try txn.withValue(derivedMeta, key: key) { value -> (UInt64, EventHash) in
-                guard value.count == 40, let position = BigEndian.uint64(value), let hash = EventHash(bytes: value[8...])
-                else {
-                    throw LedgerError(
-                        .corruptedData, "the position record of derived/ is \(value.count) bytes, expected 40; "
-                            + DerivedState.damagedAdvice)
-                }
-                return (position, hash)
+        return try DerivedState.positionKey.withUnsafeBytes { key in
+            try txn.withValue(derivedMeta, key: key) { value -> R in
+                guard value.count == 40 else { throw DerivedState.badPositionRecord(count: value.count) }
+                return try body(value)
             }
         }
-        return record
     }
 
     /// Records that the derived databases reflect the log through `head`.

@@ -172,7 +172,7 @@ extension LogStore {
     /// they reflect the log's last entry. (One point read; a cursor on the log would cost an
     /// allocation per query.)
     func derivedBehind(_ txn: borrowing Transaction) throws -> UInt64? {
-        let derived = try derivedPosition(txn).position
+        let derived = try recordedDerivedPositionOnly(txn) ?? 0
         let next = try BigEndian.withBytes(of: derived &+ 1) { key in try txn.withValue(log, key: key) { _ in true } }
         return next == nil ? nil : derived
     }

@@ -173,6 +173,7 @@ struct Presenter: Sendable {
         }
         let prefixCount = token.utf8.count
         var out: [(id: String, row: PresentedParticipantRow)] = []
+        out.reserveCapacity(8)
         try models.visit(txn, models.participants, prefix: Array(token.utf8)) { key, value in
             let id = String(decoding: UnsafeRawBufferPointer(rebasing: key[prefixCount...]), as: UTF8.self)
             let cacheKey = ParticipantRowCache.Key(bytes: Array(key.bindMemory(to: UInt8.self)))
@@ -197,13 +198,19 @@ struct Presenter: Sendable {
 
     func share(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, state: ShareState, viewer: String?) throws -> Share {
         let all = try participants(txn, token: token, container: state.container)
+        // The viewer's row is one of `all`: only its id is looked up.
         var viewerEntry: (id: String, state: ParticipantState)?
-        if let viewer { viewerEntry = try models.participant(txn, of: viewer, in: state, token: token) }
+        if let viewer, let id = try models.participantID(txn, state.container, user: viewer, token: token),
+            let row = all.first(where: { $0.id == id })
+        {
+            viewerEntry = (id, row.row.state)
+        }
         let seesAll =
             viewerEntry.map {
                 $0.state.role == .owner || ($0.state.role == .administrator && $0.state.status == .statusAccepted)
             } ?? false
         var visible: [Share.Participant] = []
+        visible.reserveCapacity(all.count)
         var owner: Share.Participant?
         var current: Share.Participant?
         for (id, row) in all {

@@ -209,7 +209,11 @@ extension ReadModels {
     package func accessEntries(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind) throws
         -> [(user: String, state: AccessEntryState)]
     {
-        try scan(txn, access, prefix: Array(token.utf8) + [kind.rawValue]).map { entry in
+        var prefix: [UInt8] = []
+        prefix.reserveCapacity(token.utf8.count + 1)
+        prefix += token.utf8
+        prefix.append(kind.rawValue)
+        return try scan(txn, access, prefix: prefix).map { entry in
             let state = try entry.value.withUnsafeBytes { try AccessEntryState.decodeStored($0, database: access.name) }
             return (String(decoding: entry.suffix, as: UTF8.self), state)
         }
