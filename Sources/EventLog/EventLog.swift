@@ -426,9 +426,10 @@ public final class EventLog: Sendable {
     /// Commands submitted and not yet taken by the writer.
     package var queuedCommands: Int { writer.queuedCommands }
 
-    /// The CPU time the writer thread has spent on batches since the log was opened, in nanoseconds,
-    /// in user space and in the kernel (for `share-ledger bench`: writer CPU per action).
-    package var writerCPUNanoseconds: (user: UInt64, system: UInt64) { writer.cpuNanoseconds }
+    /// The CPU time the writer thread has spent on batches since the log was opened, in nanoseconds:
+    /// the exact total, and the tick-sampled user and kernel times whose ratio splits it (for
+    /// `share-ledger bench`: writer CPU per action).
+    package var writerCPUNanoseconds: (total: UInt64, user: UInt64, system: UInt64) { writer.cpuNanoseconds }
 
     /// The size in bytes of the stored entry at `position` (envelope and hash), for benchmarks that
     /// replay the same sizes against raw LMDB.

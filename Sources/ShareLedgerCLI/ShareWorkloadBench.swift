@@ -219,7 +219,9 @@ func interleavedSegments(
     var next = 0
     var measuredSizes: [Int] = []
     var writerNanoseconds: UInt64 = 0
-    var writerUserNanoseconds: UInt64 = 0
+    // The writer's exact CPU time, and its tick-sampled user and whole times, whose ratio splits it.
+    var writerSampledUser: UInt64 = 0
+    var writerSampled: UInt64 = 0
     var writtenBytes: UInt64 = 0
     var processCPU = ProcessCPUTime.zero
     for index in 0..<segments {
@@ -235,8 +237,9 @@ func interleavedSegments(
         ledgerSeconds += (ContinuousClock.now - started).seconds
         processCPU = processCPU + (ProcessCPUTime.now() - processBefore)
         let cpuAfter = log.writerCPUNanoseconds
-        writerNanoseconds += (cpuAfter.user &- cpuBefore.user) &+ (cpuAfter.system &- cpuBefore.system)
-        writerUserNanoseconds += cpuAfter.user &- cpuBefore.user
+        writerNanoseconds += cpuAfter.total &- cpuBefore.total
+        writerSampledUser += cpuAfter.user &- cpuBefore.user
+        writerSampled += (cpuAfter.user &- cpuBefore.user) &+ (cpuAfter.system &- cpuBefore.system)
         writtenBytes += processWrittenBytes() &- writtenBefore
         next += count
         let head = try log.head().position.rawValue
@@ -249,7 +252,8 @@ func interleavedSegments(
         perSecond: Double(actions) / ledgerSeconds, rawPerSecond: rawSeconds.map { Double(actions) / $0 },
         meanCommitSize: Double(measuredSizes.reduce(0, +)) / Double(max(1, measuredSizes.count)), valueSize: valueSize,
         writerCPUMicrosPerAction: Double(writerNanoseconds) / 1_000 / Double(max(1, actions)),
-        writerUserMicrosPerAction: Double(writerUserNanoseconds) / 1_000 / Double(max(1, actions)),
+        writerUserMicrosPerAction: Double(writerNanoseconds) * (writerSampled == 0 ? 0 : Double(writerSampledUser) / Double(writerSampled))
+            / 1_000 / Double(max(1, actions)),
         pagesPerAction: Double(writtenBytes) / 4_096 / Double(max(1, actions)),
         processCPU: CPUCost(time: processCPU, units: actions))
 }
