@@ -129,17 +129,26 @@ let benchmarks: @Sendable () -> Void = {
 
     decide("accept", actor: "_member") { fixture in BenchmarkStep.accept(fixture.ledger, fixture.memberMetadata) }
 
-    // MARK: Queries
+    // MARK: Queries (public API, no event appended)
 
-    // The metadata query answered from the read models, no event appended (public API).
-    Benchmark("query.metadata") { benchmark in
-        let fixture = try await Fixture.make()
-        let member = fixture.ledger.container(Fixture.container, userRecordName: "_member")
-        benchmark.startMeasurement()
-        for _ in benchmark.scaledIterations {
-            blackHole(try member.shareMetadataWithoutLogging(for: fixture.shareURL))
+    /// One query of the fixture's share, as `user` in the fixture's container.
+    func query<Answer>(_ name: String, as user: String, _ body: @escaping @Sendable (Container, URL) throws -> Answer) {
+        Benchmark("query." + name) { benchmark in
+            let fixture = try await Fixture.make()
+            let container = fixture.ledger.container(Fixture.container, userRecordName: user)
+            benchmark.startMeasurement()
+            for _ in benchmark.scaledIterations {
+                blackHole(try body(container, fixture.shareURL))
+            }
+            benchmark.stopMeasurement()
+            await fixture.close()
         }
-        benchmark.stopMeasurement()
-        await fixture.close()
     }
+
+    // The share's metadata for the invited member, from the read models.
+    query("metadata", as: "_member") { member, url in try member.shareMetadataWithoutLogging(for: url) }
+
+    // The share as its owner sees it (every participant), read and presented: the work a caller does
+    // after a share action's commit to build its answer.
+    query("share", as: "_owner") { owner, url in try owner.share(for: url) }
 }
