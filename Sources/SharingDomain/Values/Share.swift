@@ -8,47 +8,141 @@ import Foundation
 /// the participants that user is allowed to see (the owner and administrators see everyone; others
 /// see the owner, the accepted participants and themselves).
 public struct Share: Sendable, Hashable {
+    /// The stored fields, in one copy-on-write box: a share holds two participants inline (each with
+    /// an identity and its name components) and some forty references, so a share (and the metadata,
+    /// results and answers holding one) moved or copied by value cost hundreds of bytes of `memmove`
+    /// and a retain per reference, in every async frame and `Result` it passed through.
+    private var box: Box
+
+    /// The box of a share's fields.
+    private final class Box: @unchecked Sendable {
+        // @unchecked: `fields` is only written through `Share.update(_:)`, after
+        // `isKnownUniquelyReferenced` made the box the writer's own: a box two values share is only read.
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    /// A share's stored fields (see the properties of the same names).
+    private struct Fields: Sendable, Hashable {
+        var recordID: RecordID
+        var containerIdentifier: String
+        var url: URL
+        var token: ShareToken
+        var title: String?
+        var publicPermission: Participant.Permission
+        var participants: [Participant]
+        var owner: Participant
+        var currentUserParticipant: Participant?
+        var hierarchicalRootRecordID: RecordID?
+        var recordChangeTag: String
+        var creationDate: Date
+        var allowsAccessRequests: Bool = false
+        var requesters: [AccessRequester] = []
+        var blockedIdentities: [BlockedIdentity] = []
+        var oneTimeURLs: [OneTimeURL] = []
+    }
+
+    /// Changes the fields, copying them first when another value shares the box.
+    private mutating func update(_ change: (inout Fields) -> Void) {
+        if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
+        change(&box.fields)
+    }
+
     /// The share record's id: in the zone it shares; named ``zoneWideShareRecordName`` for a zone-wide share.
-    public var recordID: RecordID
+    public var recordID: RecordID {
+        get { box.fields.recordID }
+        set { update { $0.recordID = newValue } }
+    }
     /// The container that holds the share.
-    public var containerIdentifier: String
+    public var containerIdentifier: String {
+        get { box.fields.containerIdentifier }
+        set { update { $0.containerIdentifier = newValue } }
+    }
     /// The invitation URL. Stable: sharing the same root (or zone) again gives the same URL.
-    public var url: URL
+    public var url: URL {
+        get { box.fields.url }
+        set { update { $0.url = newValue } }
+    }
     /// The unguessable token in ``url``.
-    public var token: ShareToken
+    public var token: ShareToken {
+        get { box.fields.token }
+        set { update { $0.token = newValue } }
+    }
     /// The title shown in invitations (CloudKit's `CKShare.SystemFieldKey.title`).
-    public var title: String?
+    public var title: String? {
+        get { box.fields.title }
+        set { update { $0.title = newValue } }
+    }
     /// What anyone with the URL may do. Anything above ``Participant/Permission/none`` makes the
     /// share public: anyone signed in can join as a ``Participant/Role/publicUser``.
-    public var publicPermission: Participant.Permission
+    public var publicPermission: Participant.Permission {
+        get { box.fields.publicPermission }
+        set { update { $0.publicPermission = newValue } }
+    }
     /// The participants the viewer may see.
-    public var participants: [Participant]
+    public var participants: [Participant] {
+        get { box.fields.participants }
+        set { update { $0.participants = newValue } }
+    }
     /// The owner.
-    public var owner: Participant
+    public var owner: Participant {
+        get { box.fields.owner }
+        set { update { $0.owner = newValue } }
+    }
     /// The viewer's own participant entry, if the viewer is a participant.
-    public var currentUserParticipant: Participant?
+    public var currentUserParticipant: Participant? {
+        get { box.fields.currentUserParticipant }
+        set { update { $0.currentUserParticipant = newValue } }
+    }
     /// The root record of a hierarchy share; `nil` for a zone-wide share.
-    public var hierarchicalRootRecordID: RecordID?
+    public var hierarchicalRootRecordID: RecordID? {
+        get { box.fields.hierarchicalRootRecordID }
+        set { update { $0.hierarchicalRootRecordID = newValue } }
+    }
     /// Changes with every change of the share or its participants; pass it back (`ifChangeTag`) to
     /// make a change only if nobody else changed the share since (else ``EventLog/LedgerError/Code/serverRecordChanged``).
-    public var recordChangeTag: String
+    public var recordChangeTag: String {
+        get { box.fields.recordChangeTag }
+        set { update { $0.recordChangeTag = newValue } }
+    }
     /// When the share was created.
-    public var creationDate: Date
+    public var creationDate: Date {
+        get { box.fields.creationDate }
+        set { update { $0.creationDate = newValue } }
+    }
     /// Whether people who have the URL but no invitation may ask to join (CloudKit's
     /// `CKShare.allowsAccessRequests`). Off by default; while off, a request gets the answer of an
     /// unknown URL. Change it with `Container.setAllowsAccessRequests(_:for:ifChangeTag:)`.
-    public var allowsAccessRequests: Bool = false
+    public var allowsAccessRequests: Bool {
+        get { box.fields.allowsAccessRequests }
+        set { update { $0.allowsAccessRequests = newValue } }
+    }
     /// The pending access requests (CloudKit's `CKShare.requesters`), in user record name order, each
     /// with the requester's name components and email address (or, without one, phone number).
     /// Only the owner and accepted administrators see them; for anyone else the list is empty.
-    public var requesters: [AccessRequester] = []
+    public var requesters: [AccessRequester] {
+        get { box.fields.requesters }
+        set { update { $0.requesters = newValue } }
+    }
     /// The identities blocked from the share (CloudKit's `CKShare.blockedIdentities`), in user record
     /// name order. Only the owner and accepted administrators see them; for anyone else the list is empty.
-    public var blockedIdentities: [BlockedIdentity] = []
+    public var blockedIdentities: [BlockedIdentity] {
+        get { box.fields.blockedIdentities }
+        set { update { $0.blockedIdentities = newValue } }
+    }
     /// The one-time URLs of the participants still in the share, with their participant ids, in
     /// participant id order (the owner and accepted administrators only). An array, not a dictionary,
     /// so that equal shares print alike.
-    package var oneTimeURLs: [OneTimeURL] = []
+    package var oneTimeURLs: [OneTimeURL] {
+        get { box.fields.oneTimeURLs }
+        set { update { $0.oneTimeURLs = newValue } }
+    }
+
+    /// Equal when every field is equal (the same box, at once).
+    public static func == (lhs: Share, rhs: Share) -> Bool { lhs.box === rhs.box || lhs.box.fields == rhs.box.fields }
+
+    /// Hashes every field.
+    public func hash(into hasher: inout Hasher) { box.fields.hash(into: &hasher) }
 
     /// A one-time URL participant's id and URL.
     package struct OneTimeURL: Sendable, Hashable {
@@ -328,23 +422,15 @@ public struct Share: Sendable, Hashable {
         allowsAccessRequests: Bool = false, requesters: [AccessRequester] = [], blockedIdentities: [BlockedIdentity] = [],
         oneTimeURLs: [OneTimeURL] = []
     ) {
-        self.recordID = recordID
-        self.containerIdentifier = containerIdentifier
-        self.url = url
-        self.token = token
-        self.title = title
-        self.publicPermission = publicPermission
-        self.participants = participants
-        self.owner = owner
-        self.currentUserParticipant = currentUserParticipant
-        self.hierarchicalRootRecordID = hierarchicalRootRecordID
-        self.recordChangeTag = recordChangeTag
-        self.creationDate = creationDate
-        self.allowsAccessRequests = allowsAccessRequests
-        self.requesters = requesters
-        self.blockedIdentities = blockedIdentities
-        self.oneTimeURLs = oneTimeURLs
+        box = Box(
+            Fields(
+                recordID: recordID, containerIdentifier: containerIdentifier, url: url, token: token, title: title, publicPermission: publicPermission, participants: participants, owner: owner, currentUserParticipant: currentUserParticipant, hierarchicalRootRecordID: hierarchicalRootRecordID, recordChangeTag: recordChangeTag, creationDate: creationDate, allowsAccessRequests: allowsAccessRequests, requesters: requesters, blockedIdentities: blockedIdentities, oneTimeURLs: oneTimeURLs))
     }
+}
+
+extension Share: CustomReflectable {
+    /// The fields, as a struct of them: a share prints and dumps as it did when they were stored inline.
+    public var customMirror: Mirror { Mirror(self, children: Mirror(reflecting: box.fields).children, displayStyle: .struct) }
 }
 
 /// A record zone in a user's private database (CloudKit's `CKRecordZone`).
