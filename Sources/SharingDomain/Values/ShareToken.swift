@@ -1,6 +1,12 @@
 import EventLog
 import Foundation
 
+/// Whether `value` is an ASCII letter or digit (`0-9A-Za-z`): a token's characters, and what a share
+/// URL's fragment keeps of a title.
+private func isASCIILetterOrDigit(_ value: UInt32) -> Bool {
+    (0x30...0x39).contains(value) || (0x41...0x5A).contains(value) || (0x61...0x7A).contains(value)
+}
+
 /// The unguessable token of a share's URL: random characters from a cryptographically secure
 /// source, never derived from ids.
 ///
@@ -68,16 +74,7 @@ public struct ShareToken: Sendable, Hashable, Codable, CustomStringConvertible {
     /// Whether `bytes` have a token's shape: `0` and 25 of `0-9A-Za-z`.
     private static func hasShape(_ bytes: some Collection<UInt8>) -> Bool {
         guard bytes.count == ShareToken.length, bytes.first == UInt8(ascii: "0") else { return false }
-        for byte in bytes.dropFirst() {
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                UInt8(ascii: "a")...UInt8(ascii: "z"):
-                continue
-            default:
-                return false
-            }
-        }
-        return true
+        return bytes.dropFirst().allSatisfy { isASCIILetterOrDigit(UInt32($0)) }
     }
 
     /// The text form.
@@ -144,10 +141,6 @@ public enum ShareURL {
             }
     }
 
-    private static func isASCIILetterOrDigit(_ value: UInt32) -> Bool {
-        (0x30...0x39).contains(value) || (0x41...0x5A).contains(value) || (0x61...0x7A).contains(value)
-    }
-
     /// The title as it appears in a URL's fragment.
     public static func mangle(_ title: String) -> String {
         // Per Unicode scalar: the ASCII letters and digits (the ASCII members of
@@ -170,25 +163,11 @@ public enum ShareURL {
         else { return nil }
         // The last of two or more non-empty path components.
         let path = url.path
-        var components = 0
-        var last: Range<String.Index>?
-        var start: String.Index?
-        var index = path.startIndex
-        while true {
-            let atEnd = index == path.endIndex
-            if atEnd || path.utf8[index] == UInt8(ascii: "/") {
-                if let begun = start {
-                    components += 1
-                    last = begun..<index
-                    start = nil
-                }
-                if atEnd { break }
-            } else if start == nil {
-                start = index
-            }
-            index = path.utf8.index(after: index)
-        }
-        guard components >= 2, let last else { return nil }
-        return ShareToken(path[last])
+        let bytes = path.utf8
+        let slash = UInt8(ascii: "/")
+        guard let lastByte = bytes.lastIndex(where: { $0 != slash }) else { return nil }
+        let start = bytes[..<lastByte].lastIndex(of: slash).map { bytes.index(after: $0) } ?? bytes.startIndex
+        guard bytes[..<start].contains(where: { $0 != slash }) else { return nil }
+        return ShareToken(path[start...lastByte])
     }
 }
