@@ -56,13 +56,22 @@ package struct CommitNotice: Sendable {
     package var invalidatedEverything: Bool
     /// The writer's number of the committed transaction (``CommitScope/serial``).
     package var serial: UInt64
+    /// When events were appended: the id the transaction took in the log's own file (the log's
+    /// databases are there, so it wrote that file), which differs from ``transactionID`` when the
+    /// derived state has a companion environment. Nil when nothing was appended (the transaction may
+    /// not have written that file, and then took no id there).
+    package var ownTransactionID: UInt64?
 
-    package init(transactionID: UInt64, appended: Bool, invalidatedKeys: [String], invalidatedEverything: Bool, serial: UInt64) {
+    package init(
+        transactionID: UInt64, appended: Bool, invalidatedKeys: [String], invalidatedEverything: Bool, serial: UInt64,
+        ownTransactionID: UInt64? = nil
+    ) {
         self.transactionID = transactionID
         self.appended = appended
         self.invalidatedKeys = invalidatedKeys
         self.invalidatedEverything = invalidatedEverything
         self.serial = serial
+        self.ownTransactionID = ownTransactionID
     }
 }
 
@@ -495,8 +504,8 @@ package final class LogWriter: @unchecked Sendable {
             }
         }
         do {
-            let (resumers, startHead, scope, txnID) = try store.environment.write {
-                txn -> ([@Sendable () -> Void], LogHead, CommitScope, UInt64) in
+            let (resumers, startHead, scope, txnID, ownTxnID) = try store.environment.write {
+                txn -> ([@Sendable () -> Void], LogHead, CommitScope, UInt64, UInt64) in
                 // The head is read inside the transaction, not cached: another process may have
                 // appended since this thread's last commit (LMDB serializes writers across processes).
                 let startHead = try store.readHead(txn)
@@ -508,7 +517,7 @@ package final class LogWriter: @unchecked Sendable {
                     try store.writeDerivedPosition(txn, scope.head)
                 }
                 try lock.withLock({ self.observer })?.willCommit(txn)
-                return (resumers, startHead, scope, txn.id)
+                return (resumers, startHead, scope, txn.id, txn.ownID)
             }
             let newHead = scope.head
             groupCommits.record(commands: batch.count)
@@ -517,7 +526,8 @@ package final class LogWriter: @unchecked Sendable {
                 observer.committed(
                     CommitNotice(
                         transactionID: txnID, appended: newHead != startHead, invalidatedKeys: scope.invalidatedKeys,
-                        invalidatedEverything: scope.invalidatedEverything, serial: scope.serial))
+                        invalidatedEverything: scope.invalidatedEverything, serial: scope.serial,
+                        ownTransactionID: newHead != startHead ? ownTxnID : nil))
             }
             if newHead != startHead {
                 probe?.committed(events: Int(newHead.position.rawValue - startHead.position.rawValue))

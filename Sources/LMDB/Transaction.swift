@@ -88,6 +88,11 @@ package struct Transaction: ~Copyable {
         overlay != nil ? UInt64(mdb_txn_id(handle)) | (1 << 63) : UInt64(mdb_txn_id(companion))
     }
 
+    /// The id of the transaction in this environment's own file (`mdb_txn_id` of the handle, never
+    /// the companion's): for a write transaction, the id that file's last committed transaction
+    /// takes if this one writes a database there; for a read transaction, the one it sees.
+    package var ownID: UInt64 { UInt64(mdb_txn_id(handle)) }
+
     /// The error of an operation an overlay cannot answer for (``LMDBError/Code/throughOverlay``).
     func refusedThroughOverlay(_ operation: String, _ db: Database) -> LMDBError {
         state.record(

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 @testable import ShareLedger
 import TestSupport
 import Testing
@@ -209,6 +210,42 @@ struct KeyStoreIntegrityTests {
         #expect(shown.title != Self.title, "the other ledger still shows the forgotten owner's title")
         #expect(shown.invitee == nil, "the other ledger still shows the forgotten address")
         await other.close()
+        await f.ledger.close()
+    }
+
+    @Test(
+        "this ledger's own commits need no look at the key file; another process's forget, even with this ledger's commit after it, gets one before the next answer"
+    )
+    func ownCommitsNeedNoLook() async throws {
+        let (f, share) = try await Self.sealedLedger()
+        let path = f.dir.child("ledger")
+        let vault = try #require(f.ledger.store.models.vault)
+        #expect(try Self.shown(f.ledger, share.url).title == Self.title)
+        let before = vault.fileLooks.load(ordering: .relaxed)
+        // Commits of this ledger's writer, each read after: none sends a reader to the key file.
+        _ = try await f.alice.addParticipant(
+            LookupInfo(userRecordID: RecordID(userRecordName: "_carol")), permission: .readWrite, to: share.url)
+        _ = try await f.bob.shareMetadata(for: share.url)
+        try await f.ledger.registerUser("_dave", in: Self.container, emailAddress: "dave.own@example.com")
+        #expect(try Self.shown(f.ledger, share.url).title == Self.title)
+        #expect(vault.fileLooks.load(ordering: .relaxed) == before, "a reader looked at the key file after this ledger's own commits")
+        // A command is queued (it looked before queuing), another process forgets alice, then this
+        // ledger's writer commits: the id of its commit does not follow the last one seen, so the
+        // next answer looks.
+        let log = f.ledger.log
+        log.setWriterPaused(true)
+        let ledger = f.ledger
+        let queued = Task {
+            try await ledger.registerUser("_erin", in: Self.container, emailAddress: "erin.after@example.com")
+        }
+        for _ in 0..<5000 where log.queuedCommands < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(log.queuedCommands == 1)
+        let forget = try await runCLI(["forget", "--path", path, "--user", "_alice", "--container", Self.container])
+        log.setWriterPaused(false)
+        try await queued.value
+        #expect(forget.exited(0), "\(forget.summary)")
+        #expect(try Self.shown(f.ledger, share.url).title != Self.title, "the forgotten owner's title is still shown")
+        #expect(vault.fileLooks.load(ordering: .relaxed) > before)
         await f.ledger.close()
     }
 

@@ -166,12 +166,17 @@ package final class PersonalDataVault: Sendable {
     static let openedCapacity = 16_384
 
     let fileURL: URL
+    /// `fileURL`'s path, made once: every look at the file (``reloadIfChanged()``) stats it.
+    let filePath: String
     package let writable: Bool
     let random: any LedgerRandomSource
     let state: Mutex<State>
+    /// How many times ``reloadIfChanged()`` looked at the key file (for tests).
+    let fileLooks = Atomic<Int>(0)
 
     private init(fileURL: URL, writable: Bool, random: any LedgerRandomSource, state: State) {
         self.fileURL = fileURL
+        filePath = fileURL.path
         self.writable = writable
         self.random = random
         self.state = Mutex(state)
@@ -224,7 +229,7 @@ package final class PersonalDataVault: Sendable {
     /// Whether the key file is still the one this vault last wrote or read (a directory may be
     /// removed and made again at the same path, a key store restored from a backup).
     private func fileUnchanged() -> Bool {
-        let now = PersonalDataVault.fileIdentity(fileURL.path)
+        let now = PersonalDataVault.fileIdentity(filePath)
         return state.withLock { $0.file == now }
     }
 
@@ -407,14 +412,15 @@ package final class PersonalDataVault: Sendable {
     /// ``LedgerError/Code/corruptedData``, and the keys in memory stay as they were.
     @discardableResult
     func reloadIfChanged() throws(LedgerError) -> Bool {
-        try state.withLock { (state: inout State) throws(LedgerError) -> Bool in try reloadIfChanged(&state) }
+        fileLooks.add(1, ordering: .relaxed)
+        return try state.withLock { (state: inout State) throws(LedgerError) -> Bool in try reloadIfChanged(&state) }
     }
 
     @discardableResult
     func reloadIfChanged(_ state: inout State) throws(LedgerError) -> Bool {
-        let now = PersonalDataVault.fileIdentity(fileURL.path)
+        let now = PersonalDataVault.fileIdentity(filePath)
         guard now != state.file else { return false }
-        guard let data = FileManager.default.contents(atPath: fileURL.path), !data.isEmpty else {
+        guard let data = FileManager.default.contents(atPath: filePath), !data.isEmpty else {
             throw PersonalDataVault.short(of: Witness(serial: state.serial, destroyed: 0), holding: 0, exists: false)
         }
         let parsed = try PersonalDataVault.parse(Array(data))

@@ -33,8 +33,8 @@ package final class LedgerStore: Sendable {
     let path: String
     /// The host of the share URLs the ledger presents.
     let shareURLHost: String
-    /// The log's last commit and the key store's generation when ``noticeKeyStoreChanges()`` last looked.
-    private let keyStoreSeen: Mutex<(committed: UInt64, generation: UInt64)>
+    /// How far ``noticeKeyStoreChanges()`` has seen the log's file and the key store.
+    private let keyStoreWatch: KeyStoreWatch
     /// Accounts found registered, with the ``ShareTagTracker/generation`` they were found in.
     private let registeredUsers = Mutex<(generation: UInt64, users: Set<RegisteredUser>)>((0, []))
     /// The most accounts ``registeredUsers`` keeps before it starts over.
@@ -58,9 +58,12 @@ package final class LedgerStore: Sendable {
         let rows = RowCache()
         writerModels = models.keepingRows(in: rows)
         rehearsalRows = RehearsalRows(models)
-        log.writer.setCommitObserver(SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta))
+        let watch = KeyStoreWatch(
+            committed: log.store.environment.lastCommittedOwnTransactionID() ?? 0, generation: models.vault?.generation ?? 0)
+        keyStoreWatch = watch
+        log.writer.setCommitObserver(
+            SharingCommitObserver(tags: shareTags, rows: rows, vault: models.vault, meta: log.store.meta, keyStore: watch))
         metadataCache = capacity > 0 ? MetadataCache(capacity: capacity) : nil
-        keyStoreSeen = Mutex((log.store.environment.lastCommittedOwnTransactionID() ?? 0, models.vault?.generation ?? 0))
         self.readOnly = readOnly
         self.path = path
         self.shareURLHost = shareURLHost
@@ -113,20 +116,22 @@ package final class LedgerStore: Sendable {
     }
 
     /// Brings what this ledger keeps of personal data up to the key store: when a transaction was
-    /// committed in the log's file since the last look (by any process: a forget commits one after
-    /// destroying keys), the key file is read again if it changed, and when keys went (there, or
-    /// through another ledger of this process), every kept answer is dropped. So a forget anywhere
-    /// is seen by the next read here. Costs two atomic reads and a look at LMDB's meta page when
-    /// nothing happened.
+    /// committed in the log's file since the last look by another process or another ledger (a
+    /// forget commits one after destroying keys), the key file is read again if it changed, and
+    /// when keys went (there, or through another ledger of this process), every kept answer is
+    /// dropped. So a forget anywhere is seen by the next read here. The commits of this ledger's own
+    /// writer need no look: the keys it destroys are gone from memory before it commits
+    /// (``KeyStoreWatch``). Costs two atomic reads and a look at LMDB's meta page when nothing else
+    /// happened.
     func noticeKeyStoreChanges() throws(LedgerError) {
         guard let vault = models.vault else { return }
         let committed = log.store.environment.lastCommittedOwnTransactionID() ?? 0
-        let seen = keyStoreSeen.withLock { $0 }
-        if committed == seen.committed, vault.generation == seen.generation { return }
-        if committed != seen.committed { try vault.reloadIfChanged() }
+        let seen = keyStoreWatch.seen
+        if committed <= seen.committed, vault.generation == seen.generation { return }
+        if committed > seen.committed { try vault.reloadIfChanged() }
         let generation = vault.generation
         if generation != seen.generation { dropKeptAnswers() }
-        keyStoreSeen.withLock { $0 = (committed, generation) }
+        keyStoreWatch.looked(through: committed, generation: generation)
     }
 
     /// Whether `user` is a registered account of `container`: known in memory once found, else read
@@ -174,3 +179,39 @@ package final class LedgerStore: Sendable {
 
 /// Bookkeeping the writer runs in its transaction (see ``LedgerStore/maintain(alone:replicating:_:)``).
 package typealias MaintenanceWork<Result> = @Sendable (borrowing Transaction) throws -> Result
+
+/// How far ``LedgerStore/noticeKeyStoreChanges()`` has seen: every transaction of the log's own
+/// file up to ``seen``'s `committed` was either looked past (the key file read again if it changed)
+/// or committed by the ledger's own writer, and the vault's generation of the last look.
+///
+/// A transaction of the ledger's own writer needs no look: a forget destroys keys through the
+/// vault in memory (moving its generation) before its commit. The writer's commit advances what was
+/// seen only when its id directly follows it, so no other process's commit (which may be a forget
+/// that destroyed keys in the file) lies between. LMDB gives each commit that writes the file the
+/// next id, under a writer lock all processes share.
+final class KeyStoreWatch: Sendable {
+    private let state: Mutex<(committed: UInt64, generation: UInt64)>
+
+    init(committed: UInt64, generation: UInt64) {
+        state = Mutex((committed, generation))
+    }
+
+    /// What was seen (see the type).
+    var seen: (committed: UInt64, generation: UInt64) { state.withLock { $0 } }
+
+    /// The ledger's own writer committed transaction `id` of the log's own file.
+    func writerCommitted(_ id: UInt64) {
+        state.withLock { seen in
+            if id == seen.committed &+ 1 { seen.committed = id }
+        }
+    }
+
+    /// A look read the key file (if it changed) after the file's last commit was `committed`, and
+    /// found the vault at `generation`.
+    func looked(through committed: UInt64, generation: UInt64) {
+        state.withLock { seen in
+            seen.committed = max(seen.committed, committed)
+            seen.generation = generation
+        }
+    }
+}

@@ -186,6 +186,8 @@ struct SharingCommitObserver: CommitObserver {
     let vault: PersonalDataVault?
     /// The log's `meta`, where the commit records how many keys its events need.
     let meta: Database
+    /// Told of each commit that wrote the log's file, so readers skip looking at the key store for it.
+    let keyStore: KeyStoreWatch
 
     func willCommit() throws {
         try vault?.syncIfDirty()
@@ -208,5 +210,6 @@ struct SharingCommitObserver: CommitObserver {
     func committed(_ notice: CommitNotice) {
         rows.committed(notice)
         tags.committed(notice)
+        if let own = notice.ownTransactionID { keyStore.writerCommitted(own) }
     }
 }
