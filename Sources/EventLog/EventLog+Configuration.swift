@@ -43,7 +43,8 @@ extension EventLog {
         public var maxBatchCommands: Int
         /// The most payload bytes one group commit holds (a single larger command still goes alone).
         public var maxBatchBytes: Int
-        /// How long the writer thread polls for the next command before it sleeps, in microseconds.
+        /// How long the writer thread polls for the next command before it sleeps, in microseconds,
+        /// after a group commit of more than one command (after a commit of one it sleeps at once).
         /// Waking a sleeping thread costs tens of microseconds on a VM; polling spends CPU instead.
         /// 0 never polls.
         public var writerPollMicroseconds: Int = 50

@@ -282,10 +282,14 @@ package final class LogWriter: @unchecked Sendable {
 
     /// Commands in `queue`, readable without the lock so the writer can poll briefly before it sleeps.
     private let pending = Atomic<Int>(0)
-    /// How long the writer polls for new work before it sleeps on the condition variable. Waking a
-    /// sleeping thread (on a VM: a halted vCPU) costs tens of microseconds per hand-off; a short poll
-    /// keeps a caller that answers quickly from paying it.
+    /// How long the writer polls for new work before it sleeps on the condition variable, after a
+    /// batch of more than one command. Waking a sleeping thread (on a VM: a halted vCPU) costs tens
+    /// of microseconds per hand-off; a short poll keeps a caller that answers quickly from paying
+    /// it. After a batch of one there is no poll: one caller at a time sends its next command after
+    /// it has built its answer, and the poll only spent CPU, at the same rate (docs/benchmarks.md).
     private let spinBeforeSleep: Duration
+    /// The number of commands in the last batch; only the writer's thread touches it.
+    private var lastBatchCount = 0
     /// What brings the derived databases up to the head (``EventLog/Configuration/derivedReplay``).
     private let derivedReplay: DerivedReplay?
 
@@ -459,7 +463,7 @@ package final class LogWriter: @unchecked Sendable {
     /// Waits for work and takes one batch, bounded by count and bytes; `nil` when stopping with an
     /// empty queue.
     private func nextBatch() -> [WriterJob]? {
-        if pending.load(ordering: .acquiring) == 0 {
+        if lastBatchCount > 1, pending.load(ordering: .acquiring) == 0 {
             let deadline = ContinuousClock.now + spinBeforeSleep
             var spins = 0
             while pending.load(ordering: .acquiring) == 0 {
@@ -488,6 +492,7 @@ package final class LogWriter: @unchecked Sendable {
                 batch.append(queue.removeFirst())
             }
             pending.subtract(batch.count, ordering: .relaxed)
+            lastBatchCount = batch.count
             return batch
         }
     }
