@@ -11,6 +11,21 @@ func fail(_ message: String, status: Int32) -> Never {
     exit(status)
 }
 
+/// Ends this process with status 75 once the process that started it is gone: its parent is init
+/// (pid 1, which adopts orphans; also when the parent was gone before this process looked), or its
+/// parent changes (a subreaper adopted it). A child runs forever until a test kills it; when the
+/// test process itself dies first (a timeout killing `swift test`), nothing else would stop it. A
+/// thread that looks at the parent's id five times a second, not `PR_SET_PDEATHSIG`: that signal
+/// follows the thread that spawned the child, and the test's threads come and go.
+func exitWithParent() {
+    let parent = getppid()
+    let watcher = Thread {
+        while parent != 1 && getppid() == parent { usleep(200_000) }
+        _exit(75)
+    }
+    watcher.start()
+}
+
 /// The container the client modes act in.
 let crashContainer = "iCloud.com.example.crash"
 

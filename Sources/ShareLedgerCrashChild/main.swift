@@ -32,6 +32,8 @@ import ShareLedgerCrashHarness
 import Glibc
 #endif
 
+exitWithParent()
+
 if CommandLine.arguments.count >= 4 && CommandLine.arguments[1] == "--sharing" {
     await runSharingChild(Array(CommandLine.arguments.dropFirst(2)))
     exit(0)

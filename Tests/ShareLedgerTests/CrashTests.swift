@@ -27,6 +27,37 @@ func startCrashChild(_ arguments: [String], in dir: TemporaryDirectory) async th
 
 @Suite("Crash safety")
 struct CrashTests {
+    @Test("a crash child whose parent is gone ends by itself (status 75) instead of appending forever")
+    func childEndsWithItsParent() async throws {
+        let dir = TemporaryDirectory()
+        let pidFile = dir.child("child.pid")
+        let outFile = dir.child("child.out")
+        // A shell starts the child in the background, waits until its ledger is open, and exits:
+        // the child, appending, loses its parent.
+        let script = """
+            "$0" "$1" "$2" 2 > "$3" 2>&1 & echo $! > "$4"
+            i=0; while ! grep -q ready "$3" && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done
+            """
+        let shell = try ChildProcess(
+            URL(fileURLWithPath: "/bin/sh"),
+            ["-c", script,
+             builtProduct("ShareLedgerCrashChild").path, dir.child("ledger"), dir.child("acks"), outFile, pidFile],
+            stdout: dir.child("shell.out"), stderr: dir.child("shell.err"))
+        #expect(await shell.exit().status == 0)
+        let output = String(decoding: FileManager.default.contents(atPath: outFile) ?? Data(), as: UTF8.self)
+        #expect(output.contains("ready"), "the child did not start: \(output)")
+        let text = String(decoding: FileManager.default.contents(atPath: pidFile) ?? Data(), as: UTF8.self)
+        let pid = try #require(Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), "no pid in \(text)")
+        /// Whether `pid` still runs (a zombie waiting for its new parent to reap it has ended).
+        func running() -> Bool {
+            guard let stat = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return false }
+            let line = String(decoding: stat, as: UTF8.self)
+            guard let close = line.lastIndex(of: ")") else { return false }
+            return !line[line.index(after: close)...].trimmingCharacters(in: .whitespaces).hasPrefix("Z")
+        }
+        try await waitUntil("the orphaned crash child ends", timeLimit: .seconds(60)) { !running() }
+    }
+
     /// Starts the crash child, waits until it has acknowledged some appends, kills it with SIGKILL.
     private func runAndKill(ledger: String, acks: String, after milliseconds: Int, in dir: TemporaryDirectory) async throws {
         let child = try await startCrashChild([ledger, acks, "8"], in: dir)
