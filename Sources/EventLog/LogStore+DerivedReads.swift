@@ -74,6 +74,15 @@ extension LogStore {
         for _ in 1..<LogStore.consistentReadAttempts {
             var behindAt: UInt64? = nil
             let result: R? = try environment.read { txn in
+                // The snapshots of this process's writer's last commit, which wrote the derived
+                // position at its head: nothing to look at.
+                let known = consistentCommit.load(ordering: .acquiring)
+                if known.first != 0 && UInt(truncatingIfNeeded: txn.id) == known.first
+                    && UInt(truncatingIfNeeded: txn.ownID) == known.second
+                {
+                    return try body(txn)
+                }
+                derivedGapLooks.add(1, ordering: .relaxed)
                 // Behind where an earlier read gave up: no writer is catching up, read it as it is.
                 if let position = try derivedBehind(txn), position != derivedStuckAt.load(ordering: .relaxed) {
                     behindAt = position

@@ -50,6 +50,14 @@ package final class LogStore: Sendable {
     /// The derived position at which ``read(_:)`` last gave up waiting for the derived state to
     /// reach the log (no writer is catching up); reads with the derived state there do not wait.
     let derivedStuckAt = Atomic<UInt64>(.max)
+    /// The ids this process's writer's last commit took in the companion environment and in the
+    /// log's own file (`first`, `second`), when that commit wrote the derived position at the head it
+    /// committed; zeros before any. A read transaction that sees exactly these two snapshots sees the
+    /// derived state at the log's head, without looking (``read(_:)``). One atomic pair, so a reader
+    /// never matches the companion of one commit with the log of another.
+    let consistentCommit = Atomic<WordPair>(WordPair(first: 0, second: 0))
+    /// How many read transactions looked for a gap between the derived state and the log (for tests).
+    package let derivedGapLooks = Atomic<Int>(0)
     /// Set when a read or a write met a row of `derived/` damaged at rest (``recordDerivedDamage(_:)``):
     /// this process's writer derives `derived/` again before its next batch; a close that finds it
     /// still set marks `derived/` for the next open for writing.

@@ -509,6 +509,7 @@ package final class LogWriter: @unchecked Sendable {
             }
         }
         do {
+            var derivedAtHead = false
             let (resumers, startHead, scope, txnID, ownTxnID) = try store.environment.write {
                 txn -> ([@Sendable () -> Void], LogHead, CommitScope, UInt64, UInt64) in
                 // The head is read inside the transaction, not cached: another process may have
@@ -520,11 +521,22 @@ package final class LogWriter: @unchecked Sendable {
                 let (resumers, scope) = try runSteps(batch, txn, from: startHead, invalidatingEverything: derivedCaughtUp)
                 if store.defersDerivedState && (scope.head != startHead || derivedCaughtUp) {
                     try store.writeDerivedPosition(txn, scope.head)
+                    // Both files are written (the log appended, or caught up derived/ from it), and
+                    // nothing but the steps' own appends and projections: readers of exactly this
+                    // commit's snapshots need not look for a gap.
+                    derivedAtHead = scope.head != startHead && !scope.invalidatedEverything
+                } else {
+                    derivedAtHead = false
                 }
                 try lock.withLock({ self.observer })?.willCommit(txn)
                 return (resumers, startHead, scope, txn.id, txn.ownID)
             }
             let newHead = scope.head
+            store.consistentCommit.store(
+                derivedAtHead
+                    ? WordPair(first: UInt(truncatingIfNeeded: txnID), second: UInt(truncatingIfNeeded: ownTxnID))
+                    : WordPair(first: 0, second: 0),
+                ordering: .releasing)
             groupCommits.record(commands: batch.count)
             // Before any caller hears of the commit (see CommitObserver).
             if let observer = lock.withLock({ self.observer }) {

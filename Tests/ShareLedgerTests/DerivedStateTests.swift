@@ -2,6 +2,7 @@ import Foundation
 import LMDB
 @testable import ShareLedger
 import ShareLedgerAudit
+import Synchronization
 import TestSupport
 import Testing
 
@@ -68,6 +69,32 @@ struct DerivedStateTests {
         let saved = f.dir.child("saved-derived")
         try FileManager.default.copyItem(atPath: derived, toPath: saved)
         return (path, derived, saved)
+    }
+
+    @Test(
+        "a read of this process's writer's last commit does not look for a gap between derived/ and the log; after another process's commit, the next read looks and sees that commit"
+    )
+    func readsOfOwnCommitNeedNoGapLook() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy(title: "Gap")
+        _ = try await f.alice.addParticipant(
+            LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readOnly, to: share.url)
+        let store = f.ledger.log.store
+        let before = store.derivedGapLooks.load(ordering: .relaxed)
+        for _ in 0..<3 {
+            #expect(try f.alice.ownedShares().count == 1)
+            #expect(try f.bob.share(for: share.url).participants.count == 2)
+        }
+        #expect(store.derivedGapLooks.load(ordering: .relaxed) == before, "a read of this writer's commit looked for a gap")
+        // Another process commits: the next read's snapshots are not this writer's last commit.
+        let forget = try await runCLI([
+            "forget", "--path", f.dir.child("ledger"), "--user", "_bob", "--container", SharingFixture.container,
+        ])
+        #expect(forget.exited(0), "\(forget.summary)")
+        let shown = try f.alice.ownedShares().first?.participants.first { $0.userIdentity.userRecordID?.recordName == "_bob" }
+        #expect(shown?.userIdentity.personalDataErased == true, "the other process's forget is not seen")
+        #expect(store.derivedGapLooks.load(ordering: .relaxed) > before)
+        await f.ledger.close()
     }
 
     @Test("derived state left behind the log (a crash between the two commits) is brought up to the log when the ledger opens")
