@@ -55,6 +55,12 @@ let package = Package(
             ],
             path: "PeerComparison"
         ),
+        // Share actions one at a time for an instruction count under valgrind (docs/benchmarks.md).
+        .executableTarget(
+            name: "InstructionCount",
+            dependencies: [.product(name: "ShareLedger", package: "ShareLedger")],
+            path: "InstructionCount"
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -242,7 +242,7 @@ struct KeyStoreIntegrityTests {
         #expect(log.queuedCommands == 1)
         let forget = try await runCLI(["forget", "--path", path, "--user", "_alice", "--container", Self.container])
         log.setWriterPaused(false)
-        try await queued.value
+        _ = try await queued.value
         #expect(forget.exited(0), "\(forget.summary)")
         #expect(try Self.shown(f.ledger, share.url).title != Self.title, "the forgotten owner's title is still shown")
         #expect(vault.fileLooks.load(ordering: .relaxed) > before)

@@ -16,6 +16,7 @@ struct ShareTokenTests {
             #expect(token.text.first == "0")
             #expect(token.text.allSatisfy(alphabet.contains))
             #expect(ShareToken(token.text) == token)
+            #expect(ShareToken(("/" + token.text).dropFirst()) == token, "a substring parses as the string does")
             seen.insert(token.text)
             lastDigits.insert(token.text.last!)
         }
@@ -72,6 +73,7 @@ struct ShareTokenTests {
     ])
     func refusesNonTokens(text: String) {
         #expect(ShareToken(text) == nil)
+        #expect(ShareToken(("/" + text).dropFirst()) == nil)
     }
 
     @Test("a token carries at least 128 random bits, spread over every place")

@@ -339,7 +339,29 @@ public final class ShareLedger: Sendable {
         var uuid = withUnsafeBytes(of: (high, low)) { raw in raw.load(as: uuid_t.self) }
         uuid.6 = (uuid.6 & 0x0F) | 0x40
         uuid.8 = (uuid.8 & 0x3F) | 0x80
-        return UUID(uuid: uuid).uuidString
+        return ShareLedger.uuidText(uuid)
+    }
+
+    /// `uuid` as `UUID.uuidString` writes it (upper-case hex, 8-4-4-4-12), written directly:
+    /// Foundation formats it with `snprintf`, thousands of instructions per id, and every share
+    /// action makes one or two.
+    package static func uuidText(_ uuid: uuid_t) -> String {
+        let digits: StaticString = "0123456789ABCDEF"
+        return withUnsafeBytes(of: uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { out in
+                var written = 0
+                for (index, byte) in bytes.enumerated() {
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        out[written] = UInt8(ascii: "-")
+                        written += 1
+                    }
+                    out[written] = digits.utf8Start[Int(byte >> 4)]
+                    out[written + 1] = digits.utf8Start[Int(byte & 0x0F)]
+                    written += 2
+                }
+                return written
+            }
+        }
     }
 
     package func newToken() -> ShareToken {

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 import SwiftProtobuf
@@ -41,7 +42,7 @@ package struct Decider {
     package static func checkUserName(_ name: String) throws(LedgerError) {
         let bytes = name.utf8
         guard !bytes.isEmpty, bytes.count <= Limits.maxUserNameBytes,
-            bytes.allSatisfy({ b in
+            bytes.allBytes({ b in
                 (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x5F || b == 0x2E
                     || b == 0x2D || b == 0x40 || b == 0x2B
             })
@@ -54,7 +55,7 @@ package struct Decider {
 
     package static func checkName(_ name: String, _ what: String, max: Int) throws(LedgerError) {
         let count = name.utf8.count
-        guard count > 0, count <= max, !name.utf8.contains(0) else {
+        guard count > 0, count <= max, !name.utf8.containsByte(0) else {
             throw LedgerError(
                 .invalidArguments, "the \(what) \"\(name.prefix(80))\" is not valid: it must have 1 to \(max) bytes and no NUL")
         }

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 
@@ -71,9 +72,16 @@ public struct ShareToken: Sendable, Hashable, Codable, CustomStringConvertible {
         self.text = String(text)
     }
 
-    /// Whether `bytes` have a token's shape: `0` and 25 of `0-9A-Za-z`.
+    /// Whether `bytes` have a token's shape: `0` and 25 of `0-9A-Za-z`. Contiguous bytes (a native
+    /// string's) are read as a buffer, not through the collection's indices.
     private static func hasShape(_ bytes: some Collection<UInt8>) -> Bool {
+        if let shaped = bytes.withContiguousStorageIfAvailable({ hasShape($0) }) { return shaped }
         guard bytes.count == ShareToken.length, bytes.first == UInt8(ascii: "0") else { return false }
+        return bytes.dropFirst().allSatisfy { isASCIILetterOrDigit(UInt32($0)) }
+    }
+
+    private static func hasShape(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard bytes.count == ShareToken.length, bytes[0] == UInt8(ascii: "0") else { return false }
         return bytes.dropFirst().allSatisfy { isASCIILetterOrDigit(UInt32($0)) }
     }
 
@@ -136,7 +144,7 @@ public enum ShareURL {
     /// an IPv4 address, which a URL holds as it is.
     static func isPlainHost(_ host: String) -> Bool {
         !host.isEmpty
-            && host.utf8.allSatisfy { byte in
+            && host.utf8.allBytes { byte in
                 isASCIILetterOrDigit(UInt32(byte)) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
             }
     }
