@@ -27,6 +27,25 @@ struct MetadataCacheTests {
         return out
     }
 
+    @Test("a share's URL follows its title: after a new title, and after the owner is forgotten, no answer shows a URL made before")
+    func shareURLFollowsTitle() async throws {
+        let f = try await SharingFixture()
+        let share = try await f.makeHierarchy(title: "Groceries")
+        _ = try await f.alice.addParticipant(
+            LookupInfo(userRecordID: RecordID(userRecordName: "_bob")), permission: .readOnly, to: share.url)
+        #expect(share.url.fragment == "Groceries")
+        #expect(try f.alice.share(for: share.url).url.fragment == "Groceries")
+        let renamed = try await f.alice.setTitle("Nora's list", for: share.url)
+        #expect(renamed.url.fragment == "Nora_s_list")
+        #expect(try f.alice.share(for: share.url).url.fragment == "Nora_s_list")
+        #expect(try f.bob.shareMetadataWithoutLogging(for: share.url).share.url.fragment == "Nora_s_list")
+        try await f.ledger.forget(user: "_alice", in: SharingFixture.container, requestedBy: "dsr-url")
+        let erased = try f.bob.shareMetadataWithoutLogging(for: share.url).share
+        #expect(erased.url.fragment == nil && erased.title == nil, "\(erased.url)")
+        #expect(ShareURL.token(in: erased.url) == share.token)
+        await f.ledger.close()
+    }
+
     @Test("after every random action, each user's kept answer for each share equals a fresh one")
     func keptAnswersAreFresh() async throws {
         let hits = Counts()

@@ -25,6 +25,8 @@ package final class LedgerStore: Sendable {
     let identities = IdentityCache()
     /// Presented participant rows, reused while unchanged.
     let participantRows = ParticipantRowCache()
+    /// Share URLs made for answers, reused while their title is unchanged.
+    let shareURLs = ShareURLCache()
     /// The row cache of rehearsed actions (the hot-path benchmarks), apart from the writer's.
     let rehearsalRows: RehearsalRows
     /// Whether the ledger was opened read-only (nothing is submitted to the writer).
@@ -167,12 +169,13 @@ package final class LedgerStore: Sendable {
         metadataCache?.removeAll()
         identities.removeAll()
         participantRows.removeAll()
+        shareURLs.removeAll()
     }
 
     /// What turns the domain's answers into public values, for this ledger's read models and host.
     var presenter: Presenter {
         Presenter(
-            models: models, urlHost: shareURLHost, identities: identities, participantRows: participantRows,
+            models: models, urlHost: shareURLHost, identities: identities, participantRows: participantRows, shareURLs: shareURLs,
             keyGeneration: models.vault?.generation ?? 0)
     }
 }

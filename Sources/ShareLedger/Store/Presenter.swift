@@ -13,6 +13,8 @@ struct Presenter: Sendable {
     var identities: IdentityCache? = nil
     /// Participant rows presented before, reused while unchanged (nil: none kept).
     var participantRows: ParticipantRowCache? = nil
+    /// Share URLs made before, by token, reused while the title is the same (nil: none kept).
+    var shareURLs: ShareURLCache? = nil
     /// The key store's generation when this presenter was made (before it read anything): what
     /// ``identities`` keeps is built at it.
     var keyGeneration: UInt64 = 0
@@ -199,26 +201,25 @@ struct Presenter: Sendable {
     func share(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, state: ShareState, viewer: String?) throws -> Share {
         let all = try participants(txn, token: token, container: state.container)
         // The viewer's row is one of `all`: only its id is looked up.
-        var viewerEntry: (id: String, state: ParticipantState)?
+        var viewerEntry: (id: String, row: PresentedParticipantRow)?
         if let viewer, let id = try models.participantID(txn, state.container, user: viewer, token: token),
-            let row = all.first(where: { $0.id == id })
+            let entry = all.first(where: { $0.id == id })
         {
-            viewerEntry = (id, row.row.state)
+            viewerEntry = entry
         }
         let seesAll =
             viewerEntry.map {
-                $0.state.role == .owner || ($0.state.role == .administrator && $0.state.status == .statusAccepted)
+                $0.row.state.role == .owner || ($0.row.state.role == .administrator && $0.row.state.status == .statusAccepted)
             } ?? false
         var visible: [Share.Participant] = []
         visible.reserveCapacity(all.count)
         var owner: Share.Participant?
         var current: Share.Participant?
         for (id, row) in all {
-            let participantState = row.state
+            let status = row.state.status
             let isViewer = viewerEntry?.id == id
             let isOwner = id == state.ownerParticipantID
-            let shown = seesAll || isOwner || (isViewer && participantState.status != .statusRemoved)
-                || participantState.status == .statusAccepted
+            let shown = seesAll || isOwner || (isViewer && status != .statusRemoved) || status == .statusAccepted
             guard shown || isViewer else { continue }
             let value = try participant(txn, state.container, id: id, row)
             if isOwner { owner = value }
@@ -235,7 +236,7 @@ struct Presenter: Sendable {
         var share = Share(
             recordID: RecordID(recordName: state.shareRecordName, zoneID: zoneID),
             containerIdentifier: state.container,
-            url: ShareURL.make(host: urlHost, token: parsed, title: title)!,
+            url: shareURL(parsed, title: title),
             token: parsed, title: title.isEmpty ? nil : title,
             publicPermission: state.publicPermission.permission,
             participants: visible, owner: owner, currentUserParticipant: current,
@@ -263,6 +264,23 @@ struct Presenter: Sendable {
             }
         }
         return share
+    }
+
+    /// The URL of share `token` with `title`: kept from an earlier answer while the title is the one
+    /// it was made with. Making one parses its text into a `URL`, thousands of instructions, and
+    /// every answer about a share shows its URL.
+    private func shareURL(_ token: ShareToken, title: String) -> URL {
+        // `make` gives nil only for a host no URL can hold, which the configuration refuses.
+        guard let shareURLs else { return ShareURL.make(host: urlHost, token: token, title: title)! }
+        let key = ShareURLCache.Key(bytes: Array(token.text.utf8))
+        var title = title
+        return title.withUTF8 { titleBytes in
+            let row = UnsafeRawBufferPointer(titleBytes)
+            if let kept = shareURLs.value(key, row: row, generation: 0) { return kept }
+            let made = ShareURL.make(host: urlHost, token: token, title: String(decoding: titleBytes, as: UTF8.self))!
+            shareURLs.keep(key, row: row, generation: 0, made)
+            return made
+        }
     }
 
     func record(

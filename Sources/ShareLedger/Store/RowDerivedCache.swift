@@ -1,3 +1,4 @@
+import Foundation
 import ByteKeys
 import Synchronization
 
@@ -94,14 +95,28 @@ final class RowDerivedCache<Value: Sendable>: Sendable {
 typealias IdentityCache = RowDerivedCache<UserIdentity>
 
 /// A participant row as an answer shows it: decoded, with its address opened (erased once its key
-/// is gone), by the row's key (``Presenter/share(_:token:state:viewer:)``).
-struct PresentedParticipantRow: Sendable {
+/// is gone), by the row's key (``Presenter/share(_:token:state:viewer:)``). A class: an answer
+/// passes each row around several times, and a copy of the decoded row was a copy of every field
+/// (under callgrind, about 400 instructions through the runtime's generic tuple copy); a reference
+/// is one retain.
+final class PresentedParticipantRow: Sendable {
     /// The share's container, whose keys opened the address.
-    var container: String
-    var state: ParticipantState
-    var lookupInfo: LookupInfo?
-    var erased: Bool
+    let container: String
+    let state: ParticipantState
+    let lookupInfo: LookupInfo?
+    let erased: Bool
+
+    init(container: String, state: ParticipantState, lookupInfo: LookupInfo?, erased: Bool) {
+        self.container = container
+        self.state = state
+        self.lookupInfo = lookupInfo
+        self.erased = erased
+    }
 }
 
 /// Participant rows already presented.
 typealias ParticipantRowCache = RowDerivedCache<PresentedParticipantRow>
+
+/// Share URLs already made, by the share's token, with the title's bytes in place of a row: a URL
+/// holds the title (personal data, sealed at rest), so these go with every other kept answer.
+typealias ShareURLCache = RowDerivedCache<URL>
