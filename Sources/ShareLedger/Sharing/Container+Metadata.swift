@@ -14,8 +14,13 @@ extension Container {
     ///   not in a private share that has invitations to emails or phones with no account;
     ///   `LedgerError.Code.notAuthenticated` without an account.
     public func shareMetadata(for url: URL) async throws(LedgerError) -> Share.Metadata {
-        guard let result = try await shareMetadatas(for: [url])[url] else { throw LedgerError.unexpectedOutput("shareMetadata") }
-        return try result.get()
+        // One result, kept as it comes: no dictionary keyed by the URL (hashing a URL hashes its text).
+        let result = Mutex<Result<Share.Metadata, LedgerError>?>(nil)
+        try await fetchMetadata(
+            [url], shouldFetchRootRecord: false, desiredKeys: nil, chunkSize: 1, isCancelled: { Task.isCancelled }
+        ) { _, outcome in result.withLock { $0 = outcome } }
+        guard let outcome = result.withLock({ $0 }) else { throw LedgerError.unexpectedOutput("shareMetadata") }
+        return try outcome.get()
     }
 
     /// The metadata of several share URLs (CloudKit's `shareMetadatas(for:)` and
@@ -99,7 +104,8 @@ extension Container {
         value: (StepOutput) -> Value?, perItem: (Item, Result<Value, LedgerError>) async -> Void
     ) async throws(LedgerError) {
         var seen = Set<Item>()
-        let distinct = items.filter { seen.insert($0).inserted }
+        // One item is distinct as it is (hashing a metadata value hashes its whole share).
+        let distinct = items.count < 2 ? items : items.filter { seen.insert($0).inserted }
         guard distinct.count <= Container.maxItemsPerOperation else {
             throw LedgerError(
                 .limitExceeded, "\(distinct.count) \(what); the limit is \(Container.maxItemsPerOperation). Split the request")
@@ -136,8 +142,14 @@ extension Container {
     ///   after removal), `LedgerError.Code.unknownItem` for a deleted share,
     ///   `LedgerError.Code.badContainer` when the metadata is of another container.
     public func accept(_ metadata: Share.Metadata) async throws(LedgerError) -> Share {
-        guard let result = try await accept([metadata])[metadata] else { throw LedgerError.unexpectedOutput("accept") }
-        return try result.get()
+        // One result, kept as it comes: no dictionary keyed by the metadata, whose hash covers the
+        // whole share.
+        let result = Mutex<Result<Share, LedgerError>?>(nil)
+        try await acceptShares([metadata], chunkSize: 1, isCancelled: { Task.isCancelled }) { _, outcome in
+            result.withLock { $0 = outcome }
+        }
+        guard let outcome = result.withLock({ $0 }) else { throw LedgerError.unexpectedOutput("accept") }
+        return try outcome.get()
     }
 
     /// Accepts several shares, one result per distinct metadata (CloudKit's `accept(_:)` for many).
