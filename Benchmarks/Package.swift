@@ -8,6 +8,7 @@ import PackageDescription
 //   swift package --package-path Benchmarks benchmark thresholds check --target HotPaths --path Benchmarks/Thresholds
 //                                                    # fail on an allocation-count regression
 //   swift run -c release --package-path Benchmarks PeerComparison --repeats 3     # ShareLedger vs SQLite
+//   scripts/instruction-count                        # instructions per share action, under callgrind
 //
 // Wall-clock throughput is for local comparison; the thresholds that gate are allocation counts,
 // which do not depend on how busy the machine is.
