@@ -35,7 +35,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "durable (default), relaxed or unsafeNoSync, for the ledger and its raw baseline alike.")
     var durability: Durability = .durable
 
-    @Option(help: "How long the writer polls for work before it sleeps, in microseconds.")
+    @Option(help: "How long the writer polls for work before it sleeps, in microseconds, after a group commit of more than one command.")
     var writerPoll = 50
 
     @Option(help: "Repeat every measurement this many times; figures are medians, with min and max.")
