@@ -238,8 +238,7 @@ struct KeyStoreIntegrityTests {
         let queued = Task {
             try await ledger.registerUser("_erin", in: Self.container, emailAddress: "erin.after@example.com")
         }
-        for _ in 0..<5000 where log.queuedCommands < 1 { try await Task.sleep(for: .milliseconds(1)) }
-        #expect(log.queuedCommands == 1)
+        try await waitUntil("the command is queued") { log.queuedCommands == 1 }
         let forget = try await runCLI(["forget", "--path", path, "--user", "_alice", "--container", Self.container])
         log.setWriterPaused(false)
         _ = try await queued.value

@@ -14,12 +14,22 @@ extension Container {
     ///   not in a private share that has invitations to emails or phones with no account;
     ///   `LedgerError.Code.notAuthenticated` without an account.
     public func shareMetadata(for url: URL) async throws(LedgerError) -> Share.Metadata {
-        // One result, kept as it comes: no dictionary keyed by the URL (hashing a URL hashes its text).
-        let result = Mutex<Result<Share.Metadata, LedgerError>?>(nil)
-        try await fetchMetadata(
-            [url], shouldFetchRootRecord: false, desiredKeys: nil, chunkSize: 1, isCancelled: { Task.isCancelled }
-        ) { _, outcome in result.withLock { $0 = outcome } }
-        guard let outcome = result.withLock({ $0 }) else { throw LedgerError.unexpectedOutput("shareMetadata") }
+        try await Container.onlyResult("shareMetadata") { (record) async throws(LedgerError) in
+            try await fetchMetadata(
+                [url], shouldFetchRootRecord: false, desiredKeys: nil, chunkSize: 1, isCancelled: { Task.isCancelled }
+            ) { _, outcome in record(outcome) }
+        }
+    }
+
+    /// The one result of a batch call made for one item: `run` hands it to `record`. Kept as it
+    /// comes, not in the dictionary the batch calls return, keyed by the item: hashing a URL hashes
+    /// its text, and a metadata value its whole share.
+    static func onlyResult<Value: Sendable>(
+        _ call: String, _ run: (_ record: (Result<Value, LedgerError>) -> Void) async throws(LedgerError) -> Void
+    ) async throws(LedgerError) -> Value {
+        let result = Mutex<Result<Value, LedgerError>?>(nil)
+        try await run { outcome in result.withLock { $0 = outcome } }
+        guard let outcome = result.withLock({ $0 }) else { throw LedgerError.unexpectedOutput(call) }
         return try outcome.get()
     }
 
@@ -142,14 +152,9 @@ extension Container {
     ///   after removal), `LedgerError.Code.unknownItem` for a deleted share,
     ///   `LedgerError.Code.badContainer` when the metadata is of another container.
     public func accept(_ metadata: Share.Metadata) async throws(LedgerError) -> Share {
-        // One result, kept as it comes: no dictionary keyed by the metadata, whose hash covers the
-        // whole share.
-        let result = Mutex<Result<Share, LedgerError>?>(nil)
-        try await acceptShares([metadata], chunkSize: 1, isCancelled: { Task.isCancelled }) { _, outcome in
-            result.withLock { $0 = outcome }
+        try await Container.onlyResult("accept") { (record) async throws(LedgerError) in
+            try await acceptShares([metadata], chunkSize: 1, isCancelled: { Task.isCancelled }) { _, outcome in record(outcome) }
         }
-        guard let outcome = result.withLock({ $0 }) else { throw LedgerError.unexpectedOutput("accept") }
-        return try outcome.get()
     }
 
     /// Accepts several shares, one result per distinct metadata (CloudKit's `accept(_:)` for many).

@@ -1,3 +1,4 @@
+import ByteKeys
 import EventLog
 import Foundation
 import LMDB
@@ -273,11 +274,9 @@ struct Presenter: Sendable {
         // `make` gives nil only for a host no URL can hold, which the configuration refuses.
         guard let shareURLs else { return ShareURL.make(host: urlHost, token: token, title: title)! }
         let key = ShareURLCache.Key(bytes: Array(token.text.utf8))
-        var title = title
-        return title.withUTF8 { titleBytes in
-            let row = UnsafeRawBufferPointer(titleBytes)
+        return withBytes(title.utf8) { row in
             if let kept = shareURLs.value(key, row: row, generation: 0) { return kept }
-            let made = ShareURL.make(host: urlHost, token: token, title: String(decoding: titleBytes, as: UTF8.self))!
+            let made = ShareURL.make(host: urlHost, token: token, title: title)!
             shareURLs.keep(key, row: row, generation: 0, made)
             return made
         }

@@ -72,17 +72,13 @@ public struct ShareToken: Sendable, Hashable, Codable, CustomStringConvertible {
         self.text = String(text)
     }
 
-    /// Whether `bytes` have a token's shape: `0` and 25 of `0-9A-Za-z`. Contiguous bytes (a native
-    /// string's) are read as a buffer, not through the collection's indices.
+    /// Whether `bytes` have a token's shape: `0` and 25 of `0-9A-Za-z`. Read as one buffer (a native
+    /// string's bytes without a copy), not through the collection's indices.
     private static func hasShape(_ bytes: some Collection<UInt8>) -> Bool {
-        if let shaped = bytes.withContiguousStorageIfAvailable({ hasShape($0) }) { return shaped }
-        guard bytes.count == ShareToken.length, bytes.first == UInt8(ascii: "0") else { return false }
-        return bytes.dropFirst().allSatisfy { isASCIILetterOrDigit(UInt32($0)) }
-    }
-
-    private static func hasShape(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard bytes.count == ShareToken.length, bytes[0] == UInt8(ascii: "0") else { return false }
-        return bytes.dropFirst().allSatisfy { isASCIILetterOrDigit(UInt32($0)) }
+        withBytes(bytes) { bytes in
+            bytes.count == ShareToken.length && bytes.first == UInt8(ascii: "0")
+                && bytes.dropFirst().allSatisfy { isASCIILetterOrDigit(UInt32($0)) }
+        }
     }
 
     /// The text form.
