@@ -1,3 +1,4 @@
+import ByteKeys
 import Foundation
 import LMDB
 @testable import ShareLedger
@@ -133,6 +134,67 @@ struct HistoryJournalTests {
         #expect(report.ok, "\(report.problems)")
         try await LedgerAudit(f.ledger).rebuildReadModels()
         #expect(try LedgerAudit(f.ledger).history(of: .share(share.url)).map(\.envelope.position.rawValue) == positions)
+        await f.ledger.close()
+    }
+
+    /// Every entry of the three history indexes, as text, in order.
+    static func indexed(_ txn: borrowing some ReadModelStore & ~Copyable, _ models: ReadModels) throws -> [[String]] {
+        var all: [[String]] = []
+        for table in models.historyIndexes {
+            var out: [String] = []
+            try txn.visit(table, from: nil) { key, value in
+                out.append("\(Array(key)) \(Array(value))")
+                return true
+            }
+            all.append(out)
+        }
+        return all
+    }
+
+    @Test("a fold (one cursor per index) writes exactly the index entries of each journal entry, put one by one, among entries already indexed")
+    func foldThroughCursorsMatchesPuts() async throws {
+        let (f, share) = try await SharingFixture.withShare()
+        for _ in 0..<5 { _ = try? await f.carol.shareMetadata(for: share.url) }
+        _ = try await f.ledger.maintain { txn in try f.ledger.models.foldHistory(txn) }
+        let lmdb = f.ledger.models
+        let memory = InMemoryReadModelStore()
+        let unattached = ReadModels.unattached
+        // Names that sort among those already indexed (the fixture's container, token and users).
+        let names = [SharingFixture.container, share.token.text, "_alice", "_bob", "_carol", "a", "zz", "\u{e9}t\u{e9}", ""]
+        var random = SplitMix64(state: 36)
+        let entries = (0..<600).map { _ in Self.randomEntry(names, using: &random) }
+        let folded = try f.ledger.log.store.environment.write { txn -> [[String]] in
+            // The same index entries in memory as in LMDB, then the same journal in both.
+            for (table, copy) in zip(lmdb.historyIndexes, unattached.historyIndexes) {
+                try txn.visit(table, from: nil) { key, value in
+                    try memory.put(copy, key: key, value: value, flags: [])
+                    return true
+                }
+            }
+            for (offset, entry) in entries.enumerated() {
+                let position = UInt64(1_000_000 + offset)
+                try BigEndian.withBytes(of: position) { key in
+                    try entry.encoded().withUnsafeBytes { value in
+                        try txn.put(lmdb.historyJournal, key: key, value: value, flags: [])
+                    }
+                    // What the fold must write, put one by one in memory from the decoded entry's
+                    // index keys (an empty name has no key: nothing is indexed under it).
+                    for (index, indexKey) in entry.indexKeys() where !indexKey.isEmpty {
+                        try memory.put(unattached.historyIndexes[index], key: indexKey, value: Array(key))
+                    }
+                }
+            }
+            #expect(try lmdb.foldHistory(txn) > 0)
+            #expect(try txn.entryCount(lmdb.historyJournal) == 0)
+            return try Self.indexed(txn, lmdb)
+        }
+        let expected = try Self.indexed(memory, unattached)
+        #expect(folded.map { $0.count } == expected.map { $0.count })
+        for (index, (got, want)) in zip(folded, expected).enumerated() {
+            let first = zip(got, want).first { $0 != $1 }
+            #expect(got == want, "history index \(index): \(first.map { "\($0.0) where \($0.1) was expected" } ?? "a different count")")
+        }
+        #expect(folded.reduce(0) { $0 + $1.count } > 1_000)
         await f.ledger.close()
     }
 

@@ -130,6 +130,16 @@ extension Transaction: ReadModelStore {
     package func entryCount(_ table: ReadModelTable) throws -> Int { try statistics(table.database).entries }
 
     package func clear(_ table: ReadModelTable) throws { try clear(table.database) }
+
+    package func putInKeyOrder(
+        _ table: ReadModelTable,
+        _ body: (_ put: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Void) throws -> Void
+    ) throws {
+        let db = table.database
+        // Through an overlay, writes go to the overlay, which has no cursor.
+        if readsThroughOverlay(db) { return try body { key, value in try put(db, key: key, value: value, flags: []) } }
+        try withCursor(db) { cursor in try body { key, value in try cursor.put(key: key, value: value) } }
+    }
 }
 
 // The LMDB operations the ledger's own code (audit, rebuilds, the worker) runs on a read-model

@@ -264,10 +264,18 @@ extension ReadModels {
                 let order = KeyOrder.compare(key(a), key(b))
                 return order != 0 ? order < 0 : a.position < b.position
             }
-            for move in moves where move.count > 0 && move.count <= ReadModels.maxKeyBytes {
-                try BigEndian.withBytes(of: move.position) { value in
-                    try txn.put(databases[move.db], key: key(move), value: value, flags: [])
+            // Each index's moves through one cursor: the next key is mostly on the page the last
+            // one went to, which LMDB then finds without a search from the root.
+            var next = moves.startIndex
+            for (index, database) in databases.enumerated() {
+                let end = moves[next...].firstIndex { $0.db != index } ?? moves.endIndex
+                guard next < end else { continue }
+                try txn.putInKeyOrder(database) { put in
+                    for move in moves[next..<end] where move.count > 0 && move.count <= ReadModels.maxKeyBytes {
+                        try BigEndian.withBytes(of: move.position) { value in try put(key(move), value) }
+                    }
                 }
+                next = end
             }
         }
         try txn.clear(historyJournal)
