@@ -296,6 +296,16 @@ public final class EventLog: Sendable {
         }
     }
 
+    /// ``read(_:_:)`` for a body that returns nothing: not generic, so a caller that keeps its
+    /// own result (specialized in its module) makes no generic metadata at run time.
+    package func readWithoutResult(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> Void) throws(LedgerError) {
+        do {
+            try store.read(body)
+        } catch {
+            throw namingTheFile(LedgerError.wrap(error, while: doing()))
+        }
+    }
+
     /// Runs `body` in a short read transaction of the log alone (the log, its checkpoints and
     /// operational state; not the databases derived from it), mapping errors to ``LedgerError``:
     /// what it reads does not depend on how far `derived/` goes.

@@ -43,59 +43,70 @@ extension LogStore {
     /// after ``consistentReadAttempts`` (the derived state is behind for good: a crash before any
     /// writer caught up, or a damaged event it cannot be brought past), `body` runs on what there
     /// is; the audit then reports the difference.
+    ///
+    /// Around a core that is not generic: a read makes no generic metadata at run time beyond the
+    /// result's.
     package func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        var result: R?
         do {
-            return try readConsistently(body)
+            try readConsistently { txn in result = try body(txn) }
         } catch {
             recordDerivedDamage(error)
             throw error
         }
+        return try Environment.ran(result)
     }
 
-    private func readConsistently<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
-        guard derivedMeta != nil else { return try environment.read(body) }
+    private func readConsistently(_ body: (borrowing Transaction) throws -> Void) throws {
+        guard derivedMeta != nil else { return try environment.readWithoutResult(body) }
         if let readOnly = readOnlyDerived.withLock({ $0 }), !LogStore.readsAsStored {
             switch readOnly {
             case .unusable(let error): throw error
             case .caughtUp(let catchUp):
-                let result: R? = try environment.read { txn in
+                var done = false
+                try environment.readWithoutResult { txn in
                     // Until a writer (another process) moves the derived state on from where the
                     // catch-up found it: then it is caught up on disk, and read as usual.
                     guard txn.usesTwins == catchUp.usesTwins,
                         try recordedDerivedPosition(txn).map({ $0.position == catchUp.base.position && $0.hash == catchUp.base.hash })
                             ?? (catchUp.base.position == 0)
-                    else { return nil }
-                    return try txn.withOverlay(catchUp.overlay) { try body($0) }
+                    else { return }
+                    try txn.withOverlay(catchUp.overlay) { try body($0) }
+                    done = true
                 }
-                if let result { return result }
+                if done { return }
             }
         }
         var lastBehind = UInt64.max
         for _ in 1..<LogStore.consistentReadAttempts {
             var behindAt: UInt64? = nil
-            let result: R? = try environment.read { txn in
+            var done = false
+            try environment.readWithoutResult { txn in
                 // The snapshots of this process's writer's last commit, which wrote the derived
                 // position at its head: nothing to look at.
                 let known = consistentCommit.load(ordering: .acquiring)
                 if known.first != 0 && UInt(truncatingIfNeeded: txn.id) == known.first
                     && UInt(truncatingIfNeeded: txn.ownID) == known.second
                 {
-                    return try body(txn)
+                    try body(txn)
+                    done = true
+                    return
                 }
                 derivedGapLooks.add(1, ordering: .relaxed)
                 // Behind where an earlier read gave up: no writer is catching up, read it as it is.
                 if let position = try derivedBehind(txn), position != derivedStuckAt.load(ordering: .relaxed) {
                     behindAt = position
-                    return nil
+                    return
                 }
-                return try body(txn)
+                try body(txn)
+                done = true
             }
-            if let result { return result }
+            if done { return }
             if let behindAt { lastBehind = behindAt }
             sched_yield()
         }
         derivedStuckAt.store(lastBehind, ordering: .relaxed)
-        return try environment.read(body)
+        try environment.readWithoutResult(body)
     }
 
     /// While true (in the task, or on the thread, that sets it), ``read(_:)`` reads what `derived/`

@@ -288,7 +288,9 @@ package final class Environment: @unchecked Sendable {
         }
         do {
             // Handles opened in a transaction live on only if it commits, read-only ones included.
-            return try withTransaction(writable: !readOnly, commitReadOnly: true, body)
+            var opened: [MDB_dbi?] = []
+            try withTransaction(writable: !readOnly, commitReadOnly: true) { txn in opened = try body(txn) }
+            return opened
         } catch let error as LMDBError {
             throw error
         } catch {
@@ -356,7 +358,9 @@ package final class Environment: @unchecked Sendable {
     /// The transaction and every buffer it hands out are valid only inside `body`. Keep it short:
     /// a reader pins the pages it can see, and a long one makes the file grow.
     package func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
-        try withTransaction(writable: false, body)
+        var result: R?
+        try withTransaction(writable: false) { txn in result = try body(txn) }
+        return try Environment.ran(result)
     }
 
     /// Runs `body` in a write transaction and commits it when `body` returns; aborts it when `body`
@@ -367,8 +371,9 @@ package final class Environment: @unchecked Sendable {
     /// With ``EnvironmentOptions/maxMapSize`` reached it throws ``LMDBError/Code/storageFull`` and
     /// nothing is written.
     package func write<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
-        precondition(!options.readOnly, "write transaction on an environment opened read-only")
-        return try withTransaction(writable: true, body)
+        var result: R?
+        try withTransaction(writable: true) { txn in result = try body(txn) }
+        return try Environment.ran(result)
     }
 
     /// Like ``write(_:)``, but with a companion the companion commits first and is then flushed to
@@ -376,23 +381,44 @@ package final class Environment: @unchecked Sendable {
     /// is on disk, every commit of the companion up to this one is too. (No process can commit in
     /// the companion in between: a writer takes the companion's lock first and commits there last.)
     package func writeFlushingCompanionFirst<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
-        precondition(!options.readOnly, "write transaction on an environment opened read-only")
-        return try withTransaction(writable: true, flushCompanionFirst: true, body)
+        var result: R?
+        try withTransaction(writable: true, flushCompanionFirst: true) { txn in result = try body(txn) }
+        return try Environment.ran(result)
+    }
+
+    /// ``read(_:)`` for a body that returns nothing: not generic, so a caller that keeps its own
+    /// result makes no generic metadata at run time (a generic call across modules is not
+    /// specialized).
+    package func readWithoutResult(_ body: (borrowing Transaction) throws -> Void) throws {
+        try withTransaction(writable: false, body)
+    }
+
+    /// The result a transaction's body left: always there when the transaction loop returned.
+    package static func ran<R>(_ result: R?) throws -> R {
+        guard let result else {
+            throw LMDBError(code: .unknown, operation: "transaction", message: "the transaction ended without running its body")
+        }
+        return result
     }
 
     /// The common transaction loop: begin (adopting a size another process set), run, end, and on
     /// `MDB_MAP_FULL` grow and run again. With a companion, its transaction begins first and, for a
     /// write, commits last (unless `flushCompanionFirst`).
-    private func withTransaction<R>(
+    ///
+    /// Not generic: the generic entry points above keep the result themselves, so the loop makes no
+    /// generic metadata at run time (its generic form did, thousands of instructions per transaction:
+    /// a generic call from another module of the package is not specialized).
+    func withTransaction(
         writable: Bool, commitReadOnly: Bool = false, flushCompanionFirst: Bool = false,
-        _ body: (borrowing Transaction) throws -> R
-    ) throws -> R {
+        _ body: (borrowing Transaction) throws -> Void
+    ) throws {
+        precondition(!writable || !options.readOnly, "write transaction on an environment opened read-only")
         while true {
             if writable && companionEnv != nil {
                 try resizeLock.withShared { () throws(LMDBError) in try reserveCompanionSpace() }
                 try keepCompanionHeadroom()
             }
-            let outcome: TransactionOutcome<R> = try resizeLock.withShared { () throws -> TransactionOutcome<R> in
+            let outcome: TransactionOutcome = try resizeLock.withShared { () throws -> TransactionOutcome in
                 guard !closed else {
                     throw LMDBError(
                         code: .closed, operation: writable ? "write" : "read", path: options.path,
@@ -404,19 +430,17 @@ package final class Environment: @unchecked Sendable {
                 case .begun(let transactions): begun = transactions
                 }
                 let ran = try run(body, begun, writable: writable, state: TransactionState())
-                guard case .done(let result) = ran else { return ran }
+                guard case .done = ran else { return ran }
                 guard writable || commitReadOnly else {
                     begun.abortAll()
-                    return .done(result)
+                    return .done
                 }
-                if let outcome: TransactionOutcome<R> = try commitTransactions(
-                    begun, writable: writable, flushCompanionFirst: flushCompanionFirst)
-                {
+                if let outcome = try commitTransactions(begun, writable: writable, flushCompanionFirst: flushCompanionFirst) {
                     return outcome
                 }
-                return .done(result)
+                return .done
             }
-            if let result = try settle(outcome) { return result }
+            if try settle(outcome) { return }
         }
     }
 
@@ -436,7 +460,7 @@ package final class Environment: @unchecked Sendable {
         }
 
         /// The outcome for `error`, a full map: the companion's when it names its directory.
-        func mapFull<R>(_ error: LMDBError) -> TransactionOutcome<R> {
+        func mapFull(_ error: LMDBError) -> TransactionOutcome {
             if let companionPath, error.path == companionPath {
                 return .mapFull(companion: true, sizeAtFailure: companionSizeAtStart)
             }
@@ -484,9 +508,9 @@ package final class Environment: @unchecked Sendable {
     /// Commits both transactions of `begun`: the companion last, or, with `flushCompanionFirst`,
     /// first and flushed to disk before this environment commits. Returns the outcome to return
     /// instead of the result (a full map), nil when committed.
-    private func commitTransactions<R>(
+    private func commitTransactions(
         _ begun: BegunTransactions, writable: Bool, flushCompanionFirst: Bool
-    ) throws -> TransactionOutcome<R>? {
+    ) throws -> TransactionOutcome? {
         let txn = begun.txn
         if flushCompanionFirst, let companionTxn = begun.companion, let companionEnv, let companionOptions {
             let rc = mdb_txn_commit(companionTxn)
@@ -499,7 +523,7 @@ package final class Environment: @unchecked Sendable {
             return try commit(txn, writable: writable, sizeAtStart: begun.mapSizeAtStart, companion: nil)
         }
         // mdb_txn_commit frees the transaction, success or not.
-        if let outcome: TransactionOutcome<R> = try commit(
+        if let outcome = try commit(
             txn, writable: writable, sizeAtStart: begun.mapSizeAtStart, companion: begun.companion)
         {
             return outcome
@@ -514,9 +538,9 @@ package final class Environment: @unchecked Sendable {
 
     /// Commits `txn` in this environment; on failure aborts `companion` too. Returns the outcome to
     /// return instead of going on (a full map), nil when committed.
-    private func commit<R>(
+    private func commit(
         _ txn: OpaquePointer, writable: Bool, sizeAtStart: Int, companion: OpaquePointer?
-    ) throws -> TransactionOutcome<R>? {
+    ) throws -> TransactionOutcome? {
         let rc = mdb_txn_commit(txn)
         guard rc != MDB_SUCCESS else { return nil }
         if let companion { mdb_txn_abort(companion) }
@@ -528,19 +552,18 @@ package final class Environment: @unchecked Sendable {
 
     /// Runs `body` in `begun`'s transactions. When it throws, or an LMDB error was recorded inside
     /// it (the first one wins over what `body` made of it), aborts both and throws that error, or
-    /// returns the outcome of a full map (``BegunTransactions/mapFull(_:)``). Otherwise `.done` with
-    /// its result, the transactions still open. (`begun` is passed whole, not as the closures
+    /// returns the outcome of a full map (``BegunTransactions/mapFull(_:)``). Otherwise `.done`, the
+    /// transactions still open. (`begun` is passed whole, not as the closures
     /// `begun.abortAll` and `begun.mapFull`: those partial applications allocated two contexts per
     /// transaction.)
-    private func run<R>(
-        _ body: (borrowing Transaction) throws -> R, _ begun: BegunTransactions, writable: Bool, state: TransactionState
-    ) throws -> TransactionOutcome<R> {
+    private func run(
+        _ body: (borrowing Transaction) throws -> Void, _ begun: BegunTransactions, writable: Bool, state: TransactionState
+    ) throws -> TransactionOutcome {
         let txn = begun.txn
         let companion = begun.companion
-        let result: R
         do {
             let usesTwins = try switchIsSet(txn, companion: companion)
-            result = try body(
+            try body(
                 Transaction(
                     txn: txn, companion: companion, isWritable: writable, state: state, path: path(inCompanion: txn == companion),
                     companionPath: companionOptions?.path, usesTwins: usesTwins))
@@ -558,21 +581,21 @@ package final class Environment: @unchecked Sendable {
             if first.code == .mapFull { return begun.mapFull(first) }
             throw first
         }
-        return .done(result)
+        return .done
     }
 
-    /// The result of a transaction that ended, or nil after growing the map or adopting its new size
-    /// (the transaction runs again).
-    private func settle<R>(_ outcome: TransactionOutcome<R>) throws -> R? {
+    /// Whether the transaction ended (false after growing the map or adopting its new size: the
+    /// transaction runs again).
+    private func settle(_ outcome: TransactionOutcome) throws -> Bool {
         switch outcome {
-        case .done(let result):
-            return result
+        case .done:
+            return true
         case .mapResized(let companion):
             try adoptMapSizeFromFile(companion: companion)
         case .mapFull(let companion, let sizeAtFailure):
             try grow(companion: companion, after: sizeAtFailure)
         }
-        return nil
+        return false
     }
 
     /// Checks the return code of the companion's commit: a full disk as such.
@@ -581,8 +604,8 @@ package final class Environment: @unchecked Sendable {
         try check(rc, "mdb_txn_commit", path: path)
     }
 
-    private enum TransactionOutcome<R> {
-        case done(R)
+    private enum TransactionOutcome {
+        case done
         case mapFull(companion: Bool, sizeAtFailure: Int)
         case mapResized(companion: Bool)
     }

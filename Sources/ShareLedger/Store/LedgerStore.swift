@@ -114,7 +114,10 @@ package final class LedgerStore: Sendable {
     /// ``noticeKeyStoreChanges()``.
     package func read<R>(_ doing: @autoclosure () -> String, _ body: (borrowing Transaction) throws -> R) throws(LedgerError) -> R {
         try noticeKeyStoreChanges()
-        return try log.read(doing(), body)
+        var result: R?
+        try log.readWithoutResult(doing()) { txn in result = try body(txn) }
+        guard let result else { throw LedgerError(.storageFailure, "a read transaction ended without running its body; report this") }
+        return result
     }
 
     /// Brings what this ledger keeps of personal data up to the key store: when a transaction was
