@@ -197,6 +197,41 @@ struct MetadataCacheTests {
         await f.ledger.close()
     }
 
+    @Test("a participant is kept beside its row while the rows are unchanged, and a forget of its user shows at once in every answer")
+    func keptParticipantsFollowForget() async throws {
+        let f = try await SharingFixture()
+        var dana = PersonNameComponents()
+        dana.givenName = "Dana"
+        _ = try await f.ledger.registerUser("_dana", in: SharingFixture.container, nameComponents: dana)
+        let share = try await f.makeHierarchy()
+        _ = try await f.alice.addParticipant(LookupInfo(userRecordID: RecordID(userRecordName: "_dana")), permission: .readOnly, to: share.url)
+        let danaContainer = f.as_("_dana")
+        _ = try await danaContainer.accept(try await danaContainer.shareMetadata(for: share.url))
+        var titles = 0
+        func danaAsAliceSeesHer() async throws -> Share.Participant? {
+            // A committed change's answer (the rows of the participants unchanged): its presenter
+            // keeps participants beside their rows.
+            titles += 1
+            let answer = try await f.alice.setTitle("List \(titles)", for: share.url)
+            return answer.participants.first { $0.userIdentity.userRecordID?.recordName == "_dana" }
+        }
+        #expect(try await danaAsAliceSeesHer()?.userIdentity.nameComponents?.givenName == "Dana")
+        // Dana's user row replaced by an erased one, behind the ledger's back (no event, no new
+        // generation): the participant kept beside her unchanged row is what answers show.
+        let store = f.ledger.log.store
+        try store.environment.write { txn in
+            var erased = UserState()
+            erased.forgottenAtMicros = 1
+            try store.models.put(txn, store.models.users, ReadModels.userKey(SharingFixture.container, "_dana"), erased)
+        }
+        #expect(try await danaAsAliceSeesHer()?.userIdentity.nameComponents?.givenName == "Dana", "kept beside the row")
+        // A forget through the ledger: every answer after it shows her erased.
+        try await f.ledger.forget(user: "_dana", in: SharingFixture.container, requestedBy: "kept-participants")
+        let after = try #require(try await danaAsAliceSeesHer())
+        #expect(after.userIdentity.nameComponents == nil && after.userIdentity.personalDataErased == true, "\(after.userIdentity)")
+        await f.ledger.close()
+    }
+
     @Test("capacity 0 turns the cache off; a full cache starts over")
     func capacity() async throws {
         let cache = MetadataCache(capacity: 2)

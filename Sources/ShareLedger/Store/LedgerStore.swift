@@ -181,6 +181,15 @@ package final class LedgerStore: Sendable {
             models: models, urlHost: shareURLHost, identities: identities, participantRows: participantRows, shareURLs: shareURLs,
             keyGeneration: models.vault?.generation ?? 0)
     }
+
+    /// ``presenter`` for a read transaction that begins after `generation` was read from
+    /// ``shareTags``: it also reuses and keeps participants beside their rows
+    /// (``Presenter/answersGeneration``).
+    func presenter(answersGeneration generation: UInt64) -> Presenter {
+        var presenter = self.presenter
+        presenter.answersGeneration = generation
+        return presenter
+    }
 }
 
 /// Bookkeeping the writer runs in its transaction (see ``LedgerStore/maintain(alone:replicating:_:)``).

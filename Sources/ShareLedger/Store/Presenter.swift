@@ -19,6 +19,11 @@ struct Presenter: Sendable {
     /// The key store's generation when this presenter was made (before it read anything): what
     /// ``identities`` keeps is built at it.
     var keyGeneration: UInt64 = 0
+    /// The generation of kept answers (``ShareTagTracker/generation``), read before the transaction
+    /// this presenter reads in began; nil when it was not, and then no participant kept beside its
+    /// row (``PresentedParticipantRow/participant``) is used or kept: one built from rows a later
+    /// swap replaced must never be given again.
+    var answersGeneration: UInt64? = nil
 
     static func date(_ micros: Int64) -> Date { Date(micros: micros) }
 
@@ -88,9 +93,17 @@ struct Presenter: Sendable {
     func identity(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, withAddress: Bool = false)
         throws -> UserIdentity
     {
+        try registeredIdentity(txn, container, user: user, withAddress: withAddress).identity
+    }
+
+    /// ``identity(_:_:user:withAddress:)``, and whether the account's row was found.
+    private func registeredIdentity(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, user: String, withAddress: Bool = false
+    ) throws -> (identity: UserIdentity, found: Bool) {
         var key = ReadModels.userKey(container, user)
         guard let identities, ReadModels.isStorable(key) else {
-            return identity(of: try models.user(txn, container, user), container, user: user, withAddress: withAddress)
+            let state = try models.user(txn, container, user)
+            return (identity(of: state, container, user: user, withAddress: withAddress), state != nil)
         }
         // The cache's key: the row's key and the address flag (the row is read by all but the flag).
         key.append(withAddress ? 1 : 0)
@@ -104,7 +117,7 @@ struct Presenter: Sendable {
                 return built
             }
         }
-        return found ?? identity(of: nil, container, user: user, withAddress: withAddress)
+        return found.map { ($0, true) } ?? (identity(of: nil, container, user: user, withAddress: withAddress), false)
     }
 
     /// The identity of account `user` whose row is `state` (nil: no row).
@@ -144,19 +157,30 @@ struct Presenter: Sendable {
     func participant(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, id: String, _ row: PresentedParticipantRow)
         throws -> Share.Participant
     {
+        if let kept = row.participant(answersGeneration: answersGeneration) { return kept }
+        return try builtParticipant(txn, container, id: id, row).value
+    }
+
+    /// The participant of `row` built from the read models, and whether it may be kept beside the
+    /// row: not when the row names a user whose account was not found.
+    private func builtParticipant(
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, id: String, _ row: PresentedParticipantRow
+    ) throws -> (value: Share.Participant, keepable: Bool) {
         let state = row.state
         var identity: UserIdentity
+        var keepable = true
         if state.userRecordName.isEmpty {
             identity = UserIdentity(userRecordID: nil, lookupInfo: row.lookupInfo, nameComponents: nil, hasiCloudAccount: false)
         } else {
-            identity = try self.identity(txn, container, user: state.userRecordName)
+            (identity, keepable) = try registeredIdentity(txn, container, user: state.userRecordName)
             if let lookup = row.lookupInfo { identity.lookupInfo = lookup }
         }
         if row.erased { identity.personalDataErased = true }
-        return Share.Participant(
+        let participant = Share.Participant(
             participantID: id, userIdentity: identity, role: state.role.role, permission: state.permission.permission,
             acceptanceStatus: state.status.status, dateAddedToShare: Presenter.date(state.addedAtMicros),
             isApprovedRequester: state.approvedRequester)
+        return (participant, keepable)
     }
 
     /// `state` as answers show it: a sealed invitation's address is opened here, at answer time;
@@ -180,13 +204,24 @@ struct Presenter: Sendable {
         try models.visit(txn, models.participants, prefix: Array(token.utf8)) { key, value in
             let id = String(decoding: UnsafeRawBufferPointer(rebasing: key[prefixCount...]), as: UTF8.self)
             let cacheKey = ParticipantRowCache.Key(bytes: Array(key.bindMemory(to: UInt8.self)))
+            var row: PresentedParticipantRow
+            var keep = false
             if let kept = participantRows.value(cacheKey, row: value, generation: keyGeneration), kept.container == container {
-                out.append((id, kept))
+                row = kept
             } else {
-                let row = presentedRow(try ParticipantState.decodeStored(value, database: models.participants.name), container: container)
-                participantRows.keep(cacheKey, row: value, generation: keyGeneration, row)
-                out.append((id, row))
+                row = presentedRow(try ParticipantState.decodeStored(value, database: models.participants.name), container: container)
+                keep = true
             }
+            // The participant as answers show it, kept beside the row (see `answersGeneration`).
+            if let answersGeneration, row.participant(answersGeneration: answersGeneration) == nil {
+                let built = try builtParticipant(txn, container, id: id, row)
+                if built.keepable {
+                    row = row.keeping(built.value, answersGeneration: answersGeneration)
+                    keep = true
+                }
+            }
+            if keep { participantRows.keep(cacheKey, row: value, generation: keyGeneration, row) }
+            out.append((id, row))
             return true
         }
         return out

@@ -105,12 +105,38 @@ final class PresentedParticipantRow: Sendable {
     let state: ParticipantState
     let lookupInfo: LookupInfo?
     let erased: Bool
+    /// The participant as answers show it (``Presenter/participant(_:_:id:_:)``), with the
+    /// generation of kept answers (``ShareTagTracker/generation``) it was built in; nil when it was
+    /// not kept. Beyond the row and the keys, a participant shows its user's identity, from the
+    /// user's row; that row is written once, at registration (a row that names a user whose account
+    /// was not found keeps no participant), and rewritten only when the user is forgotten, which
+    /// destroys keys (moving the key store's generation, which the row's entry is checked against)
+    /// and drops every kept answer (moving the generation of kept answers); maintenance work (a
+    /// rebuild's swap, a replica's applied events) moves the latter too.
+    let participant: (value: Share.Participant, answersGeneration: UInt64)?
 
-    init(container: String, state: ParticipantState, lookupInfo: LookupInfo?, erased: Bool) {
+    init(
+        container: String, state: ParticipantState, lookupInfo: LookupInfo?, erased: Bool,
+        participant: (value: Share.Participant, answersGeneration: UInt64)? = nil
+    ) {
         self.container = container
         self.state = state
         self.lookupInfo = lookupInfo
         self.erased = erased
+        self.participant = participant
+    }
+
+    /// This row with `participant` kept beside it.
+    func keeping(_ participant: Share.Participant, answersGeneration: UInt64) -> PresentedParticipantRow {
+        PresentedParticipantRow(
+            container: container, state: state, lookupInfo: lookupInfo, erased: erased,
+            participant: (participant, answersGeneration))
+    }
+
+    /// The kept participant, when it was built in generation `answersGeneration` of kept answers.
+    func participant(answersGeneration: UInt64?) -> Share.Participant? {
+        guard let answersGeneration, let participant, participant.answersGeneration == answersGeneration else { return nil }
+        return participant.value
     }
 }
 
