@@ -138,7 +138,7 @@ public struct Container: Sendable {
         try shareMetadataWithoutLogging(for: url, usingCache: true)
     }
 
-    /// ``shareMetadataWithoutLogging(for:)``, with the cache or (for tests) without it.
+    /// ``shareMetadataWithoutLogging(for:)``, with the cache or (for tests) without anything kept.
     func shareMetadataWithoutLogging(for url: URL, usingCache: Bool) throws(LedgerError) -> Share.Metadata {
         let user = try signedInUser()
         let token = try Container.token(of: url)
@@ -176,8 +176,8 @@ public struct Container: Sendable {
         if let cache, let validator, let hit = cache.entry(key), hit.validator == validator, hit.generation == generation {
             return hit.metadata
         }
-        // Without the cache (tests' fresh answers), nothing kept beside participant rows either.
-        let presenter = cache == nil ? ledger.presenter : ledger.store.presenter(answersGeneration: generation)
+        // Without the cache (tests' fresh answers), nothing kept is used at all.
+        let presenter = cache == nil ? ledger.store.presenterKeepingNothing : ledger.store.presenter(answersGeneration: generation)
         let metadata = try presenter.metadata(txn, tokenText: token, container: container, viewer: viewer, fetchRoot: false, keys: nil)
         if let cache, let validator {
             cache.store(key, MetadataCache.Entry(validator: validator, generation: generation, metadata: metadata))

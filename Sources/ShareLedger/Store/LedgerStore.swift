@@ -182,6 +182,10 @@ package final class LedgerStore: Sendable {
             keyGeneration: models.vault?.generation ?? 0)
     }
 
+    /// A presenter that keeps and reuses nothing: every answer built from the rows alone (for tests
+    /// that hold kept answers to fresh ones).
+    var presenterKeepingNothing: Presenter { Presenter(models: models, urlHost: shareURLHost) }
+
     /// ``presenter`` for a read transaction that begins after `generation` was read from
     /// ``shareTags``: it also reuses and keeps participants beside their rows
     /// (``Presenter/answersGeneration``).

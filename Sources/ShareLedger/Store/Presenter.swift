@@ -191,39 +191,61 @@ struct Presenter: Sendable {
     }
 
     /// Every participant row of share `token` (removed ones included), by participant id, in key
-    /// order; reused from ``participantRows`` while a row has the bytes it was presented from.
+    /// order; reused from ``participantRows`` while a row has the bytes it was presented from, and
+    /// kept there.
     private func participants(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, container: String) throws
-        -> [(id: String, row: PresentedParticipantRow)]
+        -> [ParticipantRowCache.Row]
     {
         guard let participantRows else {
-            return try models.participants(txn, token).map { ($0.id, presentedRow($0.state, container: container)) }
+            return try models.participants(txn, token).map { entry in
+                ParticipantRowCache.Row(
+                    id: entry.id, idBytes: [], bytes: [], presented: presentedRow(entry.state, container: container))
+            }
         }
         let prefixCount = token.utf8.count
-        var out: [(id: String, row: PresentedParticipantRow)] = []
-        out.reserveCapacity(8)
+        let previous = participantRows.rows(of: token, generation: keyGeneration)
+        var next = previous.startIndex
+        var changed = previous.isEmpty
+        var out: [ParticipantRowCache.Row] = []
+        out.reserveCapacity(previous.count + 1)
         try models.visit(txn, models.participants, prefix: Array(token.utf8)) { key, value in
-            let id = String(decoding: UnsafeRawBufferPointer(rebasing: key[prefixCount...]), as: UTF8.self)
-            let cacheKey = ParticipantRowCache.Key(bytes: Array(key.bindMemory(to: UInt8.self)))
-            var row: PresentedParticipantRow
-            var keep = false
-            if let kept = participantRows.value(cacheKey, row: value, generation: keyGeneration), kept.container == container {
-                row = kept
+            let idBytes = UnsafeRawBufferPointer(rebasing: key[prefixCount...])
+            // In step with the rows kept: those whose id sorts before this row's are gone.
+            while next < previous.endIndex, KeyOrder.compare(previous[next].idBytes, idBytes) < 0 {
+                next += 1
+                changed = true
+            }
+            var row: ParticipantRowCache.Row
+            if next < previous.endIndex, KeyOrder.compare(previous[next].idBytes, idBytes) == 0 {
+                row = previous[next]
+                next += 1
+                if KeyOrder.compare(row.bytes, value) != 0 || row.presented.container != container {
+                    row = ParticipantRowCache.Row(
+                        id: row.id, idBytes: row.idBytes, bytes: Array(value.bindMemory(to: UInt8.self)),
+                        presented: presentedRow(try ParticipantState.decodeStored(value, database: models.participants.name), container: container))
+                    changed = true
+                }
             } else {
-                row = presentedRow(try ParticipantState.decodeStored(value, database: models.participants.name), container: container)
-                keep = true
+                row = ParticipantRowCache.Row(
+                    id: String(decoding: idBytes, as: UTF8.self), idBytes: Array(idBytes.bindMemory(to: UInt8.self)),
+                    bytes: Array(value.bindMemory(to: UInt8.self)),
+                    presented: presentedRow(try ParticipantState.decodeStored(value, database: models.participants.name), container: container))
+                changed = true
             }
             // The participant as answers show it, kept beside the row (see `answersGeneration`).
-            if let answersGeneration, row.participant(answersGeneration: answersGeneration) == nil {
-                let built = try builtParticipant(txn, container, id: id, row)
+            if let answersGeneration, row.presented.participant(answersGeneration: answersGeneration) == nil {
+                let built = try builtParticipant(txn, container, id: row.id, row.presented)
                 if built.keepable {
-                    row = row.keeping(built.value, answersGeneration: answersGeneration)
-                    keep = true
+                    row = ParticipantRowCache.Row(
+                        id: row.id, idBytes: row.idBytes, bytes: row.bytes,
+                        presented: row.presented.keeping(built.value, answersGeneration: answersGeneration))
+                    changed = true
                 }
             }
-            if keep { participantRows.keep(cacheKey, row: value, generation: keyGeneration, row) }
-            out.append((id, row))
+            out.append(row)
             return true
         }
+        if changed || next != previous.endIndex { participantRows.keep(token, generation: keyGeneration, out) }
         return out
     }
 
@@ -237,7 +259,7 @@ struct Presenter: Sendable {
     func share(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, state: ShareState, viewer: String?) throws -> Share {
         let all = try participants(txn, token: token, container: state.container)
         // The viewer's row is one of `all`: only its id is looked up.
-        var viewerEntry: (id: String, row: PresentedParticipantRow)?
+        var viewerEntry: ParticipantRowCache.Row?
         if let viewer, let id = try models.participantID(txn, state.container, user: viewer, token: token),
             let entry = all.first(where: { $0.id == id })
         {
@@ -245,13 +267,15 @@ struct Presenter: Sendable {
         }
         let seesAll =
             viewerEntry.map {
-                $0.row.state.role == .owner || ($0.row.state.role == .administrator && $0.row.state.status == .statusAccepted)
+                $0.presented.state.role == .owner
+                    || ($0.presented.state.role == .administrator && $0.presented.state.status == .statusAccepted)
             } ?? false
         var visible: [Share.Participant] = []
         visible.reserveCapacity(all.count)
         var owner: Share.Participant?
         var current: Share.Participant?
-        for (id, row) in all {
+        for entry in all {
+            let (id, row) = (entry.id, entry.presented)
             let status = row.state.status
             let isViewer = viewerEntry?.id == id
             let isOwner = id == state.ownerParticipantID
@@ -291,11 +315,11 @@ struct Presenter: Sendable {
             share.blockedIdentities = try models.accessEntries(txn, token, .blocked).map { entry in
                 Share.BlockedIdentity(userIdentity: try identity(txn, state.container, user: entry.user))
             }
-            for (id, row) in all where !row.state.oneTimeToken.isEmpty {
-                if let oneTime = ShareToken(row.state.oneTimeToken),
+            for entry in all where !entry.presented.state.oneTimeToken.isEmpty {
+                if let oneTime = ShareToken(entry.presented.state.oneTimeToken),
                     let url = ShareURL.make(host: urlHost, token: oneTime, title: title)
                 {
-                    share.oneTimeURLs.append(Share.OneTimeURL(participantID: id, url: url))
+                    share.oneTimeURLs.append(Share.OneTimeURL(participantID: entry.id, url: url))
                 }
             }
         }

@@ -140,8 +140,81 @@ final class PresentedParticipantRow: Sendable {
     }
 }
 
-/// Participant rows already presented.
-typealias ParticipantRowCache = RowDerivedCache<PresentedParticipantRow>
+/// The participant rows of shares as answers presented them, by the share's token, each with the
+/// exact bytes it was presented from (``Presenter/share(_:token:state:viewer:)``).
+///
+/// An answer about a share walks all of its participant rows, in key order. Kept per share as the
+/// walk saw them, the next walk reuses each row whose id and bytes are the ones kept, by comparing
+/// them in step with the rows it reads: no key is built, hashed or looked up per row, and no id
+/// string made again. A share of 90 participants did that 90 times for every accept's answer, and
+/// an accept changes one row. The key store's generation is checked for the share's rows as a
+/// whole (``PresentedParticipantRow``'s opened addresses depend on it). Entries are never changed
+/// once made; a new walk keeps a new one. Bounded: past ``capacity`` shares (spread over the
+/// shards) a shard starts over. Every entry goes when the ledger drops its kept answers.
+final class ParticipantRowCache: Sendable {
+    /// One participant row as presented: its id, the bytes it was presented from, and what they
+    /// presented.
+    struct Row: Sendable {
+        let id: String
+        let idBytes: [UInt8]
+        let bytes: [UInt8]
+        let presented: PresentedParticipantRow
+    }
+
+    /// A share's rows as one walk presented them, in key order, at a key store generation.
+    final class Entry: Sendable {
+        let generation: UInt64
+        let rows: [Row]
+
+        init(generation: UInt64, rows: [Row]) {
+            self.generation = generation
+            self.rows = rows
+        }
+    }
+
+    private final class Shard: Sendable {
+        let entries = Mutex<[String: Entry]>([:])
+    }
+
+    /// Shares kept, in all shards together, before a shard starts over.
+    let capacity: Int
+    private let shards: [Shard]
+
+    init(capacity: Int = 4_096, shards: Int = 16) {
+        self.capacity = capacity
+        self.shards = (0..<max(1, shards)).map { _ in Shard() }
+    }
+
+    /// The shard of `token`, from its last bytes (tokens are random).
+    private func shard(_ token: String) -> Shard {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in token.utf8.suffix(4) { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return shards[Int(hash % UInt64(shards.count))]
+    }
+
+    /// The rows of share `token` as the last walk presented them, when it was at key store generation
+    /// `generation`; none otherwise.
+    func rows(of token: String, generation: UInt64) -> [Row] {
+        guard let entry = shard(token).entries.withLock({ $0[token] }), entry.generation == generation else { return [] }
+        return entry.rows
+    }
+
+    /// Keeps `rows` as share `token`'s, presented at key store generation `generation`.
+    func keep(_ token: String, generation: UInt64, _ rows: [Row]) {
+        let entry = Entry(generation: generation, rows: rows)
+        let limit = max(1, capacity / shards.count)
+        shard(token).entries.withLock { entries in
+            if entries.count >= limit, entries[token] == nil { entries.removeAll(keepingCapacity: true) }
+            entries[token] = entry
+        }
+    }
+
+    /// The number of shares kept.
+    var count: Int { shards.reduce(0) { total, shard in total + shard.entries.withLock { $0.count } } }
+
+    /// Forgets every kept share.
+    func removeAll() { for shard in shards { shard.entries.withLock { $0.removeAll() } } }
+}
 
 /// Share URLs already made, by the share's token, with the title's bytes in place of a row: a URL
 /// holds the title (personal data, sealed at rest), so these go with every other kept answer.
