@@ -153,12 +153,19 @@ final class PresentedParticipantRow: Sendable {
 /// shards) a shard starts over. Every entry goes when the ledger drops its kept answers.
 final class ParticipantRowCache: Sendable {
     /// One participant row as presented: its id, the bytes it was presented from, and what they
-    /// presented.
-    struct Row: Sendable {
+    /// presented. A class: a walk and an answer pass each row on several times.
+    final class Row: Sendable {
         let id: String
         let idBytes: [UInt8]
         let bytes: [UInt8]
         let presented: PresentedParticipantRow
+
+        init(id: String, idBytes: [UInt8], bytes: [UInt8], presented: PresentedParticipantRow) {
+            self.id = id
+            self.idBytes = idBytes
+            self.bytes = bytes
+            self.presented = presented
+        }
     }
 
     /// A share's rows as one walk presented them, in key order, at a key store generation.
