@@ -233,7 +233,7 @@ struct Presenter: Sendable {
                 changed = true
             }
             // The participant as answers show it, kept beside the row (see `answersGeneration`).
-            if let answersGeneration, row.presented.participant(answersGeneration: answersGeneration) == nil {
+            if let answersGeneration, !row.presented.keepsParticipant(answersGeneration: answersGeneration) {
                 let built = try builtParticipant(txn, container, id: row.id, row.presented)
                 if built.keepable {
                     row = ParticipantRowCache.Row(

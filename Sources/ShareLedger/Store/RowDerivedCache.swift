@@ -135,8 +135,15 @@ final class PresentedParticipantRow: Sendable {
 
     /// The kept participant, when it was built in generation `answersGeneration` of kept answers.
     func participant(answersGeneration: UInt64?) -> Share.Participant? {
-        guard let answersGeneration, let participant, participant.answersGeneration == answersGeneration else { return nil }
-        return participant.value
+        guard keepsParticipant(answersGeneration: answersGeneration) else { return nil }
+        return participant?.value
+    }
+
+    /// Whether a participant built in generation `answersGeneration` of kept answers is kept (asked
+    /// without copying it: a participant is a large value of resilient Foundation types).
+    func keepsParticipant(answersGeneration: UInt64?) -> Bool {
+        guard let answersGeneration, let kept = participant?.answersGeneration else { return false }
+        return kept == answersGeneration
     }
 }
 
