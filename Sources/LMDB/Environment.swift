@@ -39,6 +39,21 @@ package final class Environment: @unchecked Sendable {
     private var twinSwitch: (db: Database, key: [UInt8], twinsOpened: Bool)?
     /// Stale reader slots cleared by `mdb_reader_check` when the environment was opened.
     package let staleReadersCleared: Int
+    /// Read-only transaction handles that ended (`mdb_txn_reset`), each with its companion's, kept
+    /// to be begun again with `mdb_txn_renew`: beginning a read-only transaction allocates and zeroes
+    /// its handle (`calloc`), about 2,000 instructions per handle, which renewing one skips. A reset
+    /// handle holds no snapshot: it is not an open transaction (a map resize may happen while it
+    /// waits here), but it keeps its reader slot, so at most ``idleReaderLimit`` are kept. They are
+    /// aborted when the environment closes.
+    private let idleReaders = Mutex<[IdleReader]>([])
+
+    /// Reset read-only handles waiting in ``idleReaders``. `@unchecked Sendable`: under `MDB_NOTLS` a
+    /// read-only handle may move between threads, and one is only ever used by the transaction that
+    /// took it out of the pool, or by ``freeIdleReaders()`` under the exclusive resize lock.
+    private struct IdleReader: @unchecked Sendable {
+        let txn: OpaquePointer
+        let companion: OpaquePointer?
+    }
 
     /// Opens the environment at `options.path`.
     ///
@@ -93,6 +108,8 @@ package final class Environment: @unchecked Sendable {
         precondition(companionEnv == nil, "an environment has at most one companion")
         precondition(companion.readOnly == options.readOnly, "a companion is read-only exactly when its environment is")
         let (opened, _) = try Environment.open(companion)
+        // Idle read handles were begun without a companion's: a read from now on needs both.
+        freeIdleReaders()
         companionEnv = opened
         companionOptions = companion
     }
@@ -188,8 +205,10 @@ package final class Environment: @unchecked Sendable {
 
     deinit {
         // Closing the environment is not ending a transaction: none can be open once the last
-        // reference is gone, because transactions only live inside this object's methods.
+        // reference is gone, because transactions only live inside this object's methods. (The idle
+        // read handles were reset when their transactions ended: freeing them ends nothing.)
         if !closed {
+            freeIdleReaders()
             if options.durability == .unsafeNoSync && !options.readOnly { mdb_env_sync(env, 1) }
             mdb_env_close(env)
             if let companionEnv, let companionOptions {
@@ -432,7 +451,7 @@ package final class Environment: @unchecked Sendable {
                 let ran = try run(body, begun, writable: writable, state: TransactionState())
                 guard case .done = ran else { return ran }
                 guard writable || commitReadOnly else {
-                    begun.abortAll()
+                    endReadOnly(begun)
                     return .done
                 }
                 if let outcome = try commitTransactions(begun, writable: writable, flushCompanionFirst: flushCompanionFirst) {
@@ -475,9 +494,72 @@ package final class Environment: @unchecked Sendable {
         case resized(companion: Bool)
     }
 
+    /// At most this many idle read handles (pairs, with a companion) are kept for renewal.
+    private var idleReaderLimit: Int { min(8, max(0, options.maxReaders / 8)) }
+
+    /// Ends a read-only transaction that ran: its handles are reset and kept for the next read (up
+    /// to ``idleReaderLimit``), else aborted. Called with the resize lock held shared.
+    private func endReadOnly(_ begun: BegunTransactions) {
+        mdb_txn_reset(begun.txn)
+        if let companion = begun.companion { mdb_txn_reset(companion) }
+        let kept = idleReaders.withLock { idle in
+            guard idle.count < idleReaderLimit else { return false }
+            idle.append(IdleReader(txn: begun.txn, companion: begun.companion))
+            return true
+        }
+        if !kept { begun.abortAll() }
+    }
+
+    /// Frees the idle read handles (when the environment closes, before `mdb_env_close`).
+    private func freeIdleReaders() {
+        let idle = idleReaders.withLock { idle in
+            defer { idle.removeAll() }
+            return idle
+        }
+        for reader in idle {
+            mdb_txn_abort(reader.txn)
+            if let companion = reader.companion { mdb_txn_abort(companion) }
+        }
+    }
+
+    /// A read-only transaction begun again from idle handles (``idleReaders``), companion first as
+    /// ``beginTransactions(writable:)`` begins them; nil when none is idle. Called with the resize
+    /// lock held shared.
+    private func renewReadOnly() throws -> Beginning? {
+        guard let reader = idleReaders.withLock({ $0.popLast() }) else { return nil }
+        let (txn, companion) = (reader.txn, reader.companion)
+        guard (companion != nil) == (companionEnv != nil) else {
+            // (Not after ``attachCompanion(_:)``, which frees every idle handle; kept as a guard.)
+            mdb_txn_abort(txn)
+            if let companion { mdb_txn_abort(companion) }
+            return nil
+        }
+        if let companion, let companionOptions {
+            let rc = mdb_txn_renew(companion)
+            if rc != MDB_SUCCESS {
+                mdb_txn_abort(companion)
+                mdb_txn_abort(txn)
+                if rc == MDB_MAP_RESIZED { return .resized(companion: true) }
+                try check(rc, "mdb_txn_renew", path: companionOptions.path)
+            }
+        }
+        let rc = mdb_txn_renew(txn)
+        if rc != MDB_SUCCESS {
+            mdb_txn_abort(txn)
+            if let companion { mdb_txn_abort(companion) }
+            if rc == MDB_MAP_RESIZED { return .resized(companion: false) }
+            try check(rc, "mdb_txn_renew", path: options.path)
+        }
+        return .begun(
+            BegunTransactions(
+                txn: txn, companion: companion, mapSizeAtStart: currentMapSizeUnlocked(env),
+                companionSizeAtStart: companionEnv.map { currentMapSizeUnlocked($0) } ?? 0, companionPath: companionOptions?.path))
+    }
+
     /// Begins the companion's transaction (when there is a companion), then this environment's.
     /// Called with the resize lock held shared.
     private func beginTransactions(writable: Bool) throws -> Beginning {
+        if !writable, let renewed = try renewReadOnly() { return renewed }
         let beginFlags = writable ? UInt32(0) : UInt32(MDB_RDONLY)
         var companionTxn: OpaquePointer?
         if let companionEnv, let companionOptions {
@@ -746,6 +828,7 @@ package final class Environment: @unchecked Sendable {
     package func close() {
         resizeLock.withExclusive {
             guard !closed else { return }
+            freeIdleReaders()
             if options.durability == .unsafeNoSync && !options.readOnly { mdb_env_sync(env, 1) }
             mdb_env_close(env)
             if let companionEnv, let companionOptions {

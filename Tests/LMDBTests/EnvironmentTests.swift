@@ -3,6 +3,7 @@ import CLMDB
 import Foundation
 import LMDB
 import TestSupport
+import Synchronization
 import Testing
 
 @Suite("LMDB wrapper")
@@ -128,6 +129,36 @@ struct EnvironmentTests {
         #expect(startSize <= 64 << 10)
         #expect(info.mapSize > 40 << 20)
         #expect(try env.read { txn in try txn.statistics(db).entries } == 200_000)
+    }
+
+    @Test("reads begun again from idle handles see every commit before them, while the map grows and from many threads")
+    func renewedReadsSeeLatest() throws {
+        let dir = TemporaryDirectory()
+        let env = try open(dir.path, mapSize: 64 << 10)
+        let db = try env.openDatabases([("log", [])])[0]
+        let filler = [UInt8](repeating: 7, count: 4_000)
+        for round in 1...400 {
+            try env.write { txn in
+                try BigEndian.withBytes(of: UInt64(round)) { value in try txn.put(db, key: Array("last".utf8), value: Array(value)) }
+                try txn.put(db, key: Array("filler\(round)".utf8), value: filler)
+            }
+            // Several reads per commit, one after another: all but the first begin from an idle handle.
+            for _ in 0..<3 {
+                let seen = try env.read { txn in try txn.get(db, key: Array("last".utf8)).flatMap { BigEndian.uint64($0) } }
+                #expect(seen == UInt64(round))
+            }
+        }
+        #expect(try env.info().mapSize > 1 << 20, "the map grew while idle handles waited")
+        let failures = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            for _ in 0..<200 {
+                let entries = try? env.read { txn in try txn.statistics(db).entries }
+                if entries != 401 { failures.withLock { $0 += 1 } }
+            }
+        }
+        #expect(failures.withLock { $0 } == 0)
+        env.close()
+        #expect(throws: LMDBError.self) { try env.read { _ in () } }
     }
 
     @Test("at the maximum size a write fails with storageFull, stores nothing, and reads go on")
