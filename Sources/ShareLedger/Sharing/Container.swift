@@ -159,16 +159,18 @@ public struct Container: Sendable {
         let generation = tags.generation
         return try ledger.read("reading share metadata") { txn in
             try Container.metadata(
-                txn, ledger: ledger, token: token, container: container, viewer: user, cache: cache, generation: generation)
+                txn, ledger: ledger, token: token, container: container, viewer: user, cache: cache, generation: generation,
+                keepingNothing: !usingCache)
         }
     }
 
     /// The metadata of share `token` for `viewer` in `txn`: a kept answer while the share's change tag
     /// is the one it was built at (and no swap happened since `generation` was read, before `txn`
     /// began), else built (``Presenter/metadata(_:tokenText:container:viewer:fetchRoot:keys:)``) and kept.
+    /// With `keepingNothing` (tests' fresh answers), nothing kept is used at all.
     static func metadata(
         _ txn: borrowing Transaction, ledger: ShareLedger, token: String, container: String, viewer: String,
-        cache: MetadataCache?, generation: UInt64
+        cache: MetadataCache?, generation: UInt64, keepingNothing: Bool = false
     ) throws -> Share.Metadata {
         let key = MetadataCache.Key(token: token, container: container, viewer: viewer)
         let validator = try cache == nil ? nil : ledger.models.shareChangeTag(txn, token: token)
@@ -176,8 +178,7 @@ public struct Container: Sendable {
         if let cache, let validator, let hit = cache.entry(key), hit.validator == validator, hit.generation == generation {
             return hit.metadata
         }
-        // Without the cache (tests' fresh answers), nothing kept is used at all.
-        let presenter = cache == nil ? ledger.store.presenterKeepingNothing : ledger.store.presenter(answersGeneration: generation)
+        let presenter = keepingNothing ? ledger.store.presenterKeepingNothing : ledger.store.presenter(answersGeneration: generation)
         let metadata = try presenter.metadata(txn, tokenText: token, container: container, viewer: viewer, fetchRoot: false, keys: nil)
         if let cache, let validator {
             cache.store(key, MetadataCache.Entry(validator: validator, generation: generation, metadata: metadata))
