@@ -42,32 +42,24 @@ final class RowDerivedCache<Value: Sendable>: Sendable {
 
     /// One lock per shard of the keys: every caller presenting a share looks up each participant,
     /// and one lock for all of them was contended on two cores.
-    private final class Shard: Sendable {
-        let entries = Mutex<[Key: Entry]>([:])
-    }
+    private let entries: ShardedEntries<Key, Entry>
 
     /// Entries kept, in all shards together, before a shard starts over.
-    let capacity: Int
-    private let shards: [Shard]
+    var capacity: Int { entries.capacity }
 
     init(capacity: Int = 16_384, shards: Int = 16) {
-        self.capacity = capacity
-        self.shards = (0..<max(1, shards)).map { _ in Shard() }
+        entries = ShardedEntries(capacity: capacity, shards: shards)
     }
 
-    /// The shard of `key`, from its last eight bytes (FNV-1a): a key ends with what tells rows of
-    /// one table apart (a participant id, a user name, a flag after it), and the dictionary hashes
-    /// the whole key again anyway.
-    private func shard(_ key: Key) -> Shard {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in key.bytes.suffix(8) { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return shards[Int(hash % UInt64(shards.count))]
-    }
+    /// The shard of `key`, from its last eight bytes: a key ends with what tells rows of one table
+    /// apart (a participant id, a user name, a flag after it), and the dictionary hashes the whole
+    /// key again anyway.
+    private func shard(_ key: Key) -> UInt64 { ShardedEntries<Key, Entry>.spread(key.bytes.suffix(8)) }
 
     /// The kept value for `key`, when it was derived from a row with exactly the bytes of `row` at
     /// key store generation `generation`.
     func value(_ key: Key, row: UnsafeRawBufferPointer, generation: UInt64) -> Value? {
-        guard let entry = shard(key).entries.withLock({ $0[key] }), entry.generation == generation,
+        guard let entry = entries.entry(key, shard: shard(key)), entry.generation == generation,
             KeyOrder.compare(entry.row, row) == 0
         else { return nil }
         return entry.value
@@ -75,18 +67,57 @@ final class RowDerivedCache<Value: Sendable>: Sendable {
 
     /// Keeps `value`, derived from `row` at key store generation `generation`, for `key`.
     func keep(_ key: Key, row: UnsafeRawBufferPointer, generation: UInt64, _ value: Value) {
-        let entry = Entry(row: Array(row.bindMemory(to: UInt8.self)), generation: generation, value: value)
+        entries.keep(key, shard: shard(key), Entry(row: Array(row.bindMemory(to: UInt8.self)), generation: generation, value: value))
+    }
+
+    /// The number of kept values.
+    var count: Int { entries.count }
+
+    /// Forgets every kept value.
+    func removeAll() { entries.removeAll() }
+}
+
+/// Entries kept by key, in shards with a lock each; past `capacity` entries (spread over the
+/// shards) a shard starts over (cheaper than tracking recency; a miss only costs presenting again).
+/// The caller picks the shard from a few bytes of the key (``spread(_:)``).
+final class ShardedEntries<Key: Hashable & Sendable, Entry: Sendable>: Sendable {
+    private final class Shard: Sendable {
+        let entries = Mutex<[Key: Entry]>([:])
+    }
+
+    let capacity: Int
+    private let shards: [Shard]
+
+    init(capacity: Int, shards: Int) {
+        self.capacity = capacity
+        self.shards = (0..<max(1, shards)).map { _ in Shard() }
+    }
+
+    /// FNV-1a of `bytes`: which shard a key goes to, from the bytes of it that differ most.
+    static func spread(_ bytes: some Sequence<UInt8>) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return hash
+    }
+
+    private func shard(_ spread: UInt64) -> Shard { shards[Int(spread % UInt64(shards.count))] }
+
+    /// The entry of `key`, in the shard `spread` picks.
+    func entry(_ key: Key, shard spread: UInt64) -> Entry? { shard(spread).entries.withLock { $0[key] } }
+
+    /// Keeps `entry` for `key`, in the shard `spread` picks.
+    func keep(_ key: Key, shard spread: UInt64, _ entry: Entry) {
         let limit = max(1, capacity / shards.count)
-        shard(key).entries.withLock { entries in
+        shard(spread).entries.withLock { entries in
             if entries.count >= limit, entries[key] == nil { entries.removeAll(keepingCapacity: true) }
             entries[key] = entry
         }
     }
 
-    /// The number of kept values.
+    /// The number of kept entries.
     var count: Int { shards.reduce(0) { total, shard in total + shard.entries.withLock { $0.count } } }
 
-    /// Forgets every kept value.
+    /// Forgets every kept entry.
     func removeAll() { for shard in shards { shard.entries.withLock { $0.removeAll() } } }
 }
 
@@ -186,48 +217,35 @@ final class ParticipantRowCache: Sendable {
         }
     }
 
-    private final class Shard: Sendable {
-        let entries = Mutex<[String: Entry]>([:])
-    }
+    private let entries: ShardedEntries<String, Entry>
 
     /// Shares kept, in all shards together, before a shard starts over.
-    let capacity: Int
-    private let shards: [Shard]
+    var capacity: Int { entries.capacity }
 
     init(capacity: Int = 4_096, shards: Int = 16) {
-        self.capacity = capacity
-        self.shards = (0..<max(1, shards)).map { _ in Shard() }
+        entries = ShardedEntries(capacity: capacity, shards: shards)
     }
 
     /// The shard of `token`, from its last bytes (tokens are random).
-    private func shard(_ token: String) -> Shard {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in token.utf8.suffix(4) { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return shards[Int(hash % UInt64(shards.count))]
-    }
+    private func shard(_ token: String) -> UInt64 { ShardedEntries<String, Entry>.spread(token.utf8.suffix(4)) }
 
     /// The rows of share `token` as the last walk presented them, when it was at key store generation
     /// `generation`; none otherwise.
     func rows(of token: String, generation: UInt64) -> [Row] {
-        guard let entry = shard(token).entries.withLock({ $0[token] }), entry.generation == generation else { return [] }
+        guard let entry = entries.entry(token, shard: shard(token)), entry.generation == generation else { return [] }
         return entry.rows
     }
 
     /// Keeps `rows` as share `token`'s, presented at key store generation `generation`.
     func keep(_ token: String, generation: UInt64, _ rows: [Row]) {
-        let entry = Entry(generation: generation, rows: rows)
-        let limit = max(1, capacity / shards.count)
-        shard(token).entries.withLock { entries in
-            if entries.count >= limit, entries[token] == nil { entries.removeAll(keepingCapacity: true) }
-            entries[token] = entry
-        }
+        entries.keep(token, shard: shard(token), Entry(generation: generation, rows: rows))
     }
 
     /// The number of shares kept.
-    var count: Int { shards.reduce(0) { total, shard in total + shard.entries.withLock { $0.count } } }
+    var count: Int { entries.count }
 
     /// Forgets every kept share.
-    func removeAll() { for shard in shards { shard.entries.withLock { $0.removeAll() } } }
+    func removeAll() { entries.removeAll() }
 }
 
 /// Share URLs already made, by the share's token, with the title's bytes in place of a row: a URL
