@@ -362,10 +362,13 @@ struct EventLogTests {
         configuration.initialMapSize = 64 << 10
         let log = try EventLog.open(configuration)
         try await log.append([LogFixtures.draft("before")], to: "s", metadata: LogFixtures.metadata())
+        // A read before: its handles wait idle, to be renewed by the read after the child.
+        #expect(try log.head().position == 1)
         // The CLI opens the same ledger with a 64 MiB map: LMDB records the larger size, and this
-        // process's next transaction meets MDB_MAP_RESIZED.
+        // process's next transaction meets MDB_MAP_RESIZED (a read first: the renewal meets it).
         let child = try await runProduct("share-ledger", ["demo", "--path", dir.path, "--events", "3000", "--writers", "4"])
         #expect(child.status == 0, "\(child.stderr)")
+        #expect(try log.head().position == 3_001)
         let result = try await log.append([LogFixtures.draft("after")], to: "s", metadata: LogFixtures.metadata())
         #expect(result.positions.lowerBound == 3_002)
         #expect(try log.streamVersion("s", container: LogFixtures.container) == 2)
