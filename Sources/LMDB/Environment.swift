@@ -53,6 +53,12 @@ package final class Environment: @unchecked Sendable {
     private struct IdleReader: @unchecked Sendable {
         let txn: OpaquePointer
         let companion: OpaquePointer?
+
+        /// Frees both handles.
+        func abortBoth() {
+            mdb_txn_abort(txn)
+            if let companion { mdb_txn_abort(companion) }
+        }
     }
 
     /// Opens the environment at `options.path`.
@@ -516,10 +522,7 @@ package final class Environment: @unchecked Sendable {
             defer { idle.removeAll() }
             return idle
         }
-        for reader in idle {
-            mdb_txn_abort(reader.txn)
-            if let companion = reader.companion { mdb_txn_abort(companion) }
-        }
+        for reader in idle { reader.abortBoth() }
     }
 
     /// A read-only transaction begun again from idle handles (``idleReaders``), companion first as
@@ -530,23 +533,20 @@ package final class Environment: @unchecked Sendable {
         let (txn, companion) = (reader.txn, reader.companion)
         guard (companion != nil) == (companionEnv != nil) else {
             // (Not after ``attachCompanion(_:)``, which frees every idle handle; kept as a guard.)
-            mdb_txn_abort(txn)
-            if let companion { mdb_txn_abort(companion) }
+            reader.abortBoth()
             return nil
         }
         if let companion, let companionOptions {
             let rc = mdb_txn_renew(companion)
             if rc != MDB_SUCCESS {
-                mdb_txn_abort(companion)
-                mdb_txn_abort(txn)
+                reader.abortBoth()
                 if rc == MDB_MAP_RESIZED { return .resized(companion: true) }
                 try check(rc, "mdb_txn_renew", path: companionOptions.path)
             }
         }
         let rc = mdb_txn_renew(txn)
         if rc != MDB_SUCCESS {
-            mdb_txn_abort(txn)
-            if let companion { mdb_txn_abort(companion) }
+            reader.abortBoth()
             if rc == MDB_MAP_RESIZED { return .resized(companion: false) }
             try check(rc, "mdb_txn_renew", path: options.path)
         }

@@ -208,6 +208,13 @@ struct Presenter: Sendable {
         var changed = previous.isEmpty
         var out: [ParticipantRowCache.Row] = []
         out.reserveCapacity(previous.count + 1)
+        // A row read from `value` (its bytes kept with it), with its id given or read from `idBytes`.
+        func presented(_ value: UnsafeRawBufferPointer, id: String?, idBytes: UnsafeRawBufferPointer) throws -> ParticipantRowCache.Row {
+            ParticipantRowCache.Row(
+                id: id ?? String(decoding: idBytes, as: UTF8.self), idBytes: Array(idBytes.bindMemory(to: UInt8.self)),
+                bytes: Array(value.bindMemory(to: UInt8.self)),
+                presented: presentedRow(try ParticipantState.decodeStored(value, database: models.participants.name), container: container))
+        }
         try models.visit(txn, models.participants, prefix: Array(token.utf8)) { key, value in
             let idBytes = UnsafeRawBufferPointer(rebasing: key[prefixCount...])
             // In step with the rows kept: those whose id sorts before this row's are gone.
@@ -220,16 +227,11 @@ struct Presenter: Sendable {
                 row = previous[next]
                 next += 1
                 if KeyOrder.compare(row.bytes, value) != 0 || row.presented.container != container {
-                    row = ParticipantRowCache.Row(
-                        id: row.id, idBytes: row.idBytes, bytes: Array(value.bindMemory(to: UInt8.self)),
-                        presented: presentedRow(try ParticipantState.decodeStored(value, database: models.participants.name), container: container))
+                    row = try presented(value, id: row.id, idBytes: idBytes)
                     changed = true
                 }
             } else {
-                row = ParticipantRowCache.Row(
-                    id: String(decoding: idBytes, as: UTF8.self), idBytes: Array(idBytes.bindMemory(to: UInt8.self)),
-                    bytes: Array(value.bindMemory(to: UInt8.self)),
-                    presented: presentedRow(try ParticipantState.decodeStored(value, database: models.participants.name), container: container))
+                row = try presented(value, id: nil, idBytes: idBytes)
                 changed = true
             }
             // The participant as answers show it, kept beside the row (see `answersGeneration`).
