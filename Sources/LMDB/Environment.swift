@@ -37,6 +37,11 @@ package final class Environment: @unchecked Sendable {
     /// Set once, before the environment is shared with another thread, and never changed after (as
     /// `companionEnv`): every transaction reads it as it begins, so it takes no lock.
     private var twinSwitch: (db: Database, key: [UInt8], twinsOpened: Bool)?
+    /// The switch's value at one snapshot of the file that holds it: `first` is that snapshot's
+    /// transaction id plus one (0: none known), `second` 1 when set. A snapshot never changes, so a
+    /// transaction that begins on the same one (a read of it, or the write that follows it) takes
+    /// the value from here instead of reading it (``switchIsSet(_:companion:writable:)``).
+    private let knownSwitch = Atomic<WordPair>(WordPair(first: 0, second: 0))
     /// Stale reader slots cleared by `mdb_reader_check` when the environment was opened.
     package let staleReadersCleared: Int
     /// Read-only transaction handles that ended (`mdb_txn_reset`), each with its companion's, kept
@@ -338,17 +343,28 @@ package final class Environment: @unchecked Sendable {
         twinSwitch = (db, key, twinsOpened)
     }
 
-    /// Whether the switch (``setSwitch(_:key:twinsOpened:)``) is set in `txn`'s snapshot.
-    private func switchIsSet(_ txn: OpaquePointer, companion: OpaquePointer?) throws(LMDBError) -> Bool {
+    /// Whether the switch (``setSwitch(_:key:twinsOpened:)``) is set in the snapshot `txn` (and
+    /// `companion`) began on: a write transaction begins on the snapshot its file's last commit
+    /// made, one id below its own.
+    private func switchIsSet(_ txn: OpaquePointer, companion: OpaquePointer?, writable: Bool) throws(LMDBError) -> Bool {
         guard let (db, key, twinsOpened) = twinSwitch else { return false }
-        var value = MDB_val()
-        let rc = key.withUnsafeBytes { bytes in
-            var k = MDB_val(buffer: bytes)
-            return mdb_get(db.inCompanion ? companion ?? txn : txn, db.dbi, &k, &value)
+        let holder = db.inCompanion ? companion ?? txn : txn
+        let id = UInt(truncatingIfNeeded: mdb_txn_id(holder))
+        let snapshot = writable ? id &- 1 : id
+        let known = knownSwitch.load(ordering: .acquiring)
+        let set: Bool
+        if known.first != 0 && known.first == snapshot &+ 1 {
+            set = known.second == 1
+        } else {
+            var value = MDB_val()
+            let rc = key.withUnsafeBytes { bytes in
+                var k = MDB_val(buffer: bytes)
+                return mdb_get(holder, db.dbi, &k, &value)
+            }
+            if rc != MDB_NOTFOUND { try check(rc, "mdb_get(\(db.name), switch)", path: path(inCompanion: db.inCompanion)) }
+            set = rc == MDB_SUCCESS && value.mv_size == 1 && value.mv_data.load(as: UInt8.self) == 1
+            knownSwitch.store(WordPair(first: snapshot &+ 1, second: set ? 1 : 0), ordering: .releasing)
         }
-        if rc == MDB_NOTFOUND { return false }
-        try check(rc, "mdb_get(\(db.name), switch)", path: path(inCompanion: db.inCompanion))
-        let set = value.mv_size == 1 && value.mv_data.load(as: UInt8.self) == 1
         if set && !twinsOpened {
             throw LMDBError(
                 code: .incompatible, operation: "mdb_txn_begin", path: options.path,
@@ -644,7 +660,7 @@ package final class Environment: @unchecked Sendable {
         let txn = begun.txn
         let companion = begun.companion
         do {
-            let usesTwins = try switchIsSet(txn, companion: companion)
+            let usesTwins = try switchIsSet(txn, companion: companion, writable: writable)
             try body(
                 Transaction(
                     txn: txn, companion: companion, isWritable: writable, state: state, path: path(inCompanion: txn == companion),
