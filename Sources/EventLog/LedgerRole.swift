@@ -65,7 +65,11 @@ public enum LedgerRole: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``LedgerError/Code/corruptedData`` when `role.json` is there but unreadable (a
     ///   damaged role is never taken for standalone).
     public static func read(at path: String) throws(LedgerError) -> LedgerRole {
-        let file = (path as NSString).appendingPathComponent(fileName)
+        try read(file: (path as NSString).appendingPathComponent(fileName))
+    }
+
+    /// The role recorded in `file`, a directory's `role.json` (``standalone`` when there is none).
+    private static func read(file: String) throws(LedgerError) -> LedgerRole {
         guard let bytes = try RoleFiles.readSmallFile(file) else { return .standalone }
         guard let record = try? JSONDecoder().decode(Record.self, from: Data(bytes)) else {
             throw LedgerError(.corruptedData, "\(file) does not hold a ledger role; restore it or write it again (share-ledger role)")
@@ -103,7 +107,27 @@ public enum LedgerRole: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``LedgerError/Code/notWriter`` for a replica, a deposed writer, or a writer whose
     ///   lease token is missing, of another term or boot, or has no more than its safety margin left.
     public static func checkWritable(at path: String, now: UInt64) throws(LedgerError) -> LedgerRole {
-        let role = try read(at: path)
+        try checkWritable(Files(directory: path), now: now)
+    }
+
+    /// The paths of a directory's role and lease token files, made once: a writer checks them before
+    /// every commit, and joining path components costs more than the check itself.
+    package struct Files: Sendable {
+        /// The directory's `role.json`.
+        let role: String
+        /// The directory's lease token.
+        let leaseToken: String
+
+        /// The files of the ledger directory at `directory`.
+        package init(directory: String) {
+            role = (directory as NSString).appendingPathComponent(LedgerRole.fileName)
+            leaseToken = (directory as NSString).appendingPathComponent(WriterLeaseToken.fileName)
+        }
+    }
+
+    /// ``checkWritable(at:now:)`` for the directory whose files are `files`.
+    package static func checkWritable(_ files: Files, now: UInt64) throws(LedgerError) -> LedgerRole {
+        let role = try read(file: files.role)
         switch role {
         case .standalone:
             return role
@@ -117,7 +141,7 @@ public enum LedgerRole: Sendable, Hashable, CustomStringConvertible {
                     + "\(newer.map(String.init) ?? "newer") took over): it takes no writes; re-join it as a replica "
                     + "(share-ledger rejoin) or rebuild it from the stream")
         case .writer(let shard, let term):
-            guard let token = WriterLeaseToken.read(at: path) else {
+            guard let token = WriterLeaseToken.read(file: files.leaseToken) else {
                 throw LedgerError(
                     .notWriter, "this ledger is the writer of shard \(shard) (term \(term)) but no process holds its lease "
                         + "now: start share-ledger failover on it, or send commands to the shard's writer")
@@ -185,7 +209,12 @@ public struct WriterLeaseToken: Sendable, Hashable, Codable {
 
     /// The token in the directory at `path`, nil when there is none (or it does not decode).
     public static func read(at path: String) -> WriterLeaseToken? {
-        guard let bytes = try? RoleFiles.readSmallFile((path as NSString).appendingPathComponent(fileName)) else { return nil }
+        read(file: (path as NSString).appendingPathComponent(fileName))
+    }
+
+    /// The token in `file`, nil when there is none (or it does not decode).
+    static func read(file: String) -> WriterLeaseToken? {
+        guard let bytes = try? RoleFiles.readSmallFile(file) else { return nil }
         return try? JSONDecoder().decode(WriterLeaseToken.self, from: Data(bytes))
     }
 

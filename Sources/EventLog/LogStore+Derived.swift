@@ -154,6 +154,20 @@ extension LogStore {
         }
     }
 
+    /// Whether write transaction `txn` begins right on the snapshots of this process's writer's last
+    /// commit that left the derived state at the log's head (``consistentCommit``): each of the two
+    /// files' ids is that commit's plus one, so nothing committed in either since. The derived
+    /// position is then the head and the companion is marked unflushed, as that commit left them:
+    /// ``catchUpDerivedState(_:head:replay:logger:)`` has nothing to look at. (A commit that writes
+    /// nothing takes no id, so a later one of another process cannot take the id looked for here:
+    /// only commits that wrote both files are recorded.)
+    package func followsConsistentCommit(_ txn: borrowing Transaction) -> Bool {
+        let known = consistentCommit.load(ordering: .acquiring)
+        let id = txn.id
+        guard known.first != 0, id & (1 << 63) == 0 else { return false }
+        return UInt(truncatingIfNeeded: id) == known.first &+ 1 && UInt(truncatingIfNeeded: txn.ownID) == known.second &+ 1
+    }
+
     /// Marks the companion unflushed and, when the derived databases are behind `head`, derives
     /// the missing events with `replay` first (from the start when their position is not one of
     /// this log's). Returns whether it derived anything (rows and tags kept in memory must then be

@@ -246,8 +246,9 @@ package final class LogWriter: @unchecked Sendable {
 
     private let store: LogStore
     private let clock: any LedgerClock
-    /// The ledger directory, whose role (``LedgerRole``) every appending batch is checked against.
-    private let path: String
+    /// The role and lease files of the ledger directory, which every appending batch is checked
+    /// against (``LedgerRole``).
+    private let roleFiles: LedgerRole.Files
     private let monotonicClock: @Sendable () -> UInt64
     private let logger: Logger
     private let maxBatchCommands: Int
@@ -306,7 +307,7 @@ package final class LogWriter: @unchecked Sendable {
     package init(store: LogStore, configuration: EventLog.Configuration, head: LogHead) {
         self.store = store
         self.clock = configuration.clock
-        self.path = configuration.path
+        self.roleFiles = LedgerRole.Files(directory: configuration.path)
         self.monotonicClock = configuration.monotonicClock
         self.logger = configuration.logger
         self.maxBatchCommands = max(1, configuration.maxBatchCommands)
@@ -516,7 +517,7 @@ package final class LogWriter: @unchecked Sendable {
                 // appended since this thread's last commit (LMDB serializes writers across processes).
                 let startHead = try store.readHead(txn)
                 let derivedCaughtUp =
-                    store.defersDerivedState
+                    store.defersDerivedState && !store.followsConsistentCommit(txn)
                     ? try store.catchUpDerivedState(txn, head: startHead, replay: derivedReplay, logger: logger) : false
                 let (resumers, scope) = try runSteps(batch, txn, from: startHead, invalidatingEverything: derivedCaughtUp)
                 if store.defersDerivedState && (scope.head != startHead || derivedCaughtUp) {
@@ -583,7 +584,7 @@ package final class LogWriter: @unchecked Sendable {
                 // refusal aborts the transaction; run alone, only the appending steps fail.
                 if !roleChecked && !job.replicating && scope.head != before {
                     roleChecked = true
-                    _ = try LedgerRole.checkWritable(at: path, now: monotonicClock())
+                    _ = try LedgerRole.checkWritable(roleFiles, now: monotonicClock())
                 }
             }
         }

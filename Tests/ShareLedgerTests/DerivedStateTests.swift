@@ -290,4 +290,31 @@ struct DerivedStateTests {
         #expect(results.map(\.2) == [1, 2, 2, 1, 1, 2])
         await f.ledger.close()
     }
+
+    @Test("the writer skips looking at the derived state only right after its own commit: a commit to either file in between sends it to look")
+    func consistentCommitIsFollowedOnlyWithNothingBetween() async throws {
+        let f = try await SharingFixture()
+        let store = f.ledger.log.store
+        let derivedMeta = try #require(store.derivedMeta)
+        // A write transaction that writes nothing commits nothing: it only asks.
+        func follows() throws -> Bool { try store.environment.write { txn in store.followsConsistentCommit(txn) } }
+        func commitThroughWriter() async throws {
+            _ = try await f.alice.save(RecordZone(zoneID: RecordZoneID(zoneName: "Z\(UUID().uuidString.prefix(8))")))
+        }
+        try await commitThroughWriter()
+        #expect(try follows(), "right after the writer's commit")
+        #expect(try follows(), "a transaction that wrote nothing took no id")
+        // A commit to the log's file alone (as another process's, whose companion commit was lost).
+        try store.environment.write { txn in try txn.put(store.meta, key: Array("test-log-only".utf8), value: [1]) }
+        #expect(try !follows(), "the log's file moved on")
+        try await commitThroughWriter()
+        #expect(try follows())
+        // A commit to derived/ alone.
+        try store.environment.write { txn in try txn.put(derivedMeta, key: Array("test-derived-only".utf8), value: [1]) }
+        #expect(try !follows(), "derived/ moved on")
+        try await commitThroughWriter()
+        #expect(try follows())
+        #expect(try LedgerAudit(f.ledger).audit(scratchPath: f.dir.child("audit")).ok)
+        await f.ledger.close()
+    }
 }
