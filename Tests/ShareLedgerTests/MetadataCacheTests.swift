@@ -250,4 +250,38 @@ struct MetadataCacheTests {
         #expect(off.metadataCache == nil)
         await off.close()
     }
+
+    @Test("a logged fetch's answer reports the standing its decision found only while the share's change tag is the one it found; else it is worked out again")
+    func decidedStandingFollowsTheTag() async throws {
+        let (f, share) = try await SharingFixture.withShare(inviting: LookupInfo(userRecordID: RecordID(userRecordName: "_bob")))
+        let token = try Container.token(of: share.url)
+        let container = SharingFixture.container
+        // A logged fetch's answer is the answer a fresh read gives.
+        let logged = try await f.bob.shareMetadata(for: share.url)
+        #expect(logged == (try f.bob.shareMetadataWithoutLogging(for: share.url, usingCache: false)))
+        #expect(logged.participantStatus == .pending)
+        let ledger = f.ledger
+        let generation = ledger.shareTags.generation
+        func answer(_ decided: MetadataStanding?) throws -> Share.Metadata {
+            try ledger.read("test") { txn in
+                try Container.metadata(
+                    txn, ledger: ledger, token: token, container: container, viewer: "_bob", cache: nil, generation: generation,
+                    decided: decided)
+            }
+        }
+        let found = try ledger.read("test") { txn in
+            try Decider(models: ledger.models, container: container, actor: "_bob", signedIn: true, now: 0)
+                .metadataStanding(txn, tokenText: token)
+        }
+        // A standing told as decided (here, one no decision gave: accepted) is what the answer reports
+        // while the tag is the one it was decided at...
+        var told = found
+        told.status = .accepted
+        #expect(try answer(told).participantStatus == .accepted)
+        // ...and is not used once the share changed since.
+        told.share.changeTag &-= 1
+        #expect(try answer(told).participantStatus == .pending)
+        #expect(try answer(nil).participantStatus == .pending)
+        await f.ledger.close()
+    }
 }

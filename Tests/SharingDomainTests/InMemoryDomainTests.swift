@@ -42,11 +42,14 @@ struct InMemoryDomainTests {
             token: token, lookup: LookupInfo(emailAddress: "bob@example.com"), role: .privateUser, permission: .readWrite,
             newParticipantID: "00000000-0000-4000-8000-000000000003", ifChangeTag: nil)).get()
         let metadata = try run("_bob", .fetchMetadata(tokenText: token, shouldFetchRootRecord: false, desiredKeys: nil)).get()
-        guard case .metadata(token, false, nil) = metadata else { Issue.record("not metadata: \(metadata)"); return }
-        // What the metadata presented after the commit reports of Bob.
+        guard case .metadata(token, false, nil, let decided) = metadata else { Issue.record("not metadata: \(metadata)"); return }
+        // What the metadata presented after the commit reports of Bob, worked out again and as decided.
         let bob = Decider(models: domain.models, container: Self.container, actor: "_bob", signedIn: true, now: Self.now)
         let m = try bob.metadataStanding(domain.store, tokenText: token)
         #expect(m.role == .privateUser && m.status == .pending && m.permission == .readWrite)
+        let d = try #require(decided)
+        #expect(d.role == m.role && d.status == m.status && d.permission == m.permission && d.oneTimeToken == m.oneTimeToken)
+        #expect(d.token == m.token && d.viewer == m.viewer && d.share == m.share)
         let accepted = try run("_bob", .accept(token: token, metadataContainer: Self.container, newParticipantID: "00000000-0000-4000-8000-000000000004"))
         #expect((try? accepted.get()) != nil)
         // The accept left a residual task in the outbox; completing it makes the zone appear.

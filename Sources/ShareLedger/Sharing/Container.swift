@@ -38,6 +38,9 @@ public struct Container: Sendable {
         let command = DomainCommand(
             metadata: metadata, signedIn: user != nil, steps: steps,
             bytes: steps.reduce(0) { $0 + $1.approximateBytes }, atomic: atomic)
+        // Read before the command is decided: a fetch's decided standing is used for its answer only
+        // if no swap happened since (see `generation`).
+        let generationBefore = ledger.shareTags.generation
         let results = try await ledger.submit(command).results
         // The answers are built here, after the commit, in one short read transaction. Metadata a
         // fetch asked for may be a kept answer (``shareMetadataWithoutLogging(for:)``'s).
@@ -49,12 +52,13 @@ public struct Container: Sendable {
             results.map { result in
                 result.flatMap { answer in
                     do {
-                        if case .metadata(let token, false, _) = answer {
+                        if case .metadata(let token, false, _, let decided) = answer {
                             return .success(
                                 .metadata(
                                     try Container.metadata(
                                         txn, ledger: ledger, token: token, container: container, viewer: metadata.actor,
-                                        cache: ledger.metadataCache, generation: generation)))
+                                        cache: ledger.metadataCache, generation: generation,
+                                        decided: generationBefore == generation ? decided : nil)))
                         }
                         return .success(try presenter.present(answer, container: container, viewer: metadata.actor, txn))
                     } catch let error as LedgerError {
@@ -166,20 +170,25 @@ public struct Container: Sendable {
 
     /// The metadata of share `token` for `viewer` in `txn`: a kept answer while the share's change tag
     /// is the one it was built at (and no swap happened since `generation` was read, before `txn`
-    /// began), else built (``Presenter/metadata(_:tokenText:container:viewer:fetchRoot:keys:)``) and kept.
-    /// With `keepingNothing` (tests' fresh answers), nothing kept is used at all.
+    /// began), else built (``Presenter/metadata(_:tokenText:container:viewer:fetchRoot:keys:known:)``) and kept.
+    /// `decided`: the standing a logged fetch's decision found, reported while the share's change tag
+    /// is still the one it found (the same test a kept answer passes; the caller passes it only when
+    /// no swap happened since the decision). With `keepingNothing` (tests' fresh answers), nothing
+    /// kept or decided is used at all.
     static func metadata(
         _ txn: borrowing Transaction, ledger: ShareLedger, token: String, container: String, viewer: String,
-        cache: MetadataCache?, generation: UInt64, keepingNothing: Bool = false
+        cache: MetadataCache?, generation: UInt64, keepingNothing: Bool = false, decided: MetadataStanding? = nil
     ) throws -> Share.Metadata {
         let key = MetadataCache.Key(token: token, container: container, viewer: viewer)
-        let validator = try cache == nil ? nil : ledger.models.shareChangeTag(txn, token: token)
-        if let validator { ledger.shareTags.remember(token, tag: validator, snapshot: txn.id) }
+        let validator = try cache == nil && decided == nil ? nil : ledger.models.shareChangeTag(txn, token: token)
+        if cache != nil, let validator { ledger.shareTags.remember(token, tag: validator, snapshot: txn.id) }
         if let cache, let validator, let hit = cache.entry(key), hit.validator == validator, hit.generation == generation {
             return hit.metadata
         }
         let presenter = keepingNothing ? ledger.store.presenterKeepingNothing : ledger.store.presenter(answersGeneration: generation)
-        let metadata = try presenter.metadata(txn, tokenText: token, container: container, viewer: viewer, fetchRoot: false, keys: nil)
+        let known = keepingNothing ? nil : decided.flatMap { $0.share.changeTag == validator ? $0 : nil }
+        let metadata = try presenter.metadata(
+            txn, tokenText: token, container: container, viewer: viewer, fetchRoot: false, keys: nil, known: known)
         if let cache, let validator {
             cache.store(key, MetadataCache.Entry(validator: validator, generation: generation, metadata: metadata))
         }

@@ -23,10 +23,8 @@ package final class LedgerStore: Sendable {
     let metadataCache: MetadataCache?
     /// Presented user identities, reused while their rows are unchanged.
     let identities = IdentityCache()
-    /// Presented participant rows, reused while unchanged.
+    /// Presented participant rows, reused while unchanged, with each share's URL.
     let participantRows = ParticipantRowCache()
-    /// Share URLs made for answers, reused while their title is unchanged.
-    let shareURLs = ShareURLCache()
     /// The row cache of rehearsed actions (the hot-path benchmarks), apart from the writer's.
     let rehearsalRows: RehearsalRows
     /// Whether the ledger was opened read-only (nothing is submitted to the writer).
@@ -172,13 +170,12 @@ package final class LedgerStore: Sendable {
         metadataCache?.removeAll()
         identities.removeAll()
         participantRows.removeAll()
-        shareURLs.removeAll()
     }
 
     /// What turns the domain's answers into public values, for this ledger's read models and host.
     var presenter: Presenter {
         Presenter(
-            models: models, urlHost: shareURLHost, identities: identities, participantRows: participantRows, shareURLs: shareURLs,
+            models: models, urlHost: shareURLHost, identities: identities, participantRows: participantRows,
             keyGeneration: models.vault?.generation ?? 0)
     }
 

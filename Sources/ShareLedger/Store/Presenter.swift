@@ -12,10 +12,9 @@ struct Presenter: Sendable {
     let urlHost: String
     /// Identities presented before, reused while their rows are unchanged (nil: none kept).
     var identities: IdentityCache? = nil
-    /// Participant rows presented before, reused while unchanged (nil: none kept).
+    /// Participant rows presented before, reused while unchanged, and share URLs made before,
+    /// reused while the title is the same (nil: none kept).
     var participantRows: ParticipantRowCache? = nil
-    /// Share URLs made before, by token, reused while the title is the same (nil: none kept).
-    var shareURLs: ShareURLCache? = nil
     /// The key store's generation when this presenter was made (before it read anything): what
     /// ``identities`` keeps is built at it.
     var keyGeneration: UInt64 = 0
@@ -53,7 +52,7 @@ struct Presenter: Sendable {
                 throw LedgerError(.unknownItem, "your change was committed, but the share was deleted right after it")
             }
             return .share(share)
-        case .metadata(let token, let fetchRoot, let keys):
+        case .metadata(let token, let fetchRoot, let keys, _):
             return .metadata(try metadata(txn, tokenText: token, container: container, viewer: viewer, fetchRoot: fetchRoot, keys: keys))
         case .lookedUpParticipant(let user, let lookup):
             var identity = try identity(txn, container, user: user)
@@ -65,12 +64,19 @@ struct Presenter: Sendable {
     /// The metadata of the share at `tokenText` as `viewer`, a signed-in user of `container`, sees
     /// it in `txn` (the same rules and errors as a fetch, nothing logged: ``Decider/metadataStanding(_:tokenText:)``):
     /// the answer of a logged fetch, built after its commit, and of ``Container/shareMetadataWithoutLogging(for:)``.
+    /// `known`: that standing, when the caller knows it holds in `txn` (the fetch's decision, the
+    /// share unchanged since).
     func metadata(
         _ txn: borrowing some ReadModelStore & ~Copyable, tokenText: String, container: String, viewer: String, fetchRoot: Bool,
-        keys: [String]?
+        keys: [String]?, known: MetadataStanding? = nil
     ) throws -> Share.Metadata {
-        let decider = Decider(models: models, container: container, actor: viewer, signedIn: true, now: 0)
-        let standing = try decider.metadataStanding(txn, tokenText: tokenText)
+        let standing: MetadataStanding
+        if let known {
+            standing = known
+        } else {
+            let decider = Decider(models: models, container: container, actor: viewer, signedIn: true, now: 0)
+            standing = try decider.metadataStanding(txn, tokenText: tokenText)
+        }
         let share = standing.share
         let shareValue = try self.share(txn, token: standing.token, state: share, viewer: standing.viewer)
         let zoneID = RecordZoneID(zoneName: share.zoneName, ownerName: share.ownerName)
@@ -192,18 +198,20 @@ struct Presenter: Sendable {
 
     /// Every participant row of share `token` (removed ones included), by participant id, in key
     /// order; reused from ``participantRows`` while a row has the bytes it was presented from, and
-    /// kept there.
+    /// kept there (with the share's URL kept before, if any).
     private func participants(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, container: String) throws
-        -> [ParticipantRowCache.Row]
+        -> (rows: [ParticipantRowCache.Row], url: ParticipantRowCache.KeptURL?)
     {
         guard let participantRows else {
-            return try models.participants(txn, token).map { entry in
+            let rows = try models.participants(txn, token).map { entry in
                 ParticipantRowCache.Row(
                     id: entry.id, idBytes: [], bytes: [], presented: presentedRow(entry.state, container: container))
             }
+            return (rows, nil)
         }
         let prefixCount = token.utf8.count
-        let previous = participantRows.rows(of: token, generation: keyGeneration)
+        let kept = participantRows.entry(of: token, generation: keyGeneration)
+        let previous = kept?.rows ?? []
         var next = previous.startIndex
         var changed = previous.isEmpty
         var out: [ParticipantRowCache.Row] = []
@@ -247,8 +255,8 @@ struct Presenter: Sendable {
             out.append(row)
             return true
         }
-        if changed || next != previous.endIndex { participantRows.keep(token, generation: keyGeneration, out) }
-        return out
+        if changed || next != previous.endIndex { participantRows.keep(token, generation: keyGeneration, out, url: kept?.url) }
+        return (out, kept?.url)
     }
 
     /// The share as `viewer` may see it: the owner and accepted administrators see every participant;
@@ -259,10 +267,16 @@ struct Presenter: Sendable {
     }
 
     func share(_ txn: borrowing some ReadModelStore & ~Copyable, token: String, state: ShareState, viewer: String?) throws -> Share {
-        let all = try participants(txn, token: token, container: state.container)
-        // The viewer's row is one of `all`: only its id is looked up.
+        let (all, keptURL) = try participants(txn, token: token, container: state.container)
+        // The viewer's row is one of `all`: only its id is looked up. The owner's is the share's owner
+        // participant (no event gives the owner another), found without the lookup when its row says so.
         var viewerEntry: ParticipantRowCache.Row?
-        if let viewer, let id = try models.participantID(txn, state.container, user: viewer, token: token),
+        if let viewer, viewer == state.ownerName,
+            let entry = all.first(where: { $0.id == state.ownerParticipantID }),
+            entry.presented.state.role == .owner, entry.presented.state.userRecordName == viewer
+        {
+            viewerEntry = entry
+        } else if let viewer, let id = try models.participantID(txn, state.container, user: viewer, token: token),
             let entry = all.first(where: { $0.id == id })
         {
             viewerEntry = entry
@@ -298,7 +312,7 @@ struct Presenter: Sendable {
         var share = Share(
             recordID: RecordID(recordName: state.shareRecordName, zoneID: zoneID),
             containerIdentifier: state.container,
-            url: shareURL(parsed, title: title),
+            url: shareURL(parsed, title: title, kept: keptURL, rows: all),
             token: parsed, title: title.isEmpty ? nil : title,
             publicPermission: state.publicPermission.permission,
             participants: visible, owner: owner, currentUserParticipant: current,
@@ -328,19 +342,17 @@ struct Presenter: Sendable {
         return share
     }
 
-    /// The URL of share `token` with `title`: kept from an earlier answer while the title is the one
-    /// it was made with. Making one parses its text into a `URL`, thousands of instructions, and
-    /// every answer about a share shows its URL.
-    private func shareURL(_ token: ShareToken, title: String) -> URL {
+    /// The URL of share `token` with `title`: `kept` (kept with the share's rows, ``participants``)
+    /// while the title is the one it was made with, else made and kept with `rows`, the share's rows
+    /// as this answer presented them.
+    private func shareURL(_ token: ShareToken, title: String, kept: ParticipantRowCache.KeptURL?, rows: [ParticipantRowCache.Row])
+        -> URL
+    {
+        if let kept, kept.title == title { return kept.url }
         // `make` gives nil only for a host no URL can hold, which the configuration refuses.
-        guard let shareURLs else { return ShareURL.make(host: urlHost, token: token, title: title)! }
-        let key = ShareURLCache.Key(bytes: Array(token.text.utf8))
-        return withBytes(title.utf8) { row in
-            if let kept = shareURLs.value(key, row: row, generation: 0) { return kept }
-            let made = ShareURL.make(host: urlHost, token: token, title: title)!
-            shareURLs.keep(key, row: row, generation: 0, made)
-            return made
-        }
+        let made = ShareURL.make(host: urlHost, token: token, title: title)!
+        participantRows?.keep(token.text, generation: keyGeneration, rows, url: (title, made))
+        return made
     }
 
     func record(

@@ -206,14 +206,22 @@ final class ParticipantRowCache: Sendable {
         }
     }
 
-    /// A share's rows as one walk presented them, in key order, at a key store generation.
+    /// A share's URL as an answer made it, with the title it holds: making one parses its text into
+    /// a `URL`, thousands of instructions, and every answer about a share shows its URL.
+    typealias KeptURL = (title: String, url: URL)
+
+    /// A share's rows as one walk presented them, in key order, at a key store generation, with the
+    /// share's URL once an answer made it (a URL holds the title, sealed at rest like the addresses
+    /// the rows open: it goes with them).
     final class Entry: Sendable {
         let generation: UInt64
         let rows: [Row]
+        let url: KeptURL?
 
-        init(generation: UInt64, rows: [Row]) {
+        init(generation: UInt64, rows: [Row], url: KeptURL?) {
             self.generation = generation
             self.rows = rows
+            self.url = url
         }
     }
 
@@ -229,16 +237,16 @@ final class ParticipantRowCache: Sendable {
     /// The shard of `token`, from its last bytes (tokens are random).
     private func shard(_ token: String) -> UInt64 { ShardedEntries<String, Entry>.spread(token.utf8.suffix(4)) }
 
-    /// The rows of share `token` as the last walk presented them, when it was at key store generation
-    /// `generation`; none otherwise.
-    func rows(of token: String, generation: UInt64) -> [Row] {
-        guard let entry = entries.entry(token, shard: shard(token)), entry.generation == generation else { return [] }
-        return entry.rows
+    /// The rows of share `token` as the last walk presented them, and its URL, when they were kept at
+    /// key store generation `generation`; nil otherwise.
+    func entry(of token: String, generation: UInt64) -> Entry? {
+        guard let entry = entries.entry(token, shard: shard(token)), entry.generation == generation else { return nil }
+        return entry
     }
 
-    /// Keeps `rows` as share `token`'s, presented at key store generation `generation`.
-    func keep(_ token: String, generation: UInt64, _ rows: [Row]) {
-        entries.keep(token, shard: shard(token), Entry(generation: generation, rows: rows))
+    /// Keeps `rows` and `url` as share `token`'s, presented at key store generation `generation`.
+    func keep(_ token: String, generation: UInt64, _ rows: [Row], url: KeptURL?) {
+        entries.keep(token, shard: shard(token), Entry(generation: generation, rows: rows, url: url))
     }
 
     /// The number of shares kept.
@@ -248,6 +256,3 @@ final class ParticipantRowCache: Sendable {
     func removeAll() { entries.removeAll() }
 }
 
-/// Share URLs already made, by the share's token, with the title's bytes in place of a row: a URL
-/// holds the title (personal data, sealed at rest), so these go with every other kept answer.
-typealias ShareURLCache = RowDerivedCache<URL>

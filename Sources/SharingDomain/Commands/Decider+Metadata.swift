@@ -76,8 +76,9 @@ extension Decider {
         }
         let share: ShareState
         let standing: Standing
+        let found: (share: ShareState, token: String, oneTime: ParticipantState?, membersOnly: Bool)
         do {
-            let found = try fetchableShare(txn, tokenText: tokenText)
+            found = try fetchableShare(txn, tokenText: tokenText)
             share = found.share
             // Known from here on, failed or not: the fetch is part of the share's history.
             e.shareContainer = share.container
@@ -92,8 +93,15 @@ extension Decider {
         e.participantRole = role
         e.participantStatus = status
         e.participantPermission = permission
+        // What ``metadataStanding(_:tokenText:)`` gives in this transaction (a one-time URL's answer
+        // also looks at its entry: left to the answer).
+        let decided =
+            found.oneTime == nil
+            ? MetadataStanding(
+                share: share, token: found.token, viewer: share.container == container ? actor : nil, role: role.role,
+                status: status.status, permission: permission.permission, oneTimeToken: nil) : nil
         return .output(
-            [event(stream, .shareMetadataFetched(e))], .metadata(token: tokenText, fetchRoot: fetchRoot, keys: keys))
+            [event(stream, .shareMetadataFetched(e))], .metadata(token: tokenText, fetchRoot: fetchRoot, keys: keys, standing: decided))
     }
 
     /// The share at `tokenText` (a share's token, or a one-time URL's: with its participant while the
@@ -187,7 +195,7 @@ extension Decider {
 }
 
 /// The caller's standing in a share whose metadata it fetches (``Decider/metadataStanding(_:tokenText:)``).
-package struct MetadataStanding {
+package struct MetadataStanding: Sendable {
     /// The share's row.
     package var share: ShareState
     /// The share's token (a one-time URL's token text names another).

@@ -120,9 +120,11 @@ package enum StepAnswer: Sendable {
     /// A share, as the command's actor may see it.
     case share(token: String)
     /// A share's metadata, as the command's actor (a signed-in user of the command's container)
-    /// fetched it: built after the commit from ``Decider/metadataStanding(_:tokenText:)``,
-    /// by the caller, possibly from a kept answer, so the writer spends no time on it.
-    case metadata(token: String, fetchRoot: Bool, keys: [String]?)
+    /// fetched it: built after the commit by the caller, possibly from a kept answer, so the writer
+    /// spends no time on it. `standing` is the caller's standing the fetch decided on (nil when it
+    /// came by a one-time URL): the answer reports it while the share's change tag is still its
+    /// `share.changeTag`, and otherwise works it out again (``Decider/metadataStanding(_:tokenText:)``).
+    case metadata(token: String, fetchRoot: Bool, keys: [String]?, standing: MetadataStanding?)
     /// A participant found by a lookup, not in any share yet: the account `user` of the command's
     /// container, found by `lookup`.
     case lookedUpParticipant(user: String, lookup: LookupInfo)
