@@ -161,6 +161,67 @@ public enum ShareURL {
     /// (not http(s), no host, too long, or a last path component that is not a token).
     public static func token(in url: URL) -> ShareToken? {
         let text = url.absoluteString
+        guard text.utf8.count <= maxLength else { return nil }
+        if case .read(let token) = plainToken(in: text) { return token }
+        return tokenThroughFoundation(in: url)
+    }
+
+    /// ``token(in:)`` read from the URL's text alone, when that text is plain: `http` or `https`
+    /// (any case), `://`, a host of ASCII letters, digits, dots and hyphens only (no user, port or
+    /// IPv6 literal), then a path without `%` or `;` (nothing Foundation would decode or cut off)
+    /// and any query or fragment. What it reads is then what Foundation's reading gives;
+    /// ``PlainReading/notPlain`` sends the caller to Foundation. Asking a `URL` for its scheme, host
+    /// and path parses and allocates each time, several thousand instructions per call, and every
+    /// call given a share URL starts here.
+    package static func plainToken(in text: String) -> PlainReading {
+        var text = text
+        return text.withUTF8 { bytes -> PlainReading in
+            let slash = UInt8(ascii: "/")
+            // The scheme, lowercased letter by letter (ASCII letters only: `| 0x20`).
+            var index = 0
+            func lowered(_ at: Int) -> UInt8 { bytes[at] | 0x20 }
+            guard bytes.count > 7, lowered(0) == UInt8(ascii: "h"), lowered(1) == UInt8(ascii: "t"), lowered(2) == UInt8(ascii: "t"),
+                lowered(3) == UInt8(ascii: "p")
+            else { return .notPlain }
+            index = 4
+            if lowered(index) == UInt8(ascii: "s") { index += 1 }
+            guard index + 3 <= bytes.count, bytes[index] == UInt8(ascii: ":"), bytes[index + 1] == slash, bytes[index + 2] == slash
+            else { return .notPlain }
+            index += 3
+            // The host: up to the path, query or fragment.
+            let hostStart = index
+            while index < bytes.count, bytes[index] != slash, bytes[index] != UInt8(ascii: "?"), bytes[index] != UInt8(ascii: "#") {
+                let byte = bytes[index]
+                guard isASCIILetterOrDigit(UInt32(byte)) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-") else { return .notPlain }
+                index += 1
+            }
+            guard index > hostStart else { return .notPlain }
+            // The path: up to the query or fragment.
+            let pathStart = index
+            while index < bytes.count, bytes[index] != UInt8(ascii: "?"), bytes[index] != UInt8(ascii: "#") {
+                guard bytes[index] != UInt8(ascii: "%"), bytes[index] != UInt8(ascii: ";") else { return .notPlain }
+                index += 1
+            }
+            let path = UnsafeBufferPointer(rebasing: bytes[pathStart..<index])
+            // The last of two or more non-empty path components (as the reading through Foundation).
+            guard let lastByte = path.lastIndex(where: { $0 != slash }) else { return .read(nil) }
+            let start = path[..<lastByte].lastIndex(of: slash).map { $0 + 1 } ?? path.startIndex
+            guard path[..<start].contains(where: { $0 != slash }) else { return .read(nil) }
+            return .read(ShareToken(String(decoding: UnsafeBufferPointer(rebasing: path[start...lastByte]), as: UTF8.self)))
+        }
+    }
+
+    /// What ``plainToken(in:)`` made of a URL's text.
+    package enum PlainReading: Equatable {
+        /// The text is plain: its token, or nil when it names none.
+        case read(ShareToken?)
+        /// The text is not plain: Foundation reads it.
+        case notPlain
+    }
+
+    /// ``token(in:)`` through Foundation's reading of `url`'s scheme, host and path.
+    package static func tokenThroughFoundation(in url: URL) -> ShareToken? {
+        let text = url.absoluteString
         guard text.utf8.count <= maxLength,
             let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http",
             let host = url.host, !host.isEmpty
