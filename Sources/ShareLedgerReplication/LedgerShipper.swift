@@ -23,6 +23,8 @@ import Synchronization
 /// ``shipAvailable()`` to ship what is committed now.
 public final class LedgerShipper: Service, Sendable {
     private let log: EventLog
+    /// The role and lease files of the ledger's directory, checked before every publish.
+    private let roleFiles: LedgerRole.Files
     /// The configuration.
     public let configuration: ShipperConfiguration
     private let state: Mutex<State>
@@ -42,6 +44,7 @@ public final class LedgerShipper: Service, Sendable {
     /// Makes a shipper for `log` (nothing connects before it runs).
     public init(log: EventLog, configuration: ShipperConfiguration) {
         self.log = log
+        roleFiles = LedgerRole.Files(directory: log.configuration.path)
         self.configuration = configuration
         let names = configuration.shard
         connection = ConnectionSlot(
@@ -186,7 +189,7 @@ public final class LedgerShipper: Service, Sendable {
     private func checkRole() throws(ReplicationError) {
         let role: LedgerRole
         do {
-            role = try LedgerRole.checkWritable(at: log.configuration.path, now: configuration.monotonic())
+            role = try LedgerRole.checkWritable(roleFiles, now: configuration.monotonic())
         } catch {
             throw ReplicationError(.notWriter, "nothing was published: \(error.message)")
         }

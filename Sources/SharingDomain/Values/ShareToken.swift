@@ -139,10 +139,22 @@ public enum ShareURL {
     /// Whether `host` is a non-empty run of ASCII letters, digits, dots and hyphens: a host name or
     /// an IPv4 address, which a URL holds as it is.
     static func isPlainHost(_ host: String) -> Bool {
-        !host.isEmpty
-            && host.utf8.allBytes { byte in
-                isASCIILetterOrDigit(UInt32(byte)) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
-            }
+        !host.isEmpty && host.utf8.allBytes(isPlainHostByte)
+    }
+
+    /// Whether `byte` may be in a plain host (``isPlainHost(_:)``): an ASCII letter, digit, dot or hyphen.
+    private static func isPlainHostByte(_ byte: UInt8) -> Bool {
+        isASCIILetterOrDigit(UInt32(byte)) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
+    }
+
+    /// Where the token is in a URL's path: the last of two or more non-empty components (`/`-separated);
+    /// nil when there is no such component.
+    private static func lastComponent<Path: BidirectionalCollection<UInt8>>(of path: Path) -> ClosedRange<Path.Index>? {
+        let slash = UInt8(ascii: "/")
+        guard let lastByte = path.lastIndex(where: { $0 != slash }) else { return nil }
+        let start = path[..<lastByte].lastIndex(of: slash).map { path.index(after: $0) } ?? path.startIndex
+        guard path[..<start].contains(where: { $0 != slash }) else { return nil }
+        return start...lastByte
     }
 
     /// The title as it appears in a URL's fragment.
@@ -178,12 +190,11 @@ public enum ShareURL {
         return text.withUTF8 { bytes -> PlainReading in
             let slash = UInt8(ascii: "/")
             // The scheme, lowercased letter by letter (ASCII letters only: `| 0x20`).
-            var index = 0
             func lowered(_ at: Int) -> UInt8 { bytes[at] | 0x20 }
             guard bytes.count > 7, lowered(0) == UInt8(ascii: "h"), lowered(1) == UInt8(ascii: "t"), lowered(2) == UInt8(ascii: "t"),
                 lowered(3) == UInt8(ascii: "p")
             else { return .notPlain }
-            index = 4
+            var index = 4
             if lowered(index) == UInt8(ascii: "s") { index += 1 }
             guard index + 3 <= bytes.count, bytes[index] == UInt8(ascii: ":"), bytes[index + 1] == slash, bytes[index + 2] == slash
             else { return .notPlain }
@@ -191,8 +202,7 @@ public enum ShareURL {
             // The host: up to the path, query or fragment.
             let hostStart = index
             while index < bytes.count, bytes[index] != slash, bytes[index] != UInt8(ascii: "?"), bytes[index] != UInt8(ascii: "#") {
-                let byte = bytes[index]
-                guard isASCIILetterOrDigit(UInt32(byte)) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-") else { return .notPlain }
+                guard isPlainHostByte(bytes[index]) else { return .notPlain }
                 index += 1
             }
             guard index > hostStart else { return .notPlain }
@@ -203,11 +213,8 @@ public enum ShareURL {
                 index += 1
             }
             let path = UnsafeBufferPointer(rebasing: bytes[pathStart..<index])
-            // The last of two or more non-empty path components (as the reading through Foundation).
-            guard let lastByte = path.lastIndex(where: { $0 != slash }) else { return .read(nil) }
-            let start = path[..<lastByte].lastIndex(of: slash).map { $0 + 1 } ?? path.startIndex
-            guard path[..<start].contains(where: { $0 != slash }) else { return .read(nil) }
-            return .read(ShareToken(String(decoding: UnsafeBufferPointer(rebasing: path[start...lastByte]), as: UTF8.self)))
+            guard let token = lastComponent(of: path) else { return .read(nil) }
+            return .read(ShareToken(String(decoding: UnsafeBufferPointer(rebasing: path[token]), as: UTF8.self)))
         }
     }
 
@@ -226,13 +233,8 @@ public enum ShareURL {
             let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http",
             let host = url.host, !host.isEmpty
         else { return nil }
-        // The last of two or more non-empty path components.
         let path = url.path
-        let bytes = path.utf8
-        let slash = UInt8(ascii: "/")
-        guard let lastByte = bytes.lastIndex(where: { $0 != slash }) else { return nil }
-        let start = bytes[..<lastByte].lastIndex(of: slash).map { bytes.index(after: $0) } ?? bytes.startIndex
-        guard bytes[..<start].contains(where: { $0 != slash }) else { return nil }
-        return ShareToken(path[start...lastByte])
+        guard let token = lastComponent(of: path.utf8) else { return nil }
+        return ShareToken(path[token])
     }
 }
