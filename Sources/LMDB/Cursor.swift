@@ -77,6 +77,51 @@ package struct Cursor: ~Copyable {
         try rawPut(key: key, value: value, flags: flags)
     }
 
+    /// (A database with sorted duplicates of one size, ``DatabaseFlags/dupFixed``.) Adds the values
+    /// in `values`, each `size` bytes, back to back and in order, to `key`: in one call
+    /// (`MDB_MULTIPLE`), each after the key's last value (`MDB_APPENDDUP`), when they all sort after
+    /// the values the key holds, which is what this is for; otherwise (LMDB refuses the first that does
+    /// not) the rest one by one, as ``put(key:value:flags:)`` would. A value the key holds already is
+    /// not added twice.
+    package func addDuplicates(key: UnsafeRawBufferPointer, values: UnsafeRawBufferPointer, size: Int) throws {
+        precondition(isWritable, "cursor put in a read-only transaction")
+        precondition(size > 0 && values.count % size == 0, "values must be whole values of \(size) bytes")
+        guard !values.isEmpty else { return }
+        guard database.checksummed else { return try rawAddDuplicates(key: key, values: values, size: size) }
+        // Each value with its trailer, back to back.
+        let count = values.count / size
+        let sealedSize = size + RowChecksum.size
+        try withUnsafeTemporaryAllocation(byteCount: count * sealedSize, alignment: 1) { buffer in
+            for index in 0..<count {
+                let value = UnsafeRawBufferPointer(rebasing: values[index * size..<(index + 1) * size])
+                let crc = RowChecksum.sum(key: key, value: value).littleEndian
+                let start = buffer.baseAddress! + index * sealedSize
+                start.copyMemory(from: value.baseAddress!, byteCount: size)
+                withUnsafeBytes(of: crc) { (start + size).copyMemory(from: $0.baseAddress!, byteCount: RowChecksum.size) }
+            }
+            try rawAddDuplicates(key: key, values: UnsafeRawBufferPointer(buffer), size: sealedSize)
+        }
+    }
+
+    /// ``addDuplicates(key:values:size:)`` of values as stored (with their trailers, if any).
+    private func rawAddDuplicates(key: UnsafeRawBufferPointer, values: UnsafeRawBufferPointer, size: Int) throws {
+        let count = values.count / size
+        var k = MDB_val(buffer: key)
+        var data = (MDB_val(mv_size: size, mv_data: UnsafeMutableRawPointer(mutating: values.baseAddress)), MDB_val(mv_size: count, mv_data: nil))
+        let rc = withUnsafeMutablePointer(to: &data) { pair in
+            pair.withMemoryRebound(to: MDB_val.self, capacity: 2) { mdb_cursor_put(handle, &k, $0, UInt32(MDB_MULTIPLE | MDB_APPENDDUP)) }
+        }
+        if rc == MDB_SUCCESS { return }
+        guard rc == MDB_KEYEXIST else {
+            throw state.record(LMDBError(returnCode: rc, operation: "mdb_cursor_put(\(database.name), multiple)", path: path))
+        }
+        // A value that does not sort after the key's last: it and the rest one by one (LMDB's count
+        // of those added before it is in the second value's size).
+        for index in data.1.mv_size..<count {
+            try rawPut(key: key, value: UnsafeRawBufferPointer(rebasing: values[index * size..<(index + 1) * size]), flags: PutFlags(rawValue: 0))
+        }
+    }
+
     @inline(__always)
     private func rawPut(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags) throws {
         var k = MDB_val(buffer: key)

@@ -103,6 +103,58 @@ struct EnvironmentTests {
         #expect(last == 100)
     }
 
+    @Test("adding many values to a key in one call stores what one put per value stores: in order, out of order, repeated, checksummed or not")
+    func addDuplicatesMatchesPuts() throws {
+        for checksummed in [false, true] {
+            let dir = TemporaryDirectory()
+            let env = try open(dir.path)
+            let dbs = try env.openDatabases([("many", [.dupSort, .dupFixed]), ("one", [.dupSort, .dupFixed])], checksummed: checksummed)
+            let (many, one) = (dbs[0], dbs[1])
+            var random = SplitMix64(state: checksummed ? 11 : 10)
+            let keys = ["a", "b", "container", "user\u{0}_alice", "zz"].map { Array($0.utf8) }
+            // Rounds of sorted runs per key: mostly above the key's values (the fold's case), some
+            // starting below them, some with a value the key holds or repeated in the run; some long
+            // enough to move the key's values from its node to a tree of their own.
+            for round in 0..<40 {
+                var runs: [(key: [UInt8], values: [UInt64])] = []
+                for key in keys where random.next() % 3 != 0 {
+                    let base = UInt64(round) * 1_000 + (random.next() % 5 == 0 ? 0 : 500)
+                    let count = Int(random.next() % (round % 7 == 0 ? 400 : 12)) + 1
+                    var values = (0..<count).map { _ in base + random.next() % 600 }
+                    values.sort()
+                    if random.next() % 4 == 0 { values.append(values.last!) }
+                    runs.append((key, values))
+                }
+                try env.write { txn in
+                    try txn.withCursor(many) { cursor in
+                        for run in runs {
+                            let bytes = run.values.flatMap { BigEndian.bytes(of: $0) }
+                            try run.key.withUnsafeBytes { k in try bytes.withUnsafeBytes { try cursor.addDuplicates(key: k, values: $0, size: 8) } }
+                        }
+                    }
+                    for run in runs {
+                        for value in run.values { try txn.put(one, key: run.key, value: BigEndian.bytes(of: value)) }
+                    }
+                }
+            }
+            let (got, want) = try env.read { txn -> ([[UInt8]], [[UInt8]]) in
+                var got: [[UInt8]] = []
+                var want: [[UInt8]] = []
+                try txn.visitEntries(many, from: nil) { key, value in
+                    got.append(Array(key) + [0xFF] + Array(value))
+                    return true
+                }
+                try txn.visitEntries(one, from: nil) { key, value in
+                    want.append(Array(key) + [0xFF] + Array(value))
+                    return true
+                }
+                return (got, want)
+            }
+            #expect(got.count > 2_000)
+            #expect(got == want, "checksummed: \(checksummed)")
+        }
+    }
+
     @Test("a 64 KiB map grows on demand while 200k records are written")
     func mapGrowsOnDemand() throws {
         let dir = TemporaryDirectory()

@@ -131,14 +131,20 @@ extension Transaction: ReadModelStore {
 
     package func clear(_ table: ReadModelTable) throws { try clear(table.database) }
 
-    package func putInKeyOrder(
-        _ table: ReadModelTable,
-        _ body: (_ put: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Void) throws -> Void
+    package func addDuplicatesInKeyOrder(
+        _ table: ReadModelTable, size: Int,
+        _ body: (_ add: (_ key: UnsafeRawBufferPointer, _ values: UnsafeRawBufferPointer) throws -> Void) throws -> Void
     ) throws {
         let db = table.database
-        // Through an overlay, writes go to the overlay, which has no cursor.
-        if readsThroughOverlay(db) { return try body { key, value in try put(db, key: key, value: value, flags: []) } }
-        try withCursor(db) { cursor in try body { key, value in try cursor.put(key: key, value: value) } }
+        // Through an overlay, writes go to the overlay, which has no cursor: value by value.
+        if readsThroughOverlay(db) {
+            return try body { key, values in
+                for start in stride(from: 0, to: values.count, by: size) {
+                    try put(db, key: key, value: UnsafeRawBufferPointer(rebasing: values[start..<min(start + size, values.count)]), flags: [])
+                }
+            }
+        }
+        try withCursor(db) { cursor in try body { key, values in try cursor.addDuplicates(key: key, values: values, size: size) } }
     }
 }
 

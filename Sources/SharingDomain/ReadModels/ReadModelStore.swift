@@ -38,13 +38,15 @@ package protocol ReadModelStore: ~Copyable {
     func entryCount(_ db: ReadModelTable) throws -> Int
     /// Deletes every entry of `db`.
     func clear(_ db: ReadModelTable) throws
-    /// Calls `body` with a function that stores one entry in `db` (as ``put(_:key:value:flags:)``
-    /// without flags), for many entries given in key order: LMDB's implementation puts them through
-    /// one cursor, which finds the next key's place from the page it is on instead of from the root.
-    /// Entries out of order are stored all the same, only slower.
-    func putInKeyOrder(
-        _ db: ReadModelTable,
-        _ body: (_ put: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Void) throws -> Void
+    /// Calls `body` with a function that adds values to a key of `db`, a table with sorted duplicates
+    /// of one size (``ReadModelTable/Flags/dupFixed``): `values` holds values of `size` bytes back to
+    /// back, in order, and keys come in key order. Stores what ``put(_:key:value:flags:)`` of each value
+    /// would. LMDB's implementation puts every key through one cursor (which finds the next key's place
+    /// from the page it is on instead of from the root) and adds a key's values in one call, after its
+    /// last value, when they sort after it (else one by one, only slower).
+    func addDuplicatesInKeyOrder(
+        _ db: ReadModelTable, size: Int,
+        _ body: (_ add: (_ key: UnsafeRawBufferPointer, _ values: UnsafeRawBufferPointer) throws -> Void) throws -> Void
     ) throws
 }
 
@@ -165,11 +167,15 @@ package final class InMemoryReadModelStore: ReadModelStore {
 
     package func clear(_ db: ReadModelTable) throws { tables[db.index] = [] }
 
-    package func putInKeyOrder(
-        _ db: ReadModelTable,
-        _ body: (_ put: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Void) throws -> Void
+    package func addDuplicatesInKeyOrder(
+        _ db: ReadModelTable, size: Int,
+        _ body: (_ add: (_ key: UnsafeRawBufferPointer, _ values: UnsafeRawBufferPointer) throws -> Void) throws -> Void
     ) throws {
-        try body { key, value in try put(db, key: key, value: value, flags: []) }
+        try body { key, values in
+            for start in stride(from: 0, to: values.count, by: size) {
+                try put(db, key: key, value: UnsafeRawBufferPointer(rebasing: values[start..<min(start + size, values.count)]), flags: [])
+            }
+        }
     }
 
     package func visitDuplicates(_ db: ReadModelTable, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
