@@ -12,15 +12,7 @@ public struct Share: Sendable, Hashable {
     /// an identity and its name components) and some forty references, so a share (and the metadata,
     /// results and answers holding one) moved or copied by value cost hundreds of bytes of `memmove`
     /// and a retain per reference, in every async frame and `Result` it passed through.
-    private var box: Box
-
-    /// The box of a share's fields.
-    private final class Box: @unchecked Sendable {
-        // @unchecked: `fields` is only written through `Share.update(_:)`, after
-        // `isKnownUniquelyReferenced` made the box the writer's own: a box two values share is only read.
-        var fields: Fields
-        init(_ fields: Fields) { self.fields = fields }
-    }
+    private var box: CopyOnWrite<Fields>
 
     /// A share's stored fields (see the properties of the same names).
     private struct Fields: Sendable, Hashable {
@@ -42,104 +34,98 @@ public struct Share: Sendable, Hashable {
         var oneTimeURLs: [OneTimeURL] = []
     }
 
-    /// Changes the fields, copying them first when another value shares the box.
-    private mutating func update(_ change: (inout Fields) -> Void) {
-        if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
-        change(&box.fields)
-    }
-
     /// The share record's id: in the zone it shares; named ``zoneWideShareRecordName`` for a zone-wide share.
     public var recordID: RecordID {
         get { box.fields.recordID }
-        set { update { $0.recordID = newValue } }
+        set { box.fields.recordID = newValue }
     }
     /// The container that holds the share.
     public var containerIdentifier: String {
         get { box.fields.containerIdentifier }
-        set { update { $0.containerIdentifier = newValue } }
+        set { box.fields.containerIdentifier = newValue }
     }
     /// The invitation URL. Stable: sharing the same root (or zone) again gives the same URL.
     public var url: URL {
         get { box.fields.url }
-        set { update { $0.url = newValue } }
+        set { box.fields.url = newValue }
     }
     /// The unguessable token in ``url``.
     public var token: ShareToken {
         get { box.fields.token }
-        set { update { $0.token = newValue } }
+        set { box.fields.token = newValue }
     }
     /// The title shown in invitations (CloudKit's `CKShare.SystemFieldKey.title`).
     public var title: String? {
         get { box.fields.title }
-        set { update { $0.title = newValue } }
+        set { box.fields.title = newValue }
     }
     /// What anyone with the URL may do. Anything above ``Participant/Permission/none`` makes the
     /// share public: anyone signed in can join as a ``Participant/Role/publicUser``.
     public var publicPermission: Participant.Permission {
         get { box.fields.publicPermission }
-        set { update { $0.publicPermission = newValue } }
+        set { box.fields.publicPermission = newValue }
     }
     /// The participants the viewer may see.
     public var participants: [Participant] {
         get { box.fields.participants }
-        set { update { $0.participants = newValue } }
+        set { box.fields.participants = newValue }
     }
     /// The owner.
     public var owner: Participant {
         get { box.fields.owner }
-        set { update { $0.owner = newValue } }
+        set { box.fields.owner = newValue }
     }
     /// The viewer's own participant entry, if the viewer is a participant.
     public var currentUserParticipant: Participant? {
         get { box.fields.currentUserParticipant }
-        set { update { $0.currentUserParticipant = newValue } }
+        set { box.fields.currentUserParticipant = newValue }
     }
     /// The root record of a hierarchy share; `nil` for a zone-wide share.
     public var hierarchicalRootRecordID: RecordID? {
         get { box.fields.hierarchicalRootRecordID }
-        set { update { $0.hierarchicalRootRecordID = newValue } }
+        set { box.fields.hierarchicalRootRecordID = newValue }
     }
     /// Changes with every change of the share or its participants; pass it back (`ifChangeTag`) to
     /// make a change only if nobody else changed the share since (else ``EventLog/LedgerError/Code/serverRecordChanged``).
     public var recordChangeTag: String {
         get { box.fields.recordChangeTag }
-        set { update { $0.recordChangeTag = newValue } }
+        set { box.fields.recordChangeTag = newValue }
     }
     /// When the share was created.
     public var creationDate: Date {
         get { box.fields.creationDate }
-        set { update { $0.creationDate = newValue } }
+        set { box.fields.creationDate = newValue }
     }
     /// Whether people who have the URL but no invitation may ask to join (CloudKit's
     /// `CKShare.allowsAccessRequests`). Off by default; while off, a request gets the answer of an
     /// unknown URL. Change it with `Container.setAllowsAccessRequests(_:for:ifChangeTag:)`.
     public var allowsAccessRequests: Bool {
         get { box.fields.allowsAccessRequests }
-        set { update { $0.allowsAccessRequests = newValue } }
+        set { box.fields.allowsAccessRequests = newValue }
     }
     /// The pending access requests (CloudKit's `CKShare.requesters`), in user record name order, each
     /// with the requester's name components and email address (or, without one, phone number).
     /// Only the owner and accepted administrators see them; for anyone else the list is empty.
     public var requesters: [AccessRequester] {
         get { box.fields.requesters }
-        set { update { $0.requesters = newValue } }
+        set { box.fields.requesters = newValue }
     }
     /// The identities blocked from the share (CloudKit's `CKShare.blockedIdentities`), in user record
     /// name order. Only the owner and accepted administrators see them; for anyone else the list is empty.
     public var blockedIdentities: [BlockedIdentity] {
         get { box.fields.blockedIdentities }
-        set { update { $0.blockedIdentities = newValue } }
+        set { box.fields.blockedIdentities = newValue }
     }
     /// The one-time URLs of the participants still in the share, with their participant ids, in
     /// participant id order (the owner and accepted administrators only). An array, not a dictionary,
     /// so that equal shares print alike.
     package var oneTimeURLs: [OneTimeURL] {
         get { box.fields.oneTimeURLs }
-        set { update { $0.oneTimeURLs = newValue } }
+        set { box.fields.oneTimeURLs = newValue }
     }
 
     /// Equal when every field is equal (the same box, at once).
-    public static func == (lhs: Share, rhs: Share) -> Bool { lhs.box === rhs.box || lhs.box.fields == rhs.box.fields }
+    public static func == (lhs: Share, rhs: Share) -> Bool { lhs.box.isShared(with: rhs.box) || lhs.box.fields == rhs.box.fields }
 
     /// Hashes every field.
     public func hash(into hasher: inout Hasher) { box.fields.hash(into: &hasher) }
@@ -206,24 +192,72 @@ public struct Share: Sendable, Hashable {
 
     /// A participant of a share (CloudKit's `CKShare.Participant`).
     public struct Participant: Sendable, Hashable {
+        /// The stored fields, in one copy-on-write box, as a ``Share``'s: a participant holds an
+        /// identity (with its name components, lookup info and record id) and a dozen references,
+        /// and an answer passes each participant on several times (its row, the share's list, the
+        /// owner, the viewer's own entry, the metadata): every copy was a retain of each reference.
+        private var box: CopyOnWrite<ParticipantFields>
+
+        /// A participant's stored fields (see the properties of the same names).
+        private struct ParticipantFields: Sendable, Hashable {
+            var participantID: String
+            var userIdentity: UserIdentity
+            var role: Role
+            var permission: Permission
+            var acceptanceStatus: AcceptanceStatus
+            var dateAddedToShare: Date?
+            var isApprovedRequester: Bool
+            var isOneTimeURLParticipant = false
+        }
+
         /// Unique within the share; stays the same when the participant is invited again.
-        public var participantID: String
+        public var participantID: String {
+            get { box.fields.participantID }
+            set { box.fields.participantID = newValue }
+        }
         /// Who the participant is.
-        public var userIdentity: UserIdentity
+        public var userIdentity: UserIdentity {
+            get { box.fields.userIdentity }
+            set { box.fields.userIdentity = newValue }
+        }
         /// The participant's role.
-        public var role: Role
+        public var role: Role {
+            get { box.fields.role }
+            set { box.fields.role = newValue }
+        }
         /// What the participant may do with the shared records.
-        public var permission: Permission
+        public var permission: Permission {
+            get { box.fields.permission }
+            set { box.fields.permission = newValue }
+        }
         /// Where the participant stands with the invitation.
-        public var acceptanceStatus: AcceptanceStatus
+        public var acceptanceStatus: AcceptanceStatus {
+            get { box.fields.acceptanceStatus }
+            set { box.fields.acceptanceStatus = newValue }
+        }
         /// When the participant was added to the share (the time of the event that last invited them).
-        public var dateAddedToShare: Date?
+        public var dateAddedToShare: Date? {
+            get { box.fields.dateAddedToShare }
+            set { box.fields.dateAddedToShare = newValue }
+        }
         /// Whether the participant joined by the approval of their access request (CloudKit's
         /// `CKShare.Participant.isApprovedRequester`).
-        public var isApprovedRequester: Bool
+        public var isApprovedRequester: Bool {
+            get { box.fields.isApprovedRequester }
+            set { box.fields.isApprovedRequester = newValue }
+        }
         /// Whether this value is a new one-time URL participant (``oneTimeURLParticipant()``), to add
         /// with `Container.addParticipant(_:to:ifChangeTag:)`.
-        public internal(set) var isOneTimeURLParticipant = false
+        public internal(set) var isOneTimeURLParticipant: Bool {
+            get { box.fields.isOneTimeURLParticipant }
+            set { box.fields.isOneTimeURLParticipant = newValue }
+        }
+
+        /// Equal when every field is equal (the same box, at once).
+        public static func == (lhs: Participant, rhs: Participant) -> Bool { lhs.box.isShared(with: rhs.box) || lhs.box.fields == rhs.box.fields }
+
+        /// Hashes every field.
+        public func hash(into hasher: inout Hasher) { box.fields.hash(into: &hasher) }
 
         /// A participant reached by a one-time URL rather than an email address, phone number or
         /// account (CloudKit's `CKShare.Participant.oneTimeURLParticipant()`): role privateUser,
@@ -243,13 +277,10 @@ public struct Share: Sendable, Hashable {
             participantID: String, userIdentity: UserIdentity, role: Role, permission: Permission,
             acceptanceStatus: AcceptanceStatus, dateAddedToShare: Date?, isApprovedRequester: Bool = false
         ) {
-            self.participantID = participantID
-            self.userIdentity = userIdentity
-            self.role = role
-            self.permission = permission
-            self.acceptanceStatus = acceptanceStatus
-            self.dateAddedToShare = dateAddedToShare
-            self.isApprovedRequester = isApprovedRequester
+            box = CopyOnWrite(
+                ParticipantFields(
+                    participantID: participantID, userIdentity: userIdentity, role: role, permission: permission,
+                    acceptanceStatus: acceptanceStatus, dateAddedToShare: dateAddedToShare, isApprovedRequester: isApprovedRequester))
         }
 
         /// The deprecated participant type (CloudKit's `CKShare.ParticipantType`), derived from ``role``
@@ -351,26 +382,74 @@ public struct Share: Sendable, Hashable {
     /// What a user learns from a share URL before accepting it (CloudKit's `CKShare.Metadata`). The
     /// participant fields describe the user who fetched it.
     public struct Metadata: Sendable, Hashable {
+        /// The stored fields, in one copy-on-write box, as a ``Share``'s: an answer and the
+        /// `Result` and task frames it passes through copy the metadata several times, and every
+        /// copy was a retain of each of its references (the owner's identity, the root record, ids).
+        private var box: CopyOnWrite<MetadataFields>
+
+        /// A metadata's stored fields (see the properties of the same names).
+        private struct MetadataFields: Sendable, Equatable {
+            var share: Share
+            var containerIdentifier: String
+            var ownerIdentity: UserIdentity
+            var hierarchicalRootRecordID: RecordID?
+            var rootRecord: Record?
+            var participantRole: Participant.Role
+            var participantStatus: Participant.AcceptanceStatus
+            var participantPermission: Participant.Permission
+            var oneTimeToken: String?
+        }
+
         /// The share, with the participants the fetching user may see.
-        public var share: Share
+        public var share: Share {
+            get { box.fields.share }
+            set { box.fields.share = newValue }
+        }
         /// The container that holds the share: run the accept in this container.
-        public var containerIdentifier: String
+        public var containerIdentifier: String {
+            get { box.fields.containerIdentifier }
+            set { box.fields.containerIdentifier = newValue }
+        }
         /// The owner.
-        public var ownerIdentity: UserIdentity
+        public var ownerIdentity: UserIdentity {
+            get { box.fields.ownerIdentity }
+            set { box.fields.ownerIdentity = newValue }
+        }
         /// The root record's id for a hierarchy share; `nil` for a zone-wide share.
-        public var hierarchicalRootRecordID: RecordID?
+        public var hierarchicalRootRecordID: RecordID? {
+            get { box.fields.hierarchicalRootRecordID }
+            set { box.fields.hierarchicalRootRecordID = newValue }
+        }
         /// The root record, when it was asked for (`shouldFetchRootRecord`) and the share is a
         /// hierarchy share; limited to the desired keys.
-        public var rootRecord: Record?
+        public var rootRecord: Record? {
+            get { box.fields.rootRecord }
+            set { box.fields.rootRecord = newValue }
+        }
         /// The fetching user's role; ``Participant/Role/publicUser`` for a prospective member of a public share.
-        public var participantRole: Participant.Role
+        public var participantRole: Participant.Role {
+            get { box.fields.participantRole }
+            set { box.fields.participantRole = newValue }
+        }
         /// The fetching user's status; ``Participant/AcceptanceStatus/pending`` means "accept to join".
-        public var participantStatus: Participant.AcceptanceStatus
+        public var participantStatus: Participant.AcceptanceStatus {
+            get { box.fields.participantStatus }
+            set { box.fields.participantStatus = newValue }
+        }
         /// The fetching user's permission.
-        public var participantPermission: Participant.Permission
+        public var participantPermission: Participant.Permission {
+            get { box.fields.participantPermission }
+            set { box.fields.participantPermission = newValue }
+        }
         /// The one-time URL's token when the metadata was fetched through an unused one-time URL by a
         /// user who is not a participant yet: accepting this metadata uses that URL up.
-        package var oneTimeToken: String? = nil
+        package var oneTimeToken: String? {
+            get { box.fields.oneTimeToken }
+            set { box.fields.oneTimeToken = newValue }
+        }
+
+        /// Equal when every field is equal (the same box, at once).
+        public static func == (lhs: Metadata, rhs: Metadata) -> Bool { lhs.box.isShared(with: rhs.box) || lhs.box.fields == rhs.box.fields }
 
         /// Hashes the share's token and change tag and the viewer's place in it: enough to tell
         /// metadatas apart (equal ones hash alike), without hashing every participant and the root
@@ -402,15 +481,11 @@ public struct Share: Sendable, Hashable {
             rootRecord: Record?, participantRole: Participant.Role, participantStatus: Participant.AcceptanceStatus,
             participantPermission: Participant.Permission, oneTimeToken: String? = nil
         ) {
-            self.share = share
-            self.containerIdentifier = containerIdentifier
-            self.ownerIdentity = ownerIdentity
-            self.hierarchicalRootRecordID = hierarchicalRootRecordID
-            self.rootRecord = rootRecord
-            self.participantRole = participantRole
-            self.participantStatus = participantStatus
-            self.participantPermission = participantPermission
-            self.oneTimeToken = oneTimeToken
+            box = CopyOnWrite(
+                MetadataFields(
+                    share: share, containerIdentifier: containerIdentifier, ownerIdentity: ownerIdentity,
+                    hierarchicalRootRecordID: hierarchicalRootRecordID, rootRecord: rootRecord, participantRole: participantRole,
+                    participantStatus: participantStatus, participantPermission: participantPermission, oneTimeToken: oneTimeToken))
         }
     }
 
@@ -422,7 +497,7 @@ public struct Share: Sendable, Hashable {
         allowsAccessRequests: Bool = false, requesters: [AccessRequester] = [], blockedIdentities: [BlockedIdentity] = [],
         oneTimeURLs: [OneTimeURL] = []
     ) {
-        box = Box(
+        box = CopyOnWrite(
             Fields(
                 recordID: recordID, containerIdentifier: containerIdentifier, url: url, token: token, title: title, publicPermission: publicPermission, participants: participants, owner: owner, currentUserParticipant: currentUserParticipant, hierarchicalRootRecordID: hierarchicalRootRecordID, recordChangeTag: recordChangeTag, creationDate: creationDate, allowsAccessRequests: allowsAccessRequests, requesters: requesters, blockedIdentities: blockedIdentities, oneTimeURLs: oneTimeURLs))
     }
@@ -430,6 +505,18 @@ public struct Share: Sendable, Hashable {
 
 extension Share: CustomReflectable {
     /// The fields, as a struct of them: a share prints and dumps as it did when they were stored inline.
+    public var customMirror: Mirror { Mirror(self, children: Mirror(reflecting: box.fields).children, displayStyle: .struct) }
+}
+
+extension Share.Metadata: CustomReflectable {
+    /// The fields, as a struct of them: a metadata prints and dumps as it did when they were stored
+    /// inline.
+    public var customMirror: Mirror { Mirror(self, children: Mirror(reflecting: box.fields).children, displayStyle: .struct) }
+}
+
+extension Share.Participant: CustomReflectable {
+    /// The fields, as a struct of them: a participant prints and dumps as it did when they were
+    /// stored inline.
     public var customMirror: Mirror { Mirror(self, children: Mirror(reflecting: box.fields).children, displayStyle: .struct) }
 }
 
