@@ -131,10 +131,18 @@ extension ReadModels {
         }
     }
 
-    /// The user's participant entry in the share, if any (any status).
+    /// The user's participant entry in the share, if any (any status). The owner's is the share's
+    /// owner participant (no event gives the owner another), taken without the user index when its
+    /// row says it is the owner's; otherwise (a row that does not, in a log written elsewhere) the
+    /// index decides, as for anyone else.
     package func participant(_ txn: borrowing some ReadModelStore & ~Copyable, of user: String, in share: ShareState, token: String) throws
         -> (id: String, state: ParticipantState)?
     {
+        if user == share.ownerName, !share.ownerParticipantID.isEmpty,
+            let state = try participant(txn, token, share.ownerParticipantID), state.role == .owner, state.userRecordName == user
+        {
+            return (share.ownerParticipantID, state)
+        }
         guard let id = try participantID(txn, share.container, user: user, token: token),
             let state = try participant(txn, token, id)
         else { return nil }
