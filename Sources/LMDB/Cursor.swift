@@ -93,11 +93,9 @@ package struct Cursor: ~Copyable {
         let sealedSize = size + RowChecksum.size
         try withUnsafeTemporaryAllocation(byteCount: count * sealedSize, alignment: 1) { buffer in
             for index in 0..<count {
-                let value = UnsafeRawBufferPointer(rebasing: values[index * size..<(index + 1) * size])
-                let crc = RowChecksum.sum(key: key, value: value).littleEndian
-                let start = buffer.baseAddress! + index * sealedSize
-                start.copyMemory(from: value.baseAddress!, byteCount: size)
-                withUnsafeBytes(of: crc) { (start + size).copyMemory(from: $0.baseAddress!, byteCount: RowChecksum.size) }
+                RowChecksum.seal(
+                    key: key, value: UnsafeRawBufferPointer(rebasing: values[index * size..<(index + 1) * size]),
+                    at: buffer.baseAddress! + index * sealedSize)
             }
             try rawAddDuplicates(key: key, values: UnsafeRawBufferPointer(buffer), size: sealedSize)
         }

@@ -23,14 +23,18 @@ enum RowChecksum {
     static func withSealed<R>(
         key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R
     ) rethrows -> R {
-        let crc = sum(key: key, value: value).littleEndian
-        return try withUnsafeTemporaryAllocation(byteCount: value.count + size, alignment: 1) { buffer in
-            if value.count > 0 { buffer.baseAddress!.copyMemory(from: value.baseAddress!, byteCount: value.count) }
-            withUnsafeBytes(of: crc) { trailer in
-                (buffer.baseAddress! + value.count).copyMemory(from: trailer.baseAddress!, byteCount: size)
-            }
+        try withUnsafeTemporaryAllocation(byteCount: value.count + size, alignment: 1) { buffer in
+            seal(key: key, value: value, at: buffer.baseAddress!)
             return try body(UnsafeRawBufferPointer(buffer))
         }
+    }
+
+    /// Writes `value` ‖ its trailer (`value.count + size` bytes) at `start`.
+    @inline(__always)
+    static func seal(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, at start: UnsafeMutableRawPointer) {
+        let crc = sum(key: key, value: value).littleEndian
+        if value.count > 0 { start.copyMemory(from: value.baseAddress!, byteCount: value.count) }
+        withUnsafeBytes(of: crc) { (start + value.count).copyMemory(from: $0.baseAddress!, byteCount: size) }
     }
 
     /// The value of the stored row `stored` under `key` (its bytes without the trailer), or the

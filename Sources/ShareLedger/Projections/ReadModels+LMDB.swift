@@ -137,13 +137,7 @@ extension Transaction: ReadModelStore {
     ) throws {
         let db = table.database
         // Through an overlay, writes go to the overlay, which has no cursor: value by value.
-        if readsThroughOverlay(db) {
-            return try body { key, values in
-                for start in stride(from: 0, to: values.count, by: size) {
-                    try put(db, key: key, value: UnsafeRawBufferPointer(rebasing: values[start..<min(start + size, values.count)]), flags: [])
-                }
-            }
-        }
+        if readsThroughOverlay(db) { return try body { key, values in try putEach(table, key: key, values: values, size: size) } }
         try withCursor(db) { cursor in try body { key, values in try cursor.addDuplicates(key: key, values: values, size: size) } }
     }
 }

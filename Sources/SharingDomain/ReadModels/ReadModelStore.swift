@@ -68,6 +68,15 @@ extension ReadModelStore where Self: ~Copyable {
         }
     }
 
+    /// Stores each `size`-byte value of `values` (back to back) under `key`, one
+    /// ``put(_:key:value:flags:)`` each: ``addDuplicatesInKeyOrder(_:size:_:)`` where no cursor adds
+    /// them at once.
+    package func putEach(_ db: ReadModelTable, key: UnsafeRawBufferPointer, values: UnsafeRawBufferPointer, size: Int) throws {
+        for start in stride(from: 0, to: values.count, by: size) {
+            try put(db, key: key, value: UnsafeRawBufferPointer(rebasing: values[start..<min(start + size, values.count)]), flags: [])
+        }
+    }
+
     /// The value stored under `key`, copied; `nil` when there is none.
     package func get(_ db: ReadModelTable, key: some Collection<UInt8>) throws -> [UInt8]? {
         try withBytes(key) { try withValue(db, key: $0) { Array($0.bindMemory(to: UInt8.self)) } }
@@ -171,11 +180,7 @@ package final class InMemoryReadModelStore: ReadModelStore {
         _ db: ReadModelTable, size: Int,
         _ body: (_ add: (_ key: UnsafeRawBufferPointer, _ values: UnsafeRawBufferPointer) throws -> Void) throws -> Void
     ) throws {
-        try body { key, values in
-            for start in stride(from: 0, to: values.count, by: size) {
-                try put(db, key: key, value: UnsafeRawBufferPointer(rebasing: values[start..<min(start + size, values.count)]), flags: [])
-            }
-        }
+        try body { key, values in try putEach(db, key: key, values: values, size: size) }
     }
 
     package func visitDuplicates(_ db: ReadModelTable, key: UnsafeRawBufferPointer, _ body: (_ value: UnsafeRawBufferPointer) throws -> Void)
