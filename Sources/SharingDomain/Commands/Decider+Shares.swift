@@ -147,16 +147,36 @@ extension Decider {
             // Invited by account: an earlier invitation to the account's email or phone is the same person.
             // (Sealed since crypto-shredding: opened with the key store; nothing for a forgotten user.)
             // Otherwise the address invited. (The keyed hashes of one of them only: each is an HMAC.)
-            let wanted: ReadModels.AddressMatch
-            if !user.isEmpty, let state = try models.user(txn, container, user),
-                let fields = models.personalFields(of: state, container: container).fields
-            {
-                wanted = models.addressMatch(container, email: fields.emailAddress, phone: fields.phoneNumber)
+            // A sealed user row keeps the keyed hashes it was registered with: those are matched
+            // without opening its box, which is opened only if a row with a plaintext address (written
+            // before invitations were sealed) is met. (The hashes are keyed by the store's lookup key,
+            // not the person's: they match whether or not the box still opens.)
+            var wanted: ReadModels.AddressMatch
+            var userRow: UserState?
+            if !user.isEmpty, let state = try models.user(txn, container, user) {
+                if state.forgottenAtMicros == 0, !state.emailHash.isEmpty || !state.phoneHash.isEmpty {
+                    wanted = ReadModels.AddressMatch(hashesOf: state)
+                    userRow = state
+                } else if let fields = models.personalFields(of: state, container: container).fields {
+                    wanted = models.addressMatch(container, email: fields.emailAddress, phone: fields.phoneNumber)
+                } else {
+                    wanted = models.addressMatch(container, email: lookup.emailAddress ?? "", phone: lookup.phoneNumber ?? "")
+                }
             } else {
                 wanted = models.addressMatch(container, email: lookup.emailAddress ?? "", phone: lookup.phoneNumber ?? "")
             }
             // By keyed hash for sealed invitations, by plaintext for older ones.
-            if !wanted.isEmpty { existing = try models.firstParticipant(txn, token) { wanted.matches($0) } }
+            if !wanted.isEmpty {
+                existing = try models.firstParticipant(txn, token) { row in
+                    if let state = userRow, row.hasPlaintextAddress {
+                        userRow = nil
+                        if let fields = models.personalFields(of: state, container: container).fields {
+                            (wanted.email, wanted.phone) = (fields.emailAddress, fields.phoneNumber)
+                        }
+                    }
+                    return wanted.matches(row)
+                }
+            }
         }
         return existing
     }

@@ -155,8 +155,19 @@ extension ReadModels {
                 && ReadModels.normalizePhone(state.lookupInfo.phoneNumber) == ReadModels.normalizePhone(phone)
         }
 
+        package init(email: String = "", phone: String = "", emailHash: [UInt8]? = nil, phoneHash: [UInt8]? = nil) {
+            (self.email, self.phone, self.emailHash, self.phoneHash) = (email, phone, emailHash, phoneHash)
+        }
+
+        /// The addresses a sealed user row was registered with, by the keyed hashes it keeps (the
+        /// plaintext stays in the row's box: ``email`` and ``phone`` are empty).
+        package init(hashesOf state: UserState) {
+            emailHash = state.emailHash.isEmpty ? nil : Array(state.emailHash)
+            phoneHash = state.phoneHash.isEmpty ? nil : Array(state.phoneHash)
+        }
+
         /// Whether it names any address at all.
-        package var isEmpty: Bool { email.isEmpty && phone.isEmpty }
+        package var isEmpty: Bool { email.isEmpty && phone.isEmpty && emailHash == nil && phoneHash == nil }
     }
 
     /// The match for an email address and a phone number (either may be empty), with their keyed
