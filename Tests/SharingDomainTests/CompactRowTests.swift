@@ -142,6 +142,41 @@ struct CompactRowTests {
         #expect([UInt8]().withUnsafeBytes { ShareState.storedZoneID($0) } == nil)
     }
 
+    @Test("whether a participant row may name an invitation address reads from its stored bytes: false only for rows naming none (no plaintext address, no box, no hash); the protobuf layout and damage say true (decode instead)")
+    func participantNamesAddress() throws {
+        var random = SplitMix64(state: 0xADD2E55)
+        var seenFalse = 0
+        for round in 0..<400 {
+            var row = Self.participant(&random)
+            // Also lookups with only an email address, only a phone number, or only an account.
+            switch round % 4 {
+            case 1: row.lookupInfo.phoneNumber = ""
+            case 2: row.lookupInfo.emailAddress = ""
+            case 3: (row.lookupInfo.emailAddress, row.lookupInfo.phoneNumber) = ("", "")
+            default: break
+            }
+            let bytes = row.compactBytes()
+            let names = !row.lookupInfo.emailAddress.isEmpty || !row.lookupInfo.phoneNumber.isEmpty || row.hasSealedLookup
+                || !row.emailHash.isEmpty || !row.phoneHash.isEmpty || row.forgottenAtMicros != 0
+            #expect(bytes.withUnsafeBytes { ParticipantState.storedMayNameAddress($0) } == names, "\(row)")
+            if !names { seenFalse += 1 }
+            // No address match holds for a row passed over.
+            let match = ReadModels.AddressMatch(
+                email: row.lookupInfo.emailAddress.isEmpty ? "x@example.com" : row.lookupInfo.emailAddress,
+                phone: row.lookupInfo.phoneNumber, emailHash: row.emailHash.isEmpty ? nil : Array(row.emailHash))
+            if !names { #expect(!match.matches(row)) }
+            let old: [UInt8] = try row.legacy.serializedBytes()
+            #expect(old.withUnsafeBytes { ParticipantState.storedMayNameAddress($0) })
+            for cut in [1, 2, bytes.count / 2] where cut < bytes.count {
+                let read = Array(bytes[..<cut]).withUnsafeBytes { ParticipantState.storedMayNameAddress($0) }
+                #expect(read || !names, "a cut row says true unless its lookup's addresses are whole before the cut")
+            }
+        }
+        #expect(seenFalse > 50)
+        #expect([UInt8]([0xC7, 0, 0, 0]).withUnsafeBytes { ParticipantState.storedMayNameAddress($0) })
+        #expect([UInt8]().withUnsafeBytes { ParticipantState.storedMayNameAddress($0) })
+    }
+
     @Test("a record's parent and share token read from its stored bytes equal the decoded row's; damage is nil")
     func recordLinkScan() throws {
         var random = SplitMix64(state: 11)

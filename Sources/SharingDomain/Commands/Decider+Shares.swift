@@ -167,7 +167,7 @@ extension Decider {
             }
             // By keyed hash for sealed invitations, by plaintext for older ones.
             if !wanted.isEmpty {
-                existing = try models.firstParticipant(txn, token) { row in
+                existing = try models.firstParticipant(txn, token, namingAnAddress: { row in
                     if let state = userRow, row.hasPlaintextAddress {
                         userRow = nil
                         if let fields = models.personalFields(of: state, container: container).fields {
@@ -175,7 +175,7 @@ extension Decider {
                         }
                     }
                     return wanted.matches(row)
-                }
+                })
             }
         }
         return existing

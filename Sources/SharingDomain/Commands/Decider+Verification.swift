@@ -20,9 +20,9 @@ extension Decider {
         try requireVerificationCase(share)
         // By keyed hash for sealed invitations, by plaintext for older ones.
         let address = models.addressMatch(container, email: wanted.emailAddress, phone: wanted.phoneNumber)
-        let match = try models.participants(txn, token).first { entry in
-            entry.state.status == .statusPending && entry.state.userRecordName.isEmpty && address.matches(entry.state)
-        }
+        let match = try models.firstParticipant(txn, token, namingAnAddress: { state in
+            state.status == .statusPending && state.userRecordName.isEmpty && address.matches(state)
+        })
         guard let match else {
             throw LedgerError(
                 .unknownItem, "no pending invitation of this share matches \(lookup); verify the email address or phone "

@@ -402,6 +402,23 @@ extension ParticipantState: CompactRow {
         self = row
     }
 
+    /// Whether a stored participant row may name an invitation address: false only for a row in a
+    /// compact layout without sealed fields (no box, no keyed hash) whose lookup has no plaintext email
+    /// address or phone number, read without decoding the row; true for anything else (a row in an
+    /// earlier release's protobuf layout, or bytes that are not a row: decode those whole).
+    package static func storedMayNameAddress(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let first = bytes.first, first == compactLayoutOne || first == compactLayoutTwo else { return true }
+        var reader = CompactReader(bytes, database: "rm_participants")
+        reader.offset = 1
+        // userRecordName, then the lookup's email address and phone number (``writeCompact(_:)``).
+        do {
+            try reader.skipBytes()
+            return try reader.varint() != 0 || reader.varint() != 0
+        } catch {
+            return true
+        }
+    }
+
     package func writeCompact(_ w: inout CompactWriter) {
         w.string(userRecordName)
         w.string(lookupInfo.emailAddress)

@@ -84,12 +84,15 @@ extension ReadModels {
     }
 
     /// The first participant of share `token` (removed ones included, by participant id) for which
-    /// `test` holds: ``participants(_:_:)`` without building the list, stopping at the match.
+    /// `test` holds, stopping at the match; `test` must hold only for a row naming an invitation
+    /// address (a keyed hash, or a plaintext email address or phone number, not forgotten), as
+    /// ``AddressMatch/matches(_:)`` does: the rows that name none are passed over without being
+    /// decoded (``ParticipantState/storedMayNameAddress(_:)``).
     package func firstParticipant(
-        _ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, where test: (ParticipantState) -> Bool
+        _ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, namingAnAddress test: (ParticipantState) -> Bool
     ) throws -> (id: String, state: ParticipantState)? {
         var found: (id: String, state: ParticipantState)?
-        try visitParticipants(txn, token) { id, state in
+        try visitParticipants(txn, token, passingOver: { !ParticipantState.storedMayNameAddress($0) }) { id, state in
             guard test(state) else { return true }
             found = (id(), state)
             return false
@@ -98,13 +101,16 @@ extension ReadModels {
     }
 
     /// Visits the participants of share `token` in participant-id order while `body` returns true:
-    /// each row from the row cache, or decoded (and kept), with its id made on demand.
+    /// each row from the row cache, or decoded (and kept), with its id made on demand; a row whose
+    /// stored bytes `passingOver` accepts is not visited.
     private func visitParticipants(
         _ txn: borrowing some ReadModelStore & ~Copyable, _ token: String,
+        passingOver: (UnsafeRawBufferPointer) -> Bool = { _ in false },
         _ body: (_ id: () -> String, _ state: ParticipantState) throws -> Bool
     ) throws {
         let prefix = Array(token.utf8)
         try visit(txn, participants, prefix: prefix) { key, value in
+            if passingOver(value) { return true }
             let rowKey = Array(key)
             let state: ParticipantState
             if let rowCache, case .some(.some(let kept)) = rowCache.row(ParticipantState.self, participants, rowKey) {
