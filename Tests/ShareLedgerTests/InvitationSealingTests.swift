@@ -210,7 +210,7 @@ struct InvitationSealingTests {
         await f.ledger.close()
     }
 
-    @Test("with sealing off (bench --plaintext-personal-data), invitations and lookups are written in plaintext as before, and audit counts them")
+    @Test("with sealing off (bench --plaintext-personal-data), invitations and lookups are written in plaintext as before, and audit counts them; with sealing on again, a user registered sealed and invited by account is the plaintext invitation to their address")
     func sealingOff() async throws {
         let dir = TemporaryDirectory()
         var configuration = ShareLedger.Configuration(path: dir.child("ledger"), durability: .unsafeNoSync)
@@ -234,13 +234,24 @@ struct InvitationSealingTests {
         #expect(added.lookupInfo.emailAddress == Self.email && !added.hasSealedLookup)
         let fetched = try #require(events.compactMap { if case .shareParticipantFetched(let e) = $0 { e } else { nil } }.first)
         #expect(fetched.lookupInfo.phoneNumber == Self.phone && !fetched.hasSealedLookup)
-        let row = try #require(try ledger.read("test") { txn in
-            try ledger.models.participants(txn, share.token.text).first { $0.state.role != .owner }?.state
+        let (rowID, row) = try #require(try ledger.read("test") { txn in
+            try ledger.models.participants(txn, share.token.text).first { $0.state.role != .owner }
         })
         #expect(row.compactBytes().first == 0xC1 && row.lookupInfo.emailAddress == Self.email)
         let report = try LedgerAudit(ledger).audit(scratchPath: dir.child("scratch"))
         #expect(report.ok && report.eventsWithPlaintextPersonalData == 2)
         await ledger.close()
+
+        // Sealing on again: a user registered now (a sealed row with keyed hashes) and invited by
+        // account is the plaintext invitation to their address (the row's box opened to match it).
+        configuration.sealsPersonalData = true
+        let reopened = try ShareLedger.open(configuration)
+        try await reopened.registerUser("_zelda", in: Self.container, emailAddress: Self.email)
+        let bound = try await reopened.container(Self.container, userRecordName: "_alice").addParticipant(
+            LookupInfo(userRecordID: RecordID(userRecordName: "_zelda")), permission: .readWrite, to: share.url)
+        #expect(bound.participants.count == 2)
+        #expect(bound.participants.contains { $0.participantID == rowID && $0.userIdentity.userRecordID?.recordName == "_zelda" })
+        await reopened.close()
     }
 
     @Test("the address index folds from its journal: forgetting an address finds its invitations folded and journaled (a removed participant's too), those of a deleted share drop out, and the rebuild agrees")
