@@ -23,7 +23,15 @@ struct CopyOnWrite<Fields: Sendable>: Sendable {
             yield &box.fields
         }
     }
+}
 
-    /// Whether `other` holds the very same box (so the same fields, without comparing them).
-    func isShared(with other: CopyOnWrite) -> Bool { box === other.box }
+/// Equal when the fields are equal: at once when both hold the very same box. The boxed values'
+/// equality (and hashing) is this one's, synthesized.
+extension CopyOnWrite: Equatable where Fields: Equatable {
+    static func == (lhs: CopyOnWrite, rhs: CopyOnWrite) -> Bool { lhs.box === rhs.box || lhs.box.fields == rhs.box.fields }
+}
+
+/// Hashes the fields.
+extension CopyOnWrite: Hashable where Fields: Hashable {
+    func hash(into hasher: inout Hasher) { box.fields.hash(into: &hasher) }
 }

@@ -124,12 +124,6 @@ public struct Share: Sendable, Hashable {
         set { box.fields.oneTimeURLs = newValue }
     }
 
-    /// Equal when every field is equal (the same box, at once).
-    public static func == (lhs: Share, rhs: Share) -> Bool { lhs.box.isShared(with: rhs.box) || lhs.box.fields == rhs.box.fields }
-
-    /// Hashes every field.
-    public func hash(into hasher: inout Hasher) { box.fields.hash(into: &hasher) }
-
     /// A one-time URL participant's id and URL.
     package struct OneTimeURL: Sendable, Hashable {
         package var participantID: String
@@ -252,12 +246,6 @@ public struct Share: Sendable, Hashable {
             get { box.fields.isOneTimeURLParticipant }
             set { box.fields.isOneTimeURLParticipant = newValue }
         }
-
-        /// Equal when every field is equal (the same box, at once).
-        public static func == (lhs: Participant, rhs: Participant) -> Bool { lhs.box.isShared(with: rhs.box) || lhs.box.fields == rhs.box.fields }
-
-        /// Hashes every field.
-        public func hash(into hasher: inout Hasher) { box.fields.hash(into: &hasher) }
 
         /// A participant reached by a one-time URL rather than an email address, phone number or
         /// account (CloudKit's `CKShare.Participant.oneTimeURLParticipant()`): role privateUser,
@@ -447,9 +435,6 @@ public struct Share: Sendable, Hashable {
             get { box.fields.oneTimeToken }
             set { box.fields.oneTimeToken = newValue }
         }
-
-        /// Equal when every field is equal (the same box, at once).
-        public static func == (lhs: Metadata, rhs: Metadata) -> Bool { lhs.box.isShared(with: rhs.box) || lhs.box.fields == rhs.box.fields }
 
         /// Hashes the share's token and change tag and the viewer's place in it: enough to tell
         /// metadatas apart (equal ones hash alike), without hashing every participant and the root
