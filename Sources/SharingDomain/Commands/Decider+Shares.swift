@@ -151,20 +151,17 @@ extension Decider {
             // without opening its box, which is opened only if a row with a plaintext address (written
             // before invitations were sealed) is met. (The hashes are keyed by the store's lookup key,
             // not the person's: they match whether or not the box still opens.)
-            var wanted: ReadModels.AddressMatch
+            var registered: ReadModels.AddressMatch?
             var userRow: UserState?
             if !user.isEmpty, let state = try models.user(txn, container, user) {
                 if state.forgottenAtMicros == 0, !state.emailHash.isEmpty || !state.phoneHash.isEmpty {
-                    wanted = ReadModels.AddressMatch(hashesOf: state)
+                    registered = ReadModels.AddressMatch(hashesOf: state)
                     userRow = state
                 } else if let fields = models.personalFields(of: state, container: container).fields {
-                    wanted = models.addressMatch(container, email: fields.emailAddress, phone: fields.phoneNumber)
-                } else {
-                    wanted = models.addressMatch(container, email: lookup.emailAddress ?? "", phone: lookup.phoneNumber ?? "")
+                    registered = models.addressMatch(container, email: fields.emailAddress, phone: fields.phoneNumber)
                 }
-            } else {
-                wanted = models.addressMatch(container, email: lookup.emailAddress ?? "", phone: lookup.phoneNumber ?? "")
             }
+            var wanted = registered ?? models.addressMatch(container, email: lookup.emailAddress ?? "", phone: lookup.phoneNumber ?? "")
             // By keyed hash for sealed invitations, by plaintext for older ones.
             if !wanted.isEmpty {
                 existing = try models.firstParticipant(txn, token, namingAnAddress: { row in
