@@ -128,4 +128,26 @@ struct SchemaEvolutionTests {
         #expect(DomainEvent.currentSchemaVersion(of: "shareledger.events.v1.UserRegistered") == 2)
         #expect(DomainEvent.currentSchemaVersion(of: "shareledger.events.v1.ShareCreated") == 1)
     }
+
+    @Test("every event type names itself, writes the schema version the code writes for its name, and serializes as its message")
+    func everyTypeNamesItself() throws {
+        #expect(DomainEvent.typeNames.count == 25)
+        #expect(Set(DomainEvent.typeNames).count == DomainEvent.typeNames.count)
+        for name in DomainEvent.typeNames {
+            let version = DomainEvent.currentSchemaVersion(of: name)
+            // An empty payload is the message with every field at its default.
+            let event = try #require(try DomainEvent.decode(type: name, schemaVersion: version, payload: [], position: 1))
+            #expect(event.typeName == name)
+            #expect(event.schemaVersion == version)
+            #expect(type(of: event.message).protoMessageName == name)
+            #expect(try event.payload() == [])
+        }
+        var share = Shareledger_Events_V1_ShareCreated()
+        share.token = "t"
+        share.ownerName = "_o"
+        let event = DomainEvent.shareCreated(share)
+        var options = BinaryEncodingOptions()
+        options.useDeterministicOrdering = true
+        #expect(try event.payload() == (try share.serializedBytes(options: options) as [UInt8]))
+    }
 }

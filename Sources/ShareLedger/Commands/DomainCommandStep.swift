@@ -57,7 +57,7 @@ extension DomainCommand {
                 return try scope.append(
                     CommitScope.NewEvent(
                         metadata: metadata, stream: pending.stream, eventType: eventType,
-                        schemaVersion: DomainEvent.currentSchemaVersion(of: eventType), payload: try pending.event.payload(),
+                        schemaVersion: pending.event.schemaVersion, payload: try pending.event.payload(),
                         versioned: !pending.event.recordsARead),
                     txn: txn, log: log)
             },
