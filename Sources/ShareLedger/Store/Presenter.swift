@@ -270,31 +270,31 @@ struct Presenter: Sendable {
         let (all, keptURL) = try participants(txn, token: token, container: state.container)
         // The viewer's row is one of `all`: only its id is looked up. The owner's is the share's owner
         // participant (no event gives the owner another), found without the lookup when its row says so.
-        var viewerEntry: ParticipantRowCache.Row?
-        if let viewer, viewer == state.ownerName,
-            let entry = all.first(where: { $0.id == state.ownerParticipantID }),
-            entry.presented.state.role == .owner, entry.presented.state.userRecordName == viewer
+        // Rows are told apart by their place in `all` (ids are unique in a share): one comparison of
+        // ids per row to find the owner's, none in the loop below.
+        let ownerIndex = all.firstIndex(where: { $0.id == state.ownerParticipantID })
+        var viewerIndex: Int?
+        if let viewer, viewer == state.ownerName, let ownerIndex,
+            all[ownerIndex].presented.state.role == .owner, all[ownerIndex].presented.state.userRecordName == viewer
         {
-            viewerEntry = entry
-        } else if let viewer, let id = try models.participantID(txn, state.container, user: viewer, token: token),
-            let entry = all.first(where: { $0.id == id })
-        {
-            viewerEntry = entry
+            viewerIndex = ownerIndex
+        } else if let viewer, let id = try models.participantID(txn, state.container, user: viewer, token: token) {
+            viewerIndex = all.firstIndex(where: { $0.id == id })
         }
         let seesAll =
-            viewerEntry.map {
-                $0.presented.state.role == .owner
-                    || ($0.presented.state.role == .administrator && $0.presented.state.status == .statusAccepted)
+            viewerIndex.map {
+                all[$0].presented.state.role == .owner
+                    || (all[$0].presented.state.role == .administrator && all[$0].presented.state.status == .statusAccepted)
             } ?? false
         var visible: [Share.Participant] = []
         visible.reserveCapacity(all.count)
         var owner: Share.Participant?
         var current: Share.Participant?
-        for entry in all {
+        for (index, entry) in all.enumerated() {
             let (id, row) = (entry.id, entry.presented)
             let status = row.state.status
-            let isViewer = viewerEntry?.id == id
-            let isOwner = id == state.ownerParticipantID
+            let isViewer = index == viewerIndex
+            let isOwner = index == ownerIndex
             let shown = seesAll || isOwner || (isViewer && status != .statusRemoved) || status == .statusAccepted
             guard shown || isViewer else { continue }
             let value = try participant(txn, state.container, id: id, row)
@@ -323,12 +323,13 @@ struct Presenter: Sendable {
             // Requests and blocks are the managers' business: nobody else sees who asked or who is blocked.
             // A requester comes with a way to reach them (CloudKit returns each "with name components and
             // either an email or phone number"), opened from the sealed row for this answer only.
-            share.requesters = try models.accessEntries(txn, token, .request).map { entry in
+            let entries = try models.accessEntries(txn, token)
+            share.requesters = try entries.requests.map { entry in
                 Share.AccessRequester(
                     userIdentity: try identity(txn, state.container, user: entry.user, withAddress: true),
                     participantLookupInfo: LookupInfo(userRecordID: RecordID(userRecordName: entry.user)))
             }
-            share.blockedIdentities = try models.accessEntries(txn, token, .blocked).map { entry in
+            share.blockedIdentities = try entries.blocked.map { entry in
                 Share.BlockedIdentity(userIdentity: try identity(txn, state.container, user: entry.user))
             }
             for entry in all where !entry.presented.state.oneTimeToken.isEmpty {

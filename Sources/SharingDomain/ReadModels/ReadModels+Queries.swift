@@ -219,18 +219,28 @@ extension ReadModels {
         } ?? false
     }
 
-    /// Every entry of the given kind in share `token`, by user record name, in name order.
-    package func accessEntries(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String, _ kind: AccessKind) throws
-        -> [(user: String, state: AccessEntryState)]
+    /// The pending access requests and the blocked identities of share `token`, each by user record
+    /// name, in name order: one scan of the share's entries (a share token has a fixed length, so no
+    /// other share's key starts with this one's).
+    package func accessEntries(_ txn: borrowing some ReadModelStore & ~Copyable, _ token: String) throws
+        -> (requests: [(user: String, state: AccessEntryState)], blocked: [(user: String, state: AccessEntryState)])
     {
-        var prefix: [UInt8] = []
-        prefix.reserveCapacity(token.utf8.count + 1)
-        prefix += token.utf8
-        prefix.append(kind.rawValue)
-        return try scan(txn, access, prefix: prefix).map { entry in
-            let state = try entry.value.withUnsafeBytes { try AccessEntryState.decodeStored($0, database: access.name) }
-            return (String(decoding: entry.suffix, as: UTF8.self), state)
+        var requests: [(user: String, state: AccessEntryState)] = []
+        var blocked: [(user: String, state: AccessEntryState)] = []
+        let prefixCount = token.utf8.count
+        try visit(txn, access, prefix: Array(token.utf8)) { key, value in
+            guard key.count > prefixCount, let kind = AccessKind(rawValue: key[prefixCount]) else { return true }
+            let entry = (
+                user: String(decoding: UnsafeRawBufferPointer(rebasing: key[(prefixCount + 1)...]), as: UTF8.self),
+                state: try AccessEntryState.decodeStored(value, database: access.name)
+            )
+            switch kind {
+            case .request: requests.append(entry)
+            case .blocked: blocked.append(entry)
+            }
+            return true
         }
+        return (requests, blocked)
     }
 
     /// The share token and participant id of a one-time URL token whose participant is in the share
