@@ -55,7 +55,13 @@ package final class RowCache: @unchecked Sendable {
         package func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
             switch storage {
             case .bytes(let bytes): return try bytes.withUnsafeBytes(body)
-            case .text(var text): return try text.withUTF8 { try body(UnsafeRawBufferPointer($0)) }
+            case .text(let text):
+                // A native string's bytes in place; any other form through a copy made native.
+                if let result = try text.utf8.withContiguousStorageIfAvailable({ try body(UnsafeRawBufferPointer($0)) }) {
+                    return result
+                }
+                var copy = text
+                return try copy.withUTF8 { try body(UnsafeRawBufferPointer($0)) }
             }
         }
 
@@ -68,6 +74,9 @@ package final class RowCache: @unchecked Sendable {
 
         package static func == (a: Key, b: Key) -> Bool {
             guard a.db == b.db else { return false }
+            // Two arrays compare directly. (Strings are compared by their bytes below: `==` on
+            // strings is canonical equivalence, under which different bytes can be equal.)
+            if case .bytes(let x) = a.storage, case .bytes(let y) = b.storage { return x == y }
             return a.withBytes { x in
                 b.withBytes { y in x.count == y.count && (x.isEmpty || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) }
             }
@@ -174,10 +183,9 @@ package final class RowCache: @unchecked Sendable {
     /// cache cannot hold makes the key unknown.
     @inline(__always)
     package func keep<M: StoredRow>(_ key: Key, row: M?) {
-        switch (row, row?.cached) {
-        case (.some, nil): forget(key)
-        case (_, let cached): keep(key, cached)
-        }
+        guard let row else { return keep(key, nil) }
+        guard let cached = row.cached else { return forget(key) }
+        keep(key, cached)
     }
 
     /// Makes `cacheKey` unknown in the open transaction (undone with it).
@@ -191,14 +199,17 @@ package final class RowCache: @unchecked Sendable {
     }
 
     /// Keeps `row` (nil: there is none) as the row of `cacheKey` in the open transaction.
-    package func keep(_ cacheKey: Key, _ row: CachedRow?) {
+    package func keep(_ cacheKey: Key, _ row: __owned CachedRow?) {
         if rows.count >= capacity {
             // Start over. Every row this transaction kept goes too, so the undo list has nothing
             // left to take back: what it keeps from here on is undone key by key (to "unknown").
             rows.removeAll(keepingCapacity: true)
             undo.removeAll(keepingCapacity: true)
         }
-        let before = rows.updateValue(row.map { .present($0) } ?? .absent, forKey: cacheKey)
+        // The row moved into the entry, not copied (`map` on the optional copied it).
+        let entry: Row
+        if let row { entry = .present(row) } else { entry = .absent }
+        let before = rows.updateValue(entry, forKey: cacheKey)
         undo.append((cacheKey, before))
     }
 
