@@ -49,12 +49,15 @@ public enum CommandID {
             z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
             return (state.millis, state.counter, z ^ (z >> 31))
         }
-        var bytes = [UInt8](repeating: 0, count: 16)
-        for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: millis >> (40 - 8 * UInt64(index))) }
-        bytes[6] = 0x70 | UInt8(counter >> 8)
-        bytes[7] = UInt8(truncatingIfNeeded: counter)
-        for index in 8..<16 { bytes[index] = UInt8(truncatingIfNeeded: low >> (56 - 8 * UInt64(index - 8))) }
-        bytes[8] = 0x80 | (bytes[8] & 0x3F)  // RFC 9562 variant
-        return bytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
+        // The 16 bytes written in place (an array here was an allocation per command).
+        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &uuid) { bytes in
+            for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: millis >> (40 - 8 * UInt64(index))) }
+            bytes[6] = 0x70 | UInt8(counter >> 8)
+            bytes[7] = UInt8(truncatingIfNeeded: counter)
+            for index in 8..<16 { bytes[index] = UInt8(truncatingIfNeeded: low >> (56 - 8 * UInt64(index - 8))) }
+            bytes[8] = 0x80 | (bytes[8] & 0x3F)  // RFC 9562 variant
+        }
+        return UUID(uuid: uuid)
     }
 }

@@ -521,7 +521,8 @@ package final class LogStore: Sendable {
     }
 
     package static func commandKey(container: String, commandID: UUID) -> [UInt8] {
-        scopedKey(container: container, EnvelopeCodec.bytes(commandID))
+        // ``scopedKey(container:_:)`` of the id's 16 bytes, without an array for the id.
+        withUnsafeBytes(of: commandID.uuid) { scopedKey(container: container, $0) }
     }
 
     // MARK: - Streams and commands

@@ -151,6 +151,13 @@ struct EnvelopeEncoderTests {
 
 @Suite("Command ids")
 struct CommandIDTests {
+    @Test("a command's key is its container's UTF-8 bytes, a 0 byte, then the id's 16 bytes (log-format.md)")
+    func commandKeyLayout() {
+        let id = UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16))
+        #expect(LogStore.commandKey(container: "iCloud.a", commandID: id) == Array("iCloud.a".utf8) + [0] + Array(1...16))
+        #expect(LogStore.streamKey(container: "iCloud.a", stream: "share/x") == Array("iCloud.a".utf8) + [0] + Array("share/x".utf8))
+    }
+
     @Test("default command ids are UUIDv7, unique, and sort in the order they were made")
     func timeOrdered() {
         let ids = (0..<20_000).map { _ in CommandID.make() }
@@ -163,5 +170,9 @@ struct CommandIDTests {
             #expect(id[6] >> 4 == 7, "version 7")
             #expect(id[8] >> 6 == 0b10, "RFC 9562 variant")
         }
+        // The first 48 bits are the Unix time in milliseconds (big-endian): within a day of now.
+        let millis = bytes[0].prefix(6).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        let now = UInt64(Date().timeIntervalSince1970 * 1_000)
+        #expect(millis <= now + 1_000 && now - millis < 86_400_000)
     }
 }
