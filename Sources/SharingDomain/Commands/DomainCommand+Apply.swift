@@ -14,8 +14,9 @@ extension DomainCommand {
         let projector = Projector(models: models)
         var results: [Result<StepAnswer, LedgerError>] = []
         results.reserveCapacity(steps.count)
-        for step in steps {
-            let decision = try decider.decide(step, state)
+        // By index: each action is read in place, not copied out of the array.
+        for index in steps.indices {
+            let decision = try decider.decide(steps[index], state)
             for pending in decision.events {
                 // Personal fields are sealed before the event is appended, so the log and the read
                 // models only ever see the ciphertext.

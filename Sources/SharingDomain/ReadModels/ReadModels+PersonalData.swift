@@ -23,9 +23,17 @@ extension ReadModels {
     /// A `PersonalDataForgotten` of a user gets the keyed hashes of the addresses the user registered
     /// with, whose keys go with the user's.
     package func sealingPersonalData(
-        of pending: PendingEvent, container: String, _ txn: borrowing some ReadModelStore & ~Copyable
+        of pending: consuming PendingEvent, container: String, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws -> PendingEvent {
         guard sealsNewEvents, let keys = personalData else { return pending }
+        // Only these events carry personal fields: any other is handed back as it came (moved, not
+        // copied out of the enum to be looked at).
+        switch pending.event {
+        case .personalDataForgotten, .shareCreated, .shareTitleChanged, .participantAdded, .shareParticipantFetched, .userRegistered:
+            break
+        default:
+            return pending
+        }
         if case .personalDataForgotten(var e) = pending.event, !e.userRecordName.isEmpty, e.addresses.isEmpty {
             guard let state = try user(txn, container, e.userRecordName) else { return pending }
             for address in registeredAddresses(of: state, container: container) {
