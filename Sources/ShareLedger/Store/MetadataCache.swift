@@ -176,6 +176,13 @@ extension ShareTagTracker: CommitObserver {
     }
 }
 
+/// The serial the key store's record in the log's `meta` was last seen to hold
+/// (``SharingCommitObserver/willCommit(_:)``). Read and written by the log's writer thread only; an
+/// atomic so that the observer, a value, can share it.
+final class RecordedWitnessSerial: Sendable {
+    let value = Atomic<UInt64>(0)
+}
+
 /// What the sharing layer keeps in memory about commits, told about each by the log's writer (on its
 /// thread, after the commit, before any caller resumes): the share tags of the metadata cache, and
 /// the writer's decoded rows.
@@ -188,6 +195,8 @@ struct SharingCommitObserver: CommitObserver {
     let meta: Database
     /// Told of each commit that wrote the log's file, so readers skip looking at the key store for it.
     let keyStore: KeyStoreWatch
+    /// A serial the record in `meta` was seen to hold in a committed state (0: none seen yet).
+    let recordedAtLeast = RecordedWitnessSerial()
 
     func willCommit() throws {
         try vault?.syncIfDirty()
@@ -196,11 +205,19 @@ struct SharingCommitObserver: CommitObserver {
     /// Syncs the keys made during the transaction, then records in `meta` the key store's serial
     /// when it moved past the one recorded: a key store later cut back past a key committed events
     /// use is then told from a record torn by a crash (``PersonalDataVault/Witness``). (Compared with
-    /// what the transaction reads, not remembered: an attempt the environment retries starts over.)
-    /// Nothing is recorded while the store holds no person's key.
+    /// what the transaction reads, not with what an earlier attempt wrote: an attempt the environment
+    /// retries starts over.) Nothing is recorded while the store holds no person's key.
+    ///
+    /// The recorded serial never goes down (every writer of the record writes at least the serial it
+    /// read), so a serial read from it is a lower bound for every later transaction: while the key
+    /// store's serial is not above the last one read, nothing is read. Only serials read are
+    /// remembered, never one this transaction writes (its commit may still fail); a read in this
+    /// transaction, before its own write, sees a committed record.
     func willCommit(_ txn: borrowing Transaction) throws {
         guard let vault, vault.writable, let serial = try vault.syncIfDirty() else { return }
+        guard serial > recordedAtLeast.value.load(ordering: .relaxed) else { return }
         let recorded = try txn.get(meta, key: PersonalDataVault.Witness.metaKey).flatMap(PersonalDataVault.Witness.init)
+        if let recorded { recordedAtLeast.value.store(recorded.serial, ordering: .relaxed) }
         guard serial > recorded?.serial ?? 0 else { return }
         try txn.put(
             meta, key: PersonalDataVault.Witness.metaKey,
