@@ -36,54 +36,72 @@ package struct HistoryJournalEntry: Equatable {
     package static let layoutVersion: UInt8 = 1
 
     package func encoded() -> [UInt8] {
-        var writer = Writer(
-            capacity: 3 + Writer.size(container) + tokens.prefix(255).reduce(0) { $0 + Writer.size($1) }
-                + users.prefix(255).reduce(0) { $0 + Writer.size($1) })
-        writer.string(container)
-        writer.out.append(UInt8(min(tokens.count, 255)))
-        for token in tokens.prefix(255) { writer.string(token) }
-        writer.out.append(UInt8(min(users.count, 255)))
-        for user in users.prefix(255) { writer.string(user) }
-        return writer.out
+        let capacity =
+            3 + Writer.size(container) + tokens.prefix(255).reduce(0) { $0 + Writer.size($1) }
+            + users.prefix(255).reduce(0) { $0 + Writer.size($1) }
+        return [UInt8](unsafeUninitializedCapacity: capacity) { buffer, initialized in
+            var writer = Writer(buffer: UnsafeMutableRawBufferPointer(buffer))
+            writer.byte(HistoryJournalEntry.layoutVersion)
+            writer.string(container)
+            writer.byte(UInt8(min(tokens.count, 255)))
+            for token in tokens.prefix(255) { writer.string(token) }
+            writer.byte(UInt8(min(users.count, 255)))
+            for user in users.prefix(255) { writer.string(user) }
+            initialized = writer.count
+        }
     }
 
     /// The layout of an entry about `token` (if any) and `users` in `container`, built in one
     /// allocation: what the projection journals for each event (``encoded()`` of the same fields).
     package static func encode(container: String, token: String?, users: TwoNames) -> [UInt8] {
-        var capacity = 3 + Writer.size(container) + (token.map(Writer.size) ?? 0)
-        users.forEach { capacity += Writer.size($0) }
-        var writer = Writer(capacity: capacity)
-        writer.string(container)
-        writer.out.append(token == nil ? 0 : 1)
-        if let token { writer.string(token) }
-        writer.out.append(UInt8(users.count))
-        users.forEach { writer.string($0) }
-        return writer.out
+        withEncoded(container: container, token: token, users: users) { Array($0) }
     }
 
-    /// Writes an entry's bytes, in a buffer made with the room they take.
-    private struct Writer {
-        var out: [UInt8] = []
-
-        init(capacity: Int) {
-            out.reserveCapacity(capacity)
-            out.append(HistoryJournalEntry.layoutVersion)
+    /// Calls `body` with the bytes of ``encode(container:token:users:)``, written into a buffer on
+    /// the stack (on the heap only past the stack's limit for a temporary): what the journal puts,
+    /// without an array per event.
+    package static func withEncoded<R>(
+        container: String, token: String?, users: TwoNames, _ body: (UnsafeRawBufferPointer) throws -> R
+    ) rethrows -> R {
+        var capacity = 3 + Writer.size(container) + (token.map(Writer.size) ?? 0)
+        users.forEach { capacity += Writer.size($0) }
+        return try withUnsafeTemporaryAllocation(byteCount: capacity, alignment: 1) { buffer in
+            var writer = Writer(buffer: buffer)
+            writer.byte(HistoryJournalEntry.layoutVersion)
+            writer.string(container)
+            writer.byte(token == nil ? 0 : 1)
+            if let token { writer.string(token) }
+            writer.byte(UInt8(users.count))
+            users.forEach { writer.string($0) }
+            return try body(UnsafeRawBufferPointer(rebasing: buffer[..<writer.count]))
         }
+    }
+
+    /// Writes an entry's bytes into a buffer with the room they take.
+    private struct Writer {
+        let buffer: UnsafeMutableRawBufferPointer
+        var count = 0
 
         /// The bytes `string(_:)` writes for `value`.
         static func size(_ value: String) -> Int { 2 + min(value.utf8.count, Int(UInt16.max)) }
 
-        /// A string as a 2-byte big-endian length and its UTF-8 bytes (at most 65,535).
+        mutating func byte(_ value: UInt8) {
+            buffer[count] = value
+            count += 1
+        }
+
+        /// A string as a 2-byte big-endian length and its UTF-8 bytes (at most 65,535), in one copy.
         mutating func string(_ value: String) {
-            // The bytes in one copy (appending `utf8.prefix(count)` went element by element, a third
-            // of this function in a replay's profile).
             var value = value
+            let length = min(value.utf8.count, Int(UInt16.max))
+            byte(UInt8(length >> 8))
+            byte(UInt8(length & 0xFF))
+            let start = count
             value.withUTF8 { utf8 in
-                let count = min(utf8.count, Int(UInt16.max))
-                out.append(UInt8(count >> 8))
-                out.append(UInt8(count & 0xFF))
-                out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8.prefix(count)))
+                UnsafeMutableRawBufferPointer(rebasing: buffer[start..<start + length])
+                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[..<length]))
             }
+            count += length
         }
     }
 
@@ -225,9 +243,8 @@ extension ReadModels {
         _ txn: borrowing some ReadModelStore & ~Copyable, position: UInt64, container: String, token: String?,
         users: TwoNames
     ) throws {
-        let value = HistoryJournalEntry.encode(container: container, token: token, users: users)
-        try BigEndian.withBytes(of: position) { key in
-            try value.withUnsafeBytes { value in try txn.put(historyJournal, key: key, value: value, flags: []) }
+        try HistoryJournalEntry.withEncoded(container: container, token: token, users: users) { value in
+            try BigEndian.withBytes(of: position) { key in try txn.put(historyJournal, key: key, value: value, flags: []) }
         }
         if try txn.entryCount(historyJournal) >= ReadModels.historyFoldThreshold {
             try foldHistory(txn)

@@ -34,17 +34,28 @@ package struct RecordChangeEntry: Equatable {
     package static let shareSaved: UInt8 = 0x48  // "H"
     package static let deletedKind: UInt8 = 0x44  // "D"
 
-    package var value: [UInt8] {
+    package var value: [UInt8] { withValue { Array($0) } }
+
+    /// Calls `body` with the bytes of ``value``, written into a buffer on the stack.
+    package func withValue<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         let nameLength = recordName.utf8.count
         let withToken = deleted || isShare
         let kind = deleted ? RecordChangeEntry.deletedKind : (isShare ? RecordChangeEntry.shareSaved : RecordChangeEntry.saved)
-        var out = [UInt8](capacity: 3 + nameLength + (withToken ? shareToken.utf8.count : 0))
-        out.append(kind)
-        out.append(UInt8(truncatingIfNeeded: nameLength >> 8))
-        out.append(UInt8(truncatingIfNeeded: nameLength))
-        out.appendUTF8(recordName)
-        if withToken { out.appendUTF8(shareToken) }
-        return out
+        let tokenLength = withToken ? shareToken.utf8.count : 0
+        return try withUnsafeTemporaryAllocation(byteCount: 3 + nameLength + tokenLength, alignment: 1) { buffer in
+            buffer[0] = kind
+            buffer[1] = UInt8(truncatingIfNeeded: nameLength >> 8)
+            buffer[2] = UInt8(truncatingIfNeeded: nameLength)
+            func copy(_ text: String, at offset: Int) {
+                var text = text
+                text.withUTF8 { utf8 in
+                    UnsafeMutableRawBufferPointer(rebasing: buffer[offset..<offset + utf8.count]).copyMemory(from: UnsafeRawBufferPointer(utf8))
+                }
+            }
+            copy(recordName, at: 3)
+            if withToken { copy(shareToken, at: 3 + nameLength) }
+            return try body(UnsafeRawBufferPointer(buffer))
+        }
     }
 
     /// Decodes an entry's value; throws ``LedgerError/Code/corruptedData`` for bytes no projection wrote.
@@ -137,7 +148,6 @@ extension ReadModels {
     package func noteRecordChange(
         _ txn: borrowing some ReadModelStore & ~Copyable, zoneID: UInt64, _ entry: RecordChangeEntry
     ) throws {
-        let value = entry.value
         // The keys of ``recordChangePointerKey(zoneID:_:)`` and ``recordChangeKey(zoneID:position:)``,
         // and the pointer's value, built on the stack (a record name fits a key: at most 255 bytes).
         func withChangeKey(_ position: UInt64, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
@@ -156,7 +166,7 @@ extension ReadModels {
                 try withChangeKey(previous) { key in try txn.delete(recordChanges, key: key, value: nil) }
             }
             try withChangeKey(entry.position) { key in
-                try value.withUnsafeBytes { value in try txn.put(recordChanges, key: key, value: value, flags: []) }
+                try entry.withValue { value in try txn.put(recordChanges, key: key, value: value, flags: []) }
             }
             try BigEndian.withBytes(of: entry.position) { value in try txn.put(recordChanges, key: pointer, value: value, flags: []) }
             return ()
