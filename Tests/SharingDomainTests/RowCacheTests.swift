@@ -40,6 +40,23 @@ struct RowCacheTests {
         }
     }
 
+    @Test("knowing a row by two names looks up the key of their bytes with a 0 between (a user's row), and keeps nothing")
+    func knowsByTwoNames() {
+        let cache = RowCache()
+        cache.begin(serial: 1, transactionID: 10)
+        cache.keep(shares, Array("iCloud.c\u{0}_alice".utf8), share("a"))
+        cache.keep(shares, Array("iCloud.c\u{0}_gone".utf8), nil)
+        #expect(cache.knows(shares, "iCloud.c", "_alice") == true)
+        #expect(cache.knows(shares, "iCloud.c", "_gone") == false)
+        #expect(cache.knows(shares, "iCloud.c", "_bob") == nil)
+        #expect(cache.knows(shares, "iCloud.c\u{0}_alice", "") == nil)
+        #expect(cache.knows(shares, "iCloud.", "c\u{0}_alice") == nil)
+        #expect(cache.knows(outbox, "iCloud.c", "_alice") == nil)
+        // Asked again after other lookups (the buffer is reused): the same answers.
+        #expect(cache.knows(shares, "iCloud.c", "_alice") == true)
+        #expect(title(cache, "iCloud.c\u{0}_alice") == .some("a"))
+    }
+
     @Test("rows of a committed transaction are kept for the next; an aborted one's never are")
     func commitAndAbort() {
         let cache = RowCache()

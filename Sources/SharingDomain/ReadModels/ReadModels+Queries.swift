@@ -14,10 +14,17 @@ extension ReadModels {
     /// decoding the row: most decisions check only that the caller or a named user exists, and a
     /// replay has no row cache to answer that from (decoding the row was 6 % of a rebuild's samples).
     package func userExists(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, _ name: String) throws -> Bool {
-        let key = ReadModels.userKey(container, name)
-        guard ReadModels.isStorable(key) else { return false }
-        if let rowCache, let known = rowCache.knows(users, key) { return known }
-        return try key.withUnsafeBytes { k in try txn.withValue(users, key: k) { _ in true } } ?? false
+        // The key of ``userKey(_:_:)``: in the row cache's buffer, or on the stack for the store.
+        let count = container.utf8.count + 1 + name.utf8.count
+        guard count <= ReadModels.maxKeyBytes else { return false }
+        if let rowCache, let known = rowCache.knows(users, container, name) { return known }
+        return try ReadModels.withKey(count: count) { key in
+            key.append(container)
+            key.append(0)
+            key.append(name)
+        } _: { key in
+            try txn.withValue(users, key: key) { _ in true }
+        } ?? false
     }
 
     package func zone(_ txn: borrowing some ReadModelStore & ~Copyable, _ container: String, owner: String, zone: String) throws -> ZoneState? {

@@ -90,15 +90,21 @@ package final class RowCache: @unchecked Sendable {
     }
 
     package let capacity: Int
-    private var rows: [Key: Row] = [:]
+    // `@exclusivity(unchecked)` on the stored properties: the cache is used by one thread, and no
+    // method of it lends one of them to code that could reach the cache again (no closure of a
+    // caller runs inside one). The runtime's access checks were a few hundred instructions per
+    // share action.
+    @exclusivity(unchecked) private var rows: [Key: Row] = [:]
     /// What the open transaction replaced, oldest first: each key with its row before (nil: the
     /// cache knew nothing of it).
-    private var undo: [(key: Key, before: Row?)] = []
-    private var openSerial: UInt64 = 0
+    @exclusivity(unchecked) private var undo: [(key: Key, before: Row?)] = []
+    @exclusivity(unchecked) private var openSerial: UInt64 = 0
     /// The LMDB id of the last commit `rows` reflects.
-    private var committedTransactionID: UInt64 = 0
+    @exclusivity(unchecked) private var committedTransactionID: UInt64 = 0
     /// Rows found (for tests and profiles).
-    package private(set) var hits = 0
+    @exclusivity(unchecked) package private(set) var hits = 0
+    /// The buffer ``knows(_:_:_:)`` builds its keys in.
+    @exclusivity(unchecked) private var scratch: [UInt8] = []
 
     package init(capacity: Int = 50_000) { self.capacity = capacity }
 
@@ -169,6 +175,17 @@ package final class RowCache: @unchecked Sendable {
         hits += 1
         if case .absent = row { return false }
         return true
+    }
+
+    /// ``knows(_:_:)`` for the key of `first`'s UTF-8 bytes, a 0 byte and `second`'s
+    /// (``ReadModels/key(_:_:)``: a user's row), built in a buffer this cache reuses: a lookup makes
+    /// no array (the key is not kept, so the buffer is free again when this returns).
+    package func knows(_ db: ReadModelTable, _ first: String, _ second: String) -> Bool? {
+        scratch.removeAll(keepingCapacity: true)
+        scratch.append(contentsOf: first.utf8)
+        scratch.append(0)
+        scratch.append(contentsOf: second.utf8)
+        return knows(db, scratch)
     }
 
     /// Keeps `row` (nil: there is none) as the row of `key` in `db` in the open transaction. A row of
