@@ -49,25 +49,33 @@ public struct Container: Sendable {
         let generation = ledger.shareTags.generation
         let presenter = ledger.store.presenter(answersGeneration: generation)
         return try ledger.read("reading the results") { txn in
-            results.map { result in
-                result.flatMap { answer in
-                    do {
-                        if case .metadata(let token, false, _, let decided) = answer {
-                            return .success(
+            // Each result looked at in place (mapping them copied every answer twice).
+            var outputs: [Result<StepOutput, LedgerError>] = []
+            outputs.reserveCapacity(results.count)
+            for index in results.indices {
+                guard case .success(let answer) = results[index] else {
+                    if case .failure(let error) = results[index] { outputs.append(.failure(error)) }
+                    continue
+                }
+                do {
+                    if case .metadata(let token, false, _, let decided) = answer {
+                        outputs.append(
+                            .success(
                                 .metadata(
                                     try Container.metadata(
                                         txn, ledger: ledger, token: token, container: container, viewer: metadata.actor,
                                         cache: ledger.metadataCache, generation: generation,
-                                        decided: generationBefore == generation ? decided : nil)))
-                        }
-                        return .success(try presenter.present(answer, container: container, viewer: metadata.actor, txn))
-                    } catch let error as LedgerError {
-                        return .failure(error)
-                    } catch {
-                        return .failure(LedgerError.wrap(error, while: "reading the result"))
+                                        decided: generationBefore == generation ? decided : nil))))
+                    } else {
+                        outputs.append(.success(try presenter.present(answer, container: container, viewer: metadata.actor, txn)))
                     }
+                } catch let error as LedgerError {
+                    outputs.append(.failure(error))
+                } catch {
+                    outputs.append(.failure(LedgerError.wrap(error, while: "reading the result")))
                 }
             }
+            return outputs
         }
     }
 
