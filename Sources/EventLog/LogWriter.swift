@@ -256,12 +256,14 @@ package final class LogWriter: @unchecked Sendable {
     package let notifier: HeadNotifier
 
     private let lock = ConditionLock()
-    // Guarded by `lock`.
-    private var queue = Deque<WriterJob>()
-    private var stopping = false
-    private var finished = false
-    private var finishWaiters: [CheckedContinuation<Void, Never>] = []
-    private var observer: (any CommitObserver)?
+    // Guarded by `lock`. (`@exclusivity(unchecked)` here and on the writer thread's own state below:
+    // the runtime's access checks see one thread only, which the lock or the thread already orders,
+    // and nothing reaches these properties again while one is being changed.)
+    @exclusivity(unchecked) private var queue = Deque<WriterJob>()
+    @exclusivity(unchecked) private var stopping = false
+    @exclusivity(unchecked) private var finished = false
+    @exclusivity(unchecked) private var finishWaiters: [CheckedContinuation<Void, Never>] = []
+    @exclusivity(unchecked) private var observer: (any CommitObserver)?
 
     /// Told before each batch and after each commit that appended (``EventLog/Configuration/writerProbe``).
     private let probe: (any WriterProbe)?
@@ -290,12 +292,12 @@ package final class LogWriter: @unchecked Sendable {
     /// it has built its answer, and the poll only spent CPU, at the same rate (docs/benchmarks.md).
     private let spinBeforeSleep: Duration
     /// The number of commands in the last batch; only the writer's thread touches it.
-    private var lastBatchCount = 0
+    @exclusivity(unchecked) private var lastBatchCount = 0
     /// What brings the derived databases up to the head (``EventLog/Configuration/derivedReplay``).
     private let derivedReplay: DerivedReplay?
 
     /// The last ``CommitScope/serial`` given; only the writer's thread touches it.
-    private var transactionSerial: UInt64 = 0
+    @exclusivity(unchecked) private var transactionSerial: UInt64 = 0
     /// Resumes the callers of a committed batch of more than one command, off the writer's thread.
     /// Resuming a caller enqueues its task on the global executor, which wakes a sleeping pool thread
     /// with a futex call: about 30% of the writer thread's time in a 64-caller run, spent while the

@@ -20,23 +20,24 @@ import Synchronization
 /// (LMDB's own contract). The mutable state (`closed`, `mapSize`) is only written while
 /// ``ResizeLock`` is held exclusive and only read while it is held shared, so no data race is
 /// possible. The companion and the twins' switch are set once, before the environment is shared
-/// with another thread, and only read after.
+/// with another thread, and only read after. (For the same reasons they are `@exclusivity(unchecked)`:
+/// no access to one overlaps another, so the runtime's checks, on every transaction, are not needed.)
 package final class Environment: @unchecked Sendable {
     package let options: EnvironmentOptions
     private let env: OpaquePointer
     /// The companion environment (``attachCompanion(_:)``): set once, before the environment is
     /// shared with another thread, and never changed after.
-    private var companionEnv: OpaquePointer?
+    @exclusivity(unchecked) private var companionEnv: OpaquePointer?
     /// The companion's options; nil when there is none.
-    package private(set) var companionOptions: EnvironmentOptions?
+    @exclusivity(unchecked) package private(set) var companionOptions: EnvironmentOptions?
     private let resizeLock = ResizeLock()
     /// Bytes of the companion's file allocated ahead of its use (``reserveCompanionSpace()``).
     private let companionAllocated = Mutex<Int>(0)
-    private var closed = false
+    @exclusivity(unchecked) private var closed = false
     /// Where the switch of the twins is (``setSwitch(_:key:twinsOpened:)``); nil when there is none.
     /// Set once, before the environment is shared with another thread, and never changed after (as
     /// `companionEnv`): every transaction reads it as it begins, so it takes no lock.
-    private var twinSwitch: (db: Database, key: [UInt8], twinsOpened: Bool)?
+    @exclusivity(unchecked) private var twinSwitch: (db: Database, key: [UInt8], twinsOpened: Bool)?
     /// The switch's value at one snapshot of the file that holds it: `first` is that snapshot's
     /// transaction id plus one (0: none known), `second` 1 when set. A snapshot never changes, so a
     /// transaction that begins on the same one (a read of it, or the write that follows it) takes
@@ -470,7 +471,7 @@ package final class Environment: @unchecked Sendable {
                 case .resized(let companion): return .mapResized(companion: companion)
                 case .begun(let transactions): begun = transactions
                 }
-                let ran = try run(body, begun, writable: writable, state: TransactionState())
+                let ran = try TransactionState.withTransactionState { state in try run(body, begun, writable: writable, state: state) }
                 guard case .done = ran else { return ran }
                 guard writable || commitReadOnly else {
                     endReadOnly(begun)

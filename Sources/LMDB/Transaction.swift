@@ -2,12 +2,29 @@ import ByteKeys
 import CLMDB
 
 /// Book-keeping shared by a transaction and its cursors: the first LMDB error seen inside it.
-final class TransactionState {
-    var firstError: LMDBError?
+///
+/// It points at a variable of the function that runs the transaction (``withTransactionState(_:)``),
+/// not at an object: the transaction and its cursors are lent (`~Copyable`, `borrowing`) to closures
+/// that function calls, so they cannot outlive the variable. (An object here was an allocation per
+/// transaction.)
+struct TransactionState {
+    private let first: UnsafeMutablePointer<LMDBError?>
+
+    /// Runs `body` with a state whose variable lives for the call.
+    @inline(__always)
+    static func withTransactionState<R>(_ body: (TransactionState) throws -> R) rethrows -> R {
+        var first: LMDBError? = nil
+        return try withUnsafeMutablePointer(to: &first) { try body(TransactionState(first: $0)) }
+    }
+
+    private init(first: UnsafeMutablePointer<LMDBError?>) { self.first = first }
+
+    /// The first error recorded.
+    var firstError: LMDBError? { first.pointee }
 
     @inline(__always)
     func record(_ error: LMDBError) -> LMDBError {
-        if firstError == nil { firstError = error }
+        if first.pointee == nil { first.pointee = error }
         return error
     }
 }
@@ -295,21 +312,23 @@ package struct Transaction: ~Copyable {
             if let companionChild { mdb_txn_abort(companionChild) }
             if let saved { overlay?.restore(saved) }
         }
-        let childState = TransactionState()
-        let keep: Bool
-        do {
-            keep = try body(
-                Transaction(
-                    txn: child, companion: companionChild ?? (spansCompanion ? companion : nil), isWritable: true,
-                    state: childState, path: path, companionPath: companionPath, usesTwins: usesTwins, overlay: overlay))
-        } catch {
-            abortBoth()
-            if let first = childState.firstError { throw state.record(first) }
-            throw error
-        }
-        if let first = childState.firstError {
-            abortBoth()
-            throw state.record(first)
+        let keep: Bool = try TransactionState.withTransactionState { childState in
+            let keep: Bool
+            do {
+                keep = try body(
+                    Transaction(
+                        txn: child, companion: companionChild ?? (spansCompanion ? companion : nil), isWritable: true,
+                        state: childState, path: path, companionPath: companionPath, usesTwins: usesTwins, overlay: overlay))
+            } catch {
+                abortBoth()
+                if let first = childState.firstError { throw state.record(first) }
+                throw error
+            }
+            if let first = childState.firstError {
+                abortBoth()
+                throw state.record(first)
+            }
+            return keep
         }
         guard keep else {
             abortBoth()

@@ -91,7 +91,7 @@ final class ShareTagTracker: @unchecked Sendable {
     }
 
     private let lock = NSLock()
-    private var state: State
+    @exclusivity(unchecked) private var state: State  // (no access overlaps another: see `lock`)
     private let environment: Environment
     private let capacity: Int
     /// Tags given out (for tests: kept answers validated without a read transaction).
