@@ -92,8 +92,8 @@ package final class RowCache: @unchecked Sendable {
     package let capacity: Int
     // `@exclusivity(unchecked)` on the stored properties: the cache is used by one thread, and no
     // method of it lends one of them to code that could reach the cache again (no closure of a
-    // caller runs inside one). The runtime's access checks were a few hundred instructions per
-    // share action.
+    // caller runs inside one). The runtime's access checks were about 1,700 instructions per share
+    // action.
     @exclusivity(unchecked) private var rows: [Key: Row] = [:]
     /// What the open transaction replaced, oldest first: each key with its row before (nil: the
     /// cache knew nothing of it).
