@@ -26,15 +26,15 @@ extension ReadModels {
         of pending: consuming PendingEvent, container: String, _ txn: borrowing some ReadModelStore & ~Copyable
     ) throws -> PendingEvent {
         guard sealsNewEvents, let keys = personalData else { return pending }
-        // Only these events carry personal fields: any other is handed back as it came (moved, not
-        // copied out of the enum to be looked at).
-        switch pending.event {
-        case .personalDataForgotten, .shareCreated, .shareTitleChanged, .participantAdded, .shareParticipantFetched, .userRegistered:
-            break
-        default:
-            return pending
+        func sealedTitle(_ title: String, owner: String) throws(LedgerError) -> Shareledger_Events_V1_SealedPersonalData {
+            var fields = Shareledger_Events_V1_PersonalFields()
+            fields.title = title
+            return try keys.seal(fields, container: container, subject: owner)
         }
-        if case .personalDataForgotten(var e) = pending.event, !e.userRecordName.isEmpty, e.addresses.isEmpty {
+        // One switch: an event of any other type is handed back as it came (moved, not copied out of
+        // the enum to be looked at).
+        switch pending.event {
+        case .personalDataForgotten(var e) where !e.userRecordName.isEmpty && e.addresses.isEmpty:
             guard let state = try user(txn, container, e.userRecordName) else { return pending }
             for address in registeredAddresses(of: state, container: container) {
                 switch address.kind {
@@ -43,13 +43,6 @@ extension ReadModels {
                 }
             }
             return PendingEvent(stream: pending.stream, event: .personalDataForgotten(e))
-        }
-        func sealedTitle(_ title: String, owner: String) throws(LedgerError) -> Shareledger_Events_V1_SealedPersonalData {
-            var fields = Shareledger_Events_V1_PersonalFields()
-            fields.title = title
-            return try keys.seal(fields, container: container, subject: owner)
-        }
-        switch pending.event {
         case .shareCreated(var e) where !e.title.isEmpty:
             e.sealedTitle = try sealedTitle(e.title, owner: e.ownerName)
             e.title = ""
@@ -69,23 +62,25 @@ extension ReadModels {
             e.sealedLookup = sealed
             if e.lookupInfo == PBLookupInfo() { e.clearLookupInfo() }
             return PendingEvent(stream: pending.stream, event: .shareParticipantFetched(e))
+        case .userRegistered(var e) where !e.hasSealed && (!e.emailAddress.isEmpty || !e.phoneNumber.isEmpty || e.hasName):
+            var fields = Shareledger_Events_V1_PersonalFields()
+            fields.emailAddress = e.emailAddress
+            fields.phoneNumber = e.phoneNumber
+            if e.hasName { fields.name = e.name }
+            e.sealed = try keys.seal(fields, container: container, subject: e.userRecordName)
+            if !fields.emailAddress.isEmpty, let hash = lookupHash(container, email: fields.emailAddress) {
+                e.sealed.emailHash = Data(hash)
+            }
+            if !fields.phoneNumber.isEmpty, let hash = lookupHash(container, phone: fields.phoneNumber) {
+                e.sealed.phoneHash = Data(hash)
+            }
+            e.emailAddress = ""
+            e.phoneNumber = ""
+            e.clearName()
+            return PendingEvent(stream: pending.stream, event: .userRegistered(e))
         default:
-            break
+            return pending
         }
-        guard case .userRegistered(var e) = pending.event, !e.hasSealed,
-            !e.emailAddress.isEmpty || !e.phoneNumber.isEmpty || e.hasName
-        else { return pending }
-        var fields = Shareledger_Events_V1_PersonalFields()
-        fields.emailAddress = e.emailAddress
-        fields.phoneNumber = e.phoneNumber
-        if e.hasName { fields.name = e.name }
-        e.sealed = try keys.seal(fields, container: container, subject: e.userRecordName)
-        if !fields.emailAddress.isEmpty, let hash = lookupHash(container, email: fields.emailAddress) { e.sealed.emailHash = Data(hash) }
-        if !fields.phoneNumber.isEmpty, let hash = lookupHash(container, phone: fields.phoneNumber) { e.sealed.phoneHash = Data(hash) }
-        e.emailAddress = ""
-        e.phoneNumber = ""
-        e.clearName()
-        return PendingEvent(stream: pending.stream, event: .userRegistered(e))
     }
 
     /// The email address or phone number of `lookup` sealed under the key of that address, with its
