@@ -53,26 +53,27 @@ public struct Container: Sendable {
             var outputs: [Result<StepOutput, LedgerError>] = []
             outputs.reserveCapacity(results.count)
             for index in results.indices {
-                guard case .success(let answer) = results[index] else {
-                    if case .failure(let error) = results[index] { outputs.append(.failure(error)) }
-                    continue
-                }
-                do {
-                    if case .metadata(let token, false, _, let decided) = answer {
-                        outputs.append(
-                            .success(
-                                .metadata(
-                                    try Container.metadata(
-                                        txn, ledger: ledger, token: token, container: container, viewer: metadata.actor,
-                                        cache: ledger.metadataCache, generation: generation,
-                                        decided: generationBefore == generation ? decided : nil))))
-                    } else {
-                        outputs.append(.success(try presenter.present(answer, container: container, viewer: metadata.actor, txn)))
-                    }
-                } catch let error as LedgerError {
+                switch results[index] {
+                case .failure(let error):
                     outputs.append(.failure(error))
-                } catch {
-                    outputs.append(.failure(LedgerError.wrap(error, while: "reading the result")))
+                case .success(let answer):
+                    do {
+                        if case .metadata(let token, false, _, let decided) = answer {
+                            outputs.append(
+                                .success(
+                                    .metadata(
+                                        try Container.metadata(
+                                            txn, ledger: ledger, token: token, container: container, viewer: metadata.actor,
+                                            cache: ledger.metadataCache, generation: generation,
+                                            decided: generationBefore == generation ? decided : nil))))
+                        } else {
+                            outputs.append(.success(try presenter.present(answer, container: container, viewer: metadata.actor, txn)))
+                        }
+                    } catch let error as LedgerError {
+                        outputs.append(.failure(error))
+                    } catch {
+                        outputs.append(.failure(LedgerError.wrap(error, while: "reading the result")))
+                    }
                 }
             }
             return outputs
