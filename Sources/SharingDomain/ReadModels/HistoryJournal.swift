@@ -37,18 +37,16 @@ package struct HistoryJournalEntry: Equatable {
 
     package func encoded() -> [UInt8] {
         let capacity =
-            3 + Writer.size(container) + tokens.prefix(255).reduce(0) { $0 + Writer.size($1) }
-            + users.prefix(255).reduce(0) { $0 + Writer.size($1) }
-        return [UInt8](unsafeUninitializedCapacity: capacity) { buffer, initialized in
-            var writer = Writer(buffer: UnsafeMutableRawBufferPointer(buffer))
-            writer.byte(HistoryJournalEntry.layoutVersion)
-            writer.string(container)
-            writer.byte(UInt8(min(tokens.count, 255)))
-            for token in tokens.prefix(255) { writer.string(token) }
-            writer.byte(UInt8(min(users.count, 255)))
-            for user in users.prefix(255) { writer.string(user) }
-            initialized = writer.count
-        }
+            3 + HistoryJournalEntry.size(container) + tokens.prefix(255).reduce(0) { $0 + HistoryJournalEntry.size($1) }
+            + users.prefix(255).reduce(0) { $0 + HistoryJournalEntry.size($1) }
+        return ReadModels.withBuilt(count: capacity) { out in
+            out.append(HistoryJournalEntry.layoutVersion)
+            HistoryJournalEntry.write(container, &out)
+            out.append(UInt8(min(tokens.count, 255)))
+            for token in tokens.prefix(255) { HistoryJournalEntry.write(token, &out) }
+            out.append(UInt8(min(users.count, 255)))
+            for user in users.prefix(255) { HistoryJournalEntry.write(user, &out) }
+        } _: { Array($0) }
     }
 
     /// The layout of an entry about `token` (if any) and `users` in `container`, built in one
@@ -57,52 +55,32 @@ package struct HistoryJournalEntry: Equatable {
         withEncoded(container: container, token: token, users: users) { Array($0) }
     }
 
-    /// Calls `body` with the bytes of ``encode(container:token:users:)``, written into a buffer on
-    /// the stack (on the heap only past the stack's limit for a temporary): what the journal puts,
-    /// without an array per event.
+    /// Calls `body` with the bytes of ``encode(container:token:users:)``, written into a temporary
+    /// buffer (``ReadModels/withBuilt(count:_:_:)``): what the journal puts, without an array per event.
     package static func withEncoded<R>(
         container: String, token: String?, users: TwoNames, _ body: (UnsafeRawBufferPointer) throws -> R
     ) rethrows -> R {
-        var capacity = 3 + Writer.size(container) + (token.map(Writer.size) ?? 0)
-        users.forEach { capacity += Writer.size($0) }
-        return try withUnsafeTemporaryAllocation(byteCount: capacity, alignment: 1) { buffer in
-            var writer = Writer(buffer: buffer)
-            writer.byte(HistoryJournalEntry.layoutVersion)
-            writer.string(container)
-            writer.byte(token == nil ? 0 : 1)
-            if let token { writer.string(token) }
-            writer.byte(UInt8(users.count))
-            users.forEach { writer.string($0) }
-            return try body(UnsafeRawBufferPointer(rebasing: buffer[..<writer.count]))
-        }
+        var capacity = 3 + size(container) + (token.map(size) ?? 0)
+        users.forEach { capacity += size($0) }
+        return try ReadModels.withBuilt(count: capacity) { out in
+            out.append(layoutVersion)
+            write(container, &out)
+            out.append(token == nil ? 0 : 1)
+            if let token { write(token, &out) }
+            out.append(UInt8(users.count))
+            users.forEach { write($0, &out) }
+        } _: { try body($0) }
     }
 
-    /// Writes an entry's bytes into a buffer with the room they take.
-    private struct Writer {
-        let buffer: UnsafeMutableRawBufferPointer
-        var count = 0
+    /// The bytes ``write(_:_:)`` writes for `value`.
+    private static func size(_ value: String) -> Int { 2 + min(value.utf8.count, Int(UInt16.max)) }
 
-        /// The bytes `string(_:)` writes for `value`.
-        static func size(_ value: String) -> Int { 2 + min(value.utf8.count, Int(UInt16.max)) }
-
-        mutating func byte(_ value: UInt8) {
-            buffer[count] = value
-            count += 1
-        }
-
-        /// A string as a 2-byte big-endian length and its UTF-8 bytes (at most 65,535), in one copy.
-        mutating func string(_ value: String) {
-            var value = value
-            let length = min(value.utf8.count, Int(UInt16.max))
-            byte(UInt8(length >> 8))
-            byte(UInt8(length & 0xFF))
-            let start = count
-            value.withUTF8 { utf8 in
-                UnsafeMutableRawBufferPointer(rebasing: buffer[start..<start + length])
-                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[..<length]))
-            }
-            count += length
-        }
+    /// A string as a 2-byte big-endian length and its UTF-8 bytes (at most 65,535).
+    private static func write(_ value: String, _ out: inout ReadModels.KeyWriter) {
+        let length = size(value) - 2
+        out.append(UInt8(length >> 8))
+        out.append(UInt8(length & 0xFF))
+        out.append(value, atMost: length)
     }
 
     /// Decodes an entry; throws ``LedgerError/Code/corruptedData`` for bytes that are not one.

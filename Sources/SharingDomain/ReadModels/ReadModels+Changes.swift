@@ -36,26 +36,18 @@ package struct RecordChangeEntry: Equatable {
 
     package var value: [UInt8] { withValue { Array($0) } }
 
-    /// Calls `body` with the bytes of ``value``, written into a buffer on the stack.
+    /// Calls `body` with the bytes of ``value``, written into a temporary buffer (``ReadModels/withBuilt(count:_:_:)``).
     package func withValue<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         let nameLength = recordName.utf8.count
         let withToken = deleted || isShare
         let kind = deleted ? RecordChangeEntry.deletedKind : (isShare ? RecordChangeEntry.shareSaved : RecordChangeEntry.saved)
-        let tokenLength = withToken ? shareToken.utf8.count : 0
-        return try withUnsafeTemporaryAllocation(byteCount: 3 + nameLength + tokenLength, alignment: 1) { buffer in
-            buffer[0] = kind
-            buffer[1] = UInt8(truncatingIfNeeded: nameLength >> 8)
-            buffer[2] = UInt8(truncatingIfNeeded: nameLength)
-            func copy(_ text: String, at offset: Int) {
-                var text = text
-                text.withUTF8 { utf8 in
-                    UnsafeMutableRawBufferPointer(rebasing: buffer[offset..<offset + utf8.count]).copyMemory(from: UnsafeRawBufferPointer(utf8))
-                }
-            }
-            copy(recordName, at: 3)
-            if withToken { copy(shareToken, at: 3 + nameLength) }
-            return try body(UnsafeRawBufferPointer(buffer))
-        }
+        return try ReadModels.withBuilt(count: 3 + nameLength + (withToken ? shareToken.utf8.count : 0)) { out in
+            out.append(kind)
+            out.append(UInt8(truncatingIfNeeded: nameLength >> 8))
+            out.append(UInt8(truncatingIfNeeded: nameLength))
+            out.append(recordName)
+            if withToken { out.append(shareToken) }
+        } _: { try body($0) }
     }
 
     /// Decodes an entry's value; throws ``LedgerError/Code/corruptedData`` for bytes no projection wrote.

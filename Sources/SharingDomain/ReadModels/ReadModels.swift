@@ -304,15 +304,26 @@ package final class ReadModels: Sendable {
         count: Int, _ build: (inout KeyWriter) -> Void, _ body: (UnsafeRawBufferPointer) throws -> R?
     ) rethrows -> R? {
         guard count > 0, count <= maxKeyBytes else { return nil }
-        return try withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { buffer in
+        return try withBuilt(count: count, build, body)
+    }
+
+    /// Calls `body` with `count` bytes that `build` writes into a temporary buffer (on the stack, or
+    /// on the heap past the standard library's limit for a temporary): a key or a value that is put or
+    /// looked up once and not kept, without an array for it.
+    @inline(__always)
+    package static func withBuilt<R>(
+        count: Int, _ build: (inout KeyWriter) -> Void, _ body: (UnsafeRawBufferPointer) throws -> R
+    ) rethrows -> R {
+        try withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { buffer in
             var writer = KeyWriter(buffer: buffer)
             build(&writer)
-            precondition(writer.count == count, "a key's parts do not add up to its length")
+            precondition(writer.count == count, "a key's or value's parts do not add up to its length")
             return try body(UnsafeRawBufferPointer(buffer))
         }
     }
 
-    /// Writes a key's parts into a buffer of the key's exact length (``withKey(count:_:_:)``).
+    /// Writes a key's or value's parts into a buffer of its exact length (``withKey(count:_:_:)``,
+    /// ``withBuilt(count:_:_:)``).
     package struct KeyWriter {
         fileprivate let buffer: UnsafeMutableRawBufferPointer
         fileprivate var count = 0
@@ -332,12 +343,14 @@ package final class ReadModels: Sendable {
             count += 8
         }
 
-        /// Appends the UTF-8 bytes of `text`.
-        package mutating func append(_ text: String) {
+        /// Appends the UTF-8 bytes of `text`, at most `limit` of them.
+        package mutating func append(_ text: String, atMost limit: Int = .max) {
             var text = text
             text.withUTF8 { utf8 in
-                UnsafeMutableRawBufferPointer(rebasing: buffer[count..<count + utf8.count]).copyMemory(from: UnsafeRawBufferPointer(utf8))
-                count += utf8.count
+                let length = min(utf8.count, limit)
+                UnsafeMutableRawBufferPointer(rebasing: buffer[count..<count + length])
+                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[..<length]))
+                count += length
             }
         }
     }
